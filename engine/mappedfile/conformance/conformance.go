@@ -1,0 +1,776 @@
+// Package conformance is the test suite every MappedFile backend runs
+// (pebble's vfstest, for mqstore's seam). A backend's tests call
+//
+//	conformance.Run(t, func(t testing.TB) mappedfile.Backend { return mybackend.New(...) })
+//
+// Every check opens its own files under t.TempDir() with segments of
+// SegmentSizeBytes. Backends whose memory is sized up front (a buffer pool)
+// size it from SegmentSizeBytes.
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+)
+
+// SegmentSizeBytes is the size of every segment the suite opens (64 pages).
+const SegmentSizeBytes = 64 * mappedfile.PageSize
+
+// Factory returns the backend under test; it is called once per check.
+type Factory func(t testing.TB) mappedfile.Backend
+
+// Run runs every check against the backend.
+func Run(t *testing.T, factory Factory) {
+	checks := []struct {
+		name string
+		fn   func(t *testing.T, h *harness)
+	}{
+		{"NewFilePositions", testNewFilePositions},
+		{"PositionsOnlyMoveForward", testPositionsOnlyMoveForward},
+		{"FullAtBoundary", testFullAtBoundary},
+		{"EncoderErrorPublishesNothing", testEncoderError},
+		{"CommitFlushLeastPages", testLeastPages},
+		{"FullSegmentIgnoresLeastPages", testFullSegmentFlush},
+		{"ReadsStopAtReadable", testReadBounds},
+		{"ConcurrentReadersWhileAppending", testConcurrentReaders},
+		{"SendRangeToTCP", testSendRange},
+		{"StickyErrorAfterInjectedFailure", testStickyError},
+		{"DeleteWhileReferenced", testDeleteWhileReferenced},
+		{"CloseThenOperations", testClose},
+		{"ReopenTruncateAndContinue", testReopen},
+		{"ReopenSizeMismatch", testSizeMismatch},
+		{"WarmAndCool", testWarmCool},
+		{"AppendDoesNotAllocate", testAppendAllocs},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			c.fn(t, newHarness(t, factory(t)))
+		})
+	}
+}
+
+type harness struct {
+	backend mappedfile.Backend
+	dir     string
+	ctx     context.Context
+}
+
+func newHarness(t *testing.T, b mappedfile.Backend) *harness {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &harness{backend: b, dir: t.TempDir(), ctx: ctx}
+}
+
+func (h *harness) spec(name string) mappedfile.Spec {
+	return mappedfile.Spec{Path: filepath.Join(h.dir, name), FromOffset: 1 << 30, SizeBytes: SegmentSizeBytes}
+}
+
+func (h *harness) open(t *testing.T, name string) mappedfile.MappedFile {
+	t.Helper()
+	mf, err := h.backend.Open(h.ctx, h.spec(name))
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = mf.Close() })
+	return mf
+}
+
+// exists reports whether the backend still has the file.
+func (h *harness) exists(t *testing.T, name string) bool {
+	t.Helper()
+	if l, ok := h.backend.(mappedfile.Lister); ok {
+		names, err := l.List(h.dir)
+		if err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		for _, n := range names {
+			if n == name {
+				return true
+			}
+		}
+		return false
+	}
+	_, err := os.Stat(filepath.Join(h.dir, name))
+	return err == nil
+}
+
+// pattern is the byte the suite writes at a segment position: every byte
+// is predictable from its position, so readers can check what they see.
+func pattern(pos int64) byte { return byte(pos*131 + pos>>8 + 7) }
+
+type patternEncoder struct{}
+
+func (patternEncoder) EncodeAt(dst []byte, filePos int64) error {
+	for i := range dst {
+		dst[i] = pattern(filePos + int64(i))
+	}
+	return nil
+}
+
+func checkPattern(t testing.TB, got []byte, filePos int64) {
+	t.Helper()
+	for i, b := range got {
+		if want := pattern(filePos + int64(i)); b != want {
+			t.Fatalf("byte at position %d: got %#x, want %#x", filePos+int64(i), b, want)
+		}
+	}
+}
+
+func appendN(t testing.TB, mf mappedfile.MappedFile, n int) int64 {
+	t.Helper()
+	pos, err := mf.Append(n, patternEncoder{})
+	if err != nil {
+		t.Fatalf("append %d at %d: %v", n, mf.WrotePosition(), err)
+	}
+	return pos
+}
+
+func commitFlush(t testing.TB, ctx context.Context, mf mappedfile.MappedFile) {
+	t.Helper()
+	if _, err := mf.Commit(ctx, 0); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if _, err := mf.Flush(ctx, 0); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+}
+
+type positions struct{ wrote, committed, flushed, readable int64 }
+
+func positionsOf(mf mappedfile.MappedFile) positions {
+	return positions{mf.WrotePosition(), mf.CommittedPosition(), mf.FlushedPosition(), mf.ReadablePosition()}
+}
+
+func checkOrder(t testing.TB, p positions) {
+	t.Helper()
+	if !(p.wrote >= p.committed && p.committed >= p.flushed && p.flushed >= 0 && p.readable <= p.wrote && p.readable >= 0) {
+		t.Fatalf("positions out of order: %+v (want wrote ≥ committed ≥ flushed ≥ 0, readable ≤ wrote)", p)
+	}
+}
+
+func testNewFilePositions(t *testing.T, h *harness) {
+	mf := h.open(t, "00000000001073741824")
+	if got := positionsOf(mf); got != (positions{}) {
+		t.Fatalf("new file positions: %+v, want all 0", got)
+	}
+	if mf.SizeBytes() != SegmentSizeBytes || mf.FromOffset() != 1<<30 {
+		t.Fatalf("size %d from %d, want %d and %d", mf.SizeBytes(), mf.FromOffset(), SegmentSizeBytes, 1<<30)
+	}
+	if filepath.Base(mf.Path()) != "00000000001073741824" {
+		t.Fatalf("path %q", mf.Path())
+	}
+	if !h.exists(t, "00000000001073741824") {
+		t.Fatalf("file not created")
+	}
+	if err := mf.Err(); err != nil {
+		t.Fatalf("Err on a new file: %v", err)
+	}
+}
+
+func testPositionsOnlyMoveForward(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	rng := rand.New(rand.NewPCG(1, 2))
+	prev := positionsOf(mf)
+	for i := 0; ; i++ {
+		n := 1 + rng.IntN(3000)
+		wrote := mf.WrotePosition()
+		if wrote+int64(n) > SegmentSizeBytes {
+			break
+		}
+		if pos := appendN(t, mf, n); pos != wrote {
+			t.Fatalf("append returned position %d, write position was %d", pos, wrote)
+		}
+		switch rng.IntN(4) {
+		case 0:
+			c, err := mf.Commit(h.ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c != mf.WrotePosition() || mf.CommittedPosition() != c {
+				t.Fatalf("Commit(0) returned %d, committed %d, wrote %d: want all equal", c, mf.CommittedPosition(), mf.WrotePosition())
+			}
+		case 1:
+			if _, err := mf.Commit(h.ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			fl, err := mf.Flush(h.ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fl != mf.CommittedPosition() || mf.FlushedPosition() != fl {
+				t.Fatalf("Flush(0) returned %d, flushed %d, committed %d: want all equal", fl, mf.FlushedPosition(), mf.CommittedPosition())
+			}
+		}
+		cur := positionsOf(mf)
+		checkOrder(t, cur)
+		if cur.wrote < prev.wrote || cur.committed < prev.committed || cur.flushed < prev.flushed || cur.readable < prev.readable {
+			t.Fatalf("a position moved backwards: %+v then %+v", prev, cur)
+		}
+		prev = cur
+	}
+	commitFlush(t, h.ctx, mf)
+	if p := positionsOf(mf); p.flushed != p.wrote || p.readable != p.wrote {
+		t.Fatalf("after Commit(0)+Flush(0): %+v, want flushed = readable = wrote", p)
+	}
+}
+
+func testFullAtBoundary(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	appendN(t, mf, SegmentSizeBytes-100)
+	for _, n := range []int{101, 1000, SegmentSizeBytes} {
+		if _, err := mf.Append(n, patternEncoder{}); !errors.Is(err, mappedfile.ErrFull) {
+			t.Fatalf("append %d with 100 left: err %v, want ErrFull", n, err)
+		}
+		if w := mf.WrotePosition(); w != SegmentSizeBytes-100 {
+			t.Fatalf("a failed append moved wrote to %d", w)
+		}
+	}
+	if pos := appendN(t, mf, 100); pos != SegmentSizeBytes-100 {
+		t.Fatalf("exact fit at %d", pos)
+	}
+	if _, err := mf.Append(1, patternEncoder{}); !errors.Is(err, mappedfile.ErrFull) {
+		t.Fatalf("append to a full file: %v, want ErrFull", err)
+	}
+	if err := mf.Err(); err != nil {
+		t.Fatalf("ErrFull must not be sticky: Err() = %v", err)
+	}
+	commitFlush(t, h.ctx, mf)
+	buf := make([]byte, SegmentSizeBytes)
+	if n, err := mf.ReadAt(buf, 0); n != SegmentSizeBytes || (err != nil && err != io.EOF) {
+		t.Fatalf("read whole full file: %d, %v", n, err)
+	}
+	checkPattern(t, buf, 0)
+}
+
+type failingEncoder struct{}
+
+var errEncode = errors.New("encoder refuses")
+
+func (failingEncoder) EncodeAt(dst []byte, _ int64) error {
+	for i := range dst {
+		dst[i] = 0xEE
+	}
+	return errEncode
+}
+
+func testEncoderError(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	appendN(t, mf, 100)
+	if _, err := mf.Append(50, failingEncoder{}); !errors.Is(err, errEncode) {
+		t.Fatalf("append with a failing encoder: %v, want the encoder's error", err)
+	}
+	if w := mf.WrotePosition(); w != 100 {
+		t.Fatalf("failed encode moved wrote to %d", w)
+	}
+	if err := mf.Err(); err != nil {
+		t.Fatalf("an encoder error must not be sticky: %v", err)
+	}
+	appendN(t, mf, 50)
+	commitFlush(t, h.ctx, mf)
+	buf := make([]byte, 150)
+	if _, err := mf.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkPattern(t, buf, 0)
+}
+
+// buffered reports whether appended bytes wait for Commit (transient, uring)
+// rather than being committed as written (mmap).
+func buffered(t *testing.T, h *harness) bool {
+	mf := h.open(t, "probe")
+	appendN(t, mf, 10)
+	return mf.CommittedPosition() < mf.WrotePosition()
+}
+
+func testLeastPages(t *testing.T, h *harness) {
+	isBuffered := buffered(t, h)
+	mf := h.open(t, "seg")
+	const page = mappedfile.PageSize
+	appendN(t, mf, 3*page+100)
+	if isBuffered {
+		c, err := mf.Commit(h.ctx, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c != 0 || mf.CommittedPosition() != 0 {
+			t.Fatalf("Commit(4) with 3 pages pending committed to %d", c)
+		}
+		if mf.ReadablePosition() != 0 {
+			t.Fatalf("uncommitted bytes readable: readable %d", mf.ReadablePosition())
+		}
+	} else if _, err := mf.Commit(h.ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	fl, err := mf.Flush(h.ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl != 0 || mf.FlushedPosition() != 0 {
+		t.Fatalf("Flush(4) with 3 pages pending flushed to %d", fl)
+	}
+	appendN(t, mf, page-100) // exactly 4 pages now
+	if _, err := mf.Commit(h.ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if c := mf.CommittedPosition(); c != 4*page {
+		t.Fatalf("Commit(4) with 4 pages pending: committed %d", c)
+	}
+	if fl, err = mf.Flush(h.ctx, 4); err != nil || fl != 4*page {
+		t.Fatalf("Flush(4) with 4 pages pending: %d, %v", fl, err)
+	}
+	// The rule counts page numbers crossed (wrote/4096 − flushed/4096), not
+	// bytes: 1 byte into the next page is 0 pages, and a partial page waits.
+	appendN(t, mf, 1)
+	if _, err := mf.Commit(h.ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if fl, err = mf.Flush(h.ctx, 1); err != nil || fl != 4*page {
+		t.Fatalf("Flush(1) with 1 byte into page 5: %d, %v; want %d (0 pages by the rule)", fl, err, 4*page)
+	}
+	appendN(t, mf, page+9) // into page 6: 1 page crossed
+	if _, err := mf.Commit(h.ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if fl, err = mf.Flush(h.ctx, 2); err != nil || fl != 4*page {
+		t.Fatalf("Flush(2) with 1 page crossed: %d, %v", fl, err)
+	}
+	if fl, err = mf.Flush(h.ctx, 1); err != nil || fl != 5*page+10 {
+		t.Fatalf("Flush(1) with 1 page crossed: %d, %v; want %d", fl, err, 5*page+10)
+	}
+	// Nothing pending: Flush(0) returns the same position.
+	if fl, err = mf.Flush(h.ctx, 0); err != nil || fl != 5*page+10 {
+		t.Fatalf("Flush(0) with nothing pending: %d, %v", fl, err)
+	}
+}
+
+func testFullSegmentFlush(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	appendN(t, mf, SegmentSizeBytes-10)
+	commitFlush(t, h.ctx, mf)
+	appendN(t, mf, 10) // less than a page pending, but the segment is full
+	if c, err := mf.Commit(h.ctx, 1000); err != nil || c != SegmentSizeBytes {
+		t.Fatalf("Commit(1000) of a full segment: %d, %v", c, err)
+	}
+	if fl, err := mf.Flush(h.ctx, 1000); err != nil || fl != SegmentSizeBytes {
+		t.Fatalf("Flush(1000) of a full segment: %d, %v", fl, err)
+	}
+}
+
+func testReadBounds(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	buf := make([]byte, 64)
+	if n, err := mf.ReadAt(buf, 0); n != 0 || err != io.EOF {
+		t.Fatalf("read of an empty file: %d, %v; want 0, io.EOF", n, err)
+	}
+	appendN(t, mf, 1000)
+	r := mf.ReadablePosition()
+	if r > mf.WrotePosition() {
+		t.Fatalf("readable %d past wrote %d", r, mf.WrotePosition())
+	}
+	// Whatever is readable must be what was written, and nothing beyond.
+	full := make([]byte, 2000)
+	n, err := mf.ReadAt(full, 0)
+	if int64(n) != r || (r < 2000 && err != io.EOF) {
+		t.Fatalf("read 2000 at 0 with readable %d: %d, %v; want %d, io.EOF", r, n, err, r)
+	}
+	checkPattern(t, full[:n], 0)
+	commitFlush(t, h.ctx, mf)
+	r = mf.ReadablePosition()
+	if r != 1000 {
+		t.Fatalf("readable after commit+flush: %d, want 1000", r)
+	}
+	n, err = mf.ReadAt(full, 500)
+	if n != 500 || err != io.EOF {
+		t.Fatalf("read crossing readable: %d, %v; want 500, io.EOF", n, err)
+	}
+	checkPattern(t, full[:n], 500)
+	if n, err = mf.ReadAt(buf, 1000); n != 0 || err != io.EOF {
+		t.Fatalf("read at readable: %d, %v; want 0, io.EOF", n, err)
+	}
+	if n, err = mf.ReadAt(buf, SegmentSizeBytes+10); n != 0 || err == nil {
+		t.Fatalf("read past the segment: %d, %v; want an error", n, err)
+	}
+	if _, err = mf.ReadAt(buf, -1); !errors.Is(err, mappedfile.ErrOutOfRange) {
+		t.Fatalf("read at -1: %v, want ErrOutOfRange", err)
+	}
+	if n, err = mf.ReadAt(buf[:10], 990); n != 10 || err != nil {
+		t.Fatalf("read ending at readable: %d, %v; want 10, nil", n, err)
+	}
+	checkPattern(t, buf[:10], 990)
+	var sink bytes.Buffer
+	if _, err := mf.SendRange(h.ctx, &sink, 900, 101); !errors.Is(err, mappedfile.ErrOutOfRange) {
+		t.Fatalf("send past readable: %v, want ErrOutOfRange", err)
+	}
+	if sink.Len() != 0 {
+		t.Fatalf("a refused send wrote %d bytes", sink.Len())
+	}
+}
+
+func testConcurrentReaders(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	wg.Add(1)
+	go func() { // the appender
+		defer wg.Done()
+		defer done.Store(true)
+		rng := rand.New(rand.NewPCG(3, 4))
+		for {
+			n := 1 + rng.IntN(700)
+			if mf.WrotePosition()+int64(n) > SegmentSizeBytes {
+				return
+			}
+			if _, err := mf.Append(n, patternEncoder{}); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() { // the commit and flush service
+		defer wg.Done()
+		for !done.Load() || mf.CommittedPosition() < mf.WrotePosition() {
+			if _, err := mf.Commit(h.ctx, 0); err != nil {
+				errs <- err
+				return
+			}
+			if _, err := mf.Flush(h.ctx, 1); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for r := 0; r < 3; r++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 5))
+			buf := make([]byte, 3*mappedfile.PageSize)
+			for reads := 0; !done.Load() || reads < 50; reads++ {
+				readable := mf.ReadablePosition()
+				if readable == 0 {
+					continue
+				}
+				pos := rng.Int64N(readable)
+				n := min(int64(1+rng.IntN(len(buf))), readable-pos)
+				m, err := mf.ReadAt(buf[:n], pos)
+				if int64(m) != n || err != nil {
+					errs <- errors.Join(errors.New("short read below readable"), err)
+					return
+				}
+				for i := range buf[:m] {
+					if buf[i] != pattern(pos+int64(i)) {
+						errs <- errors.New("a reader saw bytes that were not written")
+						return
+					}
+				}
+			}
+		}(uint64(r))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func testSendRange(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	appendN(t, mf, SegmentSizeBytes-333)
+	commitFlush(t, h.ctx, mf)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no loopback TCP: %v", err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := conn.(syscall.Conn); !ok {
+		t.Fatal("a TCP connection is not a syscall.Conn")
+	}
+	ranges := [][2]int64{{0, 1}, {1, 4095}, {4095, 2}, {5000, 70000}, {0, SegmentSizeBytes - 333}, {123456, 7}, {SegmentSizeBytes - 334, 1}, {100, 0}}
+	var want []byte
+	for _, r := range ranges {
+		n, err := mf.SendRange(h.ctx, conn, r[0], r[1])
+		if err != nil || n != r[1] {
+			t.Fatalf("send [%d,+%d): %d, %v", r[0], r[1], n, err)
+		}
+		for p := r[0]; p < r[0]+r[1]; p++ {
+			want = append(want, pattern(p))
+		}
+	}
+	conn.Close()
+	b := <-got
+	if !bytes.Equal(b, want) {
+		t.Fatalf("the reader got %d bytes, want %d (equal prefix %d)", len(b), len(want), commonPrefix(b, want))
+	}
+}
+
+func commonPrefix(a, b []byte) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+func testStickyError(t *testing.T, h *harness) {
+	faults := mappedfile.NewFaults(mappedfile.Fault{Op: mappedfile.OpFlush, Nth: 2, Err: syscall.EIO})
+	fb := mappedfile.NewFaulty(h.backend, faults)
+	mf, err := fb.Open(h.ctx, h.spec("seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mf.Close() })
+	appendN(t, mf, 5000)
+	commitFlush(t, h.ctx, mf) // flush 1 succeeds
+	appendN(t, mf, 5000)
+	if _, err := mf.Commit(h.ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	flushedBefore := mf.FlushedPosition()
+	if _, err := mf.Flush(h.ctx, 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("flush 2: %v, want EIO", err)
+	}
+	if mf.FlushedPosition() != flushedBefore {
+		t.Fatalf("a failed flush moved flushed from %d to %d", flushedBefore, mf.FlushedPosition())
+	}
+	faults.Clear() // the device recovers; the file must not
+	if _, err := mf.Flush(h.ctx, 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("flush after a failed flush: %v, want the same EIO (never retried)", err)
+	}
+	if _, err := mf.Commit(h.ctx, 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("commit after a failed flush: %v, want EIO", err)
+	}
+	if _, err := mf.Append(10, patternEncoder{}); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("append after a failed flush: %v, want EIO", err)
+	}
+	if err := mf.Err(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Err(): %v, want EIO", err)
+	}
+	buf := make([]byte, 5000)
+	if _, err := mf.ReadAt(buf, 0); err != nil {
+		t.Fatalf("reads of flushed data after a failure: %v", err)
+	}
+	checkPattern(t, buf, 0)
+}
+
+func testDeleteWhileReferenced(t *testing.T, h *harness) {
+	mf, err := h.backend.Open(h.ctx, h.spec("seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, mf, 20000)
+	commitFlush(t, h.ctx, mf)
+	if !mf.Retain() {
+		t.Fatal("Retain on an open file failed")
+	}
+	if err := mf.Delete(); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if h.exists(t, "seg") {
+		t.Fatal("the file is still listed after Delete")
+	}
+	if mf.Retain() {
+		t.Fatal("Retain succeeded on a deleted file")
+	}
+	buf := make([]byte, 20000)
+	if n, err := mf.ReadAt(buf, 0); n != 20000 || err != nil {
+		t.Fatalf("read through a held reference after Delete: %d, %v", n, err)
+	}
+	checkPattern(t, buf, 0)
+	var sink bytes.Buffer
+	if n, err := mf.SendRange(h.ctx, &sink, 100, 1000); n != 1000 || err != nil {
+		t.Fatalf("send through a held reference after Delete: %d, %v", n, err)
+	}
+	checkPattern(t, sink.Bytes(), 100)
+	if _, err := mf.Append(10, patternEncoder{}); err == nil {
+		t.Fatal("append to a deleted file succeeded")
+	}
+	mf.Release()
+	if _, err := mf.ReadAt(buf, 0); !errors.Is(err, mappedfile.ErrClosed) {
+		t.Fatalf("read after the last reference is released: %v, want ErrClosed", err)
+	}
+	if err := mf.Delete(); !errors.Is(err, mappedfile.ErrClosed) {
+		t.Fatalf("second delete: %v, want ErrClosed", err)
+	}
+}
+
+func testClose(t *testing.T, h *harness) {
+	mf, err := h.backend.Open(h.ctx, h.spec("seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, mf, 100)
+	commitFlush(t, h.ctx, mf)
+	if err := mf.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if !h.exists(t, "seg") {
+		t.Fatal("Close removed the file")
+	}
+	buf := make([]byte, 10)
+	if _, err := mf.ReadAt(buf, 0); !errors.Is(err, mappedfile.ErrClosed) {
+		t.Errorf("read after close: %v", err)
+	}
+	if _, err := mf.Append(10, patternEncoder{}); !errors.Is(err, mappedfile.ErrClosed) {
+		t.Errorf("append after close: %v", err)
+	}
+	if _, err := mf.Commit(h.ctx, 0); !errors.Is(err, mappedfile.ErrClosed) {
+		t.Errorf("commit after close: %v", err)
+	}
+	if _, err := mf.Flush(h.ctx, 0); !errors.Is(err, mappedfile.ErrClosed) {
+		t.Errorf("flush after close: %v", err)
+	}
+	if _, err := mf.SendRange(h.ctx, io.Discard, 0, 10); !errors.Is(err, mappedfile.ErrClosed) {
+		t.Errorf("send after close: %v", err)
+	}
+	if mf.Retain() {
+		t.Error("Retain after close succeeded")
+	}
+	if err := mf.Close(); !errors.Is(err, mappedfile.ErrClosed) {
+		t.Errorf("second close: %v, want ErrClosed", err)
+	}
+}
+
+func testReopen(t *testing.T, h *harness) {
+	spec := h.spec("seg")
+	mf, err := h.backend.Open(h.ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, mf, 30000)
+	commitFlush(t, h.ctx, mf)
+	if err := mf.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	mf, err = h.backend.Open(h.ctx, spec)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if p := positionsOf(mf); p != (positions{SegmentSizeBytes, SegmentSizeBytes, SegmentSizeBytes, SegmentSizeBytes}) {
+		t.Fatalf("reopened positions %+v, want all %d until Truncate", p, SegmentSizeBytes)
+	}
+	buf := make([]byte, 30000)
+	if _, err := mf.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkPattern(t, buf, 0)
+	// Recovery decides the valid data ends at 20000: the rest must go.
+	if err := mf.Truncate(h.ctx, 20000); err != nil {
+		t.Fatalf("truncate: %v", err)
+	}
+	if p := positionsOf(mf); p != (positions{20000, 20000, 20000, 20000}) {
+		t.Fatalf("positions after Truncate(20000): %+v", p)
+	}
+	if n, err := mf.ReadAt(buf[:10], 20000); n != 0 || err != io.EOF {
+		t.Fatalf("read at the truncated end: %d, %v", n, err)
+	}
+	if pos := appendN(t, mf, 5000); pos != 20000 {
+		t.Fatalf("append after truncate at %d", pos)
+	}
+	commitFlush(t, h.ctx, mf)
+	if err := mf.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	mf, err = h.backend.Open(h.ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mf.Close()
+	all := make([]byte, SegmentSizeBytes)
+	if _, err := mf.ReadAt(all, 0); err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	checkPattern(t, all[:25000], 0)
+	for i := 25000; i < len(all); i++ {
+		if all[i] != 0 {
+			t.Fatalf("byte %d past the valid end is %#x after Truncate, want 0", i, all[i])
+		}
+	}
+}
+
+func testSizeMismatch(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	appendN(t, mf, 10)
+	commitFlush(t, h.ctx, mf)
+	if err := mf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	spec := h.spec("seg")
+	spec.SizeBytes *= 2
+	if other, err := h.backend.Open(h.ctx, spec); !errors.Is(err, mappedfile.ErrSizeMismatch) {
+		if other != nil {
+			other.Close()
+		}
+		t.Fatalf("reopen with another size: %v, want ErrSizeMismatch", err)
+	}
+}
+
+func testWarmCool(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	err := mf.Warm(h.ctx, mappedfile.WarmOptions{Touch: true, FlushEveryPages: 16, Lock: true, Advise: true})
+	if err != nil {
+		t.Fatalf("warm: %v", err)
+	}
+	if p := positionsOf(mf); p.wrote != 0 || p.readable != 0 {
+		t.Fatalf("warm-up moved positions: %+v", p)
+	}
+	appendN(t, mf, 9000)
+	commitFlush(t, h.ctx, mf)
+	if err := mf.Cool(); err != nil {
+		t.Fatalf("cool: %v", err)
+	}
+	buf := make([]byte, 9000)
+	if _, err := mf.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkPattern(t, buf, 0)
+	appendN(t, mf, 100)
+	commitFlush(t, h.ctx, mf)
+}
+
+func testAppendAllocs(t *testing.T, h *harness) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race; run without -race")
+	}
+	mf := h.open(t, "seg")
+	enc := patternEncoder{}
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := mf.Append(64, enc); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Append allocates %.1f times per call, want 0", allocs)
+	}
+}

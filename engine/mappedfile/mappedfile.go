@@ -1,0 +1,218 @@
+// Package mappedfile is the seam between mqstore's engine and its I/O backends.
+//
+// A MappedFile is one fixed-size segment file written append-only: a CommitLog
+// segment, a ConsumeQueue file or an IndexFile. Every backend (mmap, transient,
+// uring, uring-direct) implements it; the engine sees nothing else.
+//
+// The package is a leaf: it imports the standard library only. Besides the
+// interface it holds the sentinel errors, a reference counter shared by the
+// backends, an in-memory file system whose Crash keeps only flushed bytes
+// (MemFS), and a fault-injecting wrapper (Faulty). The conformance suite every
+// backend runs lives in the sub-package conformance.
+//
+// Positions are byte offsets inside the segment (0 … SizeBytes). Three of them
+// only ever move forward while a file is open:
+//
+//	wrote ≥ committed ≥ flushed
+//
+// wrote is where the next Append goes; committed is how far the bytes have been
+// handed to the file (equal to wrote for write-through backends such as mmap);
+// flushed is how far they are durable. Readable is backend specific (wrote for
+// mmap, committed for buffered backends) and never exceeds wrote.
+package mappedfile
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// PageSize is the unit of the least-pages rule (RocketMQ's OS_PAGE_SIZE).
+const PageSize = 4096
+
+// Sentinel errors; test with errors.Is. Backends wrap them with context.
+var (
+	// ErrFull: the append does not fit in the space left in the segment.
+	ErrFull = errors.New("mappedfile: segment full")
+	// ErrClosed: the file was closed or deleted.
+	ErrClosed = errors.New("mappedfile: file closed")
+	// ErrOutOfRange: a position or length outside the segment or its readable part.
+	ErrOutOfRange = errors.New("mappedfile: position out of range")
+	// ErrSizeMismatch: an existing file does not have the size it was opened with.
+	ErrSizeMismatch = errors.New("mappedfile: file size differs from the segment size")
+	// ErrInvalidArgument: a bad argument (negative size, misaligned offset, …).
+	ErrInvalidArgument = errors.New("mappedfile: invalid argument")
+	// ErrUnsupported: the backend cannot run here (no io_uring, no O_DIRECT, …).
+	ErrUnsupported = errors.New("mappedfile: unsupported on this system")
+	// ErrInjected is the default error of the fault-injecting wrapper.
+	ErrInjected = errors.New("mappedfile: injected fault")
+)
+
+// Encoder writes a record in place. EncodeAt must fill dst completely;
+// filePos is the position of dst[0] inside the segment. It must not retain dst.
+// If it returns an error nothing is published and the write position does not move.
+type Encoder interface {
+	EncodeAt(dst []byte, filePos int64) error
+}
+
+// Bytes is an Encoder that copies itself; handy for tests and for small
+// fixed records (the 8-byte BLANK, ConsumeQueue units).
+type Bytes []byte
+
+// EncodeAt implements Encoder.
+func (b Bytes) EncodeAt(dst []byte, _ int64) error {
+	if len(dst) != len(b) {
+		return errors.New("mappedfile: Bytes encoder: reserved length differs from the data length")
+	}
+	copy(dst, b)
+	return nil
+}
+
+// WarmOptions says how to warm a segment before it is written.
+type WarmOptions struct {
+	// Touch writes a zero to every page so later appends do not fault
+	// (RocketMQ's warmMappedFile). Only for a segment with nothing written.
+	Touch bool
+	// FlushEveryPages, when > 0 and Touch is set, flushes every that many
+	// touched pages so the warm-up does not pile up dirty pages.
+	FlushEveryPages int
+	// Lock mlocks the segment's memory.
+	Lock bool
+	// Advise applies madvise(WILLNEED, SEQUENTIAL) where the backend maps memory.
+	Advise bool
+}
+
+// Spec names one segment file.
+type Spec struct {
+	// Path of the file. Open creates it when it does not exist.
+	Path string
+	// FromOffset is the global offset of the segment's first byte (its name).
+	FromOffset int64
+	// SizeBytes is the fixed size of the segment.
+	SizeBytes int64
+}
+
+// Backend opens segment files of one kind.
+//
+// Open creates Path (preallocated to SizeBytes, under a temporary name, synced
+// and renamed, so a crash never leaves a half-created segment) when it does not
+// exist; the new file's positions are all 0. When Path exists, its size must
+// equal SizeBytes (else ErrSizeMismatch), and wrote, committed and flushed all
+// start at SizeBytes, as if the file were full and durable: recovery reads it
+// and then calls Truncate with the end of the valid data.
+type Backend interface {
+	Name() string
+	Open(ctx context.Context, spec Spec) (MappedFile, error)
+}
+
+// MappedFile is one fixed-size, append-only segment. Append is called by one
+// goroutine at a time (the owner holds the append lock); Commit and Flush by
+// one goroutine at a time (the commit or flush service); reads from any number
+// of goroutines concurrently with all of them.
+type MappedFile interface {
+	// Path is the file's path.
+	Path() string
+	// FromOffset is the global offset of the first byte.
+	FromOffset() int64
+	// SizeBytes is the segment size.
+	SizeBytes() int64
+
+	WrotePosition() int64
+	CommittedPosition() int64
+	FlushedPosition() int64
+	// ReadablePosition is how far reads may go; ≤ WrotePosition.
+	ReadablePosition() int64
+
+	// Append reserves n bytes at the write position, lets enc encode into
+	// them in place, then publishes them. It returns the position of the first
+	// byte. ErrFull when n > SizeBytes − WrotePosition; nothing is written then.
+	Append(n int, enc Encoder) (filePos int64, err error)
+	// Commit moves written bytes toward the file (a no-op for mmap, a pwrite for
+	// the transient pool, io_uring writes for uring) and returns the committed
+	// position. With leastPages > 0 it does nothing unless at least that many
+	// pages are pending (wrote/PageSize − committed/PageSize ≥ leastPages) or
+	// the segment is full.
+	Commit(ctx context.Context, leastPages int) (committed int64, err error)
+	// Flush makes committed bytes durable and returns the flushed position,
+	// with the same least-pages rule against the flushed position.
+	Flush(ctx context.Context, leastPages int) (flushed int64, err error)
+
+	// ReadAt copies readable bytes at filePos into dst. Like io.ReaderAt it
+	// returns io.EOF with n < len(dst) when it reaches the readable position.
+	ReadAt(dst []byte, filePos int64) (n int, err error)
+	// SendRange writes the readable bytes [filePos, filePos+n) to w: with
+	// sendfile(2) when w is a socket and the bytes are in the file, by a copy
+	// from memory otherwise. It never sends bytes past the readable position
+	// (ErrOutOfRange).
+	SendRange(ctx context.Context, w io.Writer, filePos, n int64) (sent int64, err error)
+
+	// Warm prepares the segment's memory for writing (see WarmOptions).
+	Warm(ctx context.Context, opts WarmOptions) error
+	// Cool undoes Warm: munlock and madvise(DONTNEED) where that applies.
+	Cool() error
+
+	// Retain takes a reference that keeps the memory and file open; false when
+	// the file is already closing. Every successful Retain needs one Release.
+	Retain() bool
+	Release()
+
+	// Truncate sets wrote, committed and flushed to validEnd (recovery decides
+	// where valid data ends) and durably zeroes [validEnd, SizeBytes) so a later
+	// scan cannot see old bytes there. The file must not be in use.
+	Truncate(ctx context.Context, validEnd int64) error
+
+	// Close releases the file's resources once the last reference is released;
+	// it does not flush. Later calls return ErrClosed.
+	Close() error
+	// Delete closes the file and removes it from its directory at once; the
+	// memory stays valid for readers holding a reference until they release it.
+	Delete() error
+
+	// Err returns the sticky error: after the first failed write, commit or
+	// flush, every later Append, Commit and Flush returns it (fsync is never
+	// retried: after a failure the state of the data on disk is unknown).
+	Err() error
+}
+
+// Lister is implemented by backends whose files do not live in the OS file
+// system (MemFS). The engine lists and removes segments through it when present.
+type Lister interface {
+	// List returns the base names of the files in dir, sorted.
+	List(dir string) ([]string, error)
+	// Remove removes a file that is not open.
+	Remove(path string) error
+}
+
+// AbleTo reports RocketMQ's least-pages rule: whether the bytes between from
+// and to (positions in a segment of sizeBytes) are enough to act on.
+// A full segment always qualifies when anything is pending.
+func AbleTo(from, to, sizeBytes int64, leastPages int) bool {
+	if to <= from {
+		return false
+	}
+	if to == sizeBytes {
+		return true
+	}
+	if leastPages > 0 {
+		return to/PageSize-from/PageSize >= int64(leastPages)
+	}
+	return true
+}
+
+// CheckRead validates a read of n bytes at filePos against the readable position.
+// It returns how many bytes may be read and io.EOF when that is fewer than n.
+func CheckRead(filePos int64, n int, readable int64) (int, error) {
+	if filePos < 0 || n < 0 {
+		return 0, ErrOutOfRange
+	}
+	if filePos >= readable {
+		if n == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	if end := filePos + int64(n); end > readable {
+		return int(readable - filePos), io.EOF
+	}
+	return n, nil
+}

@@ -1,0 +1,265 @@
+// Package segfile holds the file-system mechanics the real backends share:
+// creating a preallocated segment safely, zeroing a range, syncing a
+// directory, sending a file range to a socket with sendfile(2), and the
+// O_DIRECT alignment of a file system. It keeps the backends from repeating
+// each other; it knows nothing about records.
+package segfile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"golang.org/x/sys/unix"
+)
+
+// OpenOrCreate opens spec.Path read-write. When the file does not exist it is
+// created under a temporary name, preallocated with fallocate to
+// spec.SizeBytes, synced, renamed into place and the directory synced (etcd's
+// WAL file lifecycle), so a crash never leaves a short segment behind.
+// existed reports whether the file was already there; its size must then be
+// spec.SizeBytes. extraFlags are added to O_RDWR (O_DIRECT, for example).
+func OpenOrCreate(ctx context.Context, spec mappedfile.Spec, extraFlags int) (f *os.File, existed bool, err error) {
+	if spec.SizeBytes <= 0 {
+		return nil, false, fmt.Errorf("open segment %s: size %d: %w", spec.Path, spec.SizeBytes, mappedfile.ErrInvalidArgument)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("open segment %s: %w", spec.Path, err)
+	}
+	f, err = os.OpenFile(spec.Path, os.O_RDWR|extraFlags, 0)
+	if err == nil {
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, false, fmt.Errorf("open segment %s: stat: %w", spec.Path, err)
+		}
+		if st.Size() != spec.SizeBytes {
+			f.Close()
+			return nil, false, fmt.Errorf("open segment %s: file has %d bytes, segment size is %d: %w",
+				spec.Path, st.Size(), spec.SizeBytes, mappedfile.ErrSizeMismatch)
+		}
+		return f, true, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, false, fmt.Errorf("open segment %s: %w", spec.Path, directIOHint(err, extraFlags))
+	}
+	tmp := spec.Path + ".tmp"
+	f, err = os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|extraFlags, 0o644)
+	if err != nil {
+		return nil, false, fmt.Errorf("create segment %s: %w", tmp, directIOHint(err, extraFlags))
+	}
+	fail := func(what string, err error) (*os.File, bool, error) {
+		f.Close()
+		os.Remove(tmp)
+		return nil, false, fmt.Errorf("create segment %s: %s: %w", spec.Path, what, err)
+	}
+	if err := Preallocate(f, spec.SizeBytes); err != nil {
+		return fail("preallocate", err)
+	}
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fail("fdatasync", err)
+	}
+	if err := os.Rename(tmp, spec.Path); err != nil {
+		return fail("rename", err)
+	}
+	if err := SyncDir(filepath.Dir(spec.Path)); err != nil {
+		return fail("sync directory", err)
+	}
+	return f, false, nil
+}
+
+// Preallocate reserves size bytes for f with fallocate(2), falling back to
+// ftruncate on file systems without it (the mmap backend then risks SIGBUS
+// on a full disk, which is why fallocate comes first).
+func Preallocate(f *os.File, size int64) error {
+	err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		if terr := f.Truncate(size); terr != nil {
+			return fmt.Errorf("ftruncate to %d: %w", size, terr)
+		}
+		return nil
+	}
+	if errors.Is(err, unix.ENOSPC) {
+		return fmt.Errorf("fallocate %d bytes: no space left on the device: %w", size, err)
+	}
+	return fmt.Errorf("fallocate %d bytes: %w", size, err)
+}
+
+func directIOHint(err error, flags int) error {
+	if flags&unix.O_DIRECT != 0 && errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("%w (the file system does not support O_DIRECT, e.g. tmpfs; use the uring or mmap backend there)", err)
+	}
+	return err
+}
+
+// SyncDir fsyncs a directory so a create, rename or remove in it is durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ZeroRange durably zeroes [off, off+n) of f: FALLOC_FL_ZERO_RANGE where the
+// file system has it, else plain writes of zeros; then fdatasync.
+func ZeroRange(f *os.File, off, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	fd := int(f.Fd())
+	err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if err != nil {
+		if err := writeZeros(f, off, n); err != nil {
+			return err
+		}
+	}
+	if err := unix.Fdatasync(fd); err != nil {
+		return fmt.Errorf("fdatasync after zeroing: %w", err)
+	}
+	return nil
+}
+
+func writeZeros(f *os.File, off, n int64) error {
+	zeros := make([]byte, 1<<20)
+	for n > 0 {
+		chunk := int64(len(zeros))
+		if chunk > n {
+			chunk = n
+		}
+		if _, err := f.WriteAt(zeros[:chunk], off); err != nil {
+			return fmt.Errorf("zero [%d,%d): %w", off, off+chunk, err)
+		}
+		off += chunk
+		n -= chunk
+	}
+	return nil
+}
+
+// maxSendfile is the most one sendfile(2) call transfers.
+const maxSendfile = 0x7ffff000
+
+// SendFile writes [off, off+n) of f to w. When w is a socket (a syscall.Conn)
+// it uses sendfile(2) from the page cache, looping on partial sends and
+// waiting through the runtime poller on EAGAIN; otherwise it copies.
+// It does not move f's file position.
+func SendFile(ctx context.Context, w io.Writer, f *os.File, off, n int64) (int64, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	sc, ok := w.(syscall.Conn)
+	if !ok {
+		return copyRange(ctx, w, f, off, n)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return copyRange(ctx, w, f, off, n)
+	}
+	src := int(f.Fd())
+	var sent int64
+	var sendErr error
+	for sent < n {
+		if err := ctx.Err(); err != nil {
+			return sent, fmt.Errorf("sendfile: %w", err)
+		}
+		werr := raw.Write(func(dst uintptr) bool {
+			chunk := n - sent
+			if chunk > maxSendfile {
+				chunk = maxSendfile
+			}
+			pos := off + sent
+			m, err := unix.Sendfile(int(dst), src, &pos, int(chunk))
+			if m > 0 {
+				sent += int64(m)
+			}
+			if err == unix.EAGAIN {
+				return false // wait for the socket to be writable
+			}
+			if err == unix.EINTR {
+				return sent >= n
+			}
+			if err != nil {
+				sendErr = err
+				return true
+			}
+			if m == 0 {
+				sendErr = io.ErrUnexpectedEOF // the file is shorter than the range
+			}
+			return true
+		})
+		if sendErr != nil {
+			if errors.Is(sendErr, unix.EINVAL) || errors.Is(sendErr, unix.ENOSYS) {
+				// Not a socket sendfile can write to (a pipe of another
+				// kind, say): copy the rest.
+				m, err := copyRange(ctx, w, f, off+sent, n-sent)
+				return sent + m, err
+			}
+			return sent, fmt.Errorf("sendfile [%d,%d): %w", off+sent, off+n, sendErr)
+		}
+		if werr != nil {
+			return sent, fmt.Errorf("sendfile: %w", werr)
+		}
+	}
+	return sent, nil
+}
+
+func copyRange(ctx context.Context, w io.Writer, f *os.File, off, n int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m, err := io.Copy(w, io.NewSectionReader(f, off, n))
+	if err == nil && m < n {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return m, fmt.Errorf("copy [%d,%d): %w", off, off+n, err)
+	}
+	return m, nil
+}
+
+// DirectIOAlignment returns the offset and memory alignment O_DIRECT needs
+// for files in dir, from statx(STATX_DIOALIGN), falling back to 4096 when the
+// kernel or file system does not report it.
+func DirectIOAlignment(path string) (offsetAlign, memAlign int64) {
+	var st unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_DIOALIGN, &st)
+	if err != nil || st.Mask&unix.STATX_DIOALIGN == 0 || st.Dio_offset_align == 0 {
+		return 4096, 4096
+	}
+	return int64(st.Dio_offset_align), int64(st.Dio_mem_align)
+}
+
+// MemlockError explains a failed mlock: the bytes wanted, RLIMIT_MEMLOCK,
+// and how to raise it.
+func MemlockError(what string, wanted int64, err error) error {
+	var lim unix.Rlimit
+	limit := "unknown"
+	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil {
+		if lim.Cur == unix.RLIM_INFINITY {
+			limit = "unlimited"
+		} else {
+			limit = fmt.Sprintf("%d bytes", lim.Cur)
+		}
+	}
+	hint := "raise it with `ulimit -l unlimited`, LimitMEMLOCK= in a systemd unit, memlock in /etc/security/limits.conf, or run with CAP_IPC_LOCK"
+	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("%s: mlock of %d bytes failed: RLIMIT_MEMLOCK is %s; %s: %w", what, wanted, limit, hint, err)
+	}
+	return fmt.Errorf("%s: mlock of %d bytes: %w", what, wanted, err)
+}
+
+// IsSegmentTemp reports whether name is a segment still being created.
+func IsSegmentTemp(name string) bool { return strings.HasSuffix(name, ".tmp") }
