@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+)
+
+// allocator is the allocation service (RocketMQ's AllocateMappedFileService):
+// one goroutine that keeps the next and next-next segment created, and warmed
+// when asked, so a roll takes a ready file instead of waiting for fallocate.
+type allocator struct {
+	backend mappedfile.Backend
+	warm    mappedfile.WarmOptions
+	doWarm  bool
+	timeout time.Duration
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	requests map[string]*allocation // by path, pending or ready
+	work     chan *allocation       // bounded: at most two in flight
+	stop     chan struct{}
+	done     chan struct{}
+	stopped  bool
+}
+
+type allocation struct {
+	spec  mappedfile.Spec
+	ready chan struct{} // closed when file or err is set
+	file  mappedfile.MappedFile
+	err   error
+}
+
+func newAllocator(backend mappedfile.Backend, o Options) *allocator {
+	a := &allocator{
+		backend:  backend,
+		warm:     mappedfile.WarmOptions{Touch: true, FlushEveryPages: o.WarmFlushEveryPages, Lock: o.LockSegments, Advise: true},
+		doWarm:   o.WarmSegments,
+		timeout:  o.AllocationTimeout,
+		log:      o.Logger,
+		requests: make(map[string]*allocation),
+		work:     make(chan *allocation, 4),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go a.run()
+	return a
+}
+
+func (a *allocator) run() {
+	defer close(a.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-a.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case req := <-a.work:
+			req.file, req.err = a.create(ctx, req.spec)
+			close(req.ready)
+		}
+	}
+}
+
+func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
+	start := time.Now()
+	mf, err := a.backend.Open(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if a.doWarm && mf.WrotePosition() == 0 {
+		if err := mf.Warm(ctx, a.warm); err != nil {
+			mf.Close()
+			return nil, fmt.Errorf("warm %s: %w", spec.Path, err)
+		}
+	}
+	a.log.Debug("segment preallocated", slog.String("path", spec.Path), slog.Duration("took", time.Since(start)))
+	return mf, nil
+}
+
+// request queues the creation of spec unless it is already queued.
+func (a *allocator) requestLocked(spec mappedfile.Spec) (*allocation, error) {
+	if req, ok := a.requests[spec.Path]; ok {
+		return req, nil
+	}
+	req := &allocation{spec: spec, ready: make(chan struct{})}
+	select {
+	case a.work <- req:
+	default:
+		return nil, fmt.Errorf("allocation queue full for %s", spec.Path)
+	}
+	a.requests[spec.Path] = req
+	return req, nil
+}
+
+// Allocate implements segment.Allocator: it returns the file at spec
+// (waiting at most the allocation timeout) and queues next for later.
+func (a *allocator) Allocate(ctx context.Context, spec, next mappedfile.Spec) (mappedfile.MappedFile, error) {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return nil, ErrClosed
+	}
+	req, err := a.requestLocked(spec)
+	if err == nil {
+		_, _ = a.requestLocked(next) // best effort: it is only a head start
+	}
+	a.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(a.timeout)
+	defer timer.Stop()
+	select {
+	case <-req.ready:
+	case <-timer.C:
+		return nil, fmt.Errorf("segment %s not ready after %v (is the disk slow or full?): %w", spec.Path, a.timeout, errAllocationTimeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	a.mu.Lock()
+	delete(a.requests, spec.Path)
+	a.mu.Unlock()
+	if req.err != nil {
+		return nil, req.err
+	}
+	return req.file, nil
+}
+
+// Close stops the service and closes files it made that nobody took.
+func (a *allocator) Close() error {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return nil
+	}
+	a.stopped = true
+	a.mu.Unlock()
+	close(a.stop)
+	<-a.done
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for path, req := range a.requests {
+		select {
+		case <-req.ready:
+			if req.file != nil {
+				if err := req.file.Close(); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		default: // never started
+		}
+		delete(a.requests, path)
+	}
+	return errors.Join(errs...)
+}

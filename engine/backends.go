@@ -1,0 +1,40 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mmapio"
+	"github.com/mqstore/mqstore/transientpool"
+)
+
+// BackendNames lists the backends Options.Backend accepts.
+func BackendNames() []string { return []string{"mmap", "transient", "uring", "uring-direct", "mem"} }
+
+// newBackend builds the CommitLog's backend from the options.
+func newBackend(o Options) (mappedfile.Backend, error) {
+	if o.BackendImpl != nil {
+		return o.BackendImpl, nil
+	}
+	switch o.Backend {
+	case "mmap":
+		return mmapio.New(mmapio.Options{Logger: o.Logger}), nil
+	case "mem":
+		return mappedfile.NewMemFS(mappedfile.MemOptions{}), nil
+	case "transient":
+		when := transientpool.Wait
+		if o.TransientFallbackWhenFull {
+			when = transientpool.FallbackMmap
+		}
+		b, err := transientpool.New(transientpool.Options{SegmentSizeBytes: o.SegmentSizeBytes, PoolSize: o.TransientPoolSize,
+			MemoryBudgetBytes: o.TransientMemoryBudget, WhenEmpty: when})
+		if err != nil {
+			return nil, fmt.Errorf("backend transient: %w", err)
+		}
+		return b, nil
+	case "uring", "uring-direct":
+		return newUringBackend(o)
+	}
+	return nil, fmt.Errorf("backend %q: want one of %s: %w", o.Backend, strings.Join(BackendNames(), ", "), ErrUnknownBackend)
+}

@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/engine/segment"
+)
+
+// queueKey names one (topic, queue id) pair. A map keyed by it does not
+// allocate on lookup.
+type queueKey struct {
+	topic   string
+	queueID int32
+}
+
+// commitLog is the one CommitLog of a store: a segment queue, the append
+// lock, and the per-queue offset table assigned under it.
+type commitLog struct {
+	queue            *segment.Queue
+	maxRecordBytes   int
+	segmentSizeBytes int64
+
+	// appendMu serializes appends (RocketMQ's putMessageLock). Everything
+	// below it is guarded by it.
+	appendMu     sync.Mutex
+	queueOffsets map[queueKey]int64 // next queue offset per queue
+	blank        blankEncoder
+
+	// lockedSince is when the current holder took appendMu (unix ns, 0 when
+	// free): Put refuses with OSPageCacheBusy when it is too old.
+	lockedSince atomic.Int64
+	// lastStoreTimestamp is the STORETIMESTAMP of the newest appended record.
+	lastStoreTimestamp atomic.Int64
+
+	// syncMu serializes Commit and Flush calls on the queue (the commit
+	// service and the flusher may both run).
+	syncMu          sync.Mutex
+	committedOffset atomic.Int64
+	flushedOffset   atomic.Int64
+}
+
+// encodeBuffer holds one encoded record between encoding (outside the lock)
+// and the append (inside it); it is the Encoder handed to the segment, so
+// the record goes from here straight into segment memory, where the three
+// fields known only under the lock are patched.
+type encodeBuffer struct {
+	buf            []byte
+	props          []byte
+	size           int
+	queueOffset    int64
+	storeTimestamp int64
+	fromOffset     int64 // of the segment being appended to
+}
+
+func (e *encodeBuffer) EncodeAt(dst []byte, filePos int64) error {
+	copy(dst, e.buf[:e.size])
+	record.Patch(dst, e.queueOffset, e.fromOffset+filePos, e.storeTimestamp)
+	return nil
+}
+
+var encodeBuffers = sync.Pool{New: func() any { return &encodeBuffer{} }}
+
+type blankEncoder struct{}
+
+func (blankEncoder) EncodeAt(dst []byte, _ int64) error {
+	record.PutBlank(dst, int32(len(dst)))
+	return nil
+}
+
+// appendResult is where a record went.
+type appendResult struct {
+	physicalOffset int64
+	size           int
+	queueOffset    int64
+	storeTimestamp int64
+	rolled         bool
+}
+
+// appendRecord appends an encoded record; it takes the append lock.
+func (c *commitLog) appendRecord(ctx context.Context, e *encodeBuffer, key queueKey, sysFlag int32, now func() time.Time) (appendResult, error) {
+	c.appendMu.Lock()
+	c.lockedSince.Store(now().UnixNano())
+	defer func() {
+		c.lockedSince.Store(0)
+		c.appendMu.Unlock()
+	}()
+	return c.appendLocked(ctx, e, key, sysFlag, now)
+}
+
+// transactionPrepared and transactionRollback records do not take a queue
+// offset: they are not dispatched to a ConsumeQueue (RocketMQ's rule).
+func takesQueueOffset(sysFlag int32) bool {
+	t := sysFlag & 0xC
+	return t != 0x4 && t != 0xC
+}
+
+func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queueKey, sysFlag int32, now func() time.Time) (appendResult, error) {
+	var res appendResult
+	mf, err := c.queue.NextForAppend(ctx, 0)
+	if err != nil {
+		return res, err
+	}
+	if remaining := mf.SizeBytes() - mf.WrotePosition(); int64(e.size)+record.BlankSize > remaining {
+		// RocketMQ's END_FILE: the record does not fit with room for a
+		// blank after it, so the rest of the segment becomes the blank.
+		if _, err := mf.Append(int(remaining), c.blank); err != nil {
+			return res, fmt.Errorf("write blank at the end of %s: %w", mf.Path(), err)
+		}
+		if mf, err = c.queue.NextForAppend(ctx, 0); err != nil {
+			return res, err
+		}
+		res.rolled = true
+	}
+	queueOffset := int64(0)
+	if takesQueueOffset(sysFlag) {
+		queueOffset = c.queueOffsets[key]
+	}
+	e.queueOffset = queueOffset
+	e.storeTimestamp = now().UnixMilli()
+	e.fromOffset = mf.FromOffset()
+	pos, err := mf.Append(e.size, e)
+	if err != nil {
+		return res, fmt.Errorf("append %d bytes to %s: %w", e.size, mf.Path(), err)
+	}
+	if takesQueueOffset(sysFlag) {
+		c.queueOffsets[key] = queueOffset + 1
+	}
+	c.lastStoreTimestamp.Store(e.storeTimestamp)
+	res.physicalOffset = mf.FromOffset() + pos
+	res.size = e.size
+	res.queueOffset = queueOffset
+	res.storeTimestamp = e.storeTimestamp
+	return res, nil
+}
+
+// commit moves written bytes toward the files (buffered backends).
+func (c *commitLog) commit(ctx context.Context, leastPages int) (int64, error) {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	return c.commitLocked(ctx, leastPages)
+}
+
+func (c *commitLog) commitLocked(ctx context.Context, leastPages int) (int64, error) {
+	off, err := c.queue.Commit(ctx, c.committedOffset.Load(), leastPages)
+	if off > c.committedOffset.Load() {
+		c.committedOffset.Store(off)
+	}
+	return off, err
+}
+
+// flush makes committed bytes durable; for buffered backends it commits
+// first when commitFirst is set (sync flush must not wait for the commit
+// interval). It returns the global flushed offset.
+func (c *commitLog) flush(ctx context.Context, leastPages int, commitFirst bool) (int64, error) {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	if commitFirst {
+		if _, err := c.commitLocked(ctx, 0); err != nil {
+			return c.flushedOffset.Load(), err
+		}
+	}
+	off, err := c.queue.Flush(ctx, c.flushedOffset.Load(), leastPages)
+	if off > c.flushedOffset.Load() {
+		c.flushedOffset.Store(off)
+	}
+	return off, err
+}
+
+// readAt copies CommitLog bytes at a global offset. The bytes must lie in
+// one segment.
+func (c *commitLog) readAt(dst []byte, offset int64) error {
+	mf := c.queue.Find(offset)
+	if mf == nil {
+		return fmt.Errorf("offset %d: no segment holds it (store has [%d, %d)): %w",
+			offset, c.queue.MinOffset(), c.queue.ReadableOffset(), ErrNotFound)
+	}
+	n, err := mf.ReadAt(dst, offset-mf.FromOffset())
+	if n == len(dst) {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("short read")
+	}
+	return fmt.Errorf("read %d bytes at offset %d: %w", len(dst), offset, err)
+}
+
+// scanFunc receives each valid record found by a scan, and each blank with
+// r == nil; rec aliases the scanner's buffer and is valid only during the call.
+type scanFunc func(offset int64, rec []byte, r *record.Record) error
+
+// ErrStopScan, returned by a Scan callback, ends the scan early without an error.
+var ErrStopScan = errors.New("stop scan")
+
+// scanEnd tells why a scan stopped.
+type scanEnd struct {
+	// validEnd is the global offset after the last valid record (or blank).
+	validEnd int64
+	// corrupt is the decode error at validEnd when the data there is not a
+	// clean end (TOTALSIZE 0 or the end of the last segment).
+	corrupt error
+}
+
+// scan reads records from the global offset from (which must be a record
+// boundary) to the end of the log, following blanks into the next segment,
+// checking every CRC. It stops at the end of the data or the first invalid
+// record and says where.
+func (c *commitLog) scan(ctx context.Context, from int64, fn scanFunc) (scanEnd, error) {
+	files := c.queue.Files()
+	end := scanEnd{validEnd: from}
+	buf := make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20))
+	for _, mf := range files {
+		if mf.FromOffset()+mf.SizeBytes() <= from {
+			continue
+		}
+		start := max(from-mf.FromOffset(), 0)
+		segEnd, full, err := c.scanSegment(ctx, mf, start, buf, fn)
+		end.validEnd = mf.FromOffset() + segEnd
+		if err != nil {
+			if errors.Is(err, ErrStopScan) {
+				return end, nil
+			}
+			var de *record.DecodeError
+			if errors.As(err, &de) {
+				end.corrupt = err
+				return end, nil
+			}
+			return end, err
+		}
+		if !full {
+			return end, nil
+		}
+	}
+	return end, nil
+}
+
+// scanSegment scans one segment from start. full reports that the segment
+// ended with a blank or exactly at its end, so the log continues in the next.
+func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, start int64, buf []byte, fn scanFunc) (int64, bool, error) {
+	size := mf.SizeBytes()
+	readable := mf.ReadablePosition()
+	pos := start
+	winStart, winEnd := int64(0), int64(0) // buf holds [winStart, winEnd) of the segment
+	for {
+		if pos == size {
+			return pos, true, nil
+		}
+		if pos+record.BlankSize > readable {
+			if pos < readable && readable == size {
+				return pos, false, fmt.Errorf("segment %s: %d bytes at the end, too few for a record or blank: %w",
+					mf.Path(), size-pos, &record.DecodeError{Offset: mf.FromOffset() + pos, Field: record.FieldTotalSize, Reason: "segment tail shorter than a blank", Err: record.ErrCorrupt})
+			}
+			return pos, false, nil
+		}
+		if pos+record.BlankSize > winEnd || pos < winStart {
+			var err error
+			if winStart, winEnd, err = fill(mf, buf, pos, readable); err != nil {
+				return pos, false, err
+			}
+		}
+		at := mf.FromOffset() + pos
+		kind, total, err := record.Peek(buf[pos-winStart:winEnd-winStart], at, c.maxRecordBytes)
+		if err != nil {
+			return pos, false, err
+		}
+		switch kind {
+		case record.KindEnd:
+			return pos, false, nil
+		case record.KindBlank:
+			if pos+int64(total) != size {
+				return pos, false, &record.DecodeError{Offset: at, Field: record.FieldTotalSize,
+					Reason: fmt.Sprintf("blank of %d bytes does not reach the segment end (%d bytes left)", total, size-pos), Err: record.ErrCorrupt}
+			}
+			if fn != nil {
+				if err := fn(at, buf[pos-winStart:pos-winStart+record.BlankSize], nil); err != nil {
+					return pos, false, err
+				}
+			}
+			return size, true, nil
+		}
+		if pos+int64(total) > readable {
+			return pos, false, &record.DecodeError{Offset: at, Field: record.FieldTotalSize,
+				Reason: fmt.Sprintf("record of %d bytes runs past the data (%d bytes left)", total, readable-pos), Err: record.ErrTooShort}
+		}
+		if pos+int64(total) > winEnd {
+			if winStart, winEnd, err = fill(mf, buf, pos, readable); err != nil {
+				return pos, false, err
+			}
+		}
+		rec := buf[pos-winStart : pos-winStart+int64(total)]
+		r, err := record.Decode(rec, at, true)
+		if err != nil {
+			return pos, false, err
+		}
+		if r.PhysicalOffset != at {
+			return pos, false, &record.DecodeError{Offset: at, Field: "PHYSICALOFFSET",
+				Reason: fmt.Sprintf("says %d, the record is at %d", r.PhysicalOffset, at), Err: record.ErrCorrupt}
+		}
+		if fn != nil {
+			if err := fn(at, rec, &r); err != nil {
+				return pos, false, err
+			}
+		}
+		pos += int64(total)
+		if err := ctx.Err(); err != nil {
+			return pos, false, err
+		}
+	}
+}
+
+// fill reads as much of the segment from pos as fits in buf.
+func fill(mf mappedfile.MappedFile, buf []byte, pos, readable int64) (int64, int64, error) {
+	n := min(int64(len(buf)), readable-pos)
+	m, err := mf.ReadAt(buf[:n], pos)
+	if int64(m) != n {
+		return 0, 0, fmt.Errorf("read %s at %d: %w", mf.Path(), pos, err)
+	}
+	return pos, pos + n, nil
+}

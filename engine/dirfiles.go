@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/mqstore/mqstore/internal/segfile"
+	"golang.org/x/sys/unix"
+)
+
+// The files at the root of a store directory (FORMAT.md "Directory").
+const (
+	lockFileName       = "lock"
+	abortFileName      = "abort"
+	checkpointFileName = "checkpoint"
+	paramsFileName     = "mqstore.json"
+	commitLogDirName   = "commitlog"
+	checkpointSize     = 4096
+)
+
+// dirLock is the flock'd lock file: one process has a store open.
+type dirLock struct{ f *os.File }
+
+func lockDir(dir string) (*dirLock, error) {
+	path := filepath.Join(dir, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder := "unknown"
+		if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+			holder = "pid " + strings.TrimSpace(string(b))
+		}
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("store %s is open elsewhere (lock held by %s): %w", dir, holder, ErrLocked)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &dirLock{f: f}, nil
+}
+
+func (l *dirLock) unlock() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	_ = l.f.Truncate(0)
+	err := unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	l.f = nil
+	return err
+}
+
+// checkpoint is RocketMQ's StoreCheckpoint: the store timestamps known
+// flushed in the CommitLog, the ConsumeQueues and the IndexFiles.
+type checkpoint struct {
+	path    string
+	physic  atomic.Int64
+	logics  atomic.Int64
+	index   atomic.Int64
+	existed bool
+}
+
+func loadCheckpoint(dir string) (*checkpoint, error) {
+	c := &checkpoint{path: filepath.Join(dir, checkpointFileName)}
+	b, err := os.ReadFile(c.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if len(b) < 24 {
+		return nil, fmt.Errorf("checkpoint %s has %d bytes, want %d: %w", c.path, len(b), checkpointSize, ErrCorrupt)
+	}
+	c.existed = true
+	c.physic.Store(int64(binary.BigEndian.Uint64(b[0:])))
+	c.logics.Store(int64(binary.BigEndian.Uint64(b[8:])))
+	c.index.Store(int64(binary.BigEndian.Uint64(b[16:])))
+	return c, nil
+}
+
+func (c *checkpoint) setPhysic(ts int64) {
+	for {
+		cur := c.physic.Load()
+		if ts <= cur || c.physic.CompareAndSwap(cur, ts) {
+			return
+		}
+	}
+}
+
+// write stores the checkpoint durably (write a temporary file, fsync, rename).
+func (c *checkpoint) write() error {
+	b := make([]byte, checkpointSize)
+	binary.BigEndian.PutUint64(b[0:], uint64(c.physic.Load()))
+	binary.BigEndian.PutUint64(b[8:], uint64(c.logics.Load()))
+	binary.BigEndian.PutUint64(b[16:], uint64(c.index.Load()))
+	return writeFileDurably(c.path, b)
+}
+
+func writeFileDurably(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", path, err)
+	}
+	return segfile.SyncDir(filepath.Dir(path))
+}
+
+// storeParams are the parameters a store was created with; reopening with
+// different ones is an error (FORMAT.md: sizes are options, recorded).
+type storeParams struct {
+	FormatVersion       int   `json:"formatVersion"`
+	SegmentSizeBytes    int64 `json:"commitLogSegmentSizeBytes"`
+	MaxMessageSizeBytes int   `json:"maxMessageSizeBytes"`
+
+	isNew bool // not written yet
+}
+
+// writeParams records the parameters of a new store.
+func writeParams(dir string, p storeParams) error {
+	out, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileDurably(filepath.Join(dir, paramsFileName), append(out, '\n'))
+}
+
+const formatVersion = 1
+
+// reconcileParams reads the recorded parameters (a new store gets them from
+// the options; the caller writes them once the options are valid) and merges them into o: a zero option takes the recorded value, a
+// different non-zero one is ErrConfigMismatch naming the parameter.
+func reconcileParams(dir string, o *Options) (storeParams, error) {
+	path := filepath.Join(dir, paramsFileName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if o.SegmentSizeBytes == 0 {
+			o.SegmentSizeBytes = DefaultSegmentSizeBytes
+		}
+		return storeParams{FormatVersion: formatVersion, SegmentSizeBytes: o.SegmentSizeBytes, MaxMessageSizeBytes: o.MaxMessageSizeBytes, isNew: true}, nil
+	}
+	if err != nil {
+		return storeParams{}, fmt.Errorf("read store parameters: %w", err)
+	}
+	var p storeParams
+	if err := json.Unmarshal(b, &p); err != nil {
+		return p, fmt.Errorf("store parameters %s: %v: %w", path, err, ErrCorrupt)
+	}
+	if p.FormatVersion != formatVersion {
+		return p, fmt.Errorf("store parameters %s: format version %d, this build reads %d: %w", path, p.FormatVersion, formatVersion, ErrConfigMismatch)
+	}
+	if o.SegmentSizeBytes != 0 && o.SegmentSizeBytes != p.SegmentSizeBytes {
+		return p, fmt.Errorf("store %s was created with CommitLog segments of %d bytes, opened with %d: %w",
+			dir, p.SegmentSizeBytes, o.SegmentSizeBytes, ErrConfigMismatch)
+	}
+	o.SegmentSizeBytes = p.SegmentSizeBytes
+	return p, nil
+}

@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+)
+
+// FlushMode is how Put waits for durability.
+type FlushMode int
+
+const (
+	// FlushAsync acknowledges a Put once the record is in the CommitLog's
+	// memory; a flusher makes it durable every FlushInterval (RocketMQ's
+	// ASYNC_FLUSH).
+	FlushAsync FlushMode = iota
+	// FlushSync acknowledges a Put once the record is durable, with group
+	// commit (RocketMQ's SYNC_FLUSH).
+	FlushSync
+)
+
+func (m FlushMode) String() string {
+	switch m {
+	case FlushAsync:
+		return "async"
+	case FlushSync:
+		return "sync"
+	}
+	return fmt.Sprintf("FlushMode(%d)", int(m))
+}
+
+// ParseFlushMode parses "async" or "sync".
+func ParseFlushMode(s string) (FlushMode, error) {
+	switch s {
+	case "async", "":
+		return FlushAsync, nil
+	case "sync":
+		return FlushSync, nil
+	}
+	return 0, fmt.Errorf("flush mode %q: want async or sync: %w", s, ErrInvalidOption)
+}
+
+// RocketMQ's defaults.
+const (
+	DefaultSegmentSizeBytes       = 1 << 30 // mapedFileSizeCommitLog
+	DefaultMaxMessageSizeBytes    = 4 << 20 // maxMessageSize
+	DefaultFlushInterval          = 500 * time.Millisecond
+	DefaultFlushLeastPages        = 4
+	DefaultFlushThoroughInterval  = 10 * time.Second
+	DefaultSyncFlushTimeout       = 5 * time.Second
+	DefaultCommitInterval         = 200 * time.Millisecond
+	DefaultCommitLeastPages       = 4
+	DefaultCommitThoroughInterval = 200 * time.Millisecond
+	DefaultAllocationTimeout      = 5 * time.Second
+	DefaultOSPageCacheBusyTimeout = time.Second
+	DefaultGroupCommitQueueSize   = 16384
+)
+
+// Options configure a Store. The zero value of every field means its
+// default (RocketMQ's); set fields override them.
+type Options struct {
+	// Backend names the I/O backend: "mmap" (default), "transient", "uring",
+	// "uring-direct", or "mem" (in memory, nothing on disk; for tests and
+	// benchmarks). Ignored when BackendImpl is set.
+	Backend string
+	// BackendImpl, when set, is used for every segment file instead of a
+	// named backend (tests pass a MemFS or a Faulty wrapper here).
+	BackendImpl mappedfile.Backend
+
+	// SegmentSizeBytes is the CommitLog segment size. A store remembers the
+	// size it was created with: 0 reuses it; another value is an error.
+	SegmentSizeBytes int64
+	// MaxMessageSizeBytes bounds the encoded record (4 MiB).
+	MaxMessageSizeBytes int
+
+	FlushMode             FlushMode
+	FlushInterval         time.Duration // async: how often the flusher runs (500 ms)
+	FlushLeastPages       int           // async: flush only when this many pages are pending (4)
+	FlushThoroughInterval time.Duration // async: a full flush at least this often (10 s)
+	SyncFlushTimeout      time.Duration // sync: how long Put waits before FlushDiskTimeout (5 s)
+	GroupCommitQueueSize  int           // sync: bound of the waiter queue (16384)
+
+	// Commit service, for buffered backends (transient, uring).
+	CommitInterval         time.Duration // 200 ms
+	CommitLeastPages       int           // 4
+	CommitThoroughInterval time.Duration // 200 ms
+
+	// NoPreallocate turns off the allocation service: segments are created
+	// when the roll needs them.
+	NoPreallocate bool
+	// WarmSegments pre-touches (and mlocks when LockSegments) new segments in
+	// the allocation service (RocketMQ's warmMapedFileEnable).
+	WarmSegments        bool
+	WarmFlushEveryPages int
+	LockSegments        bool
+	// AllocationTimeout bounds how long a roll waits for its segment (5 s).
+	AllocationTimeout time.Duration
+
+	// OSPageCacheBusyTimeout: when the append lock has been held longer than
+	// this, new Puts fail fast with OSPageCacheBusy (1 s).
+	OSPageCacheBusyTimeout time.Duration
+
+	// StoreHost is written into every record's STOREHOSTADDRESS
+	// (default 127.0.0.1:10911).
+	StoreHost netip.AddrPort
+
+	// Transient-pool backend.
+	TransientPoolSize         int   // buffers (5)
+	TransientMemoryBudget     int64 // bytes; 0 = no budget
+	TransientFallbackWhenFull bool  // write through mmap when the pool is empty instead of waiting
+
+	// Logger receives the store's logs (default slog.Default()).
+	Logger *slog.Logger
+
+	// now is the clock (tests inject it through withClock).
+	now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.Backend == "" {
+		o.Backend = "mmap"
+	}
+	if o.MaxMessageSizeBytes == 0 {
+		o.MaxMessageSizeBytes = DefaultMaxMessageSizeBytes
+	}
+	if o.FlushInterval == 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
+	if o.FlushLeastPages == 0 {
+		o.FlushLeastPages = DefaultFlushLeastPages
+	}
+	if o.FlushThoroughInterval == 0 {
+		o.FlushThoroughInterval = DefaultFlushThoroughInterval
+	}
+	if o.SyncFlushTimeout == 0 {
+		o.SyncFlushTimeout = DefaultSyncFlushTimeout
+	}
+	if o.GroupCommitQueueSize == 0 {
+		o.GroupCommitQueueSize = DefaultGroupCommitQueueSize
+	}
+	if o.CommitInterval == 0 {
+		o.CommitInterval = DefaultCommitInterval
+	}
+	if o.CommitLeastPages == 0 {
+		o.CommitLeastPages = DefaultCommitLeastPages
+	}
+	if o.CommitThoroughInterval == 0 {
+		o.CommitThoroughInterval = DefaultCommitThoroughInterval
+	}
+	if o.AllocationTimeout == 0 {
+		o.AllocationTimeout = DefaultAllocationTimeout
+	}
+	if o.OSPageCacheBusyTimeout == 0 {
+		o.OSPageCacheBusyTimeout = DefaultOSPageCacheBusyTimeout
+	}
+	if !o.StoreHost.IsValid() {
+		o.StoreHost = netip.MustParseAddrPort("127.0.0.1:10911")
+	}
+	if o.TransientPoolSize == 0 {
+		o.TransientPoolSize = 5
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	type check struct {
+		bad  bool
+		what string
+	}
+	for _, c := range []check{
+		{o.SegmentSizeBytes < 0, fmt.Sprintf("SegmentSizeBytes %d is negative", o.SegmentSizeBytes)},
+		{o.SegmentSizeBytes > 0 && o.SegmentSizeBytes%mappedfile.PageSize != 0, fmt.Sprintf("SegmentSizeBytes %d is not a multiple of %d", o.SegmentSizeBytes, mappedfile.PageSize)},
+		{o.MaxMessageSizeBytes < 0, "MaxMessageSizeBytes is negative"},
+		{o.SegmentSizeBytes > 0 && int64(o.MaxMessageSizeBytes)+16 > o.SegmentSizeBytes,
+			fmt.Sprintf("MaxMessageSizeBytes %d does not fit in a segment of %d bytes", o.MaxMessageSizeBytes, o.SegmentSizeBytes)},
+		{o.FlushMode != FlushAsync && o.FlushMode != FlushSync, fmt.Sprintf("FlushMode %d is unknown", o.FlushMode)},
+		{o.FlushInterval < 0 || o.FlushThoroughInterval < 0 || o.SyncFlushTimeout < 0 || o.CommitInterval < 0 ||
+			o.CommitThoroughInterval < 0 || o.AllocationTimeout < 0 || o.OSPageCacheBusyTimeout < 0, "a duration is negative"},
+		{o.FlushLeastPages < 0 || o.CommitLeastPages < 0, "a least-pages count is negative"},
+		{o.GroupCommitQueueSize < 0, "GroupCommitQueueSize is negative"},
+	} {
+		if c.bad {
+			return fmt.Errorf("options: %s: %w", c.what, ErrInvalidOption)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package record
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Property separators (RocketMQ's MessageDecoder.NAME_VALUE_SEPARATOR and
+// PROPERTY_SEPARATOR).
+const (
+	nameValueSeparator = 0x01
+	propertySeparator  = 0x02
+)
+
+// EncodeProperties appends the wire form of props to dst: name 0x01 value 0x02
+// for each property, in order. Errors wrap ErrInvalid: an empty name, a name or
+// value containing 0x01 or 0x02, or one that is not valid UTF-8 (RocketMQ reads
+// properties as a Java String, so other bytes would not read back the same).
+// An empty value is allowed, but RocketMQ's reader (and LookupProperty) treat
+// it as absent. The caller checks the result against MaxPropertiesBytes (Encode
+// does).
+func EncodeProperties(dst []byte, props []Property) ([]byte, error) {
+	for i, p := range props {
+		if p.Name == "" {
+			return dst, fmt.Errorf("%w: property %d has an empty name", ErrInvalid, i)
+		}
+		if err := checkPropertyText(p.Name); err != nil {
+			return dst, fmt.Errorf("%w: property %d name %q: %v", ErrInvalid, i, p.Name, err)
+		}
+		if err := checkPropertyText(p.Value); err != nil {
+			return dst, fmt.Errorf("%w: property %d (%q) value: %v", ErrInvalid, i, p.Name, err)
+		}
+	}
+	for _, p := range props {
+		dst = append(dst, p.Name...)
+		dst = append(dst, nameValueSeparator)
+		dst = append(dst, p.Value...)
+		dst = append(dst, propertySeparator)
+	}
+	return dst, nil
+}
+
+func checkPropertyText(s string) error {
+	if i := strings.IndexAny(s, "\x01\x02"); i >= 0 {
+		return fmt.Errorf("separator byte 0x%02X at byte %d", s[i], i)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("not valid UTF-8")
+	}
+	return nil
+}
+
+// ParseProperties parses raw properties strictly, keeping order and
+// duplicates: every property must be a non-empty name, 0x01, a value without
+// separators, and a terminating 0x02. Errors wrap ErrCorrupt. (Lookups on
+// stored records use LookupProperty, which is as lenient as RocketMQ.)
+func ParseProperties(raw []byte) ([]Property, error) {
+	var props []Property
+	for pos := 0; pos < len(raw); {
+		end := bytes.IndexByte(raw[pos:], propertySeparator)
+		if end < 0 {
+			return nil, fmt.Errorf("%w: property at byte %d has no terminating 0x02", ErrCorrupt, pos)
+		}
+		item := raw[pos : pos+end]
+		sep := bytes.IndexByte(item, nameValueSeparator)
+		switch {
+		case sep < 0:
+			return nil, fmt.Errorf("%w: property at byte %d has no 0x01 separator", ErrCorrupt, pos)
+		case sep == 0:
+			return nil, fmt.Errorf("%w: property at byte %d has an empty name", ErrCorrupt, pos)
+		case bytes.IndexByte(item[sep+1:], nameValueSeparator) >= 0:
+			return nil, fmt.Errorf("%w: property at byte %d has more than one 0x01 separator", ErrCorrupt, pos)
+		}
+		props = append(props, Property{Name: string(item[:sep]), Value: string(item[sep+1:])})
+		pos += end + 1
+	}
+	return props, nil
+}
+
+// LookupProperty returns the value of the property name in raw, reading it
+// the way RocketMQ's MessageDecoder.string2messageProperties does, so that tags
+// codes and index keys match a RocketMQ broker's: raw is split on 0x02, each
+// item on 0x01 with trailing empty parts dropped, and only items with exactly
+// two parts count; a later occurrence overrides an earlier one. So an empty
+// value counts as absent and a final item needs no 0x02. It does not allocate;
+// value aliases raw.
+func LookupProperty(raw []byte, name string) (value []byte, ok bool) {
+	for len(raw) > 0 {
+		item := raw
+		if end := bytes.IndexByte(raw, propertySeparator); end >= 0 {
+			item, raw = raw[:end], raw[end+1:]
+		} else {
+			raw = nil
+		}
+		itemName, itemValue, valid := splitJavaItem(item)
+		if valid && string(itemName) == name {
+			value, ok = itemValue, true
+		}
+	}
+	return value, ok
+}
+
+// splitJavaItem mimics Java's item.split("\u0001") followed by a check for
+// exactly two parts: trailing separators are ignored, then one separator must
+// remain, followed by a non-empty value.
+func splitJavaItem(item []byte) (name, value []byte, ok bool) {
+	trimmed := bytes.TrimRight(item, "\x01")
+	sep := bytes.IndexByte(trimmed, nameValueSeparator)
+	if sep < 0 || bytes.IndexByte(trimmed[sep+1:], nameValueSeparator) >= 0 {
+		return nil, nil, false
+	}
+	return trimmed[:sep], trimmed[sep+1:], true
+}

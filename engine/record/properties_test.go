@@ -1,0 +1,137 @@
+package record
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestEncodeParseProperties(t *testing.T) {
+	tests := []struct {
+		name  string
+		props []Property
+		wire  string
+	}{
+		{"none", nil, ""},
+		{"one", []Property{{"TAGS", "a"}}, "TAGS\x01a\x02"},
+		{"order and duplicates kept", []Property{{"b", "2"}, {"a", "1"}, {"b", "3"}}, "b\x012\x02a\x011\x02b\x013\x02"},
+		{"empty value", []Property{{"k", ""}}, "k\x01\x02"},
+		{"utf-8", []Property{{"名", "値 😀"}}, "名\x01値 😀\x02"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := []byte("keep")
+			wire, err := EncodeProperties(prefix, tc.props)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(wire) != "keep"+tc.wire {
+				t.Fatalf("EncodeProperties = %q, want %q", wire, "keep"+tc.wire)
+			}
+			parsed, err := ParseProperties(wire[len(prefix):])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(parsed) != len(tc.props) || (len(parsed) > 0 && !reflect.DeepEqual(parsed, tc.props)) {
+				t.Fatalf("ParseProperties = %q, want %q", parsed, tc.props)
+			}
+		})
+	}
+}
+
+func TestEncodePropertiesRejects(t *testing.T) {
+	tests := []struct {
+		name  string
+		props []Property
+		want  string
+	}{
+		{"empty name", []Property{{"ok", "1"}, {"", "v"}}, "property 1 has an empty name"},
+		{"0x01 in name", []Property{{"a\x01b", "v"}}, "separator byte 0x01 at byte 1"},
+		{"0x02 in name", []Property{{"ab\x02", "v"}}, "separator byte 0x02 at byte 2"},
+		{"0x01 in value", []Property{{"n", "\x01"}}, "value: separator byte 0x01 at byte 0"},
+		{"0x02 in value", []Property{{"n", "x\x02y"}}, "value: separator byte 0x02 at byte 1"},
+		{"invalid utf-8 in name", []Property{{"\xff", "v"}}, "not valid UTF-8"},
+		{"invalid utf-8 in value", []Property{{"n", "a\xe2\x82"}}, "not valid UTF-8"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := EncodeProperties([]byte("x"), tc.props)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("EncodeProperties: %v, want ErrInvalid with %q", err, tc.want)
+			}
+			if string(out) != "x" {
+				t.Fatalf("dst changed on error: %q", out)
+			}
+		})
+	}
+}
+
+func TestParsePropertiesMalformed(t *testing.T) {
+	tests := []struct {
+		name string
+		raw  string
+		want string
+	}{
+		{"no terminator", "a\x01b", "at byte 0 has no terminating 0x02"},
+		{"second lacks terminator", "a\x01b\x02c\x01d", "at byte 4 has no terminating 0x02"},
+		{"no name/value separator", "ab\x02", "no 0x01 separator"},
+		{"empty item", "a\x01b\x02\x02", "at byte 4 has no 0x01 separator"},
+		{"empty name", "\x01v\x02", "empty name"},
+		{"two separators", "a\x01b\x01c\x02", "more than one 0x01"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseProperties([]byte(tc.raw))
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ParseProperties(%q): %v, want ErrCorrupt with %q", tc.raw, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLookupPropertyJavaSemantics: the expectations for the first raw string
+// were produced by Java 17 running RocketMQ's string2messageProperties logic
+// (split on 0x02, split on 0x01, keep items with exactly 2 parts, map.put):
+// it printed {=q, A=z, B=y}.
+func TestLookupPropertyJavaSemantics(t *testing.T) {
+	javaChecked := "A\x01x\x01\x02B\x01y\x02A\x01z\x01\x02C\x01\x02\x01q\x02"
+	tests := []struct {
+		raw, name string
+		want      string
+		ok        bool
+	}{
+		{javaChecked, "A", "z", true},
+		{javaChecked, "B", "y", true},
+		{javaChecked, "C", "", false},
+		{javaChecked, "", "q", true},
+		{javaChecked, "x", "", false},
+		{"TAGS\x01a", "TAGS", "a", true}, // no final 0x02
+		{"TAGS\x01a\x01b\x02", "TAGS", "", false},
+		{"TAGS\x01\x01a\x02", "TAGS", "", false},
+		{"\x02\x02TAGS\x01a\x02\x02", "TAGS", "a", true},
+		{"TAG\x01a\x02", "TAGS", "", false},
+		{"TAGSS\x01a\x02", "TAGS", "", false},
+		{"", "TAGS", "", false},
+	}
+	for _, tc := range tests {
+		value, ok := LookupProperty([]byte(tc.raw), tc.name)
+		if string(value) != tc.want || ok != tc.ok {
+			t.Errorf("LookupProperty(%q, %q) = %q %v, want %q %v", tc.raw, tc.name, value, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestLookupPropertyDoesNotAllocate(t *testing.T) {
+	raw, err := EncodeProperties(nil, baseMessage().Properties)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	allocs := testing.AllocsPerRun(100, func() {
+		_, found = LookupProperty(raw, PropUniqKey)
+	})
+	if !found || allocs != 0 {
+		t.Fatalf("found %v, %v allocations per lookup, want 0", found, allocs)
+	}
+}

@@ -1,0 +1,361 @@
+// Package segment is the queue of fixed-size segment files under one
+// directory (RocketMQ's MappedFileQueue): files named by the 20-digit global
+// offset of their first byte, each the same size, contiguous. The CommitLog
+// and every ConsumeQueue are one Queue each.
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/internal/segfile"
+)
+
+// ErrCorruptDirectory: the directory holds files that are not a contiguous
+// run of segments (a bad name, a gap, a wrong size).
+var ErrCorruptDirectory = errors.New("segment: directory is not a valid segment sequence")
+
+// NameLength is the number of digits in a segment name.
+const NameLength = 20
+
+// Name returns the file name of the segment starting at offset.
+func Name(offset int64) string { return fmt.Sprintf("%020d", offset) }
+
+// ParseName parses a segment name strictly: exactly 20 decimal digits.
+func ParseName(name string) (int64, error) {
+	if len(name) != NameLength {
+		return 0, fmt.Errorf("segment name %q: want %d digits: %w", name, NameLength, ErrCorruptDirectory)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < '0' || name[i] > '9' {
+			return 0, fmt.Errorf("segment name %q: not all digits: %w", name, ErrCorruptDirectory)
+		}
+	}
+	off, err := strconv.ParseInt(name, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("segment name %q: %v: %w", name, err, ErrCorruptDirectory)
+	}
+	return off, nil
+}
+
+// Allocator provides the next segment file. The queue asks for the file at
+// spec and says which one will come after it, so the allocator can prepare
+// it in the background.
+type Allocator interface {
+	Allocate(ctx context.Context, spec, next mappedfile.Spec) (mappedfile.MappedFile, error)
+}
+
+// Queue is an ordered run of segments. Methods are safe for concurrent use;
+// appends to the last segment are the caller's to serialize.
+type Queue struct {
+	dir              string
+	backend          mappedfile.Backend
+	lister           mappedfile.Lister // nil: the OS file system
+	allocator        Allocator         // nil: open directly
+	segmentSizeBytes int64
+
+	mu    sync.RWMutex
+	files []mappedfile.MappedFile // ascending by FromOffset, contiguous
+}
+
+// Config says where a queue lives and how its files are made.
+type Config struct {
+	Dir              string
+	Backend          mappedfile.Backend
+	SegmentSizeBytes int64
+	Allocator        Allocator
+}
+
+// Open loads the segments already in cfg.Dir (creating the directory when
+// missing). Loaded segments are opened full (positions = size): recovery
+// then calls TruncateTo with the end of the valid data.
+func Open(ctx context.Context, cfg Config) (*Queue, error) {
+	if cfg.SegmentSizeBytes <= 0 {
+		return nil, fmt.Errorf("segment queue %s: segment size %d: %w", cfg.Dir, cfg.SegmentSizeBytes, mappedfile.ErrInvalidArgument)
+	}
+	q := &Queue{dir: cfg.Dir, backend: cfg.Backend, allocator: cfg.Allocator, segmentSizeBytes: cfg.SegmentSizeBytes}
+	if l, ok := cfg.Backend.(mappedfile.Lister); ok {
+		q.lister = l
+	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("segment queue: create %s: %w", cfg.Dir, err)
+	}
+	names, err := q.list()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		off, err := ParseName(name)
+		if err != nil {
+			q.Close()
+			return nil, fmt.Errorf("segment queue %s: %w", cfg.Dir, err)
+		}
+		if n := len(q.files); n > 0 {
+			if want := q.files[n-1].FromOffset() + q.segmentSizeBytes; off != want {
+				q.Close()
+				return nil, fmt.Errorf("segment queue %s: segment %s follows %s: expected %s: %w",
+					cfg.Dir, name, Name(q.files[n-1].FromOffset()), Name(want), ErrCorruptDirectory)
+			}
+		}
+		mf, err := cfg.Backend.Open(ctx, mappedfile.Spec{Path: filepath.Join(cfg.Dir, name), FromOffset: off, SizeBytes: cfg.SegmentSizeBytes})
+		if err != nil {
+			q.Close()
+			return nil, fmt.Errorf("segment queue %s: load %s: %w", cfg.Dir, name, err)
+		}
+		q.files = append(q.files, mf)
+	}
+	return q, nil
+}
+
+// list returns the segment names in the directory, temporary files (a
+// creation cut short) removed.
+func (q *Queue) list() ([]string, error) {
+	var names []string
+	if q.lister != nil {
+		all, err := q.lister.List(q.dir)
+		if err != nil {
+			return nil, fmt.Errorf("segment queue: list %s: %w", q.dir, err)
+		}
+		names = all
+	} else {
+		entries, err := os.ReadDir(q.dir)
+		if err != nil {
+			return nil, fmt.Errorf("segment queue: list %s: %w", q.dir, err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				continue
+			}
+			if segfile.IsSegmentTemp(e.Name()) {
+				if err := os.Remove(filepath.Join(q.dir, e.Name())); err != nil {
+					return nil, fmt.Errorf("segment queue: remove leftover %s: %w", e.Name(), err)
+				}
+				continue
+			}
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Dir returns the queue's directory.
+func (q *Queue) Dir() string { return q.dir }
+
+// SegmentSizeBytes returns the size of every segment.
+func (q *Queue) SegmentSizeBytes() int64 { return q.segmentSizeBytes }
+
+// Files returns a snapshot of the segments, oldest first.
+func (q *Queue) Files() []mappedfile.MappedFile {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return append([]mappedfile.MappedFile(nil), q.files...)
+}
+
+// Len returns the number of segments.
+func (q *Queue) Len() int {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return len(q.files)
+}
+
+// First returns the oldest segment or nil.
+func (q *Queue) First() mappedfile.MappedFile {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if len(q.files) == 0 {
+		return nil
+	}
+	return q.files[0]
+}
+
+// Last returns the newest segment or nil.
+func (q *Queue) Last() mappedfile.MappedFile {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if len(q.files) == 0 {
+		return nil
+	}
+	return q.files[len(q.files)-1]
+}
+
+// Find returns the segment holding the global offset, or nil.
+func (q *Queue) Find(offset int64) mappedfile.MappedFile {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if len(q.files) == 0 {
+		return nil
+	}
+	first := q.files[0].FromOffset()
+	if offset < first {
+		return nil
+	}
+	i := (offset - first) / q.segmentSizeBytes
+	if i >= int64(len(q.files)) {
+		return nil
+	}
+	return q.files[i]
+}
+
+// MinOffset is the first offset still stored (-1 when empty).
+func (q *Queue) MinOffset() int64 {
+	if f := q.First(); f != nil {
+		return f.FromOffset()
+	}
+	return -1
+}
+
+// WroteOffset is the global offset after the last written byte.
+func (q *Queue) WroteOffset() int64 {
+	if f := q.Last(); f != nil {
+		return f.FromOffset() + f.WrotePosition()
+	}
+	return 0
+}
+
+// ReadableOffset is the global offset up to which readers may read.
+func (q *Queue) ReadableOffset() int64 {
+	if f := q.Last(); f != nil {
+		return f.FromOffset() + f.ReadablePosition()
+	}
+	return 0
+}
+
+// NextForAppend returns the last segment when it has room, otherwise a new
+// segment created at the offset after it (startOffset when the queue is
+// empty). The caller holds the append lock.
+func (q *Queue) NextForAppend(ctx context.Context, startOffset int64) (mappedfile.MappedFile, error) {
+	last := q.Last()
+	if last != nil && last.WrotePosition() < last.SizeBytes() {
+		return last, nil
+	}
+	from := startOffset - startOffset%q.segmentSizeBytes
+	if last != nil {
+		from = last.FromOffset() + q.segmentSizeBytes
+	}
+	spec := q.specAt(from)
+	var mf mappedfile.MappedFile
+	var err error
+	if q.allocator != nil {
+		mf, err = q.allocator.Allocate(ctx, spec, q.specAt(from+q.segmentSizeBytes))
+	} else {
+		mf, err = q.backend.Open(ctx, spec)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create segment %s: %w", spec.Path, err)
+	}
+	q.mu.Lock()
+	q.files = append(q.files, mf)
+	q.mu.Unlock()
+	return mf, nil
+}
+
+func (q *Queue) specAt(from int64) mappedfile.Spec {
+	return mappedfile.Spec{Path: filepath.Join(q.dir, Name(from)), FromOffset: from, SizeBytes: q.segmentSizeBytes}
+}
+
+// Commit commits every segment from the one holding committedFrom to the
+// last; leastPages applies to the last one (older ones are full and always
+// qualify). It returns the global committed offset.
+func (q *Queue) Commit(ctx context.Context, committedFrom int64, leastPages int) (int64, error) {
+	return q.forPending(ctx, committedFrom, leastPages, mappedfile.MappedFile.Commit)
+}
+
+// Flush is Commit's twin for durability: it returns the global flushed offset.
+func (q *Queue) Flush(ctx context.Context, flushedFrom int64, leastPages int) (int64, error) {
+	return q.forPending(ctx, flushedFrom, leastPages, mappedfile.MappedFile.Flush)
+}
+
+func (q *Queue) forPending(ctx context.Context, from int64, leastPages int,
+	op func(mappedfile.MappedFile, context.Context, int) (int64, error)) (int64, error) {
+	q.mu.RLock()
+	files := q.files
+	q.mu.RUnlock()
+	if len(files) == 0 {
+		return from, nil
+	}
+	i := 0
+	if first := files[0].FromOffset(); from > first {
+		i = int((from - first) / q.segmentSizeBytes)
+	}
+	where := from
+	for ; i < len(files); i++ {
+		f := files[i]
+		least := 0
+		if i == len(files)-1 {
+			least = leastPages
+		}
+		pos, err := op(f, ctx, least)
+		if err != nil {
+			return where, err
+		}
+		where = f.FromOffset() + pos
+		if pos < f.SizeBytes() {
+			break
+		}
+	}
+	return where, nil
+}
+
+// TruncateTo makes offset the end of the queue: segments starting after it
+// are deleted, the one holding it is truncated there (its tail zeroed).
+func (q *Queue) TruncateTo(ctx context.Context, offset int64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	keep := q.files[:0]
+	for _, f := range q.files {
+		switch {
+		case f.FromOffset()+f.SizeBytes() <= offset:
+			keep = append(keep, f)
+		case f.FromOffset() <= offset:
+			if err := f.Truncate(ctx, offset-f.FromOffset()); err != nil {
+				return fmt.Errorf("truncate %s at %d: %w", f.Path(), offset, err)
+			}
+			keep = append(keep, f)
+		default:
+			if err := f.Delete(); err != nil {
+				return fmt.Errorf("delete %s past offset %d: %w", f.Path(), offset, err)
+			}
+		}
+	}
+	q.files = keep
+	if q.lister == nil {
+		return segfile.SyncDir(q.dir)
+	}
+	return nil
+}
+
+// DeleteFirst deletes the oldest segment (retention).
+func (q *Queue) DeleteFirst() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.files) == 0 {
+		return nil
+	}
+	f := q.files[0]
+	if err := f.Delete(); err != nil {
+		return fmt.Errorf("delete %s: %w", f.Path(), err)
+	}
+	q.files = q.files[1:]
+	return nil
+}
+
+// Close closes every segment (without flushing).
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var errs []error
+	for _, f := range q.files {
+		if err := f.Close(); err != nil && !errors.Is(err, mappedfile.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	q.files = nil
+	return errors.Join(errs...)
+}

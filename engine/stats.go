@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// latencyHistogram is a lock-free log-linear histogram of durations in
+// nanoseconds: 16 linear sub-buckets per power of two (≤ 6.25 % relative
+// error). Recording is two atomic adds, so Put can record on its hot path
+// from many goroutines without a lock (hdrhistogram-go is not safe for
+// concurrent writers; the harness keeps one of those per goroutine instead).
+type latencyHistogram struct {
+	counts [64 * subBuckets]atomic.Uint64
+	total  atomic.Uint64
+	sumNs  atomic.Uint64
+	maxNs  atomic.Int64
+}
+
+const subBucketBits = 4
+const subBuckets = 1 << subBucketBits
+
+func bucketOf(ns int64) int {
+	if ns < subBuckets {
+		if ns < 0 {
+			ns = 0
+		}
+		return int(ns)
+	}
+	exp := bits.Len64(uint64(ns)) - 1 // ≥ subBucketBits
+	sub := int(ns>>(exp-subBucketBits)) & (subBuckets - 1)
+	return (exp-subBucketBits+1)*subBuckets + sub
+}
+
+// bucketUpper is the largest value that falls in bucket b.
+func bucketUpper(b int) int64 {
+	if b < subBuckets {
+		return int64(b)
+	}
+	exp := b/subBuckets + subBucketBits - 1
+	sub := int64(b % subBuckets)
+	low := (int64(subBuckets) + sub) << (exp - subBucketBits)
+	return low + (int64(1) << (exp - subBucketBits)) - 1
+}
+
+func (h *latencyHistogram) record(d time.Duration) {
+	ns := int64(d)
+	h.counts[bucketOf(ns)].Add(1)
+	h.total.Add(1)
+	h.sumNs.Add(uint64(max(ns, 0)))
+	for {
+		cur := h.maxNs.Load()
+		if ns <= cur || h.maxNs.CompareAndSwap(cur, ns) {
+			return
+		}
+	}
+}
+
+// LatencySummary is a snapshot of a latency histogram.
+type LatencySummary struct {
+	Count                     uint64
+	Mean, P50, P99, P999, Max time.Duration
+	P90, P9999                time.Duration
+}
+
+func (h *latencyHistogram) summary() LatencySummary {
+	var counts [64 * subBuckets]uint64
+	var n uint64
+	for i := range counts {
+		counts[i] = h.counts[i].Load()
+		n += counts[i]
+	}
+	s := LatencySummary{Count: n, Max: time.Duration(h.maxNs.Load())}
+	if n == 0 {
+		return s
+	}
+	s.Mean = time.Duration(h.sumNs.Load() / max(h.total.Load(), 1))
+	q := func(p float64) time.Duration {
+		rank := uint64(p*float64(n) + 0.5)
+		rank = max(rank, 1)
+		var seen uint64
+		for i, c := range counts {
+			seen += c
+			if seen >= rank {
+				return min(time.Duration(bucketUpper(i)), s.Max)
+			}
+		}
+		return s.Max
+	}
+	s.P50, s.P90, s.P99, s.P999, s.P9999 = q(0.50), q(0.90), q(0.99), q(0.999), q(0.9999)
+	return s
+}
+
+// storeStats are the store's counters; every field is updated atomically.
+type storeStats struct {
+	puts, putBytes, putFailures        atomic.Uint64
+	putLatency                         latencyHistogram
+	flushes, commits                   atomic.Uint64
+	flushLatency, commitLatency        latencyHistogram
+	flushDiskTimeouts, osPageCacheBusy atomic.Uint64
+	rolls                              atomic.Uint64
+}
+
+func (s *storeStats) recordFlush(d time.Duration) {
+	s.flushes.Add(1)
+	s.flushLatency.record(d)
+}
+
+func (s *storeStats) recordCommit(d time.Duration) {
+	s.commits.Add(1)
+	s.commitLatency.record(d)
+}
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	Backend   string
+	FlushMode string
+
+	Puts              uint64
+	PutBytes          uint64
+	PutFailures       uint64
+	PutLatency        LatencySummary
+	FlushDiskTimeouts uint64
+	OSPageCacheBusy   uint64
+	Rolls             uint64
+
+	Flushes       uint64
+	FlushLatency  LatencySummary
+	Commits       uint64
+	CommitLatency LatencySummary
+
+	// Offsets in the CommitLog.
+	MinOffset, WroteOffset, CommittedOffset, FlushedOffset int64
+	// BytesBehindFlush is WroteOffset − FlushedOffset.
+	BytesBehindFlush int64
+	Segments         int
+}
