@@ -276,5 +276,21 @@ func (f *faultyFile) Truncate(ctx context.Context, validEnd int64) error {
 	return f.MappedFile.Truncate(ctx, validEnd)
 }
 
+// WriteAt forwards to the wrapped file when it is an Overwriter; it counts
+// as an append for fault injection.
+func (f *faultyFile) WriteAt(p []byte, filePos int64) (int, error) {
+	ow, ok := f.MappedFile.(Overwriter)
+	if !ok {
+		return 0, fmt.Errorf("%s: overwrite: %w", f.Path(), ErrUnsupported)
+	}
+	if err := f.sticky(); err != nil {
+		return 0, err
+	}
+	if err := inject(context.Background(), f.faults, OpAppend, f.Path(), f.FromOffset()+filePos+int64(len(p))); err != nil {
+		return 0, f.fail(fmt.Errorf("%s: overwrite: %w", f.Path(), err))
+	}
+	return ow.WriteAt(p, filePos)
+}
+
 // Unwrap returns the wrapped file.
 func (f *faultyFile) Unwrap() MappedFile { return f.MappedFile }

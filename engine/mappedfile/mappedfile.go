@@ -174,6 +174,16 @@ type MappedFile interface {
 	Err() error
 }
 
+// Overwriter is implemented by files that can rewrite bytes already
+// appended (mmap, mem): the IndexFile appends its entries but updates its
+// header and hash slots in place. The range must lie below WrotePosition.
+// A later Flush makes overwritten bytes durable too, even those below the
+// flushed position (the file tracks the lowest overwritten byte), and Flush
+// with nothing appended still flushes pending overwrites.
+type Overwriter interface {
+	WriteAt(p []byte, filePos int64) (n int, err error)
+}
+
 // Lister is implemented by backends whose files do not live in the OS file
 // system (MemFS). The engine lists and removes segments through it when present.
 type Lister interface {

@@ -70,7 +70,7 @@ func (fs *MemFS) Open(ctx context.Context, spec Spec) (MappedFile, error) {
 		fs.nodes[path] = node
 	}
 	f := &memFile{fs: fs, node: node, path: path, fromOffset: spec.FromOffset, sizeBytes: spec.SizeBytes,
-		buffered: fs.opts.Buffered, data: make([]byte, spec.SizeBytes)}
+		buffered: fs.opts.Buffered, data: make([]byte, spec.SizeBytes), dirtyFrom: -1}
 	f.refs.Init()
 	if existed {
 		copy(f.data, node.durable)
@@ -224,6 +224,9 @@ type memFile struct {
 	flushedPosition   atomic.Int64
 	stickyErr         atomic.Pointer[error]
 	crashed           atomic.Bool
+	// dirtyFrom is the lowest overwritten position not yet flushed
+	// (-1: none). Guarded by mu.
+	dirtyFrom int64
 	refs              RefCount
 }
 
@@ -310,14 +313,35 @@ func (f *memFile) Flush(ctx context.Context, leastPages int) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	flushed, committed := f.flushedPosition.Load(), f.committedPosition.Load()
-	if !AbleTo(flushed, committed, f.sizeBytes, leastPages) {
+	from := flushed
+	if f.dirtyFrom >= 0 {
+		from = min(from, f.dirtyFrom)
+	} else if !AbleTo(flushed, committed, f.sizeBytes, leastPages) {
 		return flushed, nil
 	}
 	f.fs.mu.Lock()
-	copy(f.node.durable[flushed:committed], f.data[flushed:committed])
+	copy(f.node.durable[from:committed], f.data[from:committed])
 	f.fs.mu.Unlock()
+	f.dirtyFrom = -1
 	f.flushedPosition.Store(committed)
 	return committed, nil
+}
+
+// WriteAt implements Overwriter.
+func (f *memFile) WriteAt(p []byte, filePos int64) (int, error) {
+	if err := f.usable(); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if filePos < 0 || filePos+int64(len(p)) > f.wrotePosition.Load() {
+		return 0, fmt.Errorf("%s: overwrite [%d,%d) past wrote %d: %w", f.path, filePos, filePos+int64(len(p)), f.wrotePosition.Load(), ErrOutOfRange)
+	}
+	copy(f.data[filePos:], p)
+	if f.dirtyFrom < 0 || filePos < f.dirtyFrom {
+		f.dirtyFrom = filePos
+	}
+	return len(p), nil
 }
 
 func (f *memFile) ReadAt(dst []byte, filePos int64) (int, error) {
@@ -377,6 +401,7 @@ func (f *memFile) Truncate(ctx context.Context, validEnd int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	clear(f.data[validEnd:])
+	f.dirtyFrom = -1
 	f.fs.mu.Lock()
 	clear(f.node.durable[validEnd:])
 	f.fs.mu.Unlock()
