@@ -38,3 +38,13 @@ func newBackend(o Options) (mappedfile.Backend, error) {
 	}
 	return nil, fmt.Errorf("backend %q: want one of %s: %w", o.Backend, strings.Join(BackendNames(), ", "), ErrUnknownBackend)
 }
+
+// auxBackend is the backend of ConsumeQueue and IndexFile files: mmap, as in
+// RocketMQ, whatever the CommitLog uses — except for in-memory stores, where
+// everything stays in the same MemFS (crash tests crash it all at once).
+func auxBackend(o Options, commitLog mappedfile.Backend) mappedfile.Backend {
+	if o.BackendImpl != nil || o.Backend == "mem" {
+		return commitLog
+	}
+	return mmapio.New(mmapio.Options{Logger: o.Logger})
+}

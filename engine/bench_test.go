@@ -9,7 +9,7 @@ import (
 
 // benchBackends are the backends the Put benchmarks compare; "mem" shows the
 // engine's own cost with no I/O.
-var benchBackends = []string{"mem", "mmap"}
+var benchBackends = []string{"mem", "mmap", "transient", "uring", "uring-direct"}
 
 // BenchmarkPut appends messages through the whole engine: size × flush mode
 // × producers × backend. The async path must report 0 allocs/op.

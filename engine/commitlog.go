@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,15 +213,21 @@ type scanEnd struct {
 // checking every CRC. It stops at the end of the data or the first invalid
 // record and says where.
 func (c *commitLog) scan(ctx context.Context, from int64, fn scanFunc) (scanEnd, error) {
+	return c.scanWith(ctx, from, make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20)), true, fn)
+}
+
+// scanWith is scan with the caller's buffer (at least maxRecordBytes+8) and
+// a choice of CRC checks (dispatch reads what was just appended and skips
+// them, as RocketMQ's reput does).
+func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkCRC bool, fn scanFunc) (scanEnd, error) {
 	files := c.queue.Files()
 	end := scanEnd{validEnd: from}
-	buf := make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20))
 	for _, mf := range files {
 		if mf.FromOffset()+mf.SizeBytes() <= from {
 			continue
 		}
 		start := max(from-mf.FromOffset(), 0)
-		segEnd, full, err := c.scanSegment(ctx, mf, start, buf, fn)
+		segEnd, full, err := c.scanSegment(ctx, mf, start, buf, checkCRC, fn)
 		end.validEnd = mf.FromOffset() + segEnd
 		if err != nil {
 			if errors.Is(err, ErrStopScan) {
@@ -242,7 +249,7 @@ func (c *commitLog) scan(ctx context.Context, from int64, fn scanFunc) (scanEnd,
 
 // scanSegment scans one segment from start. full reports that the segment
 // ended with a blank or exactly at its end, so the log continues in the next.
-func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, start int64, buf []byte, fn scanFunc) (int64, bool, error) {
+func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, start int64, buf []byte, checkCRC bool, fn scanFunc) (int64, bool, error) {
 	size := mf.SizeBytes()
 	readable := mf.ReadablePosition()
 	pos := start
@@ -294,9 +301,14 @@ func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, s
 			}
 		}
 		rec := buf[pos-winStart : pos-winStart+int64(total)]
-		r, err := record.Decode(rec, at, true)
+		r, err := record.Decode(rec, at, checkCRC)
 		if err != nil {
 			return pos, false, err
+		}
+		if checkCRC {
+			if err := checkTail(rec, &r, at); err != nil {
+				return pos, false, err
+			}
 		}
 		if r.PhysicalOffset != at {
 			return pos, false, &record.DecodeError{Offset: at, Field: "PHYSICALOFFSET",
@@ -312,6 +324,23 @@ func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, s
 			return pos, false, err
 		}
 	}
+}
+
+// checkTail catches a record whose end was torn off: BODYCRC covers only
+// the body, and a write cut short leaves zeros where the topic or properties
+// end. Properties are written "name 0x01 value 0x02" with a final 0x02 (as
+// RocketMQ writes them), and a topic never holds a zero byte.
+func checkTail(rec []byte, r *record.Record, at int64) error {
+	last := rec[len(rec)-1]
+	switch {
+	case len(r.Properties) > 0 && last != 0x02:
+		return &record.DecodeError{Offset: at, Field: record.FieldPropertiesLength,
+			Reason: fmt.Sprintf("properties end with 0x%02x, not the 0x02 separator (a torn write?)", last), Err: record.ErrCorrupt}
+	case len(r.Properties) == 0 && strings.IndexByte(r.Topic, 0) >= 0:
+		return &record.DecodeError{Offset: at, Field: record.FieldTopicLength,
+			Reason: "topic holds a zero byte (a torn write?)", Err: record.ErrCorrupt}
+	}
+	return nil
 }
 
 // fill reads as much of the segment from pos as fits in buf.

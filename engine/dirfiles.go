@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/mqstore/mqstore/engine/consumequeue"
+	"github.com/mqstore/mqstore/engine/indexfile"
 	"github.com/mqstore/mqstore/internal/segfile"
 	"golang.org/x/sys/unix"
 )
@@ -66,12 +68,18 @@ func (l *dirLock) unlock() error {
 
 // checkpoint is RocketMQ's StoreCheckpoint: the store timestamps known
 // flushed in the CommitLog, the ConsumeQueues and the IndexFiles.
+//
+// Bytes 24–31 are mqstore's extension (the file is 4096 bytes and RocketMQ
+// reads only the first 24): the CommitLog offset known flushed when the
+// checkpoint was written. Recovery uses it to tell a torn tail (past it,
+// after a crash) from corruption of data that was durable (before it).
 type checkpoint struct {
-	path    string
-	physic  atomic.Int64
-	logics  atomic.Int64
-	index   atomic.Int64
-	existed bool
+	path          string
+	physic        atomic.Int64
+	logics        atomic.Int64
+	index         atomic.Int64
+	flushedOffset atomic.Int64
+	existed       bool
 }
 
 func loadCheckpoint(dir string) (*checkpoint, error) {
@@ -90,13 +98,21 @@ func loadCheckpoint(dir string) (*checkpoint, error) {
 	c.physic.Store(int64(binary.BigEndian.Uint64(b[0:])))
 	c.logics.Store(int64(binary.BigEndian.Uint64(b[8:])))
 	c.index.Store(int64(binary.BigEndian.Uint64(b[16:])))
+	if len(b) >= 32 {
+		c.flushedOffset.Store(int64(binary.BigEndian.Uint64(b[24:])))
+	}
 	return c, nil
 }
 
-func (c *checkpoint) setPhysic(ts int64) {
+func (c *checkpoint) setPhysic(ts int64) { raise(&c.physic, ts) }
+func (c *checkpoint) setLogics(ts int64) { raise(&c.logics, ts) }
+func (c *checkpoint) setIndex(ts int64)  { raise(&c.index, ts) }
+
+// raise stores v in a if it is larger.
+func raise(a *atomic.Int64, v int64) {
 	for {
-		cur := c.physic.Load()
-		if ts <= cur || c.physic.CompareAndSwap(cur, ts) {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
 			return
 		}
 	}
@@ -108,6 +124,7 @@ func (c *checkpoint) write() error {
 	binary.BigEndian.PutUint64(b[0:], uint64(c.physic.Load()))
 	binary.BigEndian.PutUint64(b[8:], uint64(c.logics.Load()))
 	binary.BigEndian.PutUint64(b[16:], uint64(c.index.Load()))
+	binary.BigEndian.PutUint64(b[24:], uint64(c.flushedOffset.Load()))
 	return writeFileDurably(c.path, b)
 }
 
@@ -137,9 +154,12 @@ func writeFileDurably(path string, data []byte) error {
 // storeParams are the parameters a store was created with; reopening with
 // different ones is an error (FORMAT.md: sizes are options, recorded).
 type storeParams struct {
-	FormatVersion       int   `json:"formatVersion"`
-	SegmentSizeBytes    int64 `json:"commitLogSegmentSizeBytes"`
-	MaxMessageSizeBytes int   `json:"maxMessageSizeBytes"`
+	FormatVersion        int   `json:"formatVersion"`
+	SegmentSizeBytes     int64 `json:"commitLogSegmentSizeBytes"`
+	MaxMessageSizeBytes  int   `json:"maxMessageSizeBytes"`
+	ConsumeQueueFileSize int64 `json:"consumeQueueFileSizeBytes"`
+	IndexSlotCount       int   `json:"indexSlotCount"`
+	IndexMaxEntries      int   `json:"indexMaxEntries"`
 
 	isNew bool // not written yet
 }
@@ -165,7 +185,17 @@ func reconcileParams(dir string, o *Options) (storeParams, error) {
 		if o.SegmentSizeBytes == 0 {
 			o.SegmentSizeBytes = DefaultSegmentSizeBytes
 		}
-		return storeParams{FormatVersion: formatVersion, SegmentSizeBytes: o.SegmentSizeBytes, MaxMessageSizeBytes: o.MaxMessageSizeBytes, isNew: true}, nil
+		if o.ConsumeQueueFileSizeBytes == 0 {
+			o.ConsumeQueueFileSizeBytes = consumequeue.DefaultFileSizeBytes
+		}
+		if o.IndexSlotCount == 0 {
+			o.IndexSlotCount = indexfile.DefaultSlotCount
+		}
+		if o.IndexMaxEntries == 0 {
+			o.IndexMaxEntries = indexfile.DefaultMaxEntries
+		}
+		return storeParams{FormatVersion: formatVersion, SegmentSizeBytes: o.SegmentSizeBytes, MaxMessageSizeBytes: o.MaxMessageSizeBytes,
+			ConsumeQueueFileSize: o.ConsumeQueueFileSizeBytes, IndexSlotCount: o.IndexSlotCount, IndexMaxEntries: o.IndexMaxEntries, isNew: true}, nil
 	}
 	if err != nil {
 		return storeParams{}, fmt.Errorf("read store parameters: %w", err)
@@ -182,5 +212,30 @@ func reconcileParams(dir string, o *Options) (storeParams, error) {
 			dir, p.SegmentSizeBytes, o.SegmentSizeBytes, ErrConfigMismatch)
 	}
 	o.SegmentSizeBytes = p.SegmentSizeBytes
+	for _, c := range []struct {
+		name     string
+		opt      *int64
+		recorded int64
+	}{
+		{"ConsumeQueue files of", &o.ConsumeQueueFileSizeBytes, p.ConsumeQueueFileSize},
+	} {
+		if *c.opt != 0 && *c.opt != c.recorded {
+			return p, fmt.Errorf("store %s was created with %s %d bytes, opened with %d: %w", dir, c.name, c.recorded, *c.opt, ErrConfigMismatch)
+		}
+		*c.opt = c.recorded
+	}
+	for _, c := range []struct {
+		name     string
+		opt      *int
+		recorded int
+	}{
+		{"index slot count", &o.IndexSlotCount, p.IndexSlotCount},
+		{"index max entries", &o.IndexMaxEntries, p.IndexMaxEntries},
+	} {
+		if *c.opt != 0 && *c.opt != c.recorded {
+			return p, fmt.Errorf("store %s was created with %s %d, opened with %d: %w", dir, c.name, c.recorded, *c.opt, ErrConfigMismatch)
+		}
+		*c.opt = c.recorded
+	}
 	return p, nil
 }

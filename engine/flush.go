@@ -100,9 +100,8 @@ func (c *committer) run() {
 		}
 		if after > before {
 			s.stats.recordCommit(time.Since(start))
-			if s.flusher != nil {
-				s.flusher.Wakeup()
-			}
+			s.flusher.Wakeup()
+			s.dispatcher.Wakeup() // committed bytes are readable now
 		}
 	}
 }
@@ -216,6 +215,9 @@ func (s *Store) flushOnce(ctx context.Context, leastPages int, commitFirst bool)
 	ts := s.log.lastStoreTimestamp.Load() // read before the flush: every record with it is below the flushed end
 	start := time.Now()
 	flushed, err := s.log.flush(ctx, leastPages, commitFirst)
+	if commitFirst {
+		s.dispatcher.Wakeup() // the commit may have made records readable
+	}
 	if err != nil {
 		s.writeFailed("flush", err)
 		return flushed, err
@@ -223,6 +225,7 @@ func (s *Store) flushOnce(ctx context.Context, leastPages int, commitFirst bool)
 	if flushed > before {
 		s.stats.recordFlush(time.Since(start))
 		s.checkpoint.setPhysic(ts)
+		raise(&s.checkpoint.flushedOffset, flushed)
 	}
 	return flushed, nil
 }

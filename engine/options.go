@@ -43,6 +43,19 @@ func ParseFlushMode(s string) (FlushMode, error) {
 	return 0, fmt.Errorf("flush mode %q: want async or sync: %w", s, ErrInvalidOption)
 }
 
+// CorruptionPolicy is what Open does when it finds a corrupt record in data
+// that was known durable (not a torn tail after a crash).
+type CorruptionPolicy int
+
+const (
+	// CorruptionStop: Open fails with an error wrapping ErrCorrupt that
+	// names the offset; nothing is changed on disk.
+	CorruptionStop CorruptionPolicy = iota
+	// CorruptionTruncate: the log is cut at the corrupt record; the cut
+	// bytes are kept in commitlog/<segment>.broken files.
+	CorruptionTruncate
+)
+
 // RocketMQ's defaults.
 const (
 	DefaultSegmentSizeBytes       = 1 << 30 // mapedFileSizeCommitLog
@@ -112,6 +125,39 @@ type Options struct {
 	TransientMemoryBudget     int64 // bytes; 0 = no budget
 	TransientFallbackWhenFull bool  // write through mmap when the pool is empty instead of waiting
 
+	// ConsumeQueue and IndexFile sizes (RocketMQ's defaults: 300,000 units
+	// of 20 bytes; 5,000,000 slots and 20,000,000 entries). Recorded like the
+	// segment size.
+	ConsumeQueueFileSizeBytes int64
+	IndexSlotCount            int
+	IndexMaxEntries           int
+	// ConsumeQueueFlushInterval: how often ConsumeQueues with ≥ 2 pages
+	// pending are flushed (1 s); everything, index and checkpoint included,
+	// every ConsumeQueueFlushThoroughInterval (60 s).
+	ConsumeQueueFlushInterval         time.Duration
+	ConsumeQueueFlushThoroughInterval time.Duration
+	// GetMaxBytes bounds the bytes one Get returns (256 KiB, RocketMQ's
+	// maxTransferBytesOnMessageInMemory); at least one message is returned.
+	GetMaxBytes int
+
+	// io_uring backends: pre-zero new segments and write with RWF_DSYNC
+	// (uring-direct only), and how many segment-sized staging buffers to
+	// keep (4).
+	UringPreZero        bool
+	UringStagingBuffers int
+
+	// Retention: segments older than FileReservedTime (72 h) are deleted at
+	// the DeleteWhen hours ("04"; "04;16"; "*" for any), and the oldest are
+	// deleted at once while the disk is more than DiskMaxUsedRatio percent
+	// full (75). The service runs every CleanInterval (10 s).
+	FileReservedTime time.Duration
+	DeleteWhen       string
+	DiskMaxUsedRatio int
+	CleanInterval    time.Duration
+
+	// OnCorruption: what Open does with a corrupt record in durable data.
+	OnCorruption CorruptionPolicy
+
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
 
@@ -162,6 +208,27 @@ func (o Options) withDefaults() Options {
 	if o.TransientPoolSize == 0 {
 		o.TransientPoolSize = 5
 	}
+	if o.ConsumeQueueFlushInterval == 0 {
+		o.ConsumeQueueFlushInterval = time.Second
+	}
+	if o.ConsumeQueueFlushThoroughInterval == 0 {
+		o.ConsumeQueueFlushThoroughInterval = time.Minute
+	}
+	if o.FileReservedTime == 0 {
+		o.FileReservedTime = DefaultFileReservedTime
+	}
+	if o.DeleteWhen == "" {
+		o.DeleteWhen = DefaultDeleteWhen
+	}
+	if o.DiskMaxUsedRatio == 0 {
+		o.DiskMaxUsedRatio = DefaultDiskMaxUsedRatio
+	}
+	if o.CleanInterval == 0 {
+		o.CleanInterval = DefaultCleanInterval
+	}
+	if o.GetMaxBytes == 0 {
+		o.GetMaxBytes = 256 << 10
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -187,6 +254,12 @@ func (o Options) validate() error {
 			o.CommitThoroughInterval < 0 || o.AllocationTimeout < 0 || o.OSPageCacheBusyTimeout < 0, "a duration is negative"},
 		{o.FlushLeastPages < 0 || o.CommitLeastPages < 0, "a least-pages count is negative"},
 		{o.GroupCommitQueueSize < 0, "GroupCommitQueueSize is negative"},
+		{o.ConsumeQueueFileSizeBytes < 0 || o.ConsumeQueueFileSizeBytes%20 != 0, fmt.Sprintf("ConsumeQueueFileSizeBytes %d is not a positive multiple of 20", o.ConsumeQueueFileSizeBytes)},
+		{o.IndexSlotCount < 0 || o.IndexMaxEntries < 0, "an index size is negative"},
+		{o.ConsumeQueueFlushInterval < 0 || o.ConsumeQueueFlushThoroughInterval < 0, "a consume queue flush interval is negative"},
+		{o.GetMaxBytes < 0, "GetMaxBytes is negative"},
+		{o.FileReservedTime < 0 || o.CleanInterval < 0, "a retention duration is negative"},
+		{o.DiskMaxUsedRatio < 0 || o.DiskMaxUsedRatio > 100, fmt.Sprintf("DiskMaxUsedRatio %d is not a percentage", o.DiskMaxUsedRatio)},
 	} {
 		if c.bad {
 			return fmt.Errorf("options: %s: %w", c.what, ErrInvalidOption)

@@ -100,6 +100,7 @@ type storeStats struct {
 	flushLatency, commitLatency        latencyHistogram
 	flushDiskTimeouts, osPageCacheBusy atomic.Uint64
 	rolls                              atomic.Uint64
+	gets, gotMessages                  atomic.Uint64
 }
 
 func (s *storeStats) recordFlush(d time.Duration) {
@@ -124,6 +125,10 @@ type Stats struct {
 	FlushDiskTimeouts uint64
 	OSPageCacheBusy   uint64
 	Rolls             uint64
+	Gets              uint64
+	GotMessages       uint64
+	// DispatchedOffset is how far ConsumeQueues and the index are built.
+	DispatchedOffset int64
 
 	Flushes       uint64
 	FlushLatency  LatencySummary

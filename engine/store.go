@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
@@ -41,10 +42,17 @@ type Store struct {
 	dir        string
 	opts       Options
 	backend    mappedfile.Backend
+	aux        mappedfile.Backend // ConsumeQueue and IndexFile files
 	lock       *dirLock
 	checkpoint *checkpoint
 	log        *commitLog
+	logics     *logics
 	alloc      *allocator
+
+	dispatcher    *dispatcher
+	logicsFlusher *logicsFlusher
+	cleaner       *cleaner
+	deleteHours   map[int]bool
 
 	committer *committer
 	flusher   interface{ Wakeup() } // asyncFlusher or groupCommitter
@@ -102,9 +110,13 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		}
 	}
 	s.opts = o
+	if s.deleteHours, err = parseDeleteWhen(o.DeleteWhen); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	if s.backend, err = newBackend(o); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	s.aux = auxBackend(o, s.backend)
 	if s.checkpoint, err = loadCheckpoint(dir); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -127,6 +139,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
 		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]int64)}
+	if s.logics, err = openLogics(ctx, s); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
 	if err := s.recover(ctx); err != nil {
 		return nil, fmt.Errorf("open store %s: recovery: %w", dir, err)
 	}
@@ -139,8 +154,10 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 }
 
 func (s *Store) startServices() {
+	s.dispatcher = newDispatcher(s)
+	s.logicsFlusher = &logicsFlusher{service: newService(), store: s}
 	s.committer = &committer{service: newService(), store: s}
-	go s.committer.run()
+	s.cleaner = &cleaner{service: newService(), store: s}
 	if s.opts.FlushMode == FlushSync {
 		s.group = &groupCommitter{service: newService(), store: s, limit: s.opts.GroupCommitQueueSize}
 		s.flusher = s.group
@@ -150,10 +167,17 @@ func (s *Store) startServices() {
 		s.flusher = s.async
 		go s.async.run()
 	}
+	go s.dispatcher.run()
+	go s.logicsFlusher.run()
+	go s.committer.run()
+	go s.cleaner.run()
 }
 
 // abandon releases what a failed Open took.
 func (s *Store) abandon() {
+	if s.logics != nil {
+		s.logics.close()
+	}
 	if s.log != nil {
 		s.log.queue.Close()
 	}
@@ -167,42 +191,240 @@ func (s *Store) abandon() {
 }
 
 // recover finds the end of the valid CommitLog data, truncates what follows
-// it and rebuilds the queue offset table. It scans the whole log (the
-// ConsumeQueues will make this incremental).
+// it (in the CommitLog, the ConsumeQueues and the index), rebuilds the queue
+// offset table, and dispatches whatever the ConsumeQueues or the index lack.
+// It scans the whole CommitLog with CRC checks.
 func (s *Store) recover(ctx context.Context) error {
 	q := s.log.queue
-	if q.Len() == 0 {
-		return nil
-	}
-	from := q.MinOffset()
-	end, err := s.log.scan(ctx, from, func(offset int64, rec []byte, r *record.Record) error {
-		if r == nil { // a blank
+	from := max(q.MinOffset(), 0)
+	lastKeyed := int64(-1)
+	// After a crash, ConsumeQueue and index data newer than the checkpoint
+	// may be torn: every record stored since the checkpoint (less 3 s for
+	// clock steps, as RocketMQ does) is dispatched again and its units
+	// checked and repaired.
+	redispatchFrom := int64(-1)
+	safeMs := min(s.checkpoint.logics.Load(), s.checkpoint.index.Load()) - 3000
+	if q.Len() > 0 {
+		end, err := s.log.scan(ctx, from, func(offset int64, rec []byte, r *record.Record) error {
+			if r == nil { // a blank
+				return nil
+			}
+			if redispatchFrom < 0 && r.StoreTimestamp >= safeMs {
+				redispatchFrom = offset
+			}
+			if takesQueueOffset(r.SysFlag) {
+				key := queueKey{topic: r.Topic, queueID: r.QueueID}
+				if next := r.QueueOffset + 1; next > s.log.queueOffsets[key] {
+					s.log.queueOffsets[key] = next
+				}
+			}
+			if _, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
+				lastKeyed = offset
+			} else if _, ok := r.UniqKey(); ok {
+				lastKeyed = offset
+			}
+			s.log.lastStoreTimestamp.Store(r.StoreTimestamp)
 			return nil
+		})
+		if err != nil {
+			return err
 		}
-		if takesQueueOffset(r.SysFlag) {
-			key := queueKey{topic: r.Topic, queueID: r.QueueID}
-			if next := r.QueueOffset + 1; next > s.log.queueOffsets[key] {
-				s.log.queueOffsets[key] = next
+		if err := s.judgeEnd(end); err != nil {
+			return err
+		}
+		if err := q.TruncateTo(ctx, end.validEnd); err != nil {
+			return err
+		}
+	}
+	validEnd := q.ReadableOffset()
+	s.log.committedOffset.Store(validEnd)
+	s.log.flushedOffset.Store(validEnd)
+	if !s.abnormalOpen {
+		redispatchFrom = -1 // a clean close flushed every ConsumeQueue and the index
+	} else if redispatchFrom < 0 || redispatchFrom > validEnd {
+		redispatchFrom = validEnd
+	}
+	return s.recoverLogics(ctx, from, validEnd, lastKeyed, redispatchFrom)
+}
+
+// recoverLogics truncates the ConsumeQueues and the index to the valid
+// CommitLog end and re-dispatches from the earliest point one of them lacks.
+func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed, redispatchFrom int64) error {
+	l := s.logics
+	indexCut := validEnd
+	reputFrom := validEnd
+	if redispatchFrom >= 0 {
+		reputFrom = redispatchFrom
+		// Index files not known durable by the checkpoint are dropped
+		// whole and rebuilt (RocketMQ's rule): a torn entry cannot be undone.
+		for _, f := range l.index.Files() {
+			if f.EndTimestamp > s.checkpoint.index.Load() {
+				indexCut = min(indexCut, f.BeginPhyOffset)
+				break
 			}
 		}
-		s.log.lastStoreTimestamp.Store(r.StoreTimestamp)
-		return nil
-	})
+		reputFrom = min(reputFrom, max(indexCut, logStart))
+	}
+	if err := l.index.TruncateByPhysical(ctx, indexCut); err != nil {
+		return fmt.Errorf("truncate index: %w", err)
+	}
+	if lastKeyed >= 0 && !l.index.Covers(lastKeyed) {
+		reputFrom = min(reputFrom, max(l.index.MaxPhysicalOffset(), logStart))
+	}
+	keys, err := s.knownQueues()
 	if err != nil {
 		return err
 	}
-	if end.corrupt != nil {
-		if later := s.validDataAfter(end.validEnd); later >= 0 {
-			return fmt.Errorf("corrupt record at offset %d in the middle of the log (valid data follows at %d): %v: %w",
-				end.validEnd, later, end.corrupt, ErrCorrupt)
+	for _, key := range keys {
+		cq, err := l.queue(ctx, key, true)
+		if err != nil {
+			return err
 		}
-		s.opts.Logger.Warn("truncating a torn CommitLog tail", slog.Int64("offset", end.validEnd), slog.Any("reason", end.corrupt))
+		if err := cq.TruncateByPhysical(ctx, validEnd); err != nil {
+			return fmt.Errorf("truncate consume queue %s/%d: %w", key.topic, key.queueID, err)
+		}
+		// A torn page can leave a last unit that points at the right record
+		// with a wrong size or tags code: check it against the record.
+		if n := cq.MaxOffset(); n > cq.MinOffset() {
+			if u, err := cq.Get(n - 1); err != nil || !s.unitMatches(ctx, key, n-1, u) {
+				if err := cq.TruncateAt(ctx, n-1); err != nil {
+					return fmt.Errorf("drop the damaged last unit of %s/%d: %w", key.topic, key.queueID, err)
+				}
+			}
+		}
+		if cq.MaxOffset() < s.log.queueOffsets[key] { // units missing: dispatch from the last one it has
+			start := logStart
+			if n := cq.MaxOffset(); n > cq.MinOffset() {
+				if u, err := cq.Get(n - 1); err == nil {
+					start = max(u.PhysicalOffset, logStart)
+				}
+			}
+			reputFrom = min(reputFrom, start)
+		}
 	}
-	if err := q.TruncateTo(ctx, end.validEnd); err != nil {
-		return err
+	if reputFrom < validEnd {
+		s.opts.Logger.Info("rebuilding consume queues and index", slog.Int64("from", reputFrom), slog.Int64("to", validEnd))
+		end, err := s.log.scan(ctx, reputFrom, func(offset int64, _ []byte, r *record.Record) error {
+			if r == nil {
+				return nil
+			}
+			err := s.dispatchRecord(ctx, offset, r, nil)
+			if errors.Is(err, consumequeue.ErrConflict) {
+				// A torn unit: replace it and everything after it.
+				cq, qerr := l.queue(ctx, queueKey{topic: r.Topic, queueID: r.QueueID}, false)
+				if qerr != nil || cq == nil {
+					return err
+				}
+				if terr := cq.TruncateAt(ctx, r.QueueOffset); terr != nil {
+					return fmt.Errorf("repair %s/%d at %d: %w", r.Topic, r.QueueID, r.QueueOffset, terr)
+				}
+				s.opts.Logger.Warn("repaired a torn consume queue unit", slog.String("topic", r.Topic),
+					slog.Int("queueId", int(r.QueueID)), slog.Int64("queueOffset", r.QueueOffset))
+				err = s.dispatchRecord(ctx, offset, r, nil)
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("re-dispatch from %d: %w", reputFrom, err)
+		}
+		if end.validEnd != validEnd {
+			return fmt.Errorf("re-dispatch stopped at %d before the valid end %d: %v: %w", end.validEnd, validEnd, end.corrupt, ErrCorrupt)
+		}
 	}
-	s.log.committedOffset.Store(end.validEnd)
-	s.log.flushedOffset.Store(end.validEnd)
+	l.dispatchedOffset.Store(validEnd)
+	return nil
+}
+
+// unitMatches reports whether u is the right unit for queue offset n of key.
+func (s *Store) unitMatches(ctx context.Context, key queueKey, n int64, u consumequeue.Unit) bool {
+	r, err := s.ReadMessage(ctx, u.PhysicalOffset)
+	if err != nil {
+		return false
+	}
+	tags, _ := r.Tags()
+	return r.Topic == key.topic && r.QueueID == key.queueID && r.QueueOffset == n &&
+		r.TotalSize == u.Size && record.TagsCode(tags) == u.TagsCode
+}
+
+// knownQueues lists the queues of the CommitLog and those with ConsumeQueue
+// files on disk.
+func (s *Store) knownQueues() ([]queueKey, error) {
+	seen := make(map[queueKey]struct{}, len(s.log.queueOffsets))
+	for k := range s.log.queueOffsets {
+		seen[k] = struct{}{}
+	}
+	onDisk, err := consumequeue.List(s.logics.cqConfig.Dir, s.aux)
+	if err != nil {
+		return nil, fmt.Errorf("list consume queues: %w", err)
+	}
+	for topic, ids := range onDisk {
+		for _, id := range ids {
+			seen[queueKey{topic: topic, queueID: id}] = struct{}{}
+		}
+	}
+	keys := make([]queueKey, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// judgeEnd decides what the end of the valid data means. Past the offset
+// the checkpoint knew durable, an invalid record or a zero is a torn tail
+// after a crash: it is cut (RocketMQ's rule). Before it, durable data was
+// lost or damaged: Open stops (CorruptionStop) or cuts and keeps the cut
+// bytes in .broken files (CorruptionTruncate).
+func (s *Store) judgeEnd(end scanEnd) error {
+	durable := s.checkpoint.flushedOffset.Load()
+	if end.validEnd >= durable {
+		if end.corrupt != nil {
+			s.opts.Logger.Warn("truncating a torn CommitLog tail", slog.Int64("offset", end.validEnd), slog.Any("reason", end.corrupt))
+		}
+		return nil
+	}
+	reason := "the data ends there (zeros or a missing segment)"
+	if end.corrupt != nil {
+		reason = end.corrupt.Error()
+	}
+	msg := fmt.Sprintf("CommitLog invalid at offset %d although the checkpoint says it was durable up to %d: %s", end.validEnd, durable, reason)
+	if later := s.validDataAfter(end.validEnd); later >= 0 {
+		msg += fmt.Sprintf(" (valid records follow at %d)", later)
+	}
+	if s.opts.OnCorruption != CorruptionTruncate {
+		return fmt.Errorf("%s; open with OnCorruption: CorruptionTruncate to cut the log there and keep the rest in .broken files: %w", msg, ErrCorrupt)
+	}
+	if err := s.saveBroken(end.validEnd); err != nil {
+		return fmt.Errorf("%s: keeping the cut bytes: %w", msg, err)
+	}
+	s.opts.Logger.Error("cutting the CommitLog at a corrupt record", slog.String("what", msg))
+	s.checkpoint.flushedOffset.Store(end.validEnd)
+	return nil
+}
+
+// saveBroken copies the CommitLog bytes from offset on into
+// commitlog/<segment>.broken files (trailing zeros dropped).
+func (s *Store) saveBroken(offset int64) error {
+	if _, ok := s.backend.(mappedfile.Lister); ok {
+		return nil // in memory: nothing to keep on disk
+	}
+	for _, mf := range s.log.queue.Files() {
+		if mf.FromOffset()+mf.SizeBytes() <= offset {
+			continue
+		}
+		start := max(offset-mf.FromOffset(), 0)
+		buf := make([]byte, mf.ReadablePosition()-start)
+		n, _ := mf.ReadAt(buf, start)
+		buf = buf[:n]
+		for len(buf) > 0 && buf[len(buf)-1] == 0 {
+			buf = buf[:len(buf)-1]
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		if err := writeFileDurably(mf.Path()+".broken", buf); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -313,6 +535,7 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 	}
 	res := PutResult{Status: PutOK, PhysicalOffset: ar.physicalOffset, Size: ar.size, QueueOffset: ar.queueOffset, StoreTimestamp: ar.storeTimestamp}
 	s.committer.Wakeup()
+	s.dispatcher.Wakeup()
 	if s.group == nil {
 		s.flusher.Wakeup()
 		return res, nil
@@ -426,7 +649,8 @@ func (s *Store) Stats() Stats {
 		Commits: s.stats.commits.Load(), CommitLatency: s.stats.commitLatency.summary(),
 		MinOffset: s.MinOffset(), WroteOffset: s.log.queue.WroteOffset(),
 		CommittedOffset: s.log.committedOffset.Load(), FlushedOffset: s.log.flushedOffset.Load(),
-		Segments: s.log.queue.Len(),
+		Segments: s.log.queue.Len(), Gets: s.stats.gets.Load(), GotMessages: s.stats.gotMessages.Load(),
+		DispatchedOffset: s.logics.dispatchedOffset.Load(),
 	}
 	st.BytesBehindFlush = st.WroteOffset - st.FlushedOffset
 	return st
@@ -442,7 +666,9 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.closeMu.Unlock()
+	s.logics.wakeAll()
 
+	s.cleaner.shutdown()
 	s.committer.shutdown()
 	if s.group != nil {
 		s.group.shutdown()
@@ -456,9 +682,19 @@ func (s *Store) Close() error {
 		errs = append(errs, fmt.Errorf("final flush: %w", flushErr))
 	} else {
 		s.checkpoint.setPhysic(s.log.lastStoreTimestamp.Load())
-		if err := s.checkpoint.write(); err != nil {
-			errs = append(errs, err)
-		}
+	}
+	// Dispatch what the final commit made readable, then flush the logics
+	// (which writes the checkpoint).
+	s.dispatcher.shutdown()
+	if err := s.dispatcher.dispatchAvailable(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("final dispatch: %w", err))
+	}
+	s.logicsFlusher.shutdown()
+	if err := s.flushLogics(ctx, 0); err != nil {
+		errs = append(errs, fmt.Errorf("final consume queue flush: %w", err))
+	}
+	if err := s.logics.close(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.alloc != nil {
 		if err := s.alloc.Close(); err != nil {

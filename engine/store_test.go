@@ -34,6 +34,9 @@ var testBackends = []struct {
 		return Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true})}
 	}},
 	{"mmap", func(testing.TB) Options { return Options{Backend: "mmap"} }},
+	{"transient", func(testing.TB) Options { return Options{Backend: "transient"} }},
+	{"uring", func(testing.TB) Options { return Options{Backend: "uring"} }},
+	{"uring-direct", func(testing.TB) Options { return Options{Backend: "uring-direct"} }},
 }
 
 var flushModes = []FlushMode{FlushAsync, FlushSync}
@@ -69,6 +72,9 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 func openStore(t testing.TB, dir string, o Options) *Store {
 	t.Helper()
 	s, err := Open(context.Background(), dir, o)
+	if errors.Is(err, mappedfile.ErrUnsupported) {
+		t.Skipf("backend %s cannot run here: %v", o.Backend, err)
+	}
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -103,6 +109,8 @@ func TestRollsWriteBlanksByteByByte(t *testing.T) {
 			}
 			results = append(results, res)
 		}
+		last := results[len(results)-1]
+		waitFor(t, "the last record is readable", func() bool { return s.MaxOffset() >= last.PhysicalOffset+int64(last.Size) })
 		files := s.log.queue.Files()
 		if len(files) < 4 {
 			t.Fatalf("only %d segments", len(files))
@@ -132,8 +140,6 @@ func TestRollsWriteBlanksByteByByte(t *testing.T) {
 				t.Fatalf("blank at %d: % x, want % x", end, blank, want)
 			}
 		}
-		last := results[len(results)-1]
-		waitFor(t, "the last record is readable", func() bool { return s.MaxOffset() >= last.PhysicalOffset+int64(last.Size) })
 		for i, res := range results {
 			r, err := s.ReadMessage(ctx, res.PhysicalOffset)
 			if err != nil {
@@ -180,7 +186,9 @@ func TestGroupCommitAcksOnlyDurable(t *testing.T) {
 		t.Run(fmt.Sprintf("buffered=%v", buffered), func(t *testing.T) {
 			ctx := context.Background()
 			fs := mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: buffered})
-			s := openStore(t, t.TempDir(), Options{BackendImpl: fs, FlushMode: FlushSync, SegmentSizeBytes: 128 << 10, Logger: quietLogger})
+			// A flush that takes a while, as a disk's does, lets waiters queue up.
+			slow := mappedfile.NewFaulty(fs, mappedfile.NewFaults(mappedfile.Fault{Op: mappedfile.OpFlush, Latency: time.Millisecond, PathContains: "commitlog"}))
+			s := openStore(t, t.TempDir(), Options{BackendImpl: slow, FlushMode: FlushSync, SegmentSizeBytes: 128 << 10, Logger: quietLogger})
 			defer s.Close()
 			const producers, each = 16, 150
 			var wg sync.WaitGroup
@@ -218,7 +226,7 @@ func TestGroupCommitAcksOnlyDurable(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := s.Stats()
-			if st.Puts != producers*each || st.Flushes == 0 || st.Flushes >= producers*each {
+			if st.Puts != producers*each || st.Flushes == 0 || st.Flushes > producers*each/2 {
 				t.Fatalf("puts %d flushes %d: want group commit to batch", st.Puts, st.Flushes)
 			}
 			t.Logf("%d puts served by %d flushes", st.Puts, st.Flushes)

@@ -25,6 +25,9 @@ type command struct {
 var commands = map[string]command{
 	"produce": {"append generated messages to a store", runProduce},
 	"dump":    {"print CommitLog records as JSON lines", runDump},
+	"consume": {"read a queue through its ConsumeQueue as JSON lines", runConsume},
+	"query":   {"find messages by key or UNIQ_KEY through the index", runQuery},
+	"verify":  {"check every record, ConsumeQueue unit and index key", runVerify},
 }
 
 // errUsage marks a bad command line (exit 2); the flag set already printed usage.

@@ -161,20 +161,26 @@ func (t TornTail) String() string {
 // plus, past each open file's flushed position, what tail says, drawn from rng.
 func (fs *MemFS) Crash(tail TornTail, rng *rand.Rand) {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
+	var files []*memFile
 	for _, node := range fs.nodes {
-		f := node.open
-		if f == nil {
-			continue
+		if f := node.open; f != nil {
+			f.crashed.Store(true)
+			node.open = nil
+			files = append(files, f)
 		}
-		f.crashed.Store(true)
+	}
+	fs.mu.Unlock()
+	// A Flush holding f.mu finishes first (it happened before the power
+	// went); any later state change sees crashed under f.mu and stops.
+	for _, f := range files {
 		f.mu.Lock()
 		flushed, wrote := f.flushedPosition.Load(), f.wrotePosition.Load()
 		if wrote > flushed {
-			applyTorn(node.durable, f.data, flushed, wrote, tail, rng)
+			fs.mu.Lock()
+			applyTorn(f.node.durable, f.data, flushed, wrote, tail, rng)
+			fs.mu.Unlock()
 		}
 		f.mu.Unlock()
-		node.open = nil
 	}
 }
 
@@ -227,7 +233,7 @@ type memFile struct {
 	// dirtyFrom is the lowest overwritten position not yet flushed
 	// (-1: none). Guarded by mu.
 	dirtyFrom int64
-	refs              RefCount
+	refs      RefCount
 }
 
 func (f *memFile) Path() string         { return f.path }
@@ -312,6 +318,9 @@ func (f *memFile) Flush(ctx context.Context, leastPages int) (int64, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.crashed.Load() {
+		return f.flushedPosition.Load(), fmt.Errorf("%s: flush: %w", f.path, ErrClosed)
+	}
 	flushed, committed := f.flushedPosition.Load(), f.committedPosition.Load()
 	from := flushed
 	if f.dirtyFrom >= 0 {
@@ -334,6 +343,9 @@ func (f *memFile) WriteAt(p []byte, filePos int64) (int, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.crashed.Load() {
+		return 0, fmt.Errorf("%s: overwrite: %w", f.path, ErrClosed)
+	}
 	if filePos < 0 || filePos+int64(len(p)) > f.wrotePosition.Load() {
 		return 0, fmt.Errorf("%s: overwrite [%d,%d) past wrote %d: %w", f.path, filePos, filePos+int64(len(p)), f.wrotePosition.Load(), ErrOutOfRange)
 	}
@@ -400,6 +412,9 @@ func (f *memFile) Truncate(ctx context.Context, validEnd int64) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.crashed.Load() {
+		return fmt.Errorf("%s: truncate: %w", f.path, ErrClosed)
+	}
 	clear(f.data[validEnd:])
 	f.dirtyFrom = -1
 	f.fs.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/mqstore/mqstore/engine/mappedfile"
@@ -82,9 +83,16 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	}
 	q := &Queue{dir: cfg.Dir, backend: cfg.Backend, allocator: cfg.Allocator, segmentSizeBytes: cfg.SegmentSizeBytes}
 	if l, ok := cfg.Backend.(mappedfile.Lister); ok {
-		q.lister = l
-	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("segment queue: create %s: %w", cfg.Dir, err)
+		// A wrapper (Faulty) may forward to a backend whose files are in
+		// the OS file system: it answers ErrUnsupported.
+		if _, err := l.List(cfg.Dir); !errors.Is(err, mappedfile.ErrUnsupported) {
+			q.lister = l
+		}
+	}
+	if q.lister == nil {
+		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("segment queue: create %s: %w", cfg.Dir, err)
+		}
 	}
 	names, err := q.list()
 	if err != nil {
@@ -131,6 +139,9 @@ func (q *Queue) list() ([]string, error) {
 		for _, e := range entries {
 			if e.IsDir() {
 				continue
+			}
+			if strings.HasSuffix(e.Name(), ".broken") {
+				continue // cut bytes kept by recovery
 			}
 			if segfile.IsSegmentTemp(e.Name()) {
 				if err := os.Remove(filepath.Join(q.dir, e.Name())); err != nil {

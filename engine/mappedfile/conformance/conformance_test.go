@@ -73,7 +73,7 @@ func TestSuiteCatchesBrokenFile(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the suite passed a file that reads past the readable position:\n%s", out)
 	}
-	for _, check := range []string{"--- FAIL: TestBrokenHelper/ReadsStopAtReadable", "--- FAIL: TestBrokenHelper/CommitFlushLeastPages"} {
+	for _, check := range []string{"--- FAIL: TestBrokenHelper/ReadsStopAtReadable"} {
 		if !strings.Contains(string(out), check) {
 			t.Errorf("expected %q in the output:\n%s", check, out)
 		}

@@ -1,0 +1,323 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/consumequeue"
+	"github.com/mqstore/mqstore/engine/indexfile"
+	"github.com/mqstore/mqstore/engine/record"
+)
+
+const (
+	consumeQueueDirName = "consumequeue"
+	indexDirName        = "index"
+)
+
+// logics holds what is derived from the CommitLog: the ConsumeQueues, the
+// IndexFiles, and how far dispatch has got.
+type logics struct {
+	cqConfig consumequeue.Config
+	// minPhysical is the CommitLog's first offset: a ConsumeQueue opened
+	// later starts its MinOffset at the first unit still in the CommitLog.
+	minPhysical func() int64
+	index       *indexfile.Index
+
+	mu  sync.RWMutex
+	cqs map[queueKey]*consumequeue.Queue
+
+	// dispatchedOffset is the CommitLog offset up to which every record has
+	// been written to its ConsumeQueue and the index.
+	dispatchedOffset atomic.Int64
+	// lastDispatchedTimestamp is the STORETIMESTAMP of the newest dispatched record.
+	lastDispatchedTimestamp atomic.Int64
+	dispatchErr             atomic.Pointer[error]
+
+	pollMu  sync.Mutex
+	pollers map[queueKey]chan struct{} // closed when the queue gets a message
+}
+
+func openLogics(ctx context.Context, s *Store) (*logics, error) {
+	l := &logics{
+		cqConfig:    consumequeue.Config{Dir: filepath.Join(s.dir, consumeQueueDirName), Backend: s.aux, FileSizeBytes: s.opts.ConsumeQueueFileSizeBytes},
+		cqs:         make(map[queueKey]*consumequeue.Queue),
+		pollers:     make(map[queueKey]chan struct{}),
+		minPhysical: s.MinOffset,
+	}
+	idx, err := indexfile.Open(ctx, indexfile.Config{Dir: filepath.Join(s.dir, indexDirName), Backend: s.aux,
+		SlotCount: s.opts.IndexSlotCount, MaxEntries: s.opts.IndexMaxEntries})
+	if err != nil {
+		return nil, fmt.Errorf("index: %w", err)
+	}
+	l.index = idx
+	return l, nil
+}
+
+// queue returns the ConsumeQueue of key, opening (and with create, making)
+// it on first use; nil when it does not exist and create is false.
+func (l *logics) queue(ctx context.Context, key queueKey, create bool) (*consumequeue.Queue, error) {
+	l.mu.RLock()
+	q := l.cqs[key]
+	l.mu.RUnlock()
+	if q != nil || !create {
+		return q, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q = l.cqs[key]; q != nil {
+		return q, nil
+	}
+	q, err := consumequeue.Open(ctx, l.cqConfig, key.topic, key.queueID)
+	if err != nil {
+		return nil, fmt.Errorf("consume queue %s/%d: %w", key.topic, key.queueID, err)
+	}
+	if _, err := q.DeleteBefore(ctx, l.minPhysical()); err != nil {
+		q.Close()
+		return nil, fmt.Errorf("consume queue %s/%d: %w", key.topic, key.queueID, err)
+	}
+	l.cqs[key] = q
+	return q, nil
+}
+
+func (l *logics) queues() []*consumequeue.Queue {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]*consumequeue.Queue, 0, len(l.cqs))
+	for _, q := range l.cqs {
+		out = append(out, q)
+	}
+	return out
+}
+
+// pollChannel returns the channel closed when key next gets a message.
+func (l *logics) pollChannel(key queueKey) chan struct{} {
+	l.pollMu.Lock()
+	defer l.pollMu.Unlock()
+	ch := l.pollers[key]
+	if ch == nil {
+		ch = make(chan struct{})
+		l.pollers[key] = ch
+	}
+	return ch
+}
+
+// notify wakes the long polls waiting on the given queues.
+func (l *logics) notify(keys map[queueKey]struct{}) {
+	l.pollMu.Lock()
+	defer l.pollMu.Unlock()
+	if len(l.pollers) == 0 {
+		return
+	}
+	for k := range keys {
+		if ch := l.pollers[k]; ch != nil {
+			close(ch)
+			delete(l.pollers, k)
+		}
+	}
+}
+
+// wakeAll wakes every long poll (the store is closing).
+func (l *logics) wakeAll() {
+	l.pollMu.Lock()
+	defer l.pollMu.Unlock()
+	for k, ch := range l.pollers {
+		close(ch)
+		delete(l.pollers, k)
+	}
+}
+
+func (l *logics) close() error {
+	var errs []error
+	for _, q := range l.queues() {
+		if err := q.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := l.index.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// dispatcher is the reput service: one goroutine that follows the
+// CommitLog's readable end and writes ConsumeQueue units and index entries.
+// Put and the commit service wake it; it never polls.
+type dispatcher struct {
+	service
+	store   *Store
+	buf     []byte
+	touched map[queueKey]struct{}
+}
+
+func newDispatcher(s *Store) *dispatcher {
+	return &dispatcher{service: newService(), store: s,
+		buf: make([]byte, max(s.log.maxRecordBytes+record.BlankSize, 1<<20)), touched: make(map[queueKey]struct{})}
+}
+
+func (d *dispatcher) run() {
+	defer close(d.done)
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-d.wake:
+		}
+		if err := d.dispatchAvailable(context.Background()); err != nil {
+			d.store.dispatchFailed(err)
+		}
+	}
+}
+
+// dispatchAvailable dispatches every readable record not yet dispatched.
+func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
+	s := d.store
+	l := s.logics
+	if l.dispatchErr.Load() != nil {
+		return nil
+	}
+	from := l.dispatchedOffset.Load()
+	if from >= s.log.queue.ReadableOffset() {
+		return nil
+	}
+	end, err := s.log.scanWith(ctx, from, d.buf, false, func(offset int64, _ []byte, r *record.Record) error {
+		if r == nil {
+			return nil
+		}
+		return s.dispatchRecord(ctx, offset, r, d.touched)
+	})
+	if end.validEnd > from {
+		l.dispatchedOffset.Store(end.validEnd)
+		l.notify(d.touched)
+		clear(d.touched)
+	}
+	if err != nil {
+		return err
+	}
+	if end.corrupt != nil && end.validEnd < s.log.queue.ReadableOffset() {
+		return fmt.Errorf("dispatch stopped at offset %d: %w", end.validEnd, end.corrupt)
+	}
+	return nil
+}
+
+// dispatchRecord writes one record's ConsumeQueue unit and index entries.
+// Both are idempotent, so recovery may dispatch a record twice.
+func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Record, touched map[queueKey]struct{}) error {
+	l := s.logics
+	if takesQueueOffset(r.SysFlag) {
+		key := queueKey{topic: r.Topic, queueID: r.QueueID}
+		q, err := l.queue(ctx, key, true)
+		if err != nil {
+			return err
+		}
+		tags, _ := r.Tags()
+		if err := q.Append(ctx, r.QueueOffset, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(tags)}); err != nil {
+			return fmt.Errorf("dispatch record at %d to %s/%d: %w", offset, r.Topic, r.QueueID, err)
+		}
+		if touched != nil {
+			touched[key] = struct{}{}
+		}
+	}
+	if offset >= l.index.MaxPhysicalOffset() {
+		if err := s.indexRecord(ctx, offset, r); err != nil {
+			return err
+		}
+	}
+	l.lastDispatchedTimestamp.Store(r.StoreTimestamp)
+	return nil
+}
+
+func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record) error {
+	idx := s.logics.index
+	if keys, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
+		for _, k := range strings.Split(string(keys), " ") {
+			if k == "" {
+				continue
+			}
+			if err := idx.Put(ctx, r.Topic+"#"+k, offset, r.StoreTimestamp); err != nil {
+				return fmt.Errorf("index key %q of the record at %d: %w", k, offset, err)
+			}
+		}
+	}
+	if u, ok := r.UniqKey(); ok && u != "" {
+		if err := idx.Put(ctx, r.Topic+"#"+u, offset, r.StoreTimestamp); err != nil {
+			return fmt.Errorf("index UNIQ_KEY of the record at %d: %w", offset, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) dispatchFailed(err error) {
+	if s.logics.dispatchErr.CompareAndSwap(nil, &err) {
+		s.opts.Logger.Error("dispatch stopped; consumers will not see new messages", slog.Any("err", err))
+	}
+}
+
+// logicsFlusher is RocketMQ's FlushConsumeQueueService: every interval it
+// flushes ConsumeQueues with at least 2 pages pending, and everything (index
+// and checkpoint included) every thorough interval.
+type logicsFlusher struct {
+	service
+	store *Store
+}
+
+func (f *logicsFlusher) run() {
+	defer close(f.done)
+	s := f.store
+	ticker := time.NewTicker(s.opts.ConsumeQueueFlushInterval)
+	defer ticker.Stop()
+	lastThorough := s.opts.now()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-ticker.C:
+		}
+		least := consumeQueueFlushLeastPages
+		if now := s.opts.now(); now.Sub(lastThorough) >= s.opts.ConsumeQueueFlushThoroughInterval {
+			least = 0
+			lastThorough = now
+		}
+		if err := s.flushLogics(context.Background(), least); err != nil {
+			s.opts.Logger.Error("flush consume queues", slog.Any("err", err))
+		}
+	}
+}
+
+const consumeQueueFlushLeastPages = 2
+
+// flushLogics flushes the ConsumeQueues (and, fully, the index and the
+// checkpoint). The timestamps are read before flushing: every record they
+// cover was dispatched before the flush began.
+func (s *Store) flushLogics(ctx context.Context, leastPages int) error {
+	l := s.logics
+	ts := l.lastDispatchedTimestamp.Load()
+	var errs []error
+	for _, q := range l.queues() {
+		if err := q.Flush(ctx, leastPages); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Only a full flush (every queue, whatever is pending) makes every
+	// unit up to ts durable.
+	if len(errs) == 0 && leastPages == 0 {
+		s.checkpoint.setLogics(ts)
+	}
+	if leastPages == 0 {
+		if err := l.index.Flush(ctx); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.checkpoint.setIndex(ts)
+		}
+		if err := s.checkpoint.write(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

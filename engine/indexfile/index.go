@@ -1,0 +1,609 @@
+package indexfile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/engine/record"
+)
+
+// Config says where the index files live and how big they are.
+type Config struct {
+	// Dir is the index/ directory.
+	Dir     string
+	Backend mappedfile.Backend
+	// SlotCount and MaxEntries size every file; 0 means the defaults.
+	// A file holds MaxEntries − 1 entries (entry 0 is "none").
+	SlotCount  int
+	MaxEntries int
+	// Now gives the creation time that names a new file; nil means time.Now.
+	Now func() time.Time
+}
+
+// FileInfo describes one index file.
+type FileInfo struct {
+	Name string
+	Path string
+	Header
+}
+
+// file is one open index file. Its header lives in memory, guarded by
+// Index.mu, and is written into the file by Flush, Close and recovery.
+type file struct {
+	name string
+	mf   mappedfile.MappedFile
+	ow   mappedfile.Overwriter // nil when the backend cannot overwrite
+
+	header Header
+	// generation counts changes; flushedGeneration is the last one a Flush
+	// made durable. Both guarded by Index.mu.
+	generation        uint64
+	flushedGeneration uint64
+	// ready: the write position sits at the next entry and no slot points
+	// at or past IndexCount (a new file, or the newest after recovery).
+	ready   bool
+	removed bool
+}
+
+// Index manages the index files of a store, oldest first.
+//
+// Put, Flush's header writes, TruncateByPhysical, DeleteBefore and Close hold
+// the write lock; Query and the getters the read lock, so a reader never sees
+// a slot being overwritten. Flush makes files durable outside the lock.
+type Index struct {
+	dir        string
+	backend    mappedfile.Backend
+	lister     mappedfile.Lister // nil: the OS file system
+	slotCount  int64
+	maxEntries int32
+	sizeBytes  int64
+	now        func() time.Time
+
+	mu     sync.RWMutex
+	files  []*file
+	closed bool
+	// writeErr is sticky: after a failed write the state of the newest file
+	// is unknown, so every later Put returns it.
+	writeErr error
+	// Reusable buffers of Put, guarded by mu (write lock).
+	entry     entryEncoder
+	slot      [SlotSize]byte
+	headerBuf [HeaderSize]byte
+}
+
+// nameLength is the length of a file name: yyyyMMddHHmmssSSS.
+const nameLength = 17
+
+// Open loads the index files in cfg.Dir (creating the directory when
+// missing). Every file must be named by 17 digits and have the size the
+// configuration gives, and a header with 1 ≤ IndexCount ≤ MaxEntries and
+// 0 ≤ HashSlotCount ≤ IndexCount; otherwise Open fails with an error
+// wrapping ErrCorrupt (or the backend's ErrSizeMismatch) that names the file.
+// A header of zeros (created, never flushed) starts the file again.
+//
+// Files roll only when full, so every file but the newest is full. After a
+// crash the first file that is not (its header lagged its entries) becomes
+// the newest and the files after it are deleted: the engine re-dispatches
+// from MaxPhysicalOffset. The newest file, unless full, is then made ready
+// for appends: slots that point at or past IndexCount (written back before
+// the header was) are walked back along their chain, and the entry area
+// after the last entry is truncated (zeroed).
+func Open(ctx context.Context, cfg Config) (*Index, error) {
+	x, err := newIndex(cfg)
+	if err != nil {
+		return nil, err
+	}
+	names, err := x.list()
+	if err != nil {
+		return nil, err
+	}
+	for i, name := range names {
+		f, err := x.load(ctx, name)
+		if err != nil {
+			x.closeFiles()
+			return nil, err
+		}
+		if f.header.IndexCount < x.maxEntries && i < len(names)-1 {
+			if err := x.removeNames(names[i+1:]); err != nil {
+				x.closeFiles()
+				return nil, err
+			}
+			slog.Warn("indexfile: a file before the newest is not full; deleted the files after it",
+				"file", f.mf.Path(), "indexCount", f.header.IndexCount, "deleted", names[i+1:])
+			break
+		}
+	}
+	if n := len(x.files); n > 0 {
+		if err := x.settleLocked(ctx, x.files[n-1]); err != nil {
+			x.closeFiles()
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// removeNames removes files that were never opened.
+func (x *Index) removeNames(names []string) error {
+	for _, name := range names {
+		path := filepath.Join(x.dir, name)
+		var err error
+		if x.lister != nil {
+			err = x.lister.Remove(path)
+		} else {
+			err = os.Remove(path)
+		}
+		if err != nil {
+			return fmt.Errorf("indexfile: remove %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+func newIndex(cfg Config) (*Index, error) {
+	slots, maxEntries := cfg.SlotCount, cfg.MaxEntries
+	if slots == 0 {
+		slots = DefaultSlotCount
+	}
+	if maxEntries == 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	if slots < 1 || maxEntries < 2 || maxEntries > math.MaxInt32 || slots > math.MaxInt32/SlotSize {
+		return nil, fmt.Errorf("indexfile: %d slots, %d entries: %w", slots, maxEntries, mappedfile.ErrInvalidArgument)
+	}
+	if cfg.Backend == nil {
+		return nil, fmt.Errorf("indexfile: no backend: %w", mappedfile.ErrInvalidArgument)
+	}
+	x := &Index{dir: cfg.Dir, backend: cfg.Backend, slotCount: int64(slots), maxEntries: int32(maxEntries),
+		sizeBytes: HeaderSize + int64(slots)*SlotSize + int64(maxEntries)*EntrySize, now: cfg.Now}
+	if x.now == nil {
+		x.now = time.Now
+	}
+	if l, ok := cfg.Backend.(mappedfile.Lister); ok {
+		x.lister = l
+	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("indexfile: create %s: %w", cfg.Dir, err)
+	}
+	return x, nil
+}
+
+// SizeBytes returns the size of every index file.
+func (x *Index) SizeBytes() int64 { return x.sizeBytes }
+
+// Dir returns the index directory.
+func (x *Index) Dir() string { return x.dir }
+
+func (x *Index) slotPosition(slot int64) int64 { return HeaderSize + slot*SlotSize }
+
+func (x *Index) entryPosition(n int32) int64 {
+	return HeaderSize + x.slotCount*SlotSize + int64(n)*EntrySize
+}
+
+// list returns the file names in the directory, sorted (= by creation time).
+func (x *Index) list() ([]string, error) {
+	var names []string
+	if x.lister != nil {
+		all, err := x.lister.List(x.dir)
+		if err != nil {
+			return nil, fmt.Errorf("indexfile: list %s: %w", x.dir, err)
+		}
+		names = all
+	} else {
+		entries, err := os.ReadDir(x.dir)
+		if err != nil {
+			return nil, fmt.Errorf("indexfile: list %s: %w", x.dir, err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				continue
+			}
+			if filepath.Ext(e.Name()) == ".tmp" { // a creation cut short
+				if err := os.Remove(filepath.Join(x.dir, e.Name())); err != nil {
+					return nil, fmt.Errorf("indexfile: remove leftover %s: %w", e.Name(), err)
+				}
+				continue
+			}
+			names = append(names, e.Name())
+		}
+	}
+	for _, name := range names {
+		if !isFileName(name) {
+			return nil, fmt.Errorf("indexfile: %s: name is not yyyyMMddHHmmssSSS: %w", filepath.Join(x.dir, name), ErrCorrupt)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func isFileName(name string) bool {
+	if len(name) != nameLength {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < '0' || name[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// load opens one existing file and checks its header.
+func (x *Index) load(ctx context.Context, name string) (*file, error) {
+	path := filepath.Join(x.dir, name)
+	mf, err := x.backend.Open(ctx, mappedfile.Spec{Path: path, SizeBytes: x.sizeBytes})
+	if err != nil {
+		return nil, fmt.Errorf("indexfile: load %s: %w", path, err)
+	}
+	f := &file{name: name, mf: mf}
+	f.ow, _ = mf.(mappedfile.Overwriter)
+	x.files = append(x.files, f)
+	if _, err := mf.ReadAt(x.headerBuf[:], 0); err != nil {
+		return nil, fmt.Errorf("indexfile: load %s: read header: %w", path, err)
+	}
+	h := DecodeHeader(x.headerBuf[:])
+	if h == (Header{}) || h.IndexCount == 0 {
+		// Created, never flushed (the header a file starts with may be
+		// torn by a crash; a flushed header has indexCount ≥ 1): start it
+		// again after the previous file.
+		h.IndexCount = 1
+		if n := len(x.files); n > 1 {
+			h = freshHeader(x.files[n-2].header)
+		}
+		f.generation++
+	}
+	if h.IndexCount < 1 || h.IndexCount > x.maxEntries || h.HashSlotCount < 0 || h.HashSlotCount > h.IndexCount {
+		return nil, fmt.Errorf("indexfile: load %s: header has indexCount %d, hashSlotCount %d (max entries %d): %w",
+			path, h.IndexCount, h.HashSlotCount, x.maxEntries, ErrCorrupt)
+	}
+	f.header = h
+	return f, nil
+}
+
+// freshHeader is the header of a new file after one whose header is prev:
+// it starts where prev ended (RocketMQ passes the last end offset and time).
+func freshHeader(prev Header) Header {
+	h := Header{IndexCount: 1}
+	if prev.EndPhyOffset > 0 {
+		h.BeginPhyOffset, h.EndPhyOffset = prev.EndPhyOffset, prev.EndPhyOffset
+	}
+	if prev.EndTimestamp > 0 {
+		h.BeginTimestamp, h.EndTimestamp = prev.EndTimestamp, prev.EndTimestamp
+	}
+	return h
+}
+
+func (x *Index) overwriter(f *file) (mappedfile.Overwriter, error) {
+	if f.ow == nil {
+		return nil, fmt.Errorf("indexfile: %s: backend %s cannot overwrite slots and header: %w",
+			f.mf.Path(), x.backend.Name(), mappedfile.ErrUnsupported)
+	}
+	return f.ow, nil
+}
+
+// Put indexes key (the caller passes "topic#key") for the record at
+// physicalOffset stored at storeTimestamp (ms). It starts a new file when
+// the newest holds MaxEntries − 1 entries.
+//
+// As RocketMQ's IndexService.buildIndex, Put ignores a record older than
+// the last one indexed (physicalOffset < MaxPhysicalOffset()): a re-dispatch
+// after recovery. Records must be put in CommitLog order.
+//
+// After a failed write Put returns that error forever (sticky).
+func (x *Index) Put(ctx context.Context, key string, physicalOffset int64, storeTimestamp int64) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return fmt.Errorf("indexfile %s: put: %w", x.dir, mappedfile.ErrClosed)
+	}
+	if x.writeErr != nil {
+		return x.writeErr
+	}
+	if n := len(x.files); n > 0 && physicalOffset < x.files[n-1].header.EndPhyOffset {
+		return nil
+	}
+	f, err := x.writableLocked(ctx)
+	if err != nil {
+		return err
+	}
+	if err := x.putLocked(ctx, f, key, physicalOffset, storeTimestamp); err != nil {
+		x.writeErr = err
+		return err
+	}
+	return nil
+}
+
+// writableLocked returns the newest file when it has room, else a new one.
+func (x *Index) writableLocked(ctx context.Context) (*file, error) {
+	if n := len(x.files); n > 0 && x.files[n-1].header.IndexCount < x.maxEntries {
+		return x.files[n-1], nil
+	}
+	return x.createLocked(ctx)
+}
+
+func (x *Index) putLocked(ctx context.Context, f *file, key string, physicalOffset, storeTimestamp int64) error {
+	ow, err := x.overwriter(f)
+	if err != nil {
+		return err
+	}
+	h := &f.header
+	keyHash := record.IndexKeyHash(key)
+	slotPosition := x.slotPosition(int64(keyHash) % x.slotCount)
+	if _, err := f.mf.ReadAt(x.slot[:], slotPosition); err != nil {
+		return fmt.Errorf("indexfile: %s: read slot: %w", f.mf.Path(), err)
+	}
+	previous := int32(be32(x.slot[:]))
+	if previous <= 0 || previous >= h.IndexCount {
+		previous = 0
+	}
+	if h.IndexCount <= 1 {
+		// The first entry fixes the file's begin; its timeDiff is 0.
+		h.BeginPhyOffset, h.BeginTimestamp = physicalOffset, storeTimestamp
+	}
+	EncodeEntry(x.entry.entry[:], Entry{KeyHash: keyHash, PhyOffset: physicalOffset,
+		TimeDiff: timeDiff(storeTimestamp, h.BeginTimestamp), PrevIndex: previous})
+	want := x.entryPosition(h.IndexCount)
+	at, err := f.mf.Append(EntrySize, &x.entry)
+	if err != nil {
+		return fmt.Errorf("indexfile: %s: append entry %d: %w", f.mf.Path(), h.IndexCount, err)
+	}
+	if at != want {
+		return fmt.Errorf("indexfile: %s: entry %d appended at %d, want %d: %w", f.mf.Path(), h.IndexCount, at, want, ErrCorrupt)
+	}
+	if f.mf.ReadablePosition() < f.mf.WrotePosition() {
+		if _, err := f.mf.Commit(ctx, 0); err != nil {
+			return fmt.Errorf("indexfile: %s: commit: %w", f.mf.Path(), err)
+		}
+	}
+	putBE32(x.slot[:], uint32(h.IndexCount))
+	if _, err := ow.WriteAt(x.slot[:], slotPosition); err != nil {
+		return fmt.Errorf("indexfile: %s: write slot: %w", f.mf.Path(), err)
+	}
+	h.HashSlotCount++
+	h.IndexCount++
+	h.EndPhyOffset, h.EndTimestamp = physicalOffset, storeTimestamp
+	f.generation++
+	return nil
+}
+
+// timeDiff is RocketMQ's: whole seconds since begin, 0 when begin ≤ 0,
+// clamped to [0, MaxInt32].
+func timeDiff(storeTimestamp, beginTimestamp int64) int32 {
+	if beginTimestamp <= 0 {
+		return 0
+	}
+	diff := (storeTimestamp - beginTimestamp) / 1000
+	switch {
+	case diff < 0:
+		return 0
+	case diff > math.MaxInt32:
+		return math.MaxInt32
+	}
+	return int32(diff)
+}
+
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func putBE32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+}
+
+// createLocked creates a new newest file: header, zeroed slots and entry 0
+// appended, so the write position is at entry 1.
+//
+// Before that it flushes the previous file (now full) and after it the new
+// file's header: so after a crash every file but the newest is durably full
+// and the newest has a valid header, which says where indexing must resume.
+// This stalls Put once per MaxEntries − 1 entries (RocketMQ flushes the
+// previous file in a background thread instead).
+func (x *Index) createLocked(ctx context.Context) (*file, error) {
+	var h Header
+	if n := len(x.files); n > 0 {
+		prev := x.files[n-1]
+		if err := x.flushFileLocked(ctx, prev); err != nil {
+			x.writeErr = err
+			return nil, err
+		}
+		h = freshHeader(prev.header)
+	} else {
+		h.IndexCount = 1
+	}
+	name := x.nextName()
+	path := filepath.Join(x.dir, name)
+	mf, err := x.backend.Open(ctx, mappedfile.Spec{Path: path, SizeBytes: x.sizeBytes})
+	if err != nil {
+		return nil, fmt.Errorf("indexfile: create %s: %w", path, err)
+	}
+	f := &file{name: name, mf: mf, header: h, generation: 1, ready: true}
+	f.ow, _ = mf.(mappedfile.Overwriter)
+	if err := x.layOut(ctx, f); err != nil {
+		if derr := mf.Delete(); derr != nil {
+			x.writeErr = fmt.Errorf("indexfile: create %s: %w (and delete: %v)", path, err, derr)
+			return nil, x.writeErr
+		}
+		return nil, fmt.Errorf("indexfile: create %s: %w", path, err)
+	}
+	x.files = append(x.files, f)
+	if err := x.flushFileLocked(ctx, f); err != nil {
+		x.writeErr = err
+		return nil, err
+	}
+	return f, nil
+}
+
+// flushFileLocked writes f's header and makes the file durable.
+func (x *Index) flushFileLocked(ctx context.Context, f *file) error {
+	if f.generation == f.flushedGeneration {
+		return nil
+	}
+	if err := x.writeHeaderLocked(f); err != nil {
+		return err
+	}
+	if _, err := f.mf.Flush(ctx, 0); err != nil {
+		return fmt.Errorf("indexfile: %s: flush: %w", f.mf.Path(), err)
+	}
+	f.flushedGeneration = f.generation
+	return nil
+}
+
+// layOutChunk is how much of the slot area one Append reserves.
+const layOutChunk = 1 << 20
+
+func (x *Index) layOut(ctx context.Context, f *file) error {
+	if _, err := x.overwriter(f); err != nil {
+		return err
+	}
+	EncodeHeader(x.headerBuf[:], f.header)
+	if _, err := f.mf.Append(HeaderSize, mappedfile.Bytes(x.headerBuf[:])); err != nil {
+		return err
+	}
+	for left := x.slotCount*SlotSize + EntrySize; left > 0; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(left, layOutChunk)
+		if _, err := f.mf.Append(int(n), zeroEncoder{}); err != nil {
+			return err
+		}
+		left -= n
+	}
+	if _, err := f.mf.Commit(ctx, 0); err != nil {
+		return err
+	}
+	return nil
+}
+
+// nextName names a new file by the current local time in milliseconds,
+// always after the newest file's name (bumped by 1 ms when equal or older).
+func (x *Index) nextName() string {
+	name := formatName(x.now())
+	n := len(x.files)
+	if n == 0 || name > x.files[n-1].name {
+		return name
+	}
+	last := x.files[n-1].name
+	if t, err := parseName(last); err == nil {
+		if bumped := formatName(t.Add(time.Millisecond)); bumped > last {
+			return bumped
+		}
+	}
+	v, _ := strconv.ParseInt(last, 10, 64) // 17 digits: checked at load
+	return fmt.Sprintf("%017d", v+1)
+}
+
+func formatName(t time.Time) string {
+	t = t.In(time.Local)
+	return fmt.Sprintf("%s%03d", t.Format("20060102150405"), t.Nanosecond()/int(time.Millisecond))
+}
+
+func parseName(name string) (time.Time, error) {
+	if !isFileName(name) {
+		return time.Time{}, fmt.Errorf("indexfile: name %q: %w", name, ErrCorrupt)
+	}
+	t, err := time.ParseInLocation("20060102150405", name[:14], time.Local)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("indexfile: name %q: %v: %w", name, err, ErrCorrupt)
+	}
+	ms, _ := strconv.Atoi(name[14:])
+	return t.Add(time.Duration(ms) * time.Millisecond), nil
+}
+
+// MaxPhysicalOffset is the EndPhyOffset of the newest file: how far
+// indexing has got (0 with no file).
+func (x *Index) MaxPhysicalOffset() int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if n := len(x.files); n > 0 {
+		return x.files[n-1].header.EndPhyOffset
+	}
+	return 0
+}
+
+// Covers reports whether the record at physicalOffset has been indexed:
+// some entry exists and the newest is at or after physicalOffset. (The
+// keys of that newest record may be only partly indexed after a crash;
+// re-putting them duplicates entries, which queries tolerate.)
+func (x *Index) Covers(physicalOffset int64) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n := len(x.files)
+	if n == 0 || (n == 1 && x.files[0].header.IndexCount <= 1) {
+		return false
+	}
+	return x.files[n-1].header.EndPhyOffset >= physicalOffset
+}
+
+// LastTimestamp is the EndTimestamp of the newest file (0 with no file).
+func (x *Index) LastTimestamp() int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if n := len(x.files); n > 0 {
+		return x.files[n-1].header.EndTimestamp
+	}
+	return 0
+}
+
+// Files describes the files, oldest first, with their current headers.
+func (x *Index) Files() []FileInfo {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]FileInfo, len(x.files))
+	for i, f := range x.files {
+		out[i] = FileInfo{Name: f.name, Path: f.mf.Path(), Header: f.header}
+	}
+	return out
+}
+
+// Close writes the headers into the files and closes them; it does not
+// flush (call Flush first for a clean shutdown).
+func (x *Index) Close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return fmt.Errorf("indexfile %s: close: %w", x.dir, mappedfile.ErrClosed)
+	}
+	var errs []error
+	for _, f := range x.files {
+		if f.generation != f.flushedGeneration && f.ow != nil && f.mf.Err() == nil {
+			if err := x.writeHeaderLocked(f); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	errs = append(errs, x.closeFiles())
+	return errors.Join(errs...)
+}
+
+func (x *Index) closeFiles() error {
+	x.closed = true
+	var errs []error
+	for _, f := range x.files {
+		if err := f.mf.Close(); err != nil && !errors.Is(err, mappedfile.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	x.files = nil
+	return errors.Join(errs...)
+}
+
+func (x *Index) writeHeaderLocked(f *file) error {
+	ow, err := x.overwriter(f)
+	if err != nil {
+		return err
+	}
+	EncodeHeader(x.headerBuf[:], f.header)
+	if _, err := ow.WriteAt(x.headerBuf[:], 0); err != nil {
+		return fmt.Errorf("indexfile: %s: write header: %w", f.mf.Path(), err)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package indexfile
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mmapio"
+)
+
+// mmapBackend returns the mmap backend and whether its files can
+// overwrite (the IndexFile needs mappedfile.Overwriter).
+func mmapBackend(t testing.TB, dir string) (mappedfile.Backend, bool) {
+	t.Helper()
+	backend := mmapio.New(mmapio.Options{})
+	mf, err := backend.Open(context.Background(), mappedfile.Spec{Path: filepath.Join(dir, "probe"), SizeBytes: 4096})
+	if err != nil {
+		t.Fatalf("mmap backend: %v", err)
+	}
+	_, ok := mf.(mappedfile.Overwriter)
+	if err := mf.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	return backend, ok
+}
+
+// TestOnDiskMmap builds an index through the mmap backend and checks that
+// the files on disk are byte for byte those the MemFS builds, then reopens,
+// truncates and continues.
+func TestOnDiskMmap(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	backend, ok := mmapBackend(t, dir)
+	if !ok {
+		t.Skip("the mmap backend's files do not implement mappedfile.Overwriter yet")
+	}
+	cfg := Config{Dir: dir, Backend: backend, SlotCount: 97, MaxEntries: 300, Now: fixedNow}
+	x, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := testKeys(30)
+	calls := makeCalls(700, keys)
+	putAll(t, x, calls[:650])
+	if err := x.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ref := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	y := openIndex(t, ref, 97, 300)
+	defer y.Close()
+	putAll(t, y, calls[:650])
+	if err := y.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range y.Files() {
+		got, err := os.ReadFile(filepath.Join(dir, f.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := ref.Durable(f.Path)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s on disk differs from the MemFS build", f.Name)
+		}
+	}
+	x, err = Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	checkQueries(t, x, calls[:650], keys)
+	if err := x.TruncateByPhysical(ctx, calls[620].physical); err != nil {
+		t.Fatal(err)
+	}
+	checkQueries(t, x, calls[:620], keys)
+	putAll(t, x, calls[620:])
+	checkQueries(t, x, calls, keys)
+}

@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/engine/record"
+	"golang.org/x/sys/unix"
+)
+
+// Retention defaults (RocketMQ's fileReservedTime, deleteWhen, diskMaxUsedSpaceRatio).
+const (
+	DefaultFileReservedTime = 72 * time.Hour
+	DefaultDeleteWhen       = "04"
+	DefaultDiskMaxUsedRatio = 75
+	DefaultCleanInterval    = 10 * time.Second
+)
+
+// parseDeleteWhen parses RocketMQ's deleteWhen: hours separated by ';'
+// ("04", "04;16"), or "*" for any hour.
+func parseDeleteWhen(s string) (map[int]bool, error) {
+	hours := map[int]bool{}
+	for _, part := range strings.Split(s, ";") {
+		part = strings.TrimSpace(part)
+		if part == "*" {
+			for h := 0; h < 24; h++ {
+				hours[h] = true
+			}
+			continue
+		}
+		h, err := strconv.Atoi(part)
+		if err != nil || h < 0 || h > 23 {
+			return nil, fmt.Errorf("DeleteWhen %q: %q is not an hour 0-23: %w", s, part, ErrInvalidOption)
+		}
+		hours[h] = true
+	}
+	return hours, nil
+}
+
+// cleaner is the retention service (RocketMQ's CleanCommitLogService and
+// CleanConsumeQueueService): every CleanInterval it deletes CommitLog
+// segments older than FileReservedTime at the DeleteWhen hours, or at once
+// (oldest first, never the active segment) while the disk is fuller than
+// DiskMaxUsedRatio; ConsumeQueue and index files whose messages are gone
+// follow.
+type cleaner struct {
+	service
+	store *Store
+}
+
+func (c *cleaner) run() {
+	defer close(c.done)
+	ticker := time.NewTicker(c.store.opts.CleanInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-ticker.C:
+		case <-c.wake:
+		}
+		if _, err := c.store.CleanExpired(context.Background()); err != nil {
+			c.store.opts.Logger.Error("retention", slog.Any("err", err))
+		}
+	}
+}
+
+// diskUsedPercent returns how full the store's file system is.
+func diskUsedPercent(dir string) (float64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if st.Blocks == 0 {
+		return 0, nil
+	}
+	return 100 * (1 - float64(st.Bavail)/float64(st.Blocks)), nil
+}
+
+// CleanExpired runs one retention pass now and returns the number of
+// CommitLog segments deleted. A segment being read is deleted from the
+// directory at once, but its memory stays until the reader releases it.
+func (s *Store) CleanExpired(ctx context.Context) (int, error) {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	now := s.opts.now()
+	timeUp := s.deleteHours[now.Hour()]
+	used, err := diskUsedPercent(s.dir)
+	if err != nil {
+		return 0, err
+	}
+	spaceFull := used > float64(s.opts.DiskMaxUsedRatio)
+	if !timeUp && !spaceFull {
+		return 0, nil
+	}
+	deleted := 0
+	for {
+		files := s.log.queue.Files()
+		if len(files) < 2 {
+			break // never the active segment
+		}
+		expired, err := s.segmentExpired(files[0], files[1], now)
+		if err != nil {
+			return deleted, err
+		}
+		if !expired && !spaceFull {
+			break
+		}
+		if err := s.log.queue.DeleteFirst(); err != nil {
+			return deleted, err
+		}
+		deleted++
+		s.opts.Logger.Info("retention deleted a CommitLog segment", slog.String("path", files[0].Path()),
+			slog.Bool("diskFull", spaceFull), slog.Float64("diskUsedPercent", used))
+		if spaceFull {
+			if used, err = diskUsedPercent(s.dir); err != nil || used <= float64(s.opts.DiskMaxUsedRatio) {
+				spaceFull = false
+			}
+		}
+	}
+	if deleted > 0 {
+		minOffset := s.MinOffset()
+		for _, q := range s.logics.queues() {
+			if _, err := q.DeleteBefore(ctx, minOffset); err != nil {
+				return deleted, fmt.Errorf("retention of consume queue %s/%d: %w", q.Topic(), q.QueueID(), err)
+			}
+		}
+		if _, err := s.logics.index.DeleteBefore(ctx, minOffset); err != nil {
+			return deleted, fmt.Errorf("retention of index files: %w", err)
+		}
+	}
+	return deleted, nil
+}
+
+// segmentExpired reports whether seg's newest message is older than the
+// reserved time: its end time is the store time of the first record of the
+// segment after it.
+func (s *Store) segmentExpired(seg, next mappedfile.MappedFile, now time.Time) (bool, error) {
+	head := make([]byte, 128)
+	n, err := next.ReadAt(head, 0)
+	if n < record.MinRecordSize {
+		if errors.Is(err, mappedfile.ErrClosed) {
+			return false, nil
+		}
+		return false, nil // the next segment has no record yet: seg is the newest data
+	}
+	sysFlag := int32(binary.BigEndian.Uint32(head[record.OffSysFlag:]))
+	off := record.StoreTimestampOffset(sysFlag)
+	if off+8 > n {
+		return false, nil
+	}
+	endMs := int64(binary.BigEndian.Uint64(head[off:]))
+	return now.Sub(time.UnixMilli(endMs)) > s.opts.FileReservedTime, nil
+}

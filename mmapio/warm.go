@@ -1,0 +1,126 @@
+package mmapio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/internal/segfile"
+	"golang.org/x/sys/unix"
+)
+
+// touchChunkPages is how many pages Touch handles between two looks at the
+// context when WarmOptions.FlushEveryPages does not set the chunk (16 MiB).
+const touchChunkPages = 4096
+
+// populateWriteUnsupported is set once the kernel rejected
+// MADV_POPULATE_WRITE (before Linux 5.14), so Touch stops asking.
+var populateWriteUnsupported atomic.Bool
+
+// Warm implements mappedfile.MappedFile. It advises (WILLNEED, SEQUENTIAL)
+// first so the kernel reads ahead, then touches, then locks: mlock of a
+// shared mapping faults pages in for reading only, so the touch is what
+// spares the first append to each page its write fault.
+//
+// Touch covers the pages from the first page boundary at or above the write
+// position to the end: pages already written are resident. Call Warm before
+// the segment is handed to its writer; with Options.TouchByWriting (or a
+// kernel without MADV_POPULATE_WRITE) the touch stores zeros and must not run
+// concurrently with Append. Warm and Cool are called by one goroutine at a
+// time (the allocation or retention service).
+func (m *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
+	if err := m.Err(); err != nil {
+		return err
+	}
+	if opts.FlushEveryPages < 0 {
+		return fmt.Errorf("mmapio: warm %s: FlushEveryPages %d: %w", m.path, opts.FlushEveryPages, mappedfile.ErrInvalidArgument)
+	}
+	if !m.refs.Retain() {
+		return m.closedError("warm")
+	}
+	defer m.refs.Release()
+	if opts.Advise {
+		if err := segfile.AdviseWrite(m.mapping); err != nil {
+			return fmt.Errorf("mmapio: warm %s: %w", m.path, err)
+		}
+	}
+	if opts.Touch {
+		if err := m.touch(ctx, opts.FlushEveryPages); err != nil {
+			return err
+		}
+	}
+	if opts.Lock && !m.locked.Load() {
+		if err := segfile.Lock("mmapio: warm "+m.path, m.mapping); err != nil {
+			return err
+		}
+		m.locked.Store(true)
+	}
+	return nil
+}
+
+// touch faults in, writable, every page not written yet, in chunks of
+// flushEveryPages pages (msynced after each) or touchChunkPages.
+func (m *file) touch(ctx context.Context, flushEveryPages int) error {
+	chunkBytes := int64(touchChunkPages) * mappedfile.PageSize
+	if flushEveryPages > 0 {
+		chunkBytes = int64(flushEveryPages) * mappedfile.PageSize
+	}
+	from := roundUpToPage(m.wrotePosition.Load())
+	for from < m.sizeBytes {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("mmapio: warm %s: touched up to %d: %w", m.path, from, err)
+		}
+		to := min(from+chunkBytes, m.sizeBytes)
+		if err := m.touchRange(from, to); err != nil {
+			return m.setSticky(err)
+		}
+		if flushEveryPages > 0 {
+			if err := segfile.Msync(m.mapping, from, to); err != nil {
+				return m.setSticky(fmt.Errorf("mmapio: warm %s: %w", m.path, err))
+			}
+		}
+		from = to
+	}
+	return nil
+}
+
+// touchRange faults in the pages of [from, to) writable; from is page aligned.
+func (m *file) touchRange(from, to int64) error {
+	if !m.opts.TouchByWriting && !populateWriteUnsupported.Load() {
+		err := unix.Madvise(m.mapping[from:to], unix.MADV_POPULATE_WRITE)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("mmapio: warm %s: madvise POPULATE_WRITE [%d,%d): %w", m.path, from, to, err)
+		}
+		populateWriteUnsupported.Store(true)
+	}
+	return m.touchGuarded(from, to)
+}
+
+// Cool implements mappedfile.MappedFile: munlock when Warm locked, then
+// madvise(DONTNEED). Dirty pages of a shared file mapping stay in the page
+// cache, so nothing written is lost.
+func (m *file) Cool() error {
+	if !m.refs.Retain() {
+		return m.closedError("cool")
+	}
+	defer m.refs.Release()
+	if m.locked.Load() {
+		if err := segfile.Unlock(m.mapping); err != nil {
+			return fmt.Errorf("mmapio: cool %s: %w", m.path, err)
+		}
+		m.locked.Store(false)
+	}
+	if err := segfile.AdviseCold(m.mapping); err != nil {
+		return fmt.Errorf("mmapio: cool %s: %w", m.path, err)
+	}
+	return nil
+}
+
+func roundUpToPage(pos int64) int64 {
+	return (pos + mappedfile.PageSize - 1) &^ (mappedfile.PageSize - 1)
+}

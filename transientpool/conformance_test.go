@@ -1,0 +1,54 @@
+package transientpool
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/engine/mappedfile/conformance"
+)
+
+// newTestBackend builds a backend sized for the conformance suite and closes
+// it when the test ends; the Close fails the test if a file leaked a buffer.
+func newTestBackend(t testing.TB, opts Options) *Backend {
+	t.Helper()
+	if opts.SegmentSizeBytes == 0 {
+		opts.SegmentSizeBytes = conformance.SegmentSizeBytes
+	}
+	b, err := New(opts)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", opts, err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("close backend: %v", err)
+		}
+	})
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, func(t testing.TB) mappedfile.Backend {
+		return newTestBackend(t, Options{})
+	})
+}
+
+func TestConformanceWait(t *testing.T) {
+	conformance.Run(t, func(t testing.TB) mappedfile.Backend {
+		return newTestBackend(t, Options{PoolSize: 3, WhenEmpty: Wait})
+	})
+}
+
+// TestConformanceFallback runs the suite with the pool's only buffer taken,
+// so every segment writes through its file mapping.
+func TestConformanceFallback(t *testing.T) {
+	conformance.Run(t, func(t testing.TB) mappedfile.Backend {
+		b := newTestBackend(t, Options{PoolSize: 1, NoLock: true})
+		buf, err := b.pool.borrow(context.Background())
+		if err != nil || buf == nil {
+			t.Fatalf("borrow the only buffer: %v, %v", buf, err)
+		}
+		t.Cleanup(func() { b.pool.giveBack(buf) }) // runs before the Close above
+		return b
+	})
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package transientpool
+
+const raceEnabled = false
