@@ -1,0 +1,99 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// WriteBenchTxt writes the run in Go's benchmark format, one line per
+// repeat (the repeats are the samples benchstat needs to judge noise):
+//
+//	BenchmarkMQBench/workload=throughput/backend=mmap/size=1024/flush=async/pressure=none  N  … ns/op  … MB/s  … msgs/s …
+//
+// N is the messages of the repeat. Compare two runs with
+// `benchstat -col .file A/bench.txt B/bench.txt` (or -row /backend …).
+// Failed cells are comment lines, which benchstat ignores.
+func WriteBenchTxt(w io.Writer, f *RunFile) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "goos: %s\ngoarch: %s\npkg: github.com/mqstore/mqstore/bench\n", f.Machine.OS, f.Machine.Arch)
+	if f.Machine.CPUModel != "" {
+		fmt.Fprintf(&b, "cpu: %s\n", f.Machine.CPUModel)
+	}
+	fmt.Fprintf(&b, "mqbench-run: %s\ncommit: %s\nkernel: %s\n", f.ID, f.Machine.Commit, f.Machine.Kernel)
+	for _, cells := range [][]Cell{f.Cells, f.Peers} {
+		for i := range cells {
+			writeCellLines(&b, &cells[i])
+		}
+	}
+	for _, l := range f.Limits {
+		if l.Status != StatusOK {
+			fmt.Fprintf(&b, "# limit %s %s: %s\n", l.Name, l.Status, l.Reason)
+			continue
+		}
+		for _, r := range l.Repeats {
+			fmt.Fprintf(&b, "BenchmarkMQBenchLimit/limit=%s/size=%d 1%s\n", l.Name, l.SizeBytes, limitValues(&r))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeCellLines(b *strings.Builder, c *Cell) {
+	if c.Status != StatusOK {
+		fmt.Fprintf(b, "# %s %s: %s\n", c.Name, c.Status, strings.ReplaceAll(c.Reason, "\n", " "))
+		return
+	}
+	name := fmt.Sprintf("BenchmarkMQBench/workload=%s/backend=%s/size=%d/flush=%s/pressure=%s", c.Workload, c.Backend, c.SizeBytes, c.Flush, c.Pressure)
+	for _, r := range c.Repeats {
+		f := r.Figures
+		var v valueList
+		if c.Workload == "throughput" {
+			v.add(float64(r.Result.ElapsedNs)/float64(r.Result.Messages), "ns/op")
+			v.add(f.MBPerSec, "MB/s")
+			v.add(f.MsgsPerSec, "msgs/s")
+			v.add(f.CPUSecPerGiB, "cpu-sec/GiB")
+		} else {
+			v.add(f.MsgsPerSec, "msgs/s")
+		}
+		v.add(float64(f.P50Ns), "p50-ns")
+		v.add(float64(f.P99Ns), "p99-ns")
+		v.add(float64(f.P999Ns), "p99.9-ns")
+		v.add(float64(f.P9999Ns), "p99.99-ns")
+		v.add(float64(f.MaxNs), "max-ns")
+		if c.Workload == "latency" {
+			v.add(float64(f.ServiceP999Ns), "service-p99.9-ns")
+			v.add(f.DroppedFraction, "dropped-frac")
+		}
+		v.add(f.AllocsPerMsg, "allocs/msg")
+		fmt.Fprintf(b, "%s %d%s\n", name, r.Result.Messages, v.String())
+	}
+}
+
+func limitValues(f *Figures) string {
+	var v valueList
+	v.add(f.MBPerSec, "MB/s")
+	v.add(f.MsgsPerSec, "ops/s")
+	if f.P50Ns > 0 {
+		v.add(float64(f.P50Ns), "p50-ns")
+		v.add(float64(f.P99Ns), "p99-ns")
+		v.add(float64(f.P999Ns), "p99.9-ns")
+	}
+	return v.String()
+}
+
+type valueList []string
+
+func (v *valueList) add(x float64, unit string) {
+	*v = append(*v, strconv.FormatFloat(x, 'g', 6, 64)+" "+unit)
+}
+
+func (v valueList) String() string {
+	var b strings.Builder
+	for _, s := range v {
+		b.WriteString("\t")
+		b.WriteString(s)
+	}
+	return b.String()
+}

@@ -1,0 +1,117 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"time"
+)
+
+// Arrival is how open-loop requests are spaced.
+type Arrival string
+
+const (
+	// Constant: one request every 1/rate.
+	Constant Arrival = "constant"
+	// Poisson: exponentially distributed gaps with mean 1/rate (a seeded
+	// generator, so a run is reproducible).
+	Poisson Arrival = "poisson"
+)
+
+// ParseArrival parses "constant" or "poisson".
+func ParseArrival(s string) (Arrival, error) {
+	switch Arrival(s) {
+	case Constant, Poisson:
+		return Arrival(s), nil
+	}
+	return "", fmt.Errorf("arrival %q: want constant or poisson", s)
+}
+
+// Schedule yields the intended start of each request as an offset from the
+// start of the run. It is a pure function of (arrival, rate, seed).
+type Schedule struct {
+	arrival  Arrival
+	gapNs    float64 // mean gap
+	rng      *rand.Rand
+	sum      float64 // ns, kept in float so constant gaps do not drift
+	sequence int64
+}
+
+// NewSchedule returns the schedule of requests at ratePerSec.
+func NewSchedule(arrival Arrival, ratePerSec float64, seed uint64) (*Schedule, error) {
+	if !(ratePerSec > 0) || math.IsInf(ratePerSec, 0) {
+		return nil, fmt.Errorf("schedule: rate %v per second: want a positive rate", ratePerSec)
+	}
+	if _, err := ParseArrival(string(arrival)); err != nil {
+		return nil, fmt.Errorf("schedule: %w", err)
+	}
+	return &Schedule{arrival: arrival, gapNs: 1e9 / ratePerSec, rng: rand.New(rand.NewPCG(seed, 0x6d7162656e6368))}, nil
+}
+
+// Next returns the intended start of the next request. Constant arrivals are
+// at i/rate exactly (the first at 0); Poisson arrivals start after a first
+// exponential gap.
+func (s *Schedule) Next() time.Duration {
+	if s.arrival == Poisson {
+		s.sum += s.rng.ExpFloat64() * s.gapNs
+	} else {
+		s.sum = float64(s.sequence) * s.gapNs
+	}
+	s.sequence++
+	return time.Duration(s.sum)
+}
+
+// Clock is the time source of a run; tests inject a fake one.
+type Clock interface {
+	Now() time.Time
+	// SleepUntil returns when Now() ≥ t or ctx is done.
+	SleepUntil(ctx context.Context, t time.Time)
+}
+
+// spinBelow: waits shorter than this spin (yielding) instead of sleeping:
+// putting a goroutine to sleep and waking it costs about this much.
+const spinBelow = 20 * time.Microsecond
+
+// sleeper is a Clock's sleeping half with resources to release.
+type sleeper interface {
+	SleepUntil(ctx context.Context, t time.Time)
+	Close() error
+}
+
+// RealClock is the wall clock (monotonic). Its own SleepUntil uses Go's
+// timers; the open loop's dispatcher replaces it with a timerfd where the
+// platform has one (see timerfdSleeper), because Go's timers can wake a
+// millisecond late and that lateness would count in every latency.
+type RealClock struct{}
+
+// Now returns time.Now() (monotonic).
+func (RealClock) Now() time.Time { return time.Now() }
+
+// SleepUntil sleeps until t.
+func (RealClock) SleepUntil(ctx context.Context, t time.Time) {
+	for ctx.Err() == nil {
+		left := time.Until(t)
+		if left <= 0 {
+			return
+		}
+		if left < spinBelow {
+			spinUntil(t)
+			return
+		}
+		timer := time.NewTimer(left)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+		}
+	}
+}
+
+// spinUntil yields until t (a few microseconds at most).
+func spinUntil(t time.Time) {
+	for time.Now().Before(t) {
+		runtime.Gosched()
+	}
+}

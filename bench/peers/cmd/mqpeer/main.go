@@ -1,0 +1,84 @@
+// Command mqpeer runs one workload against one peer store and prints one
+// JSON object (peers.Output) on stdout: the protocol between mqbench (in the
+// store's module) and the peers (in this module). Exit 2 on bad flags, 1
+// when the peer fails to open or the run fails (the JSON still says why).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/peers"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("mqpeer", flag.ContinueOnError)
+	peer := fs.String("peer", "", "peer: nats or pebble (required)")
+	dir := fs.String("dir", "", "empty directory for the peer's files (required)")
+	flush := fs.String("flush", "async", "async or sync")
+	workload := fs.String("workload", "throughput", "throughput or latency")
+	size := fs.Int("size", 1024, "message body bytes")
+	producers := fs.Int("producers", 4, "closed-loop producers")
+	inFlight := fs.Int("inflight", 8, "open-loop workers")
+	duration := fs.Duration("duration", 2*time.Second, "measured window")
+	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured warm-up")
+	rate := fs.Float64("rate", 0, "open-loop arrivals per second")
+	arrival := fs.String("arrival", "constant", "constant or poisson")
+	seed := fs.Uint64("seed", 1, "Poisson seed")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *peer == "" || *dir == "" || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "mqpeer: --peer and --dir are required; no positional arguments")
+		fs.Usage()
+		return 2
+	}
+	spec := load.Spec{Workload: load.Workload(*workload), SizeBytes: *size, Producers: *producers, InFlight: *inFlight,
+		Duration: *duration, Warmup: *warmup, RatePerSec: *rate, Arrival: load.Arrival(*arrival), Seed: *seed}
+	out := peers.Output{Peer: *peer, Flush: *flush, GoVersion: runtime.Version()}
+	if err := spec.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "mqpeer:", err)
+		return 2
+	}
+	p, err := peers.Open(ctx, *peer, *dir, *flush)
+	if err != nil {
+		out.Error = err.Error()
+		return emit(out, 1)
+	}
+	out.Params = p.Params()
+	out.Result = load.Run(ctx, spec, nil, func(worker int) load.Op { return p.NewOp(worker, *size) })
+	if err := p.Close(); err != nil && out.Result.Error == "" {
+		out.Result.Error = err.Error()
+	}
+	if out.Result.Error != "" {
+		return emit(out, 1)
+	}
+	return emit(out, 0)
+}
+
+func emit(out peers.Output, code int) int {
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		fmt.Fprintln(os.Stderr, "mqpeer: write result:", err)
+		return 1
+	}
+	return code
+}

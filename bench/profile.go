@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+
+	"github.com/google/pprof/profile"
+)
+
+// ProfileKinds are the profiles taken of each profiled cell.
+var ProfileKinds = []string{"cpu", "heap", "block", "mutex"}
+
+// ProfileSummary is one profile's top functions, kept in run.json so that
+// `mqbench report` renders the same summary without the .pprof files.
+type ProfileSummary struct {
+	Cell       string         `json:"cell"`
+	Kind       string         `json:"kind"`
+	File       string         `json:"file"`
+	SampleType string         `json:"sampleType"`
+	Unit       string         `json:"unit"`
+	Total      int64          `json:"total"`
+	Top        []FunctionCost `json:"top"`
+	Error      string         `json:"error,omitempty"`
+}
+
+// FunctionCost is a function's flat and cumulative share of a profile.
+type FunctionCost struct {
+	Function string  `json:"function"`
+	Flat     int64   `json:"flat"`
+	FlatPct  float64 `json:"flatPct"`
+	Cum      int64   `json:"cum"`
+	CumPct   float64 `json:"cumPct"`
+}
+
+// profileTopN is how many functions a summary keeps.
+const profileTopN = 8
+
+// Block and mutex sampling while a cell is profiled: every blocking event
+// of ≥ 10 µs, one mutex contention in 10.
+const (
+	blockProfileRateNs   = 10_000
+	mutexProfileFraction = 10
+)
+
+// profiler captures the four profiles of one run of fn. Heap (alloc_space),
+// block and mutex profiles are cumulative in the runtime, so each is taken
+// before and after and the difference is written.
+func profileRun(dir, cell string, fn func()) ([]ProfileSummary, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("profiles: %w", err)
+	}
+	before := map[string]*profile.Profile{}
+	runtime.SetBlockProfileRate(blockProfileRateNs)
+	runtime.SetMutexProfileFraction(mutexProfileFraction)
+	defer runtime.SetBlockProfileRate(0)
+	defer runtime.SetMutexProfileFraction(0)
+	for _, kind := range []string{"heap", "block", "mutex"} {
+		p, err := snapshot(kind)
+		if err != nil {
+			return nil, err
+		}
+		before[kind] = p
+	}
+	cpuPath := filepath.Join(dir, cell+".cpu.pprof")
+	f, err := os.Create(cpuPath)
+	if err != nil {
+		return nil, fmt.Errorf("profiles: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("profiles: cpu: %w", err)
+	}
+	fn()
+	pprof.StopCPUProfile()
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("profiles: %w", err)
+	}
+	var out []ProfileSummary
+	out = append(out, summarizeFile(cell, "cpu", cpuPath))
+	for _, kind := range []string{"heap", "block", "mutex"} {
+		path := filepath.Join(dir, cell+"."+kind+".pprof")
+		after, err := snapshot(kind)
+		if err == nil {
+			err = writeDelta(path, before[kind], after)
+		}
+		if err != nil {
+			out = append(out, ProfileSummary{Cell: cell, Kind: kind, File: path, Error: err.Error()})
+			continue
+		}
+		out = append(out, summarizeFile(cell, kind, path))
+	}
+	return out, nil
+}
+
+func snapshot(kind string) (*profile.Profile, error) {
+	if kind == "heap" {
+		runtime.GC() // the heap profile is as of the last GC
+	}
+	var buf bytes.Buffer
+	if err := pprof.Lookup(kind).WriteTo(&buf, 0); err != nil {
+		return nil, fmt.Errorf("profiles: %s: %w", kind, err)
+	}
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		return nil, fmt.Errorf("profiles: parse %s: %w", kind, err)
+	}
+	return p, nil
+}
+
+// writeDelta writes after − before.
+func writeDelta(path string, before, after *profile.Profile) error {
+	before = before.Copy()
+	before.Scale(-1)
+	delta, err := profile.Merge([]*profile.Profile{after, before})
+	if err != nil {
+		return fmt.Errorf("profiles: delta: %w", err)
+	}
+	delta.TimeNanos, delta.DurationNanos = after.TimeNanos, after.TimeNanos-before.TimeNanos
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("profiles: %w", err)
+	}
+	if err := delta.Write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("profiles: write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// sampleTypeFor names the sample type summarized for each kind.
+func sampleTypeFor(kind string) string {
+	switch kind {
+	case "cpu":
+		return "cpu"
+	case "heap":
+		return "alloc_space"
+	}
+	return "delay"
+}
+
+func summarizeFile(cell, kind, path string) ProfileSummary {
+	s := ProfileSummary{Cell: cell, Kind: kind, File: path}
+	f, err := os.Open(path)
+	if err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	sum, err := SummarizeProfile(p, sampleTypeFor(kind), profileTopN)
+	if err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	sum.Cell, sum.Kind, sum.File = cell, kind, path
+	return sum
+}
+
+// SummarizeProfile returns the top n functions of p by flat value of the
+// named sample type; cum counts a function once per sample however often
+// it appears in the stack.
+func SummarizeProfile(p *profile.Profile, sampleType string, n int) (ProfileSummary, error) {
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == sampleType {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return ProfileSummary{}, fmt.Errorf("profile has no %q samples", sampleType)
+	}
+	s := ProfileSummary{SampleType: sampleType, Unit: p.SampleType[idx].Unit}
+	flat, cum := map[string]int64{}, map[string]int64{}
+	for _, sample := range p.Sample {
+		v := sample.Value[idx]
+		if v <= 0 {
+			continue
+		}
+		s.Total += v
+		seen := map[string]bool{}
+		for i, loc := range sample.Location {
+			for j, line := range loc.Line {
+				name := "?"
+				if line.Function != nil {
+					name = line.Function.Name
+				}
+				if i == 0 && j == 0 {
+					flat[name] += v
+				}
+				if !seen[name] {
+					seen[name] = true
+					cum[name] += v
+				}
+			}
+		}
+	}
+	names := make([]string, 0, len(flat))
+	for name := range flat {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if flat[names[i]] != flat[names[j]] {
+			return flat[names[i]] > flat[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	for _, name := range names[:min(n, len(names))] {
+		fc := FunctionCost{Function: name, Flat: flat[name], Cum: cum[name]}
+		if s.Total > 0 {
+			fc.FlatPct = 100 * float64(fc.Flat) / float64(s.Total)
+			fc.CumPct = 100 * float64(fc.Cum) / float64(s.Total)
+		}
+		s.Top = append(s.Top, fc)
+	}
+	return s, nil
+}

@@ -1,0 +1,180 @@
+// Command mqbench is mqstore's benchmark harness: the backend × size × flush
+// matrix with the device limits and peer stores measured in the same run.
+// All logic is in package bench; this file only parses flags.
+//
+//	mqbench run [flags]          run the matrix, write results/<id>/
+//	mqbench device --dir DIR     measure the limits of a directory's device
+//	mqbench report RUN_DIR       re-render summary.md, plots, bench.txt from run.json
+//	mqbench compare RUN_A RUN_B  two runs side by side with ratios
+//
+// Exit status: 0 ok, 1 error, 2 bad flags, 130 interrupted (partial results written).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/mqstore/mqstore/bench"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{
+	"run":     {"run the benchmark matrix and write a results directory", runRun},
+	"device":  {"measure the page-cache copy ceiling and the device limits of a directory", runDevice},
+	"report":  {"re-render summary.md, plots, bench.txt and .hgrm files from a run's run.json", runReport},
+	"compare": {"compare two runs side by side (B ÷ A, with noise)", runCompare},
+}
+
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "mqbench: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	err := cmd.run(ctx, args[1:], stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.Is(err, bench.ErrInterrupted):
+		fmt.Fprintf(stderr, "mqbench %s: %v\n", args[0], err)
+		return 130
+	}
+	fmt.Fprintf(stderr, "mqbench %s: %v\n", args[0], err)
+	return 1
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: mqbench <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'mqbench <command> -h' for the flags of a command.")
+}
+
+// parse parses flags; a bad flag or argument prints usage and returns errUsage.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer, positional int) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() != positional {
+		fmt.Fprintf(stderr, "mqbench %s: want %d argument(s), got %d: %q\n", fs.Name(), positional, fs.NArg(), fs.Args())
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+// badFlag reports an invalid flag value: message, usage, exit 2.
+func badFlag(fs *flag.FlagSet, stderr io.Writer, err error) error {
+	fmt.Fprintf(stderr, "mqbench %s: %v\n", fs.Name(), err)
+	fs.Usage()
+	return errUsage
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func splitSizes(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		n, err := parseBytes(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, int(n))
+	}
+	return out, nil
+}
+
+// parseBytes reads 1024, 4k/4KiB, 1m/1MiB, 1g/1GiB.
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(s), "ib"), "b")
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(t, "k"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "k")
+	case strings.HasSuffix(t, "m"):
+		mult, t = 1<<20, strings.TrimSuffix(t, "m")
+	case strings.HasSuffix(t, "g"):
+		mult, t = 1<<30, strings.TrimSuffix(t, "g")
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive number of bytes (1024, 4k, 1MiB)", s)
+	}
+	return n * mult, nil
+}
+
+// bytesFlag is a flag.Value of a byte count.
+type bytesFlag struct{ v *int64 }
+
+func (b bytesFlag) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return strconv.FormatInt(*b.v, 10)
+}
+
+func (b bytesFlag) Set(s string) error {
+	n, err := parseBytes(s)
+	if err == nil {
+		*b.v = n
+	}
+	return err
+}
+
+func progressOptions(stderr io.Writer) bench.RunOptions {
+	o := bench.RunOptions{Progress: stderr, CommandLine: "mqbench " + strings.Join(os.Args[1:], " ")}
+	if f, ok := stderr.(*os.File); ok {
+		o.Terminal = bench.IsTerminal(f)
+	}
+	return o
+}
