@@ -134,6 +134,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	queue, err := segment.Open(ctx, segment.Config{Dir: filepath.Join(dir, commitLogDirName), Backend: s.backend,
 		SegmentSizeBytes: o.SegmentSizeBytes, Allocator: alloc})
+	if errors.Is(err, segment.ErrCorruptDirectory) {
+		return nil, fmt.Errorf("open store: commitlog: %w: %w", ErrCorrupt, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open store: commitlog: %w", err)
 	}

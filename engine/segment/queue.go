@@ -105,10 +105,10 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 			return nil, fmt.Errorf("segment queue %s: %w", cfg.Dir, err)
 		}
 		if n := len(q.files); n > 0 {
-			if want := q.files[n-1].FromOffset() + q.segmentSizeBytes; off != want {
+			if prev := q.files[n-1].FromOffset(); off != prev+q.segmentSizeBytes {
 				q.Close()
-				return nil, fmt.Errorf("segment queue %s: segment %s follows %s: expected %s: %w",
-					cfg.Dir, name, Name(q.files[n-1].FromOffset()), Name(want), ErrCorruptDirectory)
+				return nil, fmt.Errorf("segment queue %s: segment %s follows %s: expected %s (a segment is missing): %w",
+					cfg.Dir, name, Name(prev), Name(prev+q.segmentSizeBytes), ErrCorruptDirectory)
 			}
 		}
 		mf, err := cfg.Backend.Open(ctx, mappedfile.Spec{Path: filepath.Join(cfg.Dir, name), FromOffset: off, SizeBytes: cfg.SegmentSizeBytes})

@@ -1,0 +1,343 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/segment"
+)
+
+// diskStore makes a closed mmap store with n messages in small segments.
+func diskStore(t *testing.T, n int) (string, Options, []PutResult) {
+	t.Helper()
+	dir := t.TempDir()
+	o := smallLogicsOptions(Options{Backend: "mmap"})
+	o.IndexSlotCount, o.IndexMaxEntries = 101, 1000
+	s := openStore(t, dir, o)
+	res := putN(t, s, "B", 2, n, 300, nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, o, res
+}
+
+func segmentPath(dir string, offset int64) string {
+	return filepath.Join(dir, commitLogDirName, segment.Name(offset))
+}
+
+func TestFlippedByteInTheMiddleStopsOpen(t *testing.T) {
+	dir, o, res := diskStore(t, 600)
+	victim := res[100]
+	seg := victim.PhysicalOffset - victim.PhysicalOffset%o.SegmentSizeBytes
+	path := segmentPath(dir, seg)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := victim.PhysicalOffset - seg + int64(victim.Size) - 150 // inside the body
+	b[pos] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(context.Background(), dir, o)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "offset "+itoa(victim.PhysicalOffset)) || !strings.Contains(err.Error(), "BODYCRC") {
+		t.Fatalf("open with a flipped byte: %v; want ErrCorrupt naming offset %d and BODYCRC", err, victim.PhysicalOffset)
+	}
+	// Nothing was changed: the file is as it was.
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(after, b) {
+		t.Fatal("a refused open changed the segment")
+	}
+	// With the truncate policy the log is cut there and the rest kept aside.
+	o.OnCorruption = CorruptionTruncate
+	s := openStore(t, dir, o)
+	defer s.Close()
+	if s.MaxOffset() != victim.PhysicalOffset {
+		t.Fatalf("cut at %d, want %d", s.MaxOffset(), victim.PhysicalOffset)
+	}
+	broken, err := os.ReadFile(path + ".broken")
+	if err != nil || len(broken) == 0 {
+		t.Fatalf("no .broken copy: %v", err)
+	}
+	if !bytes.Equal(broken[:victim.Size], b[victim.PhysicalOffset-seg:victim.PhysicalOffset-seg+int64(victim.Size)]) {
+		t.Fatal(".broken does not start with the corrupt record")
+	}
+	rep, err := s.Verify(context.Background())
+	if err != nil || len(rep.Problems) != 0 {
+		t.Fatalf("verify after the cut: %v %v", err, rep.Problems)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestSegmentTruncatedByHand(t *testing.T) {
+	dir, o, res := diskStore(t, 400)
+	last := res[len(res)-1]
+	seg := last.PhysicalOffset - last.PhysicalOffset%o.SegmentSizeBytes
+	if err := os.Truncate(segmentPath(dir, seg), 1000); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(context.Background(), dir, o)
+	if err == nil || !strings.Contains(err.Error(), segment.Name(seg)) || !strings.Contains(err.Error(), "1000 bytes") {
+		t.Fatalf("open with a short segment: %v; want an error naming the file and its size", err)
+	}
+}
+
+func TestMissingSegmentStopsOpen(t *testing.T) {
+	dir, o, res := diskStore(t, 400)
+	last := res[len(res)-1]
+	seg := last.PhysicalOffset - last.PhysicalOffset%o.SegmentSizeBytes
+	if err := os.Remove(segmentPath(dir, seg)); err != nil {
+		t.Fatal(err)
+	}
+	// The durable log now ends early: Open must not silently drop the tail.
+	_, err := Open(context.Background(), dir, o)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open with the last segment gone: %v; want ErrCorrupt", err)
+	}
+}
+
+func TestMissingConsumeQueuesAreRebuilt(t *testing.T) {
+	dir, o, res := diskStore(t, 300)
+	if err := os.RemoveAll(filepath.Join(dir, consumeQueueDirName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, indexDirName)); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, dir, o)
+	defer s.Close()
+	ctx := context.Background()
+	got, err := s.Get(ctx, "g", "B", 1, 0, 200, nil)
+	if err != nil || got.Status != Found || len(got.Messages) < 100 {
+		t.Fatalf("rebuilt queue: %v %v", got, err)
+	}
+	got.Release()
+	if r, err := s.QueryByUniqKey(ctx, "B", "U00000299"); err != nil || r.PhysicalOffset != res[299].PhysicalOffset {
+		t.Fatalf("rebuilt index: %v", err)
+	}
+	rep, err := s.Verify(ctx)
+	if err != nil || len(rep.Problems) != 0 || rep.Records != 300 {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+}
+
+func TestReadOnlyStoreDirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		// Root ignores permission bits: drop to nobody in a child process.
+		if _, err := exec.LookPath("setpriv"); err != nil {
+			t.Skip("needs a non-root user (setpriv not found to drop root)")
+		}
+	}
+	dir, o, _ := diskStore(t, 50)
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(dir, 0o755)
+		_, err := Open(context.Background(), dir, o)
+		if err == nil || !errors.Is(err, os.ErrPermission) {
+			t.Fatalf("open of a read-only store: %v", err)
+		}
+		return
+	}
+	// As root: the same check in a child running as nobody.
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", os.Args[0], "-test.run=^TestReadOnlyHelper$")
+	cmd.Env = append(os.Environ(), "MQSTORE_RO_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "cannot execute") || strings.Contains(string(out), "Permission denied") && !strings.Contains(string(out), "helper") {
+			t.Skipf("cannot run the test binary as nobody: %s", out)
+		}
+		t.Fatalf("read-only helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "PASS") {
+		t.Fatalf("helper did not run: %s", out)
+	}
+}
+
+// TestReadOnlyHelper runs as an unprivileged user on a store it cannot write.
+func TestReadOnlyHelper(t *testing.T) {
+	dir := os.Getenv("MQSTORE_RO_DIR")
+	if dir == "" {
+		t.Skip("run by TestReadOnlyStoreDirectory")
+	}
+	before := listAll(t, dir)
+	_, err := Open(context.Background(), dir, Options{Logger: quietLogger})
+	if err == nil || !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("helper: open of a store this user cannot write: %v", err)
+	}
+	if after := listAll(t, dir); after != before {
+		t.Fatal("helper: the refused open changed the directory")
+	}
+}
+
+func listAll(t *testing.T, dir string) string {
+	var b strings.Builder
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil {
+			b.WriteString(p + " " + itoa(info.Size()) + "\n")
+		}
+		return nil
+	})
+	return b.String()
+}
+
+func TestRetention(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Date(2026, 11, 29, 4, 0, 0, 0, time.Local)
+	o := smallLogicsOptions(Options{Backend: "mmap"})
+	o.now = func() time.Time { return clock }
+	o.FileReservedTime = time.Hour
+	o.CleanInterval = time.Hour // passes are run by hand below
+	s := openStore(t, t.TempDir(), o)
+	defer s.Close()
+	res := putN(t, s, "R", 1, 800, 300, nil)
+	segs := s.log.queue.Len()
+	if segs < 4 {
+		t.Fatalf("%d segments", segs)
+	}
+	// Not expired yet: nothing goes.
+	if n, err := s.CleanExpired(ctx); err != nil || n != 0 {
+		t.Fatalf("early clean: %d %v", n, err)
+	}
+	// A reader holds the oldest segment while it is deleted.
+	held, err := s.Get(ctx, "g", "R", 0, 0, 5, nil)
+	if err != nil || held.Status != Found {
+		t.Fatal(err)
+	}
+	clock = clock.Add(24 * time.Hour) // the next day at the DeleteWhen hour
+	n, err := s.CleanExpired(ctx)
+	if err != nil || n != segs-1 {
+		t.Fatalf("clean after the reserved time: %d %v; want %d (all but the active segment)", n, err, segs-1)
+	}
+	// The reader still reads what it holds.
+	for i := range held.Messages {
+		if _, err := held.Message(i); err != nil {
+			t.Fatalf("held message %d after deletion: %v", i, err)
+		}
+	}
+	held.Release()
+	if s.MinOffset() == 0 {
+		t.Fatal("min offset did not move")
+	}
+	got, err := s.Get(ctx, "g", "R", 0, 0, 5, nil)
+	if err != nil || got.Status != OffsetTooSmall || got.NextBeginOffset == 0 {
+		t.Fatalf("get below the new minimum: %v %v", got.Status, err)
+	}
+	got.Release()
+	got, _ = s.Get(ctx, "g", "R", 0, got.NextBeginOffset, 5, nil)
+	if got.Status != Found || got.Messages[0].PhysicalOffset < s.MinOffset() {
+		t.Fatalf("get at the new minimum: %v", got.Status)
+	}
+	got.Release()
+	if _, err := s.ReadMessage(ctx, res[0].PhysicalOffset); err == nil {
+		t.Fatal("a deleted message is still readable")
+	}
+	// Not at the DeleteWhen hour and the disk not full: nothing happens.
+	clock = time.Date(2026, 11, 30, 13, 0, 0, 0, time.Local)
+	if n, _ := s.CleanExpired(ctx); n != 0 {
+		t.Fatalf("clean outside the DeleteWhen hour: %d", n)
+	}
+}
+
+func TestRetentionWhenDiskFull(t *testing.T) {
+	ctx := context.Background()
+	o := smallLogicsOptions(Options{Backend: "mmap"})
+	o.DiskMaxUsedRatio = 1 // any real disk is fuller than 1 %
+	o.DeleteWhen = "25"
+	if _, err := Open(ctx, t.TempDir(), o); err == nil || !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("DeleteWhen 25: %v", err)
+	}
+	o.DeleteWhen = "3"
+	o.now = func() time.Time { return time.Date(2026, 1, 1, 12, 0, 0, 0, time.Local) }
+	o.CleanInterval = time.Hour
+	dir := t.TempDir()
+	if used, err := diskUsedPercent(dir); err != nil || used <= 1 {
+		t.Skipf("the disk must be more than 1 %% full for this test (used %.2f%%, %v)", used, err)
+	}
+	s := openStore(t, dir, o)
+	defer s.Close()
+	putN(t, s, "D", 1, 500, 300, nil)
+	segs := s.log.queue.Len()
+	n, err := s.CleanExpired(ctx)
+	if err != nil || n != segs-1 {
+		t.Fatalf("clean of a full disk: %d %v; want %d", n, err, segs-1)
+	}
+}
+
+// TestNoSpaceOnARealFilesystem fills a tiny loop-device file system: the Put
+// fails cleanly, what was stored stays readable and the store reopens.
+func TestNoSpaceOnARealFilesystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make and mount a loop-device file system")
+	}
+	for _, tool := range []string{"mkfs.ext4", "mount", "umount", "losetup"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	img := filepath.Join(t.TempDir(), "fs.img")
+	mnt := t.TempDir()
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+		t.Skipf("mkfs.ext4: %v %s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a loop device here: %v %s", err, out)
+	}
+	defer func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", mnt, err, out)
+		}
+	}()
+	ctx := context.Background()
+	dir := filepath.Join(mnt, "store")
+	o := Options{Backend: "mmap", SegmentSizeBytes: 1 << 20, ConsumeQueueFileSizeBytes: 20 * 1000, IndexSlotCount: 100, IndexMaxEntries: 1000,
+		Logger: quietLogger, NoPreallocate: true, FlushMode: FlushSync}
+	s := openStore(t, dir, o)
+	var stored []PutResult
+	var putErr error
+	for i := 0; i < 20000 && putErr == nil; i++ {
+		var res PutResult
+		res, putErr = s.Put(ctx, testMessage("N", 0, i, 1000))
+		if putErr == nil {
+			stored = append(stored, res)
+		}
+	}
+	if putErr == nil {
+		t.Fatal("8 MiB never filled")
+	}
+	if !errors.Is(putErr, syscall.ENOSPC) && !strings.Contains(putErr.Error(), "no space") {
+		t.Fatalf("put on a full disk: %v; want ENOSPC", putErr)
+	}
+	for _, r := range stored[len(stored)-10:] {
+		if _, err := s.ReadMessage(ctx, r.PhysicalOffset); err != nil {
+			t.Fatalf("stored message unreadable after ENOSPC: %v", err)
+		}
+	}
+	s.Close()
+	s = openStore(t, dir, o)
+	defer s.Close()
+	rep, err := s.Verify(ctx)
+	if err != nil || len(rep.Problems) != 0 || rep.Records < int64(len(stored)) {
+		t.Fatalf("reopen after ENOSPC: %v records %d (stored %d) problems %v", err, rep.Records, len(stored), rep.Problems)
+	}
+}
