@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -197,9 +198,10 @@ func listAll(t *testing.T, dir string) string {
 
 func TestRetention(t *testing.T) {
 	ctx := context.Background()
-	clock := time.Date(2026, 11, 29, 4, 0, 0, 0, time.Local)
+	var clock atomic.Int64 // the store's services read it from their goroutines
+	clock.Store(time.Date(2026, 11, 29, 4, 0, 0, 0, time.Local).UnixNano())
 	o := smallLogicsOptions(Options{Backend: "mmap"})
-	o.now = func() time.Time { return clock }
+	o.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	o.FileReservedTime = time.Hour
 	o.CleanInterval = time.Hour // passes are run by hand below
 	s := openStore(t, t.TempDir(), o)
@@ -218,7 +220,7 @@ func TestRetention(t *testing.T) {
 	if err != nil || held.Status != Found {
 		t.Fatal(err)
 	}
-	clock = clock.Add(24 * time.Hour) // the next day at the DeleteWhen hour
+	clock.Add(int64(24 * time.Hour)) // the next day at the DeleteWhen hour
 	n, err := s.CleanExpired(ctx)
 	if err != nil || n != segs-1 {
 		t.Fatalf("clean after the reserved time: %d %v; want %d (all but the active segment)", n, err, segs-1)
@@ -247,7 +249,7 @@ func TestRetention(t *testing.T) {
 		t.Fatal("a deleted message is still readable")
 	}
 	// Not at the DeleteWhen hour and the disk not full: nothing happens.
-	clock = time.Date(2026, 11, 30, 13, 0, 0, 0, time.Local)
+	clock.Store(time.Date(2026, 11, 30, 13, 0, 0, 0, time.Local).UnixNano())
 	if n, _ := s.CleanExpired(ctx); n != 0 {
 		t.Fatalf("clean outside the DeleteWhen hour: %d", n)
 	}
