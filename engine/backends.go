@@ -23,9 +23,9 @@ func newBackend(o Options) (mappedfile.Backend, error) {
 	case "mem":
 		return mappedfile.NewMemFS(mappedfile.MemOptions{}), nil
 	case "transient":
-		when := transientpool.Wait
-		if o.TransientFallbackWhenFull {
-			when = transientpool.FallbackMmap
+		when := transientpool.FallbackMmap
+		if o.TransientWaitWhenEmpty {
+			when = transientpool.Wait
 		}
 		b, err := transientpool.New(transientpool.Options{SegmentSizeBytes: o.SegmentSizeBytes, PoolSize: o.TransientPoolSize,
 			MemoryBudgetBytes: o.TransientMemoryBudget, WhenEmpty: when})

@@ -121,9 +121,9 @@ type Options struct {
 	StoreHost netip.AddrPort
 
 	// Transient-pool backend.
-	TransientPoolSize         int   // buffers (5)
-	TransientMemoryBudget     int64 // bytes; 0 = no budget
-	TransientFallbackWhenFull bool  // write through mmap when the pool is empty instead of waiting
+	TransientPoolSize      int   // buffers (5)
+	TransientMemoryBudget  int64 // bytes; 0 = no budget
+	TransientWaitWhenEmpty bool  // wait for a buffer when the pool is empty (default: write that segment through its file mapping, as RocketMQ does)
 
 	// ConsumeQueue and IndexFile sizes (RocketMQ's defaults: 300,000 units
 	// of 20 bytes; 5,000,000 slots and 20,000,000 entries). Recorded like the

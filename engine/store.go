@@ -527,7 +527,7 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 	}
 	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, stored.SysFlag, s.opts.now)
 	if err != nil {
-		if errors.Is(err, errAllocationTimeout) || errors.Is(err, mappedfile.ErrSizeMismatch) || errors.Is(err, context.Canceled) {
+		if errors.Is(err, segment.ErrCreate) || errors.Is(err, context.Canceled) {
 			return fail(CreateMappedFileFailed, err)
 		}
 		s.writeFailed("append", err)

@@ -405,6 +405,13 @@ func TestAllocationTimeoutFailsRoll(t *testing.T) {
 	if res.Status != CreateMappedFileFailed || !errors.Is(err, ErrCreateSegmentFailed) || !strings.Contains(err.Error(), "not ready after") {
 		t.Fatalf("roll with a slow allocation: %v %v", res.Status, err)
 	}
+	// A failed roll is not a write error: once segments can be made again,
+	// Puts succeed.
+	faults.Clear()
+	waitFor(t, "puts to succeed again", func() bool {
+		_, err := s.Put(ctx, testMessage("A", 0, 1000, 1000))
+		return err == nil
+	})
 }
 
 func TestOSPageCacheBusy(t *testing.T) {

@@ -23,6 +23,11 @@ import (
 // run of segments (a bad name, a gap, a wrong size).
 var ErrCorruptDirectory = errors.New("segment: directory is not a valid segment sequence")
 
+// ErrCreate wraps every failure to create the next segment (the file
+// system is full, an allocation timed out, a buffer pool is empty): the
+// append can be retried; nothing already stored is affected.
+var ErrCreate = errors.New("segment: cannot create the next segment")
+
 // NameLength is the number of digits in a segment name.
 const NameLength = 20
 
@@ -259,7 +264,7 @@ func (q *Queue) NextForAppend(ctx context.Context, startOffset int64) (mappedfil
 		mf, err = q.backend.Open(ctx, spec)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create segment %s: %w", spec.Path, err)
+		return nil, fmt.Errorf("create segment %s: %w: %w", spec.Path, ErrCreate, err)
 	}
 	q.mu.Lock()
 	q.files = append(q.files, mf)
