@@ -213,13 +213,13 @@ type scanEnd struct {
 // checking every CRC. It stops at the end of the data or the first invalid
 // record and says where.
 func (c *commitLog) scan(ctx context.Context, from int64, fn scanFunc) (scanEnd, error) {
-	return c.scanWith(ctx, from, make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20)), true, fn)
+	return c.scanWith(ctx, from, make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20)), true, nil, fn)
 }
 
 // scanWith is scan with the caller's buffer (at least maxRecordBytes+8) and
 // a choice of CRC checks (dispatch reads what was just appended and skips
 // them, as RocketMQ's reput does).
-func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkCRC bool, fn scanFunc) (scanEnd, error) {
+func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkCRC bool, topics *record.Interner, fn scanFunc) (scanEnd, error) {
 	files := c.queue.Files()
 	end := scanEnd{validEnd: from}
 	for _, mf := range files {
@@ -227,7 +227,7 @@ func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkC
 			continue
 		}
 		start := max(from-mf.FromOffset(), 0)
-		segEnd, full, err := c.scanSegment(ctx, mf, start, buf, checkCRC, fn)
+		segEnd, full, err := c.scanSegment(ctx, mf, start, buf, checkCRC, topics, fn)
 		end.validEnd = mf.FromOffset() + segEnd
 		if err != nil {
 			if errors.Is(err, ErrStopScan) {
@@ -249,7 +249,8 @@ func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkC
 
 // scanSegment scans one segment from start. full reports that the segment
 // ended with a blank or exactly at its end, so the log continues in the next.
-func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, start int64, buf []byte, checkCRC bool, fn scanFunc) (int64, bool, error) {
+func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, start int64, buf []byte, checkCRC bool,
+	topics *record.Interner, fn scanFunc) (int64, bool, error) {
 	size := mf.SizeBytes()
 	readable := mf.ReadablePosition()
 	pos := start
@@ -301,7 +302,7 @@ func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, s
 			}
 		}
 		rec := buf[pos-winStart : pos-winStart+int64(total)]
-		r, err := record.Decode(rec, at, checkCRC)
+		r, err := record.DecodeInterned(rec, at, checkCRC, topics)
 		if err != nil {
 			return pos, false, err
 		}

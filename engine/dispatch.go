@@ -1,15 +1,16 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/indexfile"
@@ -154,6 +155,8 @@ type dispatcher struct {
 	store   *Store
 	buf     []byte
 	touched map[queueKey]struct{}
+	topics  record.Interner
+	keyBuf  []byte // "topic#key" for index puts, reused
 }
 
 func newDispatcher(s *Store) *dispatcher {
@@ -186,11 +189,11 @@ func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
 	if from >= s.log.queue.ReadableOffset() {
 		return nil
 	}
-	end, err := s.log.scanWith(ctx, from, d.buf, false, func(offset int64, _ []byte, r *record.Record) error {
+	end, err := s.log.scanWith(ctx, from, d.buf, false, &d.topics, func(offset int64, _ []byte, r *record.Record) error {
 		if r == nil {
 			return nil
 		}
-		return s.dispatchRecord(ctx, offset, r, d.touched)
+		return s.dispatchRecord(ctx, offset, r, d.touched, &d.keyBuf)
 	})
 	if end.validEnd > from {
 		l.dispatchedOffset.Store(end.validEnd)
@@ -208,7 +211,10 @@ func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
 
 // dispatchRecord writes one record's ConsumeQueue unit and index entries.
 // Both are idempotent, so recovery may dispatch a record twice.
-func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Record, touched map[queueKey]struct{}) error {
+//
+// It does not allocate in steady state: the tags and index keys are hashed
+// through transient string views of the record's bytes (keyBuf is reused).
+func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Record, touched map[queueKey]struct{}, keyBuf *[]byte) error {
 	l := s.logics
 	if takesQueueOffset(r.SysFlag) {
 		key := queueKey{topic: r.Topic, queueID: r.QueueID}
@@ -216,8 +222,8 @@ func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Reco
 		if err != nil {
 			return err
 		}
-		tags, _ := r.Tags()
-		if err := q.Append(ctx, r.QueueOffset, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(tags)}); err != nil {
+		tags, _ := record.LookupProperty(r.Properties, record.PropTags)
+		if err := q.Append(ctx, r.QueueOffset, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(view(tags))}); err != nil {
 			return fmt.Errorf("dispatch record at %d to %s/%d: %w", offset, r.Topic, r.QueueID, err)
 		}
 		if touched != nil {
@@ -225,7 +231,7 @@ func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Reco
 		}
 	}
 	if offset >= l.index.MaxPhysicalOffset() {
-		if err := s.indexRecord(ctx, offset, r); err != nil {
+		if err := s.indexRecord(ctx, offset, r, keyBuf); err != nil {
 			return err
 		}
 	}
@@ -233,24 +239,46 @@ func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Reco
 	return nil
 }
 
-func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record) error {
+func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record, keyBuf *[]byte) error {
 	idx := s.logics.index
+	put := func(what string, key []byte) error {
+		b := append(append(append((*keyBuf)[:0], r.Topic...), '#'), key...)
+		*keyBuf = b
+		// Index.Put only hashes the key: the view need not outlive the call.
+		if err := idx.Put(ctx, view(b), offset, r.StoreTimestamp); err != nil {
+			return fmt.Errorf("index %s %q of the record at %d: %w", what, key, offset, err)
+		}
+		return nil
+	}
 	if keys, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
-		for _, k := range strings.Split(string(keys), " ") {
-			if k == "" {
-				continue
+		for len(keys) > 0 {
+			k := keys
+			if i := bytes.IndexByte(keys, ' '); i >= 0 {
+				k, keys = keys[:i], keys[i+1:]
+			} else {
+				keys = nil
 			}
-			if err := idx.Put(ctx, r.Topic+"#"+k, offset, r.StoreTimestamp); err != nil {
-				return fmt.Errorf("index key %q of the record at %d: %w", k, offset, err)
+			if len(k) > 0 {
+				if err := put("key", k); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if u, ok := r.UniqKey(); ok && u != "" {
-		if err := idx.Put(ctx, r.Topic+"#"+u, offset, r.StoreTimestamp); err != nil {
-			return fmt.Errorf("index UNIQ_KEY of the record at %d: %w", offset, err)
+	if u, ok := record.LookupProperty(r.Properties, record.PropUniqKey); ok && len(u) > 0 {
+		if err := put("UNIQ_KEY", u); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// view is a string over b for a call that does not keep it (hashing).
+func view(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func (s *Store) dispatchFailed(err error) {

@@ -307,11 +307,12 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 	}
 	if reputFrom < validEnd {
 		s.opts.Logger.Info("rebuilding consume queues and index", slog.Int64("from", reputFrom), slog.Int64("to", validEnd))
+		var keyBuf []byte
 		end, err := s.log.scan(ctx, reputFrom, func(offset int64, _ []byte, r *record.Record) error {
 			if r == nil {
 				return nil
 			}
-			err := s.dispatchRecord(ctx, offset, r, nil)
+			err := s.dispatchRecord(ctx, offset, r, nil, &keyBuf)
 			if errors.Is(err, consumequeue.ErrConflict) {
 				// A torn unit: replace it and everything after it.
 				cq, qerr := l.queue(ctx, queueKey{topic: r.Topic, queueID: r.QueueID}, false)
@@ -323,7 +324,7 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 				}
 				s.opts.Logger.Warn("repaired a torn consume queue unit", slog.String("topic", r.Topic),
 					slog.Int("queueId", int(r.QueueID)), slog.Int64("queueOffset", r.QueueOffset))
-				err = s.dispatchRecord(ctx, offset, r, nil)
+				err = s.dispatchRecord(ctx, offset, r, nil, &keyBuf)
 			}
 			return err
 		})

@@ -298,6 +298,7 @@ func (x *Index) overwriter(f *file) (mappedfile.Overwriter, error) {
 // after recovery. Records must be put in CommitLog order.
 //
 // After a failed write Put returns that error forever (sticky).
+// Put does not keep key after it returns (the engine passes a view of a reused buffer).
 func (x *Index) Put(ctx context.Context, key string, physicalOffset int64, storeTimestamp int64) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -137,6 +137,37 @@ type Record struct {
 // Properties are returned raw and not parsed (RocketMQ's reader is lenient
 // with them). Errors are *DecodeError. Decode allocates only the Topic.
 func Decode(buf []byte, at int64, checkCRC bool) (Record, error) {
+	return decode(buf, at, checkCRC, nil)
+}
+
+// Interner hands out one string per distinct topic, so a reader of a
+// record stream (dispatch, recovery) does not allocate a topic string per
+// record. It keeps at most maxInterned topics. Not safe for concurrent use.
+type Interner struct{ topics map[string]string }
+
+const maxInterned = 4096
+
+// Intern returns b as a string, reusing an earlier copy.
+func (in *Interner) Intern(b []byte) string {
+	if s, ok := in.topics[string(b)]; ok { // the conversion in a map index does not allocate
+		return s
+	}
+	s := string(b)
+	if in.topics == nil {
+		in.topics = make(map[string]string)
+	}
+	if len(in.topics) < maxInterned {
+		in.topics[s] = s
+	}
+	return s
+}
+
+// DecodeInterned is Decode taking the topic string from in.
+func DecodeInterned(buf []byte, at int64, checkCRC bool, in *Interner) (Record, error) {
+	return decode(buf, at, checkCRC, in)
+}
+
+func decode(buf []byte, at int64, checkCRC bool, in *Interner) (Record, error) {
 	var r Record
 	if len(buf) < BlankSize {
 		return r, tooShort(at, len(buf), BlankSize)
@@ -168,7 +199,7 @@ func Decode(buf []byte, at int64, checkCRC bool) (Record, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := decodeVariable(&r, rec, pos, at); err != nil {
+	if err := decodeVariable(&r, rec, pos, at, in); err != nil {
 		return r, err
 	}
 	if checkCRC {
@@ -229,7 +260,7 @@ func readHost(rec []byte, pos int, v6 bool) (netip.AddrPort, int, error) {
 
 // decodeVariable decodes BODY, TOPIC and PROPERTIES starting at the
 // BODYLENGTH offset pos, checking every length against len(rec).
-func decodeVariable(r *Record, rec []byte, pos int, at int64) error {
+func decodeVariable(r *Record, rec []byte, pos int, at int64, in *Interner) error {
 	be := binary.BigEndian
 	bodyLen := int(int32(be.Uint32(rec[pos:])))
 	pos += 4
@@ -257,7 +288,11 @@ func decodeVariable(r *Record, rec []byte, pos int, at int64) error {
 	case r.Magic == MagicV2 && topicLen <= MaxTopicLenV1:
 		return corrupt(at, FieldTopicLength, "v2 record with a %d-byte topic (v2 is only for topics longer than %d)", topicLen, MaxTopicLenV1)
 	}
-	r.Topic = string(rec[pos : pos+topicLen])
+	if in != nil {
+		r.Topic = in.Intern(rec[pos : pos+topicLen])
+	} else {
+		r.Topic = string(rec[pos : pos+topicLen])
+	}
 	pos += topicLen
 
 	propertiesLen := int(int16(be.Uint16(rec[pos:])))
