@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"sync/atomic"
 	"testing"
 )
@@ -65,4 +67,78 @@ func benchPut(b *testing.B, backend string, mode FlushMode, producers, size int)
 	b.StopTimer()
 	st := s.Stats()
 	b.ReportMetric(float64(st.Puts)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkGet reads 32 × 1 KiB messages per Get from the page cache and
+// writes them to a loopback TCP connection, by copy and by sendfile.
+//
+//	go test -run '^$' -bench 'Get' -benchmem ./engine/
+func BenchmarkGet(b *testing.B) {
+	ctx := context.Background()
+	s, err := Open(ctx, b.TempDir(), Options{Backend: "mmap", SegmentSizeBytes: 64 << 20, Logger: quietLogger})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const n, size = 20000, 1024
+	m := testMessage("G", 0, 0, size)
+	var last PutResult
+	for i := 0; i < n; i++ {
+		if last, err = s.Put(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitFor(b, "dispatch", func() bool { return s.Stats().DispatchedOffset >= last.PhysicalOffset+int64(last.Size) })
+	for _, path := range []string{"copy", "sendfile"} {
+		b.Run("path="+path, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Skip(err)
+			}
+			defer ln.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c, err := ln.Accept()
+				if err == nil {
+					io.Copy(io.Discard, c)
+					c.Close()
+				}
+			}()
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			var bytes int64
+			b.ResetTimer()
+			off := int64(0)
+			for i := 0; i < b.N; i++ {
+				res, err := s.Get(ctx, "g", "G", 0, off, 32, nil)
+				if err != nil || res.Status != Found {
+					b.Fatalf("get at %d: %v %v", off, res.Status, err)
+				}
+				var w int64
+				if path == "copy" {
+					w, err = res.CopyTo(conn)
+				} else {
+					w, err = res.WriteTo(ctx, conn)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				bytes += w
+				off = res.NextBeginOffset
+				if off >= n {
+					off = 0
+				}
+				res.Release()
+			}
+			b.StopTimer()
+			b.SetBytes(bytes / int64(b.N))
+			b.ReportMetric(float64(b.N*32)/b.Elapsed().Seconds(), "msgs/s")
+			conn.Close()
+			<-done
+		})
+	}
 }
