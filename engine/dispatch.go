@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/mqstore/mqstore/engine/consumequeue"
@@ -296,26 +295,13 @@ type logicsFlusher struct {
 }
 
 func (f *logicsFlusher) run() {
-	defer close(f.done)
 	s := f.store
-	ticker := time.NewTicker(s.opts.ConsumeQueueFlushInterval)
-	defer ticker.Stop()
-	lastThorough := s.opts.now()
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-ticker.C:
-		}
-		least := consumeQueueFlushLeastPages
-		if now := s.opts.now(); now.Sub(lastThorough) >= s.opts.ConsumeQueueFlushThoroughInterval {
-			least = 0
-			lastThorough = now
-		}
-		if err := s.flushLogics(context.Background(), least); err != nil {
-			s.opts.Logger.Error("flush consume queues", slog.Any("err", err))
-		}
-	}
+	f.periodic(s.opts.ConsumeQueueFlushInterval, s.opts.ConsumeQueueFlushThoroughInterval, consumeQueueFlushLeastPages, s.opts.now,
+		func(least int) {
+			if err := s.flushLogics(context.Background(), least); err != nil {
+				s.opts.Logger.Error("flush consume queues", slog.Any("err", err))
+			}
+		})
 }
 
 const consumeQueueFlushLeastPages = 2

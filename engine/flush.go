@@ -35,75 +35,70 @@ func (s *service) shutdown() {
 	<-s.done
 }
 
-// asyncFlusher is RocketMQ's FlushRealTimeService: every FlushInterval it
-// flushes when at least FlushLeastPages pages are pending, and fully at
-// least every FlushThoroughInterval.
+// periodic runs act every interval and on every wake-up, with leastPages
+// normally and 0 ("everything pending") when thorough has passed since the
+// last full pass — the shape of RocketMQ's flush, commit and ConsumeQueue
+// flush services. It returns when the service is stopped.
+func (s *service) periodic(interval, thorough time.Duration, leastPages int, now func() time.Time, act func(leastPages int)) {
+	defer close(s.done)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	lastThorough := now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-ticker.C:
+		case <-s.wake:
+		}
+		least := leastPages
+		if t := now(); t.Sub(lastThorough) >= thorough {
+			least = 0
+			lastThorough = t
+		}
+		act(least)
+	}
+}
+
+// asyncFlusher is RocketMQ's FlushRealTimeService: every FlushInterval (and
+// when a Put wakes it) it flushes when at least FlushLeastPages pages are
+// pending, and fully at least every FlushThoroughInterval.
 type asyncFlusher struct {
 	service
 	store *Store
 }
 
 func (f *asyncFlusher) run() {
-	defer close(f.done)
 	s := f.store
-	ticker := time.NewTicker(s.opts.FlushInterval)
-	defer ticker.Stop()
-	lastThorough := s.opts.now()
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-ticker.C:
-		case <-f.wake:
-		}
-		least := s.opts.FlushLeastPages
-		if now := s.opts.now(); now.Sub(lastThorough) >= s.opts.FlushThoroughInterval {
-			least = 0
-			lastThorough = now
-		}
+	f.periodic(s.opts.FlushInterval, s.opts.FlushThoroughInterval, s.opts.FlushLeastPages, s.opts.now, func(least int) {
 		s.flushOnce(context.Background(), least, false)
-	}
+	})
 }
 
 // committer is RocketMQ's CommitRealTimeService for buffered backends: every
 // CommitInterval it commits when at least CommitLeastPages are pending (all
-// of it every CommitThoroughInterval), then wakes the flusher.
+// of it every CommitThoroughInterval), then wakes the flusher and dispatch.
 type committer struct {
 	service
 	store *Store
 }
 
 func (c *committer) run() {
-	defer close(c.done)
 	s := c.store
-	ticker := time.NewTicker(s.opts.CommitInterval)
-	defer ticker.Stop()
-	lastThorough := s.opts.now()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-ticker.C:
-		case <-c.wake:
-		}
-		least := s.opts.CommitLeastPages
-		if now := s.opts.now(); now.Sub(lastThorough) >= s.opts.CommitThoroughInterval {
-			least = 0
-			lastThorough = now
-		}
+	c.periodic(s.opts.CommitInterval, s.opts.CommitThoroughInterval, s.opts.CommitLeastPages, s.opts.now, func(least int) {
 		before := s.log.committedOffset.Load()
 		start := time.Now()
 		after, err := s.log.commit(context.Background(), least)
 		if err != nil {
 			s.writeFailed("commit", err)
-			continue
+			return
 		}
 		if after > before {
 			s.stats.recordCommit(time.Since(start))
 			s.flusher.Wakeup()
 			s.dispatcher.Wakeup() // committed bytes are readable now
 		}
-	}
+	})
 }
 
 // groupCommitter is the sync flush service (RocketMQ's GroupCommitService):
