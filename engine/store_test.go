@@ -238,13 +238,14 @@ func TestFlushDiskTimeout(t *testing.T) {
 	ctx := context.Background()
 	faults := mappedfile.NewFaults()
 	fb := mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
-	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SyncFlushTimeout: 30 * time.Millisecond,
+	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SyncFlushTimeout: 100 * time.Millisecond,
 		SegmentSizeBytes: 64 << 10, Logger: quietLogger})
 	defer s.Close()
-	if _, err := s.Put(ctx, testMessage("T", 0, 0, 10)); err != nil {
+	// On a loaded machine even this one may time out; only the slow one below must.
+	if _, err := s.Put(ctx, testMessage("T", 0, 0, 10)); err != nil && !errors.Is(err, ErrFlushDiskTimeout) {
 		t.Fatal(err)
 	}
-	faults.Add(mappedfile.Fault{Op: mappedfile.OpFlush, Latency: 300 * time.Millisecond})
+	faults.Add(mappedfile.Fault{Op: mappedfile.OpFlush, Latency: 2 * time.Second})
 	res, err := s.Put(ctx, testMessage("T", 0, 1, 10))
 	if res.Status != FlushDiskTimeout || !errors.Is(err, ErrFlushDiskTimeout) {
 		t.Fatalf("slow flush: status %v, err %v; want FlushDiskTimeout", res.Status, err)
