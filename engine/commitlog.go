@@ -293,8 +293,13 @@ func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, s
 			return size, true, nil
 		}
 		if pos+int64(total) > readable {
+			if readable < size {
+				// A buffered backend may commit in chunks: the rest of the
+				// record is not readable yet. Stop here; a later scan goes on.
+				return pos, false, nil
+			}
 			return pos, false, &record.DecodeError{Offset: at, Field: record.FieldTotalSize,
-				Reason: fmt.Sprintf("record of %d bytes runs past the data (%d bytes left)", total, readable-pos), Err: record.ErrTooShort}
+				Reason: fmt.Sprintf("record of %d bytes runs past the end of the segment (%d bytes left)", total, readable-pos), Err: record.ErrTooShort}
 		}
 		if pos+int64(total) > winEnd {
 			if winStart, winEnd, err = fill(mf, buf, pos, readable); err != nil {
