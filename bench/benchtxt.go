@@ -21,7 +21,9 @@ func WriteBenchTxt(w io.Writer, f *RunFile) error {
 	if f.Machine.CPUModel != "" {
 		fmt.Fprintf(&b, "cpu: %s\n", f.Machine.CPUModel)
 	}
-	fmt.Fprintf(&b, "mqbench-run: %s\ncommit: %s\nkernel: %s\n", f.ID, f.Machine.Commit, f.Machine.Kernel)
+	// The run id and commit differ between runs: as configuration lines they
+	// would put each run in a table of its own, so they are comments.
+	fmt.Fprintf(&b, "# mqbench run %s, commit %s, kernel %s\n", f.ID, f.Machine.Commit, f.Machine.Kernel)
 	for _, cells := range [][]Cell{f.Cells, f.Peers} {
 		for i := range cells {
 			writeCellLines(&b, &cells[i])
@@ -33,7 +35,11 @@ func WriteBenchTxt(w io.Writer, f *RunFile) error {
 			continue
 		}
 		for _, r := range l.Repeats {
-			fmt.Fprintf(&b, "BenchmarkMQBenchLimit/limit=%s/size=%d 1%s\n", l.Name, l.SizeBytes, limitValues(&r))
+			target := ""
+			if l.Target != "" {
+				target = "/target=" + safeName(l.Target)
+			}
+			fmt.Fprintf(&b, "BenchmarkMQBenchLimit/limit=%s/size=%d%s 1%s\n", l.Name, l.SizeBytes, target, limitValues(&r))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -46,9 +52,32 @@ func writeCellLines(b *strings.Builder, c *Cell) {
 		return
 	}
 	name := fmt.Sprintf("BenchmarkMQBench/workload=%s/backend=%s/size=%d/flush=%s/pressure=%s", c.Workload, c.Backend, c.SizeBytes, c.Flush, c.Pressure)
+	if c.Variant != "" {
+		name += "/variant=" + c.Variant
+	}
+	if c.Policy != "" {
+		name += "/policy=" + safeName(c.Policy)
+	}
+	if c.Target != "" {
+		name += "/target=" + safeName(c.Target)
+	}
 	for _, r := range c.Repeats {
 		f := r.Figures
 		var v valueList
+		switch c.Workload {
+		case "consume":
+			v.add(f.MBPerSec, "MB/s")
+			v.add(f.MsgsPerSec, "msgs/s")
+			v.add(f.CPUSecPerGiB, "sender-cpu-sec/GiB")
+			v.add(f.ProcessCPUSecPerGiB, "cpu-sec/GiB")
+			fmt.Fprintf(b, "%s %d%s\n", name, max(1, r.Result.Messages), v.String())
+			continue
+		case "recovery":
+			v.add(float64(f.OpenNs), "ns/op")
+			v.add(f.MBPerSec, "MB/s")
+			fmt.Fprintf(b, "%s 1%s\n", name, v.String())
+			continue
+		}
 		if c.Workload == "throughput" {
 			v.add(float64(r.Result.ElapsedNs)/float64(r.Result.Messages), "ns/op")
 			v.add(f.MBPerSec, "MB/s")

@@ -22,7 +22,8 @@ type Config struct {
 	Sizes     []int    `json:"sizes"`
 	Flushes   []string `json:"flushes"`
 	Workloads []string `json:"workloads"`
-	// Pressures is always ["none"] for now (issue 9 adds dirty and swap).
+	// Pressures: none, dirty, swap, both (dirty and swap at once); every
+	// but none needs root.
 	Pressures []string      `json:"pressures"`
 	Peers     []string      `json:"peers"`
 	Producers int           `json:"producers"`
@@ -38,8 +39,41 @@ type Config struct {
 	Seed         uint64  `json:"seed"`
 
 	// Dir is where stores and probe files are created (a fresh temporary
-	// directory inside it, removed at the end).
-	Dir string `json:"dir"`
+	// directory inside it, removed at the end). Dirs lists every target
+	// directory (--dir repeated); Dir is the first.
+	Dir  string   `json:"dir"`
+	Dirs []string `json:"dirs,omitempty"`
+	// Emulate adds emulated devices: "hdd" is a loop-device ext4 file system
+	// whose I/O is throttled with cgroup v1 blkio limits to HDDBandwidthBytes
+	// per second and HDDIOPS (a 7200 rpm disk), in an image of
+	// EmulateImageBytes on the first target's file system. Root only.
+	Emulate           []string `json:"emulate,omitempty"`
+	EmulateImageBytes int64    `json:"emulateImageBytes,omitempty"`
+	HDDBandwidthBytes int64    `json:"hddBandwidthBytes,omitempty"`
+	HDDIOPS           int      `json:"hddIops,omitempty"`
+
+	// ConsumeBytes is the CommitLog the consume workload reads back;
+	// RecoveryBytes the CommitLog a recovery cell's killed producer leaves.
+	ConsumeBytes  int64 `json:"consumeBytes,omitempty"`
+	RecoveryBytes int64 `json:"recoveryBytes,omitempty"`
+
+	// Dirty pressure: vm.dirty_bytes and vm.dirty_background_bytes during
+	// the cells, and the size of the file the neighbour overwrites.
+	DirtyBytes           int64 `json:"dirtyBytes,omitempty"`
+	DirtyBackgroundBytes int64 `json:"dirtyBackgroundBytes,omitempty"`
+	DirtyFileBytes       int64 `json:"dirtyFileBytes,omitempty"`
+	// Swap pressure: the swapfile made when no swap is on, the memory
+	// cgroup limit of the store (and the neighbour, in the same cgroup), and
+	// the anonymous memory the neighbour keeps touching.
+	SwapFileBytes      int64 `json:"swapFileBytes,omitempty"`
+	SwapLimitBytes     int64 `json:"swapLimitBytes,omitempty"`
+	SwapNeighbourBytes int64 `json:"swapNeighbourBytes,omitempty"`
+	// StateDir holds the state file recording every system change.
+	StateDir string `json:"stateDir,omitempty"`
+
+	// Policies, when set, replaces Flushes × Store by a sweep's grid of
+	// flush policies.
+	Policies []Policy `json:"policies,omitempty"`
 	// Out is the results root; the run writes Out/<id>/.
 	Out string `json:"out"`
 	// ProfilesRoot is the profiles root; the run writes ProfilesRoot/<id>/.
@@ -96,9 +130,45 @@ func DefaultConfig() Config {
 		Warmup: time.Second, Repeat: 3, RateFraction: 0.5, Arrival: string(load.Poisson), Seed: 1,
 		Dir: ".", Out: "results", ProfilesRoot: "profiles", Profile: true, ProfileDuration: time.Second,
 		CopyCeilingBytes: 256 << 20, DeviceProbeBytes: 1 << 30, SyncProbeCount: 1000,
-		Store: StoreConfig{SegmentSizeBytes: 256 << 20},
+		Store:             StoreConfig{SegmentSizeBytes: 256 << 20},
+		EmulateImageBytes: 4 << 30, HDDBandwidthBytes: 150e6, HDDIOPS: 150,
+		ConsumeBytes: 256 << 20, RecoveryBytes: 1 << 30,
+		DirtyBytes: 32 << 20, DirtyBackgroundBytes: 8 << 20, DirtyFileBytes: 1 << 30,
+		SwapFileBytes: 1 << 30, SwapLimitBytes: 512 << 20, SwapNeighbourBytes: 512 << 20,
+		StateDir: DefaultStateDir,
 	}
 }
+
+// Policy is one flush policy of a sweep: a flush mode and the engine
+// options that go with it.
+type Policy struct {
+	Name  string      `json:"name"`
+	Flush string      `json:"flush"`
+	Store StoreConfig `json:"store"`
+}
+
+// targetDirs is every target directory.
+func (c *Config) targetDirs() []string {
+	if len(c.Dirs) > 0 {
+		return c.Dirs
+	}
+	return []string{c.Dir}
+}
+
+// policies is the sweep grid, or one policy per flush mode with the run's
+// store options (named "" so cell names stay as they were).
+func (c *Config) policies() []Policy {
+	if len(c.Policies) > 0 {
+		return c.Policies
+	}
+	var out []Policy
+	for _, f := range c.Flushes {
+		out = append(out, Policy{Flush: f, Store: c.Store})
+	}
+	return out
+}
+
+func (c *Config) hasWorkload(w string) bool { return slices.Contains(c.Workloads, w) }
 
 // Validate checks a configuration.
 func (c *Config) Validate() error {
@@ -119,14 +189,30 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, w := range c.Workloads {
-		if w != string(load.Throughput) && w != string(load.Latency) {
-			return fmt.Errorf("workload %q: want throughput or latency (consume, e2e and recovery are not built yet)", w)
+		if !slices.Contains([]string{string(load.Throughput), string(load.Latency), WorkloadConsume, WorkloadE2E, WorkloadRecovery}, w) {
+			return fmt.Errorf("workload %q: want throughput, latency, consume, e2e or recovery", w)
 		}
 	}
 	for _, p := range c.Pressures {
-		if p != "none" {
-			return fmt.Errorf("pressure %q: only none is built yet", p)
+		if !slices.Contains([]string{PressureNone, PressureDirty, PressureSwap, PressureBoth}, p) {
+			return fmt.Errorf("pressure %q: want none, dirty, swap or both", p)
 		}
+	}
+	for _, e := range c.Emulate {
+		if e != "hdd" {
+			return fmt.Errorf("emulate %q: want hdd", e)
+		}
+	}
+	for _, p := range c.Policies {
+		if _, err := engine.ParseFlushMode(p.Flush); err != nil || p.Flush == "" {
+			return fmt.Errorf("policy %q: flush %q: want async or sync", p.Name, p.Flush)
+		}
+	}
+	if len(c.Pressures) == 0 {
+		return fmt.Errorf("pressures must not be empty (none is the baseline)")
+	}
+	if (c.hasWorkload(WorkloadConsume) && c.ConsumeBytes < 1<<20) || (c.hasWorkload(WorkloadRecovery) && c.RecoveryBytes < 1<<20) {
+		return fmt.Errorf("consume bytes %d, recovery bytes %d: want ≥ 1 MiB", c.ConsumeBytes, c.RecoveryBytes)
 	}
 	for _, p := range c.Peers {
 		if p != "nats" && p != "pebble" {
@@ -157,6 +243,10 @@ func (c *Config) Validate() error {
 
 // spec returns the load spec of one cell.
 func (c *Config) spec(workload string, sizeBytes int, rate float64) load.Spec {
+	if workload == WorkloadE2E {
+		workload = string(load.Latency) // e2e's producers are the open loop
+	}
 	return load.Spec{Workload: load.Workload(workload), SizeBytes: sizeBytes, Producers: c.Producers, InFlight: c.InFlight,
-		Duration: c.Duration, Warmup: c.Warmup, RatePerSec: rate, Arrival: load.Arrival(c.Arrival), Seed: c.Seed}
+		Duration: c.Duration, Warmup: c.Warmup, RatePerSec: rate, Arrival: load.Arrival(c.Arrival), Seed: c.Seed,
+		SeriesInterval: SampleInterval}
 }

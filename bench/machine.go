@@ -39,6 +39,10 @@ type Device struct {
 	WriteCache         string `json:"writeCache,omitempty"`
 	FUA                *bool  `json:"fua,omitempty"`
 	Emulated           bool   `json:"emulated"`
+	// Label names the target in cell names and tables; Note says how an
+	// emulated device is made (or why a target was skipped).
+	Label string `json:"label,omitempty"`
+	Note  string `json:"note,omitempty"`
 }
 
 // DescribeMachine collects the machine's description.

@@ -23,8 +23,11 @@ func mergedHistogram(c *Cell) *load.Histogram {
 			continue
 		}
 		h := r.Result.Service
-		if c.Workload == string(load.Latency) {
+		switch c.Workload {
+		case string(load.Latency):
 			h = r.Result.Latency
+		case "e2e":
+			h = r.Result.Delivery
 		}
 		if h != nil {
 			hs = append(hs, h)
@@ -60,7 +63,7 @@ func PlotNames(f *RunFile) []string {
 	for _, fl := range flushesOf(f, string(load.Throughput)) {
 		names = append(names, "throughput-"+fl+".png")
 	}
-	return names
+	return append(names, morePlotNames(f)...)
 }
 
 // WritePlots draws the latency percentile spectra (HdrHistogram's log axis)
@@ -76,7 +79,7 @@ func WritePlots(dir string, f *RunFile) error {
 			return err
 		}
 	}
-	return nil
+	return writeMorePlots(dir, f)
 }
 
 // percentileTicks label the 1/(1−p) axis with percentiles.

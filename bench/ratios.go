@@ -1,6 +1,9 @@
 package bench
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // ComputeRatios fills f.Ratios: each store cell against the copy ceiling of
 // its size and the device probes, and each store cell against each peer's
@@ -9,10 +12,13 @@ import "fmt"
 // allow.
 func ComputeRatios(f *RunFile) {
 	f.Ratios = []Ratio{}
+	defer sendfileRatios(f)
+	defer pressureRatios(f)
+	var target string
 	limit := func(name string, size int) *Limit {
 		for i := range f.Limits {
 			l := &f.Limits[i]
-			if l.Name == name && l.Status == StatusOK && (size == 0 || l.SizeBytes == size) {
+			if l.Name == name && l.Status == StatusOK && (size == 0 || l.SizeBytes == size) && l.Target == target {
 				return l
 			}
 		}
@@ -20,9 +26,10 @@ func ComputeRatios(f *RunFile) {
 	}
 	for i := range f.Cells {
 		c := &f.Cells[i]
-		if c.Status != StatusOK {
+		if c.Status != StatusOK || c.Pressure != PressureNone || c.Policy != "" {
 			continue
 		}
+		target = c.Target
 		if c.Workload == "throughput" {
 			if l := limit(LimitCopyCeiling, c.SizeBytes); l != nil {
 				f.Ratios = append(f.Ratios, ratioOf("copy-ceiling", c.Name, l.Name, "mbPerSec", &c.Figures, &c.Min, &c.Max, &l.Figures, &l.Min, &l.Max, "higher is closer to the ceiling"))
@@ -44,7 +51,7 @@ func ComputeRatios(f *RunFile) {
 		}
 		for j := range f.Peers {
 			p := &f.Peers[j]
-			if p.Status != StatusOK || p.Workload != c.Workload || p.SizeBytes != c.SizeBytes || p.Flush != c.Flush {
+			if p.Status != StatusOK || p.Workload != c.Workload || p.SizeBytes != c.SizeBytes || p.Flush != c.Flush || p.Target != c.Target {
 				continue
 			}
 			if c.Workload == "throughput" {
@@ -58,6 +65,57 @@ func ComputeRatios(f *RunFile) {
 			}
 			for _, fig := range []string{"p50Ns", "p99Ns", "p999Ns"} {
 				f.Ratios = append(f.Ratios, ratioOf("peer", c.Name, p.Name, fig, &c.Figures, &c.Min, &c.Max, &p.Figures, &p.Min, &p.Max, note))
+			}
+		}
+	}
+}
+
+// samePoint reports whether two cells differ only in pressure (or variant).
+func samePoint(a, b *Cell) bool {
+	return a.Workload == b.Workload && a.Backend == b.Backend && a.SizeBytes == b.SizeBytes && a.Flush == b.Flush &&
+		a.Policy == b.Policy && a.Target == b.Target
+}
+
+// pressureRatios: each pressured cell ÷ its unpressured twin (latency
+// p99.9 and p99 for open-loop and e2e cells, msgs/s for throughput cells).
+func pressureRatios(f *RunFile) {
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Status != StatusOK || c.Pressure == PressureNone || c.Variant != "" {
+			continue
+		}
+		for j := range f.Cells {
+			b := &f.Cells[j]
+			if b.Status != StatusOK || b.Pressure != PressureNone || !samePoint(c, b) {
+				continue
+			}
+			figs, note := []string{"p999Ns", "p99Ns"}, "latency under pressure ÷ without; lower is better, ≤ 2 is the recommendation's bar"
+			if c.Workload == "throughput" {
+				figs, note = []string{"msgsPerSec"}, "throughput under pressure ÷ without"
+			}
+			for _, fig := range figs {
+				f.Ratios = append(f.Ratios, ratioOf("pressure", c.Name, b.Name, fig, &c.Figures, &c.Min, &c.Max, &b.Figures, &b.Min, &b.Max, note))
+			}
+		}
+	}
+}
+
+// sendfileRatios: each consume sendfile cell ÷ the copy cell of the same
+// temperature, on the sending thread's CPU per GiB.
+func sendfileRatios(f *RunFile) {
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Status != StatusOK || c.Workload != WorkloadConsume || !strings.HasSuffix(c.Variant, "-sendfile") {
+			continue
+		}
+		copyVariant := strings.TrimSuffix(c.Variant, "-sendfile") + "-copy"
+		for j := range f.Cells {
+			b := &f.Cells[j]
+			if b.Status == StatusOK && b.Variant == copyVariant && samePoint(c, b) && b.Pressure == c.Pressure {
+				f.Ratios = append(f.Ratios, ratioOf("sendfile", c.Name, b.Name, "cpuSecPerGiB", &c.Figures, &c.Min, &c.Max, &b.Figures, &b.Min, &b.Max,
+					"sending thread CPU per GiB, sendfile ÷ copy; lower: sendfile cheaper"))
+				f.Ratios = append(f.Ratios, ratioOf("sendfile", c.Name, b.Name, "mbPerSec", &c.Figures, &c.Min, &c.Max, &b.Figures, &b.Min, &b.Max,
+					"throughput, sendfile ÷ copy"))
 			}
 		}
 	}

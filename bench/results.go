@@ -50,6 +50,11 @@ type RunFile struct {
 	Limits      []Limit          `json:"limits"`
 	Ratios      []Ratio          `json:"ratios"`
 	Profiles    []ProfileSummary `json:"profiles"`
+	// SystemChanges is what the run changed (sysctls, swap, cgroups, loop
+	// devices, mounts, neighbour processes) and whether each was undone.
+	SystemChanges []Change `json:"systemChanges,omitempty"`
+	// Notes are run-level remarks (skipped pressures or devices, leftovers).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Figures are one measurement's numbers (or the median, min or max of a
@@ -74,6 +79,13 @@ type Figures struct {
 	ServiceP999Ns   int64   `json:"serviceP999Ns,omitempty"`
 	DroppedFraction float64 `json:"droppedFraction,omitempty"`
 	DispatchLagP99  int64   `json:"dispatchLagP99Ns,omitempty"`
+	// Consume: the whole process's CPU per GiB sent (CPUSecPerGiB is the
+	// sending thread's alone). Consume and recovery, cold variants: the
+	// share of the store's pages still in the page cache after the drop.
+	ProcessCPUSecPerGiB float64 `json:"processCpuSecPerGiB,omitempty"`
+	ResidentFraction    float64 `json:"residentFraction,omitempty"`
+	// Recovery: how long engine.Open of the crashed store took.
+	OpenNs int64 `json:"openNs,omitempty"`
 }
 
 // Repeat is one run of a cell.
@@ -90,6 +102,8 @@ type Repeat struct {
 	StoreCommits  uint64 `json:"storeCommits,omitempty"`
 	StoreRolls    uint64 `json:"storeRolls,omitempty"`
 	StoreRecBytes uint64 `json:"storeRecordBytes,omitempty"`
+	// Samples: the system every 100 ms during the repeat (see Sample).
+	Samples []Sample `json:"samples,omitempty"`
 }
 
 // Cell is one point of the matrix: a workload on a backend (or peer) at a
@@ -101,10 +115,16 @@ type Cell struct {
 	SizeBytes   int               `json:"sizeBytes"`
 	Flush       string            `json:"flush"`
 	FlushParams map[string]string `json:"flushParams,omitempty"`
-	Pressure    string            `json:"pressure"`
-	Producers   int               `json:"producers"`
-	InFlight    int               `json:"inFlight,omitempty"`
-	Dir         string            `json:"dir"`
+	// Policy names a sweep's flush policy ("" outside a sweep).
+	Policy   string `json:"policy,omitempty"`
+	Variant  string `json:"variant,omitempty"` // consume: hot|cold-copy|sendfile; recovery: hot|cold
+	Pressure string `json:"pressure"`
+	// Target labels the device (devices[].label); Emulated repeats its flag.
+	Target    string `json:"target,omitempty"`
+	Emulated  bool   `json:"emulated,omitempty"`
+	Producers int    `json:"producers"`
+	InFlight  int    `json:"inFlight,omitempty"`
+	Dir       string `json:"dir"`
 	// Open loop: the target rate and where it came from.
 	TargetRatePerSec float64  `json:"targetRatePerSec,omitempty"`
 	RateSource       string   `json:"rateSource,omitempty"`
@@ -121,6 +141,23 @@ type Cell struct {
 // Key identifies a cell across runs (compare matches on it).
 func (c *Cell) Key() string { return c.Name }
 
+// cellName is a cell's key from its fields: CellName, with the variant after
+// the workload, the sweep policy and the target appended when set.
+func cellName(c *Cell, withTarget bool) string {
+	w := c.Workload
+	if c.Variant != "" {
+		w += "-" + c.Variant
+	}
+	name := CellName(w, c.Backend, c.SizeBytes, c.Flush, c.Pressure)
+	if c.Policy != "" {
+		name += "-" + safeName(c.Policy)
+	}
+	if withTarget && c.Target != "" {
+		name += "@" + safeName(c.Target)
+	}
+	return name
+}
+
 // CellName is the cell's file-name-safe key.
 func CellName(workload, backend string, sizeBytes int, flush, pressure string) string {
 	name := fmt.Sprintf("%s-%s-%d-%s", workload, backend, sizeBytes, flush)
@@ -134,6 +171,7 @@ func CellName(workload, backend string, sizeBytes int, flush, pressure string) s
 // copy ceiling, the device probes, fio.
 type Limit struct {
 	Name      string            `json:"name"`
+	Target    string            `json:"target,omitempty"`
 	Tool      string            `json:"tool"`
 	SizeBytes int               `json:"sizeBytes,omitempty"`
 	Dir       string            `json:"dir"`
@@ -244,6 +282,9 @@ var figureFields = []struct {
 	{name: "serviceP999Ns", geti: func(f *Figures) *int64 { return &f.ServiceP999Ns }},
 	{name: "droppedFraction", get: func(f *Figures) *float64 { return &f.DroppedFraction }},
 	{name: "dispatchLagP99Ns", geti: func(f *Figures) *int64 { return &f.DispatchLagP99 }},
+	{name: "processCpuSecPerGiB", get: func(f *Figures) *float64 { return &f.ProcessCPUSecPerGiB }},
+	{name: "residentFraction", get: func(f *Figures) *float64 { return &f.ResidentFraction }},
+	{name: "openNs", geti: func(f *Figures) *int64 { return &f.OpenNs }},
 }
 
 // Median returns the median of xs (the mean of the middle two when even).

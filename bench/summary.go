@@ -18,6 +18,7 @@ func Summary(f *RunFile) string {
 	b.WriteString(SummaryTables(f))
 	writePlotsSection(&b, f)
 	writeProfiles(&b, f)
+	writeSystemChanges(&b, f)
 	b.WriteString(howToRead)
 	return b.String()
 }
@@ -35,8 +36,22 @@ func writeContext(b *strings.Builder, f *RunFile) {
 		if d.Rotational != nil {
 			rot = map[bool]string{true: "rotational", false: "non-rotational"}[*d.Rotational]
 		}
-		fmt.Fprintf(b, "- target: %s on %s (%s, %s, model %q, scheduler %q, blocks %d/%d B, write cache %q)\n",
-			d.Dir, d.MountSource, d.FSType, rot, d.Model, d.Scheduler, d.LogicalBlockBytes, d.PhysicalBlockBytes, d.WriteCache)
+		fua := "unknown"
+		if d.FUA != nil {
+			fua = fmt.Sprint(*d.FUA)
+		}
+		label := ""
+		if d.Label != "" {
+			label = "`" + d.Label + "`: "
+		}
+		if d.Emulated {
+			label += "**EMULATED** "
+		}
+		fmt.Fprintf(b, "- target %s%s on %s (%s, %s, device %s, model %q, scheduler %q, blocks %d/%d B, write cache %q, FUA %s)\n",
+			label, d.Dir, d.MountSource, d.FSType, rot, d.Device, d.Model, d.Scheduler, d.LogicalBlockBytes, d.PhysicalBlockBytes, d.WriteCache, fua)
+		if d.Note != "" {
+			fmt.Fprintf(b, "  - %s\n", d.Note)
+		}
 	}
 	fmt.Fprintf(b, "- started %s, took %s", f.StartedAt.Format(time.RFC3339), f.FinishedAt.Sub(f.StartedAt).Round(time.Second))
 	if f.Interrupted {
@@ -65,8 +80,14 @@ func shortCommit(c string) string {
 func SummaryTables(f *RunFile) string {
 	var b strings.Builder
 	all := append(append([]Cell{}, f.Cells...), f.Peers...)
+	writeRecommendations(&b, f)
 	writeThroughput(&b, f, all)
 	writeLatency(&b, f, all)
+	writePressure(&b, f)
+	writeE2E(&b, f)
+	writeConsume(&b, f)
+	writeRecovery(&b, f)
+	writeSweep(&b, f)
 	writeFailures(&b, f, all)
 	writeLimits(&b, f)
 	writeRatios(&b, f)
@@ -74,11 +95,26 @@ func SummaryTables(f *RunFile) string {
 }
 
 func backendLabel(_ *RunFile, c *Cell) string {
+	l := c.Backend
 	if isPeerName(c.Backend) {
-		return c.Backend + " (peer)"
+		l += " (peer)"
 	}
-	return c.Backend
+	if c.Policy != "" {
+		l += " [" + c.Policy + "]"
+	}
+	if c.Pressure != "" && c.Pressure != PressureNone {
+		l += " · pressure " + c.Pressure
+	}
+	if c.Target != "" && c.Emulated {
+		l += " @" + c.Target + " (EMULATED)"
+	} else if c.Target != "" && multiTargetCells(c) {
+		l += " @" + c.Target
+	}
+	return l
 }
+
+// multiTargetCells reports whether the cell's name carries its target.
+func multiTargetCells(c *Cell) bool { return strings.Contains(c.Name, "@") }
 
 func isPeerName(s string) bool { return s == "nats" || s == "pebble" }
 
@@ -215,7 +251,7 @@ func writeLimits(b *strings.Builder, f *RunFile) {
 			}
 			return nsRange(med, lo, hi)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", l.Name, l.Tool, sizeLabel(l.SizeBytes),
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.Tool, sizeLabel(l.SizeBytes),
 			withRange(l.MBPerSec, l.Min.MBPerSec, l.Max.MBPerSec, fmtFloat),
 			withRange(l.MsgsPerSec, l.Min.MsgsPerSec, l.Max.MsgsPerSec, fmtCount),
 			lat(l.P50Ns, l.Min.P50Ns, l.Max.P50Ns), lat(l.P99Ns, l.Min.P99Ns, l.Max.P99Ns), lat(l.P999Ns, l.Min.P999Ns, l.Max.P999Ns))
@@ -228,8 +264,8 @@ func writeRatios(b *strings.Builder, f *RunFile) {
 		return
 	}
 	b.WriteString("## Ratios (median [lowest–highest the repeats allow])\n\n")
-	titles := map[string]string{"copy-ceiling": "store ÷ page-cache copy ceiling", "device": "store ÷ device limit", "peer": "mqstore ÷ peers"}
-	for _, kind := range []string{"copy-ceiling", "device", "peer"} {
+	titles := map[string]string{"copy-ceiling": "store ÷ page-cache copy ceiling", "device": "store ÷ device limit", "peer": "mqstore ÷ peers", "pressure": "under pressure ÷ unpressured (same cell otherwise)", "sendfile": "consume: sendfile ÷ copy"}
+	for _, kind := range []string{"pressure", "sendfile", "copy-ceiling", "device", "peer"} {
 		var rows []Ratio
 		for _, r := range f.Ratios {
 			if r.Kind == kind {
@@ -370,4 +406,20 @@ func writeHgrms(dir string, f *RunFile) error {
 		}
 	}
 	return nil
+}
+
+// limitLabel is a limit's name with its target, EMULATED when it is.
+func limitLabel(f *RunFile, l *Limit) string {
+	if l.Target == "" {
+		return l.Name
+	}
+	for _, d := range f.Devices {
+		if d.Label == l.Target && d.Emulated {
+			return l.Name + " @" + l.Target + " (EMULATED)"
+		}
+	}
+	if len(f.Devices) > 1 {
+		return l.Name + " @" + l.Target
+	}
+	return l.Name
 }

@@ -42,6 +42,9 @@ type Spec struct {
 	RatePerSec float64       `json:"ratePerSec,omitempty"`
 	Arrival    Arrival       `json:"arrival,omitempty"`
 	Seed       uint64        `json:"seed"`
+	// SeriesInterval, when > 0, also keeps a latency time series of the
+	// measured window at this interval (Result.Series).
+	SeriesInterval time.Duration `json:"seriesIntervalNs,omitempty"`
 }
 
 // Validate checks the spec.
@@ -105,6 +108,12 @@ type Result struct {
 	// DispatchLag is actual dispatch − intended start: the load generator's
 	// own timing error (open loop only).
 	DispatchLag *Histogram `json:"dispatchLag,omitempty"`
+	// Series is the latency per Spec.SeriesInterval of the window.
+	Series []SeriesPoint `json:"series,omitempty"`
+	// Delivery is the e2e workload's store-to-delivery latency (delivery −
+	// the start of the message's Put); Delivered counts those deliveries.
+	Delivery    *Histogram `json:"delivery,omitempty"`
+	Delivered   int64      `json:"delivered,omitempty"`
 	Error       string     `json:"error,omitempty"`
 	Interrupted bool       `json:"interrupted,omitempty"`
 }
@@ -158,7 +167,9 @@ func Run(ctx context.Context, spec Spec, clock Clock, newOp func(worker int) Op)
 		ops[i] = newOp(i)
 	}
 	if spec.Warmup > 0 {
-		if _, err := runPhase(ctx, spec, clock, ops, spec.Warmup); err != nil {
+		warm := spec
+		warm.SeriesInterval = 0
+		if _, err := runPhase(ctx, warm, clock, ops, spec.Warmup); err != nil {
 			res.setError(ctx, fmt.Errorf("warm-up: %w", err))
 			return res
 		}
@@ -176,6 +187,7 @@ func Run(ctx context.Context, spec Spec, clock Clock, newOp func(worker int) Op)
 	res.Mallocs = after.Mallocs - before.Mallocs
 	res.Service, res.Latency, res.DispatchLag = ph.service, ph.latency, ph.lag
 	res.Arrivals, res.Dropped = ph.arrivals, ph.dropped
+	res.Series = ph.series
 	if err != nil {
 		res.setError(ctx, err)
 	}
@@ -197,6 +209,7 @@ type phase struct {
 	service, latency  *Histogram
 	lag               *Histogram
 	arrivals, dropped int64
+	series            []SeriesPoint
 }
 
 // firstError keeps the first error of a phase and cancels it.
@@ -214,7 +227,7 @@ func runPhase(ctx context.Context, spec Spec, clock Clock, ops []Op, d time.Dura
 	if spec.Workload == Latency {
 		return openPhase(ctx, spec, clock, ops, d)
 	}
-	return closedPhase(ctx, clock, ops, d)
+	return closedPhase(ctx, clock, ops, d, spec.SeriesInterval)
 }
 
 // worker is one goroutine's private counters and histograms.
@@ -223,12 +236,13 @@ type worker struct {
 	lastDone time.Time
 	service  *Histogram
 	latency  *Histogram
+	series   *series
 }
 
-func newWorkers(n int, open bool) []*worker {
+func newWorkers(n int, open bool, start time.Time, interval time.Duration) []*worker {
 	ws := make([]*worker, n)
 	for i := range ws {
-		ws[i] = &worker{service: NewHistogram()}
+		ws[i] = &worker{service: NewHistogram(), series: newSeries(start, interval)}
 		if open {
 			ws[i].latency = NewHistogram()
 		}
@@ -241,7 +255,9 @@ func newWorkers(n int, open bool) []*worker {
 func merge(ws []*worker, start, end time.Time) phase {
 	p := phase{service: NewHistogram()}
 	last := end
+	ss := make([]*series, 0, len(ws))
 	for _, w := range ws {
+		ss = append(ss, w.series)
 		p.messages += w.messages
 		p.service.Merge(w.service)
 		if w.latency != nil {
@@ -255,15 +271,18 @@ func merge(ws []*worker, start, end time.Time) phase {
 		}
 	}
 	p.elapsed = last.Sub(start)
+	if len(ss) > 0 && ss[0] != nil {
+		p.series = mergeSeries(ss)
+	}
 	return p
 }
 
-func closedPhase(parent context.Context, clock Clock, ops []Op, d time.Duration) (phase, error) {
+func closedPhase(parent context.Context, clock Clock, ops []Op, d, interval time.Duration) (phase, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	fail := &firstError{cancel: cancel}
-	ws := newWorkers(len(ops), false)
 	start := clock.Now()
+	ws := newWorkers(len(ops), false, start, interval)
 	end := start.Add(d)
 	var wg sync.WaitGroup
 	for i, op := range ops {
@@ -281,6 +300,7 @@ func closedPhase(parent context.Context, clock Clock, ops []Op, d time.Duration)
 				}
 				done := clock.Now()
 				w.service.Record(done.Sub(begin))
+				w.series.record(done, done.Sub(begin))
 				w.messages++
 				w.lastDone = done
 			}
@@ -302,9 +322,9 @@ func openPhase(parent context.Context, spec Spec, clock Clock, ops []Op, d time.
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	fail := &firstError{cancel: cancel}
-	ws := newWorkers(len(ops), true)
 	queue := make(chan time.Time, QueueBound)
 	start := clock.Now()
+	ws := newWorkers(len(ops), true, start, spec.SeriesInterval)
 	end := start.Add(d)
 	// Arrivals released before end may start up to d/10 after it
 	// (the last ones are released a few microseconds before end); later
@@ -332,6 +352,7 @@ func openPhase(parent context.Context, spec Spec, clock Clock, ops []Op, d time.
 				done := clock.Now()
 				w.service.Record(done.Sub(begin))
 				w.latency.Record(done.Sub(intended))
+				w.series.record(done, done.Sub(intended))
 				w.messages++
 				w.lastDone = done
 			}

@@ -6,6 +6,8 @@
 //	mqbench device --dir DIR     measure the limits of a directory's device
 //	mqbench report RUN_DIR       re-render summary.md, plots, bench.txt from run.json
 //	mqbench compare RUN_A RUN_B  two runs side by side with ratios
+//	mqbench sweep [flags]        a flush-policy grid with its Pareto front
+//	mqbench cleanup              undo what a killed run changed in the system
 //
 // Exit status: 0 ok, 1 error, 2 bad flags, 130 interrupted (partial results written).
 package main
@@ -36,11 +38,14 @@ var commands = map[string]command{
 	"device":  {"measure the page-cache copy ceiling and the device limits of a directory", runDevice},
 	"report":  {"re-render summary.md, plots, bench.txt and .hgrm files from a run's run.json", runReport},
 	"compare": {"compare two runs side by side (B ÷ A, with noise)", runCompare},
+	"sweep":   {"run a grid of flush policies and draw the throughput / p99.9 Pareto front", runSweep},
+	"cleanup": {"undo the system changes (sysctls, swap, cgroups, loop devices, mounts) a killed run left", runCleanup},
 }
 
 var errUsage = errors.New("usage")
 
 func main() {
+	bench.MaybeWorker() // a re-executed worker runs and exits here
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

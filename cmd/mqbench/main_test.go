@@ -20,7 +20,12 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"run", "--backends", "floppy"}, 2, `backend "floppy"`},
 		{[]string{"run", "--sizes", "abc"}, 2, `size "abc"`},
 		{[]string{"run", "--repeat", "0"}, 2, "repeat 0"},
-		{[]string{"run", "--workloads", "consume"}, 2, "not built yet"},
+		{[]string{"run", "--workloads", "bogus"}, 2, `workload "bogus"`},
+		{[]string{"run", "--pressure", "heavy"}, 2, `pressure "heavy"`},
+		{[]string{"run", "--emulate", "tape"}, 2, `emulate "tape"`},
+		{[]string{"sweep", "--vary", "nope=1"}, 2, "unknown option"},
+		{[]string{"sweep", "-h"}, 0, "--vary"},
+		{[]string{"cleanup", "extra"}, 2, "want 0 argument"},
 		{[]string{"run", "extra"}, 2, "want 0 argument"},
 		{[]string{"run", "-h"}, 0, "--producers"},
 		{[]string{"device"}, 2, "--dir is required"},
@@ -47,5 +52,13 @@ func TestParseBytes(t *testing.T) {
 		if _, err := parseBytes(bad); err == nil {
 			t.Errorf("parseBytes(%q) accepted", bad)
 		}
+	}
+}
+
+func TestCleanupCommandOnEmptyState(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	dir := t.TempDir()
+	if code := run(context.Background(), []string{"cleanup", "--state-dir", dir}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "nothing to clean up") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Pressure names.
+const (
+	PressureNone  = "none"
+	PressureDirty = "dirty"
+	PressureSwap  = "swap"
+	PressureBoth  = "both"
+)
+
+// errNeedsRoot is why pressure and emulation are skipped for other users.
+var errNeedsRoot = errors.New("needs root (it changes sysctls, swap, cgroups and loop devices)")
+
+// pressureEnv is one pressure applied for a phase of the run.
+type pressureEnv struct {
+	name       string
+	mark       int
+	neighbours []*neighbour
+	// memCgroup is the memory cgroup the store's worker joins (swap).
+	memCgroup string
+	desc      string
+}
+
+func (e *pressureEnv) cgroups() []string {
+	if e == nil || e.memCgroup == "" {
+		return nil
+	}
+	return []string{e.memCgroup}
+}
+
+// alive reports an error when a neighbour has died (its pressure is gone).
+func (e *pressureEnv) alive() error {
+	if e == nil {
+		return nil
+	}
+	for _, n := range e.neighbours {
+		if !processAlive(n.w.cmd.Process.Pid, 0) {
+			return fmt.Errorf("the %s neighbour died during the repeat: %s%s", n.what, strings.TrimSpace(n.w.stderr.String()), oomNote(e.cgroups()))
+		}
+	}
+	return nil
+}
+
+// startPressure applies a pressure for the cells of target t.
+func (r *runner) startPressure(ctx context.Context, t *target, name string) (*pressureEnv, error) {
+	if name == PressureNone {
+		return nil, nil
+	}
+	if !isRoot() {
+		return nil, fmt.Errorf("pressure %s %w; running as uid %d", name, errNeedsRoot, os.Geteuid())
+	}
+	if r.journal == nil {
+		return nil, fmt.Errorf("pressure %s: no state file", name)
+	}
+	e := &pressureEnv{name: name, mark: r.journal.Mark()}
+	var desc []string
+	ok := false
+	defer func() {
+		if !ok {
+			e.stop(r.journal)
+		}
+	}()
+	if name == PressureDirty || name == PressureBoth {
+		if err := r.journal.SetVMDirty(r.cfg.DirtyBytes, r.cfg.DirtyBackgroundBytes); err != nil {
+			return nil, err
+		}
+		n, err := startNeighbour(ctx, r.journal, workerRequest{Kind: workerDirty, Dir: t.work, Bytes: r.cfg.DirtyFileBytes}, "dirty writer", nil)
+		if err != nil {
+			return nil, err
+		}
+		e.neighbours = append(e.neighbours, n)
+		desc = append(desc, fmt.Sprintf("vm.dirty_bytes=%s, vm.dirty_background_bytes=%s, a neighbour process overwriting a %s file in %s with buffered 1 MiB writes",
+			sizeLabel(int(r.cfg.DirtyBytes)), sizeLabel(int(r.cfg.DirtyBackgroundBytes)), sizeLabel(int(r.cfg.DirtyFileBytes)), t.work))
+	}
+	if name == PressureSwap || name == PressureBoth {
+		swap, err := r.ensureSwap()
+		if err != nil {
+			return nil, err
+		}
+		cg, err := r.journal.MakeCgroup("memory", fmt.Sprintf("mqbench-%d-%s", os.Getpid(), name),
+			[][2]string{{"memory.limit_in_bytes", strconv.FormatInt(r.cfg.SwapLimitBytes, 10)}, {"memory.swappiness", "100"}})
+		if err != nil {
+			return nil, err
+		}
+		e.memCgroup = cg
+		n, err := startNeighbour(ctx, r.journal, workerRequest{Kind: workerAnon, Bytes: r.cfg.SwapNeighbourBytes}, "anonymous-memory toucher", []string{cg})
+		if err != nil {
+			return nil, err
+		}
+		e.neighbours = append(e.neighbours, n)
+		desc = append(desc, fmt.Sprintf("swap on (%s), the store's process in memory cgroup %s limited to %s (swappiness 100) with a neighbour touching %s of anonymous memory in the same cgroup",
+			swap, cg, sizeLabel(int(r.cfg.SwapLimitBytes)), sizeLabel(int(r.cfg.SwapNeighbourBytes))))
+	}
+	e.desc = strings.Join(desc, "; ")
+	ok = true
+	return e, nil
+}
+
+// stop ends the neighbours and undoes the pressure's system changes.
+func (e *pressureEnv) stop(j *Journal) error {
+	if e == nil {
+		return nil
+	}
+	var errs []error
+	for _, n := range e.neighbours {
+		n.w.kill()
+	}
+	if j != nil {
+		errs = append(errs, j.UndoSince(e.mark))
+	}
+	return errors.Join(errs...)
+}
+
+// ensureSwap turns a swapfile on for the rest of the run when no swap is
+// active, and describes the swap in use.
+func (r *runner) ensureSwap() (string, error) {
+	if active := ActiveSwaps(); len(active) > 0 {
+		return "existing " + strings.Join(active, ", "), nil
+	}
+	path := filepath.Join(r.targets[0].work, "mqbench.swap")
+	if err := r.journal.AddSwapfile(path, r.cfg.SwapFileBytes); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("a %s swapfile made for the run, %s", sizeLabel(int(r.cfg.SwapFileBytes)), path), nil
+}
