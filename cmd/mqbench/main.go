@@ -15,34 +15,31 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/mqstore/mqstore/bench"
+	"github.com/mqstore/mqstore/internal/cli"
 )
 
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-var commands = map[string]command{
-	"run":     {"run the benchmark matrix and write a results directory", runRun},
-	"device":  {"measure the page-cache copy ceiling and the device limits of a directory", runDevice},
-	"report":  {"re-render summary.md, plots, bench.txt and .hgrm files from a run's run.json", runReport},
-	"compare": {"compare two runs side by side (B ÷ A, with noise)", runCompare},
-	"sweep":   {"run a grid of flush policies and draw the throughput / p99.9 Pareto front", runSweep},
-	"cleanup": {"undo the system changes (sysctls, swap, cgroups, loop devices, mounts) a killed run left", runCleanup},
-}
-
-var errUsage = errors.New("usage")
+var tool = cli.Tool{Name: "mqbench", Commands: map[string]cli.Command{
+	"run":     {Summary: "run the benchmark matrix and write a results directory", Run: runRun},
+	"device":  {Summary: "measure the page-cache copy ceiling and the device limits of a directory", Run: runDevice},
+	"report":  {Summary: "re-render summary.md, plots, bench.txt and .hgrm files from a run's run.json", Run: runReport},
+	"compare": {Summary: "compare two runs side by side (B ÷ A, with noise)", Run: runCompare},
+	"sweep":   {Summary: "run a grid of flush policies and draw the throughput / p99.9 Pareto front", Run: runSweep},
+	"cleanup": {Summary: "undo the system changes (sysctls, swap, cgroups, loop devices, mounts) a killed run left", Run: runCleanup},
+}, ExitCode: func(err error) (int, bool) {
+	if errors.Is(err, bench.ErrInterrupted) {
+		return 130, true // Ctrl-C: what finished was still written
+	}
+	return 0, false
+}}
 
 func main() {
 	bench.MaybeWorker() // a re-executed worker runs and exits here
@@ -53,68 +50,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	cmd, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "mqbench: unknown command %q\n\n", args[0])
-		usage(stderr)
-		return 2
-	}
-	err := cmd.run(ctx, args[1:], stdout, stderr)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	case errors.Is(err, bench.ErrInterrupted):
-		fmt.Fprintf(stderr, "mqbench %s: %v\n", args[0], err)
-		return 130
-	}
-	fmt.Fprintf(stderr, "mqbench %s: %v\n", args[0], err)
-	return 1
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: mqbench <command> [flags]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(w, "\nRun 'mqbench <command> -h' for the flags of a command.")
-}
-
-// parse parses flags; a bad flag or argument prints usage and returns errUsage.
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer, positional int) error {
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() != positional {
-		fmt.Fprintf(stderr, "mqbench %s: want %d argument(s), got %d: %q\n", fs.Name(), positional, fs.NArg(), fs.Args())
-		fs.Usage()
-		return errUsage
-	}
-	return nil
-}
-
-// badFlag reports an invalid flag value: message, usage, exit 2.
-func badFlag(fs *flag.FlagSet, stderr io.Writer, err error) error {
-	fmt.Fprintf(stderr, "mqbench %s: %v\n", fs.Name(), err)
-	fs.Usage()
-	return errUsage
+	return tool.Run(ctx, args, stdout, stderr)
 }
 
 func splitList(s string) []string {

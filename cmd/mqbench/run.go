@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/bench"
+	"github.com/mqstore/mqstore/internal/cli"
 )
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -88,7 +89,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 			"                  [--producers N] [--duration D] [--repeat N] [--dir DIR] [--out DIR] [--peers nats,pebble] [--no-limits] [more flags below]")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, stderr, 0); err != nil {
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	cfg.Backends, cfg.Flushes, cfg.Workloads, cfg.Peers = splitList(*backends), splitList(*flushes), splitList(*workloads), splitList(*peers)
@@ -103,17 +104,17 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 		}
 		pols, err := bench.SweepPolicies(grid, cfg.Store)
 		if err != nil {
-			return badFlag(fs, stderr, err)
+			return cli.BadFlag(fs, "%v", err)
 		}
 		cfg.Policies = pols
 	}
 	var err error
 	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
-		return badFlag(fs, stderr, err)
+		return cli.BadFlag(fs, "%v", err)
 	}
 	cfg.Profile = !*noProfile
 	if err := cfg.Validate(); err != nil {
-		return badFlag(fs, stderr, err)
+		return cli.BadFlag(fs, "%v", err)
 	}
 	f, dir, err := bench.Run(ctx, cfg, progressOptions(stderr))
 	if f != nil && !*quiet {
@@ -138,15 +139,15 @@ func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(fs.Output(), "usage: mqbench device --dir DIR [--sizes 1024] [--repeat N] [--probe-bytes 1GiB] [--sync-probes N]")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, stderr, 0); err != nil {
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	var err error
 	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
-		return badFlag(fs, stderr, err)
+		return cli.BadFlag(fs, "%v", err)
 	}
 	if cfg.Dir == "" || cfg.Repeat < 1 || cfg.SyncProbeCount < 1 {
-		return badFlag(fs, stderr, fmt.Errorf("--dir is required; --repeat and --sync-probes must be ≥ 1"))
+		return cli.BadFlag(fs, "%v", fmt.Errorf("--dir is required; --repeat and --sync-probes must be ≥ 1"))
 	}
 	f, err := bench.MeasureDevice(ctx, cfg, progressOptions(stderr))
 	if f != nil {
@@ -160,7 +161,7 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqbench report RUN_DIR\n\nRe-renders RUN_DIR/summary.md, plots, bench.txt and .hgrm files from RUN_DIR/run.json and prints the tables.")
 	}
-	if err := parse(fs, args, stderr, 1); err != nil {
+	if err := cli.Parse(fs, args, stderr, 1); err != nil {
 		return err
 	}
 	f, err := bench.Report(fs.Arg(0))
@@ -176,7 +177,7 @@ func runCompare(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqbench compare RUN_A RUN_B\n\nEvery cell of both runs: A and B as median [min–max], B ÷ A, ~ when the ranges overlap.")
 	}
-	if err := parse(fs, args, stderr, 2); err != nil {
+	if err := cli.Parse(fs, args, stderr, 2); err != nil {
 		return err
 	}
 	a, err := bench.ReadRunFile(fs.Arg(0))
@@ -213,7 +214,7 @@ func runCleanup(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(fs.Output(), "usage: mqbench cleanup [--state-dir DIR] [--force]\n\nUndoes what killed runs left: sysctls, swapfiles, cgroups, loop devices, mounts, neighbour processes.")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, stderr, 0); err != nil {
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	reports, err := bench.Cleanup(*stateDir, *force)

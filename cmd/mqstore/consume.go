@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/cli"
 )
 
 func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -24,18 +25,18 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(fs.Output(), "usage: mqstore consume --dir DIR --topic T --queue Q [--offset O] [--max N] [--tag TAG] [--body]")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	switch {
 	case *dir == "":
-		return usageError(fs, "--dir is required")
+		return cli.BadFlag(fs, "--dir is required")
 	case *topic == "":
-		return usageError(fs, "--topic is required")
+		return cli.BadFlag(fs, "--topic is required")
 	case *queue < 0:
-		return usageError(fs, "--queue is required and must not be negative")
+		return cli.BadFlag(fs, "--queue is required and must not be negative")
 	case *maxN < 0:
-		return usageError(fs, "--max must not be negative, got %d", *maxN)
+		return cli.BadFlag(fs, "--max must not be negative, got %d", *maxN)
 	}
 	var filter engine.MessageFilter
 	if *tag != "" {
@@ -110,20 +111,20 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(fs.Output(), "usage: mqstore query --dir DIR --topic T (--key K | --uniq-key U) [--begin MS] [--end MS] [--max N]")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	switch {
 	case *dir == "":
-		return usageError(fs, "--dir is required")
+		return cli.BadFlag(fs, "--dir is required")
 	case *topic == "":
-		return usageError(fs, "--topic is required")
+		return cli.BadFlag(fs, "--topic is required")
 	case (*key == "") == (*uniq == ""):
-		return usageError(fs, "give exactly one of --key and --uniq-key")
+		return cli.BadFlag(fs, "give exactly one of --key and --uniq-key")
 	case *maxN <= 0:
-		return usageError(fs, "--max must be positive, got %d", *maxN)
+		return cli.BadFlag(fs, "--max must be positive, got %d", *maxN)
 	case *end != 0 && *end < *begin:
-		return usageError(fs, "--end %d is before --begin %d", *end, *begin)
+		return cli.BadFlag(fs, "--end %d is before --begin %d", *end, *begin)
 	}
 	store, err := openExisting(ctx, *dir)
 	if err != nil {

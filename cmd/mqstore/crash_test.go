@@ -21,8 +21,8 @@ import (
 
 var killTrials = flag.Int("kill.trials", 10, "SIGKILL trials per backend in TestKillDuringSyncProduce")
 
-// cli returns a command running this test binary as mqstore.
-func cli(args ...string) *exec.Cmd {
+// mqstoreCmd returns a command running this test binary as mqstore.
+func mqstoreCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "MQSTORE_AS_CLI=1")
 	return cmd
@@ -31,7 +31,7 @@ func cli(args ...string) *exec.Cmd {
 // runCLI runs mqstore to completion and returns stdout, stderr and the exit code.
 func runCLI(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := cli(args...)
+	cmd := mqstoreCmd(args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -75,7 +75,7 @@ func killTrial(t *testing.T, backend string, seed uint64) error {
 	dir := t.TempDir()
 	size := 1 + rng.IntN(3000)
 	killAfter := 1 + rng.IntN(150)
-	cmd := cli("produce", "--dir", dir, "--topic", "Crash", "--queues", "3", "--count", "1000000", "--size", fmt.Sprint(size),
+	cmd := mqstoreCmd("produce", "--dir", dir, "--topic", "Crash", "--queues", "3", "--count", "1000000", "--size", fmt.Sprint(size),
 		"--flush", "sync", "--print-acks", "--backend", backend, "--segment-size", "262144", "--keys", "--tags", "K")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/internal/cli"
 )
 
 // recordLine is the JSON form of a CommitLog record (dump, consume, query).
@@ -79,14 +80,14 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(fs.Output(), "usage: mqstore dump --dir DIR [--from PHYSICAL_OFFSET] [--max N]")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	if *dir == "" {
-		return usageError(fs, "--dir is required")
+		return cli.BadFlag(fs, "--dir is required")
 	}
 	if *maxN < 0 {
-		return usageError(fs, "--max must not be negative, got %d", *maxN)
+		return cli.BadFlag(fs, "--max must not be negative, got %d", *maxN)
 	}
 	store, err := openExisting(ctx, *dir)
 	if err != nil {

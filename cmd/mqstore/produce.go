@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/cli"
 )
 
 type ack struct {
@@ -54,24 +55,24 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(fs.Output(), "usage: mqstore produce --dir DIR --topic T [--queues N] [--count N] [--size BYTES] [--tags TAG] [--keys]\n       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--print-acks]")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	switch {
 	case *dir == "":
-		return usageError(fs, "--dir is required")
+		return cli.BadFlag(fs, "--dir is required")
 	case *topic == "":
-		return usageError(fs, "--topic is required")
+		return cli.BadFlag(fs, "--topic is required")
 	case *queues < 1:
-		return usageError(fs, "--queues must be at least 1, got %d", *queues)
+		return cli.BadFlag(fs, "--queues must be at least 1, got %d", *queues)
 	case *count < 0:
-		return usageError(fs, "--count must not be negative, got %d", *count)
+		return cli.BadFlag(fs, "--count must not be negative, got %d", *count)
 	case *size < 0:
-		return usageError(fs, "--size must not be negative, got %d", *size)
+		return cli.BadFlag(fs, "--size must not be negative, got %d", *size)
 	}
 	mode, err := engine.ParseFlushMode(*flush)
 	if err != nil {
-		return usageError(fs, "--flush: %v", err)
+		return cli.BadFlag(fs, "--flush: %v", err)
 	}
 	store, err := engine.Open(ctx, *dir, engine.Options{Backend: *backend, FlushMode: mode, SegmentSizeBytes: *segmentSize})
 	if err != nil {

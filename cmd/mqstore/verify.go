@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/mqstore/mqstore/internal/cli"
 )
 
 var errInconsistent = errors.New("store is inconsistent")
@@ -17,11 +19,11 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(fs.Output(), "usage: mqstore verify --dir DIR\n\nOpens the store (recovering it if needed), checks every record's CRC, every\nConsumeQueue unit against its record and every index key; exit 0 when consistent.")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	if *dir == "" {
-		return usageError(fs, "--dir is required")
+		return cli.BadFlag(fs, "--dir is required")
 	}
 	store, err := openExisting(ctx, *dir)
 	if err != nil {
