@@ -28,7 +28,10 @@ type logics struct {
 	// minPhysical is the CommitLog's first offset: a ConsumeQueue opened
 	// later starts its MinOffset at the first unit still in the CommitLog.
 	minPhysical func() int64
-	index       *indexfile.Index
+	// recovering: Open is still repairing the queues; their MinOffset is
+	// set once they are consistent (torn units could mislead the search).
+	recovering bool
+	index      *indexfile.Index
 
 	mu  sync.RWMutex
 	cqs map[queueKey]*consumequeue.Queue
@@ -50,9 +53,10 @@ func openLogics(ctx context.Context, s *Store) (*logics, error) {
 		cqs:         make(map[queueKey]*consumequeue.Queue),
 		pollers:     make(map[queueKey]chan struct{}),
 		minPhysical: s.MinOffset,
+		recovering:  true,
 	}
 	idx, err := indexfile.Open(ctx, indexfile.Config{Dir: filepath.Join(s.dir, indexDirName), Backend: s.aux,
-		SlotCount: s.opts.IndexSlotCount, MaxEntries: s.opts.IndexMaxEntries})
+		SlotCount: s.opts.IndexSlotCount, MaxEntries: s.opts.IndexMaxEntries, AfterCrash: s.abnormalOpen})
 	if err != nil {
 		return nil, fmt.Errorf("index: %w", err)
 	}
@@ -78,9 +82,11 @@ func (l *logics) queue(ctx context.Context, key queueKey, create bool) (*consume
 	if err != nil {
 		return nil, fmt.Errorf("consume queue %s/%d: %w", key.topic, key.queueID, err)
 	}
-	if _, err := q.DeleteBefore(ctx, l.minPhysical()); err != nil {
-		q.Close()
-		return nil, fmt.Errorf("consume queue %s/%d: %w", key.topic, key.queueID, err)
+	if !l.recovering {
+		if _, err := q.DeleteBefore(ctx, l.minPhysical()); err != nil {
+			q.Close()
+			return nil, fmt.Errorf("consume queue %s/%d: %w", key.topic, key.queueID, err)
+		}
 	}
 	l.cqs[key] = q
 	return q, nil

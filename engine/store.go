@@ -336,6 +336,14 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 		}
 	}
 	l.dispatchedOffset.Store(validEnd)
+	// The queues are consistent now: move their minimum past what retention
+	// deleted from the CommitLog.
+	for _, q := range l.queues() {
+		if _, err := q.DeleteBefore(ctx, max(logStart, 0)); err != nil {
+			return fmt.Errorf("consume queue %s/%d: %w", q.Topic(), q.QueueID(), err)
+		}
+	}
+	l.recovering = false
 	return nil
 }
 

@@ -47,7 +47,13 @@ func (u Unit) IsBlank() bool {
 
 // plausible is RocketMQ's recovery test for a unit: offset ≥ 0 and size > 0.
 // A zero unit (offset 0, size 0) marks the end of the written data.
-func (u Unit) plausible() bool { return u.PhysicalOffset >= 0 && u.Size > 0 }
+//
+// It also refuses a unit whose end would overflow int64: torn garbage can
+// look plausible, and an overflowed End() would pass for "before everything"
+// (retention would then delete the file holding it).
+func (u Unit) plausible() bool {
+	return u.PhysicalOffset >= 0 && u.Size > 0 && u.PhysicalOffset <= math.MaxInt64-int64(u.Size)
+}
 
 // EncodeUnit writes u into dst[:UnitSize], big-endian.
 func EncodeUnit(dst []byte, u Unit) {

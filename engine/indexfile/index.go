@@ -28,6 +28,10 @@ type Config struct {
 	MaxEntries int
 	// Now gives the creation time that names a new file; nil means time.Now.
 	Now func() time.Time
+	// AfterCrash says the last process did not close the index: the newest
+	// file's header may be torn (it is written only on Flush and roll), so an
+	// invalid one there restarts the file instead of failing Open.
+	AfterCrash bool
 }
 
 // FileInfo describes one index file.
@@ -108,7 +112,7 @@ func Open(ctx context.Context, cfg Config) (*Index, error) {
 		return nil, err
 	}
 	for i, name := range names {
-		f, err := x.load(ctx, name)
+		f, err := x.load(ctx, name, cfg.AfterCrash && i == len(names)-1)
 		if err != nil {
 			x.closeFiles()
 			return nil, err
@@ -237,7 +241,12 @@ func isFileName(name string) bool {
 }
 
 // load opens one existing file and checks its header.
-func (x *Index) load(ctx context.Context, name string) (*file, error) {
+//
+// mayBeTorn says name is the newest file after a crash: its header is
+// written only on Flush and roll, so an invalid header there means it was
+// never made durable, and the file starts again (the engine rebuilds its
+// entries from the CommitLog). Anywhere else it is corruption.
+func (x *Index) load(ctx context.Context, name string, mayBeTorn bool) (*file, error) {
 	path := filepath.Join(x.dir, name)
 	mf, err := x.backend.Open(ctx, mappedfile.Spec{Path: path, SizeBytes: x.sizeBytes})
 	if err != nil {
@@ -250,6 +259,10 @@ func (x *Index) load(ctx context.Context, name string) (*file, error) {
 		return nil, fmt.Errorf("indexfile: load %s: read header: %w", path, err)
 	}
 	h := DecodeHeader(x.headerBuf[:])
+	if mayBeTorn && h != (Header{}) && h.IndexCount != 0 && !x.headerValid(h) {
+		slog.Warn("indexfile: the newest file's header is torn (never flushed); starting it again", slog.String("path", path))
+		h = Header{}
+	}
 	if h == (Header{}) || h.IndexCount == 0 {
 		// Created, never flushed (the header a file starts with may be
 		// torn by a crash; a flushed header has indexCount ≥ 1): start it
@@ -260,12 +273,17 @@ func (x *Index) load(ctx context.Context, name string) (*file, error) {
 		}
 		f.generation++
 	}
-	if h.IndexCount < 1 || h.IndexCount > x.maxEntries || h.HashSlotCount < 0 || h.HashSlotCount > h.IndexCount {
+	if !x.headerValid(h) {
 		return nil, fmt.Errorf("indexfile: load %s: header has indexCount %d, hashSlotCount %d (max entries %d): %w",
 			path, h.IndexCount, h.HashSlotCount, x.maxEntries, ErrCorrupt)
 	}
 	f.header = h
 	return f, nil
+}
+
+// headerValid checks the counts of a loaded header.
+func (x *Index) headerValid(h Header) bool {
+	return h.IndexCount >= 1 && h.IndexCount <= x.maxEntries && h.HashSlotCount >= 0 && h.HashSlotCount <= h.IndexCount
 }
 
 // freshHeader is the header of a new file after one whose header is prev:

@@ -530,6 +530,18 @@ func TestBadFiles(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte(tt.file)) {
 				t.Fatalf("Open: %v; want ErrCorrupt naming %s", err, tt.file)
 			}
+			if !isFileName(tt.file) {
+				return
+			}
+			// After a crash the newest file's header may be torn: it starts again.
+			x, err := Open(ctx, Config{Dir: testDir, Backend: fs, SlotCount: 7, MaxEntries: 5, AfterCrash: true})
+			if err != nil {
+				t.Fatalf("Open after a crash: %v", err)
+			}
+			defer x.Close()
+			if files := x.Files(); len(files) != 1 || files[0].IndexCount != 1 {
+				t.Fatalf("after a crash the torn newest file is not restarted: %+v", files)
+			}
 		})
 	}
 	t.Run("zero header of the newest file", func(t *testing.T) {
