@@ -28,11 +28,10 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
+	if err := cli.Required(fs, "dir", "topic"); err != nil {
+		return err
+	}
 	switch {
-	case *dir == "":
-		return cli.BadFlag(fs, "--dir is required")
-	case *topic == "":
-		return cli.BadFlag(fs, "--topic is required")
 	case *queue < 0:
 		return cli.BadFlag(fs, "--queue is required and must not be negative")
 	case *maxN < 0:
@@ -114,11 +113,10 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
+	if err := cli.Required(fs, "dir", "topic"); err != nil {
+		return err
+	}
 	switch {
-	case *dir == "":
-		return cli.BadFlag(fs, "--dir is required")
-	case *topic == "":
-		return cli.BadFlag(fs, "--topic is required")
 	case (*key == "") == (*uniq == ""):
 		return cli.BadFlag(fs, "give exactly one of --key and --uniq-key")
 	case *maxN <= 0:

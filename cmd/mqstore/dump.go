@@ -83,8 +83,8 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
-	if *dir == "" {
-		return cli.BadFlag(fs, "--dir is required")
+	if err := cli.Required(fs, "dir"); err != nil {
+		return err
 	}
 	if *maxN < 0 {
 		return cli.BadFlag(fs, "--max must not be negative, got %d", *maxN)

@@ -58,11 +58,10 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
+	if err := cli.Required(fs, "dir", "topic"); err != nil {
+		return err
+	}
 	switch {
-	case *dir == "":
-		return cli.BadFlag(fs, "--dir is required")
-	case *topic == "":
-		return cli.BadFlag(fs, "--topic is required")
 	case *queues < 1:
 		return cli.BadFlag(fs, "--queues must be at least 1, got %d", *queues)
 	case *count < 0:

@@ -22,8 +22,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
-	if *dir == "" {
-		return cli.BadFlag(fs, "--dir is required")
+	if err := cli.Required(fs, "dir"); err != nil {
+		return err
 	}
 	store, err := openExisting(ctx, *dir)
 	if err != nil {

@@ -99,3 +99,14 @@ func BadFlag(fs *flag.FlagSet, format string, args ...any) error {
 	fs.Usage()
 	return ErrUsage
 }
+
+// Required reports the first of the named string flags left empty as a
+// usage error ("--dir is required").
+func Required(fs *flag.FlagSet, names ...string) error {
+	for _, n := range names {
+		if f := fs.Lookup(n); f != nil && f.Value.String() == "" {
+			return BadFlag(fs, "--%s is required", n)
+		}
+	}
+	return nil
+}
