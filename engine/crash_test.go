@@ -20,19 +20,23 @@ import (
 var (
 	crashTrials = flag.Int("crash.trials", 1000, "simulated power-loss trials in TestSimulatedPowerLoss")
 	crashSeed   = flag.Uint64("crash.seed", 0, "run only this trial seed (0: trials 1..crash.trials)")
+	killTrials  = flag.Int("kill.trials", 1000, "simulated process-kill trials in TestSimulatedKill")
 )
 
 var debugHook func(*Store)
 
 // written is what the test knows about a message it put.
 type written struct {
-	key          queueKey
-	queueOffset  int64
-	physical     int64
-	size         int
-	bodyCRC      uint32
-	uniq         string
-	acknowledged bool // PutOK under sync flush: must survive
+	key            queueKey
+	queueOffset    int64
+	physical       int64
+	size           int
+	bodyCRC        uint32
+	uniq           string
+	acknowledged   bool // PutOK under sync flush: must survive
+	mustSurvive    bool // acknowledged, or committed before a process kill
+	storeTimestamp int64
+	properties     string // as encoded
 }
 
 // TestSimulatedPowerLoss runs seeded random workloads on the in-memory file
@@ -45,7 +49,22 @@ type written struct {
 //	go test ./engine -run SimulatedPowerLoss -crash.trials 100000
 //	go test ./engine -run SimulatedPowerLoss -crash.seed 1234 -v
 func TestSimulatedPowerLoss(t *testing.T) {
-	trials := *crashTrials
+	runCrashTrials(t, *crashTrials, "SimulatedPowerLoss", false)
+}
+
+// TestSimulatedKill is TestSimulatedPowerLoss for a killed process on a
+// machine that stays up (MemFS.Kill): the page cache survives, so every
+// message committed before the kill must be there, under any flush policy.
+// After the recovering open it closes and opens the store again, cleanly,
+// and checks again: the CLI's crash test does the same with separate
+// processes.
+//
+//	go test ./engine -run SimulatedKill -kill.trials 100000
+func TestSimulatedKill(t *testing.T) {
+	runCrashTrials(t, *killTrials, "SimulatedKill", true)
+}
+
+func runCrashTrials(t *testing.T, trials int, name string, kill bool) {
 	if testing.Short() {
 		trials = min(trials, 100)
 	}
@@ -55,18 +74,18 @@ func TestSimulatedPowerLoss(t *testing.T) {
 	}
 	violations := 0
 	for seed := first; seed <= last; seed++ {
-		if err := powerLossTrial(t, seed); err != nil {
+		if err := crashTrial(t, seed, kill); err != nil {
 			violations++
-			t.Errorf("seed %d: %v (rerun: go test ./engine -run SimulatedPowerLoss -crash.seed %d -v)", seed, err, seed)
+			t.Errorf("seed %d: %v (rerun: go test ./engine -run %s -crash.seed %d -v)", seed, err, name, seed)
 			if violations >= 5 {
 				t.Fatalf("stopping after %d violations", violations)
 			}
 		}
 	}
-	t.Logf("%d simulated power-loss trials, %d violations", last-first+1, violations)
+	t.Logf("%d trials, %d violations", last-first+1, violations)
 }
 
-func powerLossTrial(t *testing.T, seed uint64) error {
+func crashTrial(t *testing.T, seed uint64, kill bool) error {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	buffered := rng.IntN(2) == 0
@@ -112,7 +131,7 @@ func powerLossTrial(t *testing.T, seed uint64) error {
 			return fmt.Errorf("put %d: %w", i, err)
 		}
 		msgs = append(msgs, written{key: queueKey{m.Topic, m.QueueID}, queueOffset: res.QueueOffset, physical: res.PhysicalOffset,
-			size: res.Size, bodyCRC: crc32.ChecksumIEEE(m.Body), uniq: fmt.Sprintf("u%d-%d", seed, i),
+			size: res.Size, bodyCRC: crc32.ChecksumIEEE(m.Body), uniq: fmt.Sprintf("u%d-%d", seed, i), storeTimestamp: res.StoreTimestamp, properties: encodedProperties(m),
 			acknowledged: mode == FlushSync && res.Status == PutOK})
 	}
 	// Let the background services run a little, at random, then cut the power.
@@ -120,7 +139,18 @@ func powerLossTrial(t *testing.T, seed uint64) error {
 		time.Sleep(time.Duration(d) * time.Millisecond)
 	}
 	tail := mappedfile.TornTail(rng.IntN(4))
-	fs.Crash(tail, rng)
+	if kill {
+		// A killed process leaves every committed byte in the page cache: with
+		// write-through files every Put that returned is there.
+		fs.Kill()
+		if !buffered {
+			for i := range msgs {
+				msgs[i].mustSurvive = true
+			}
+		}
+	} else {
+		fs.Crash(tail, rng)
+	}
 	checkpoint, _ := os.ReadFile(filepath.Join(dir, checkpointFileName))
 	s.Close() // the files are dead: this only stops goroutines and drops the lock
 	if checkpoint != nil {
@@ -132,16 +162,45 @@ func powerLossTrial(t *testing.T, seed uint64) error {
 		return err
 	}
 
+	what := fmt.Sprintf("tail %v, %d puts, flush %v, buffered %v", tail, puts, mode, buffered)
+	if kill {
+		what = fmt.Sprintf("kill, %d puts, flush %v, buffered %v", puts, mode, buffered)
+	}
 	s, err = Open(ctx, dir, o)
 	if err != nil {
-		return fmt.Errorf("reopen after a crash (tail %v, %d puts, mode %v): %w", tail, puts, mode, err)
+		return fmt.Errorf("reopen after a crash (%s): %w", what, err)
 	}
-	defer s.Close()
 	if debugHook != nil {
 		debugHook(s)
 	}
-	if err := checkRecovered(ctx, s, msgs); err != nil {
-		return fmt.Errorf("tail %v, %d puts, flush %v, buffered %v: %w", tail, puts, mode, buffered, err)
+	n, err := checkRecovered(ctx, s, msgs)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	// checkRecovered put one message per queue; then a clean close and
+	// open must keep everything (the recovering open's repairs included).
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("%s: close after recovery: %w", what, err)
+	}
+	if s, err = Open(ctx, dir, o); err != nil {
+		return fmt.Errorf("%s: open after the recovering open's clean close: %w", what, err)
+	}
+	defer s.Close()
+	if err := verifyClean(ctx, s); err != nil {
+		return fmt.Errorf("%s: after a clean reopen (%d records recovered): %w", what, n, err)
+	}
+	return nil
+}
+
+// verifyClean runs Verify and turns its problems into an error.
+func verifyClean(ctx context.Context, s *Store) error {
+	rep, err := s.Verify(ctx)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	if len(rep.Problems) > 0 {
+		return fmt.Errorf("verify: %d problems, first: %v", len(rep.Problems), rep.Problems[0])
 	}
 	return nil
 }
@@ -154,8 +213,17 @@ func randomBytes(rng *rand.Rand, n int) []byte {
 	return b
 }
 
-// checkRecovered verifies a reopened store against what was written.
-func checkRecovered(ctx context.Context, s *Store, msgs []written) error {
+// checkRecovered verifies a reopened store against what was written and
+// returns how many messages it holds.
+func checkRecovered(ctx context.Context, s *Store, msgs []written) (int, error) {
+	n, err := checkRecoveredRecords(ctx, s, msgs)
+	if err != nil {
+		return n, err
+	}
+	return n, verifyClean(ctx, s)
+}
+
+func checkRecoveredRecords(ctx context.Context, s *Store, msgs []written) (int, error) {
 	// The recovered log is a prefix of the written messages, in order.
 	var recovered []record.Record
 	if _, err := s.Scan(ctx, s.MinOffset(), func(_ int64, rec []byte, r *record.Record) error {
@@ -167,21 +235,26 @@ func checkRecovered(ctx context.Context, s *Store, msgs []written) error {
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("scan: %w", err)
+		return len(recovered), fmt.Errorf("scan: %w", err)
 	}
 	if len(recovered) > len(msgs) {
-		return fmt.Errorf("%d records recovered, only %d written", len(recovered), len(msgs))
+		return len(recovered), fmt.Errorf("%d records recovered, only %d written", len(recovered), len(msgs))
 	}
 	for i, r := range recovered {
 		w := msgs[i]
 		if r.PhysicalOffset != w.physical || int(r.TotalSize) != w.size || crc32.ChecksumIEEE(r.Body) != w.bodyCRC ||
 			r.Topic != w.key.topic || r.QueueID != w.key.queueID || r.QueueOffset != w.queueOffset {
-			return fmt.Errorf("recovered record %d at %d differs from message %d written at %d", i, r.PhysicalOffset, i, w.physical)
+			return len(recovered), fmt.Errorf("recovered record %d at %d differs from message %d written at %d", i, r.PhysicalOffset, i, w.physical)
+		}
+		// BODYCRC covers only the body: the properties must be whole too.
+		if u, _ := r.UniqKey(); u != w.uniq || r.StoreTimestamp != w.storeTimestamp || string(r.Properties) != w.properties {
+			return len(recovered), fmt.Errorf("recovered record %d at %d has UNIQ_KEY %q and STORETIMESTAMP %d, message %d was written with %q and %d",
+				i, r.PhysicalOffset, u, r.StoreTimestamp, i, w.uniq, w.storeTimestamp)
 		}
 	}
 	for i := len(recovered); i < len(msgs); i++ {
-		if msgs[i].acknowledged {
-			return fmt.Errorf("message %d (queue %s/%d offset %d at %d) was acknowledged under sync flush but is lost; %d of %d recovered",
+		if msgs[i].acknowledged || msgs[i].mustSurvive {
+			return len(recovered), fmt.Errorf("message %d (queue %s/%d offset %d at %d) was acknowledged under sync flush or committed before a kill, but is lost; %d of %d recovered",
 				i, msgs[i].key.topic, msgs[i].key.queueID, msgs[i].queueOffset, msgs[i].physical, len(recovered), len(msgs))
 		}
 	}
@@ -191,17 +264,17 @@ func checkRecovered(ctx context.Context, s *Store, msgs []written) error {
 		w := msgs[i]
 		res, err := s.Get(ctx, "check", w.key.topic, w.key.queueID, w.queueOffset, 1, nil)
 		if err != nil {
-			return err
+			return len(recovered), err
 		}
 		if res.Status != Found || res.Messages[0].PhysicalOffset != w.physical || int(res.Messages[0].Size) != w.size {
 			res.Release()
-			return fmt.Errorf("consume queue %s/%d offset %d: %v, want the record at %d", w.key.topic, w.key.queueID, w.queueOffset, res.Status, w.physical)
+			return len(recovered), fmt.Errorf("consume queue %s/%d offset %d: %v, want the record at %d", w.key.topic, w.key.queueID, w.queueOffset, res.Status, w.physical)
 		}
 		res.Release()
 		perQueue[w.key]++
 		// The index finds it by UNIQ_KEY.
 		if r, err := s.QueryByUniqKey(ctx, w.key.topic, w.uniq); err != nil || r.PhysicalOffset != w.physical {
-			return fmt.Errorf("index lookup of %s: %v", w.uniq, err)
+			return len(recovered), fmt.Errorf("index lookup of %s: %v", w.uniq, err)
 		}
 	}
 	keys := make([]queueKey, 0, len(perQueue))
@@ -214,20 +287,28 @@ func checkRecovered(ctx context.Context, s *Store, msgs []written) error {
 	for _, k := range keys {
 		res, err := s.Get(ctx, "check", k.topic, k.queueID, perQueue[k], 1, nil)
 		if err != nil {
-			return err
+			return len(recovered), err
 		}
 		res.Release()
 		if res.Status != OffsetOverflowOne || res.MaxOffset != perQueue[k] {
-			return fmt.Errorf("consume queue %s/%d: max %d status %v, want %d records", k.topic, k.queueID, res.MaxOffset, res.Status, perQueue[k])
+			return len(recovered), fmt.Errorf("consume queue %s/%d: max %d status %v, want %d records", k.topic, k.queueID, res.MaxOffset, res.Status, perQueue[k])
 		}
 		// Queue offsets continue without a gap.
 		put, err := s.Put(ctx, &Message{Topic: k.topic, QueueID: k.queueID, Body: []byte("after")})
 		if err != nil && !errors.Is(err, ErrFlushDiskTimeout) {
-			return fmt.Errorf("put after recovery: %w", err)
+			return len(recovered), fmt.Errorf("put after recovery: %w", err)
 		}
 		if put.QueueOffset != perQueue[k] {
-			return fmt.Errorf("queue %s/%d continues at %d, want %d", k.topic, k.queueID, put.QueueOffset, perQueue[k])
+			return len(recovered), fmt.Errorf("queue %s/%d continues at %d, want %d", k.topic, k.queueID, put.QueueOffset, perQueue[k])
 		}
 	}
-	return nil
+	return len(recovered), nil
+}
+
+func encodedProperties(m *Message) string {
+	b, err := record.EncodeProperties(nil, m.Properties)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/mqstore/mqstore/engine/consumequeue"
@@ -340,4 +341,44 @@ func (s *Store) flushLogics(ctx context.Context, leastPages int) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// DispatchedOffset is the CommitLog offset up to which every record is in
+// its ConsumeQueue and the index: what Get and the queries can see.
+func (s *Store) DispatchedOffset() int64 { return s.logics.dispatchedOffset.Load() }
+
+// WaitDispatched blocks until every record before offset is in its
+// ConsumeQueue and the index, and returns nil; or returns the error that
+// stopped dispatch, or ctx's error, or ErrClosed. A Put's record is
+// dispatched in the background: a caller that must read its own write waits
+// for PhysicalOffset + Size.
+func (s *Store) WaitDispatched(ctx context.Context, offset int64) error {
+	const poll = 200 * time.Microsecond
+	var timer *time.Timer
+	for {
+		if s.logics.dispatchedOffset.Load() >= offset {
+			return nil
+		}
+		if p := s.logics.dispatchErr.Load(); p != nil {
+			return fmt.Errorf("wait for dispatch to %d: %w", offset, *p)
+		}
+		s.closeMu.Lock()
+		closed := s.closed
+		s.closeMu.Unlock()
+		if closed {
+			return fmt.Errorf("wait for dispatch to %d: %w", offset, ErrClosed)
+		}
+		s.dispatcher.Wakeup()
+		if timer == nil {
+			timer = time.NewTimer(poll)
+			defer timer.Stop()
+		} else {
+			timer.Reset(poll)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for dispatch to %d (at %d): %w", offset, s.logics.dispatchedOffset.Load(), ctx.Err())
+		case <-timer.C:
+		}
+	}
 }

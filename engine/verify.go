@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 
+	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/record"
 )
 
@@ -41,9 +44,14 @@ const maxProblems = 1000
 // Verify checks the whole store: every record's CRC and lengths, every
 // ConsumeQueue unit against its record (and that no record lacks its unit),
 // and that the index finds every record by each of its keys. It reads
-// everything; run it on a quiet store.
+// everything; run it on a quiet store. It first waits until every record
+// readable when it starts is dispatched (a ConsumeQueue unit not written
+// yet is not a problem); an error stopping dispatch is its error.
 func (s *Store) Verify(ctx context.Context) (*VerifyReport, error) {
 	rep := &VerifyReport{MinOffset: s.MinOffset(), MaxOffset: s.MaxOffset()}
+	if err := s.WaitDispatched(ctx, rep.MaxOffset); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
 	add := func(off int64, format string, args ...any) {
 		if len(rep.Problems) >= maxProblems {
 			rep.TruncatedMore = true
@@ -53,6 +61,9 @@ func (s *Store) Verify(ctx context.Context) (*VerifyReport, error) {
 	}
 	perQueue := map[queueKey]int64{}
 	end, err := s.Scan(ctx, rep.MinOffset, func(offset int64, rec []byte, r *record.Record) error {
+		if offset >= rep.MaxOffset {
+			return errVerifyEnd // written since Verify began
+		}
 		if r == nil {
 			rep.Blanks++
 			return nil
@@ -67,6 +78,9 @@ func (s *Store) Verify(ctx context.Context) (*VerifyReport, error) {
 		s.verifyIndex(ctx, offset, r, rep, add)
 		return nil
 	})
+	if errors.Is(err, errVerifyEnd) {
+		end, err = rep.MaxOffset, nil
+	}
 	if err != nil {
 		add(end, "CommitLog scan stopped: %v", err)
 	}
@@ -78,12 +92,25 @@ func (s *Store) Verify(ctx context.Context) (*VerifyReport, error) {
 		key := queueKey{topic: q.Topic(), queueID: q.QueueID()}
 		units := q.MaxOffset() - q.MinOffset()
 		rep.Units += units
+		if units > perQueue[key] && s.unitsAfter(q, perQueue[key], rep.MaxOffset) {
+			continue // the extra units are of records written since Verify began
+		}
 		if units != perQueue[key] {
 			add(-1, "consume queue %s/%d holds %d units [%d, %d), the CommitLog has %d records of it",
 				key.topic, key.queueID, units, q.MinOffset(), q.MaxOffset(), perQueue[key])
 		}
 	}
 	return rep, nil
+}
+
+// errVerifyEnd stops Verify's scan at the end it began with.
+var errVerifyEnd = errors.New("verify: end reached")
+
+// unitsAfter reports whether q's units from number n on (counted from its
+// MinOffset) all point at or after end.
+func (s *Store) unitsAfter(q *consumequeue.Queue, n, end int64) bool {
+	u, err := q.Get(q.MinOffset() + n)
+	return err == nil && u.PhysicalOffset >= end
 }
 
 func (s *Store) verifyUnit(ctx context.Context, offset int64, r *record.Record, add func(int64, string, ...any)) {
@@ -121,7 +148,23 @@ func (s *Store) verifyIndex(ctx context.Context, offset int64, r *record.Record,
 			continue
 		}
 		if !slices.Contains(offs, offset) {
-			add(offset, "index does not find the record by key %q", k)
+			add(offset, "index does not find the record by key %q (stored at %d ms; %s)", k, r.StoreTimestamp, s.indexMissDetail(ctx, r.Topic+"#"+k, offset))
 		}
 	}
+}
+
+// indexMissDetail says more about a key the index did not find: whether a
+// query over all time finds it (then the times disagree) and the index
+// files' ranges.
+func (s *Store) indexMissDetail(ctx context.Context, key string, offset int64) string {
+	detail := "not found over all time either"
+	if offs, err := s.logics.index.Query(ctx, key, 0, math.MaxInt64, 1<<20); err == nil && slices.Contains(offs, offset) {
+		detail = "found by a query over all time: the entry's time is outside the record's second"
+	}
+	for _, f := range s.logics.index.Files() {
+		h := f.Header
+		detail += fmt.Sprintf("; index file %s: %d entries, offsets [%d, %d], times [%d, %d]",
+			f.Name, h.IndexCount-1, h.BeginPhyOffset, h.EndPhyOffset, h.BeginTimestamp, h.EndTimestamp)
+	}
+	return detail
 }

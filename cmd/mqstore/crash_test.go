@@ -70,9 +70,17 @@ func TestKillDuringSyncProduce(t *testing.T) {
 	}
 }
 
-func killTrial(t *testing.T, backend string, seed uint64) error {
+func killTrial(t *testing.T, backend string, seed uint64) (err error) {
 	rng := rand.New(rand.NewPCG(seed, 77))
 	dir := t.TempDir()
+	// Each trial's store holds a 420 MB (fallocated) index file: remove it
+	// now (a long -kill.trials run would fill the disk); a failed trial's
+	// store stays until the test ends.
+	defer func() {
+		if err == nil {
+			os.RemoveAll(dir)
+		}
+	}()
 	size := 1 + rng.IntN(3000)
 	killAfter := 1 + rng.IntN(150)
 	cmd := mqstoreCmd("produce", "--dir", dir, "--topic", "Crash", "--queues", "3", "--count", "1000000", "--size", fmt.Sprint(size),
@@ -113,8 +121,10 @@ func killTrial(t *testing.T, backend string, seed uint64) error {
 	}
 	// Every acknowledged message is there, with the right body.
 	byQueue := map[int32]map[int64]recordLine{}
+	var logs strings.Builder // what the opens after the kill logged, for a failure's report
 	for q := int32(0); q < 3; q++ {
 		out, errOut, code := runCLI(t, "consume", "--dir", dir, "--topic", "Crash", "--queue", fmt.Sprint(q))
+		fmt.Fprintf(&logs, "consume --queue %d logged:\n%s", q, errOut)
 		if code != 0 {
 			return fmt.Errorf("consume queue %d after the kill: exit %d: %s", q, code, errOut)
 		}
@@ -140,8 +150,18 @@ func killTrial(t *testing.T, backend string, seed uint64) error {
 			return fmt.Errorf("acknowledged message %d read back wrong: %+v", a.I, l)
 		}
 	}
-	if out, _, code := runCLI(t, "verify", "--dir", dir); code != 0 {
-		return fmt.Errorf("verify after the kill: exit %d:\n%s", code, out)
+	if out, errOut, code := runCLI(t, "verify", "--dir", dir); code != 0 {
+		return fmt.Errorf("verify after the kill (%d acks, size %d; store in %s): exit %d:\n%s%s\nproducer logged:\n%s%sverify logged:\n%s",
+			len(acks), size, dir, code, out, ackTail(acks), stderr.String(), logs.String(), errOut)
 	}
 	return nil
+}
+
+// ackTail describes the last acknowledgements, for a failure's report.
+func ackTail(acks []ack) string {
+	var b strings.Builder
+	for _, a := range acks[max(0, len(acks)-3):] {
+		fmt.Fprintf(&b, "ack %d: queue %d offset %d at %d\n", a.I, a.QueueID, a.QueueOffset, a.PhysicalOffset)
+	}
+	return b.String()
 }

@@ -11,6 +11,7 @@
 package indexfile
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 )
@@ -105,11 +106,22 @@ func (e *entryEncoder) EncodeAt(dst []byte, _ int64) error {
 }
 
 // zeroEncoder fills a reserved range with zeros (the slot area and entry 0
-// of a new file).
+// of a new file). It writes only where dst is not zero already: a new
+// mmap'ed file reads as zeros, and clearing its 20 MB slot area anyway would
+// dirty every page, to be written back by the flush that follows.
 type zeroEncoder struct{}
+
+// zeroChunk is what zeroEncoder compares dst with, a chunk at a time.
+var zeroChunk [64 << 10]byte
 
 // EncodeAt implements mappedfile.Encoder.
 func (zeroEncoder) EncodeAt(dst []byte, _ int64) error {
-	clear(dst)
+	for len(dst) > 0 {
+		n := min(len(dst), len(zeroChunk))
+		if !bytes.Equal(dst[:n], zeroChunk[:n]) {
+			clear(dst[:n])
+		}
+		dst = dst[n:]
+	}
 	return nil
 }

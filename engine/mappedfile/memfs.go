@@ -160,28 +160,61 @@ func (t TornTail) String() string {
 // calls on it return ErrClosed) and every file keeps only its durable bytes,
 // plus, past each open file's flushed position, what tail says, drawn from rng.
 func (fs *MemFS) Crash(tail TornTail, rng *rand.Rand) {
+	files := fs.stopAll()
+	fs.mu.Lock()
+	for _, f := range files {
+		flushed, wrote := f.flushedPosition.Load(), f.wrotePosition.Load()
+		if wrote > flushed {
+			applyTorn(f.node.durable, f.data, flushed, wrote, tail, rng)
+		}
+	}
+	fs.mu.Unlock()
+	for _, f := range files {
+		f.mu.Unlock()
+	}
+}
+
+// Kill simulates the death of the process (SIGKILL) on a machine that stays
+// up: every open file is closed at once and keeps what the page cache holds
+// — every committed byte, overwrites included — losing only what was
+// appended but not committed (a buffered backend's own buffers). Files are
+// frozen together, so the state kept is one instant of the whole store.
+func (fs *MemFS) Kill() {
+	files := fs.stopAll()
+	fs.mu.Lock()
+	for _, f := range files {
+		committed := f.committedPosition.Load()
+		copy(f.node.durable[:committed], f.data[:committed])
+	}
+	fs.mu.Unlock()
+	for _, f := range files {
+		f.mu.Unlock()
+	}
+}
+
+// stopAll detaches every open file and returns them locked and marked
+// crashed: an operation that held a file's lock finished first (it happened
+// before the crash); any later one sees crashed under the lock and stops.
+func (fs *MemFS) stopAll() []*memFile {
 	fs.mu.Lock()
 	var files []*memFile
 	for _, node := range fs.nodes {
 		if f := node.open; f != nil {
-			f.crashed.Store(true)
 			node.open = nil
 			files = append(files, f)
 		}
 	}
 	fs.mu.Unlock()
-	// A Flush holding f.mu finishes first (it happened before the power
-	// went); any later state change sees crashed under f.mu and stops.
+	// Lock them all before marking any: no file changes while another is
+	// already frozen. (No code path holds two file locks, so any order is
+	// safe.)
 	for _, f := range files {
 		f.mu.Lock()
-		flushed, wrote := f.flushedPosition.Load(), f.wrotePosition.Load()
-		if wrote > flushed {
-			fs.mu.Lock()
-			applyTorn(f.node.durable, f.data, flushed, wrote, tail, rng)
-			fs.mu.Unlock()
-		}
-		f.mu.Unlock()
 	}
+	for _, f := range files {
+		f.crashed.Store(true)
+	}
+	return files
 }
 
 func applyTorn(durable, live []byte, flushed, wrote int64, tail TornTail, rng *rand.Rand) {
@@ -276,6 +309,9 @@ func (f *memFile) Append(n int, enc Encoder) (int64, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.crashed.Load() {
+		return 0, fmt.Errorf("%s: append: %w", f.path, ErrClosed)
+	}
 	wrote := f.wrotePosition.Load()
 	if int64(n) > f.sizeBytes-wrote {
 		return 0, fmt.Errorf("%s: append of %d bytes at %d of %d: %w", f.path, n, wrote, f.sizeBytes, ErrFull)
@@ -301,6 +337,9 @@ func (f *memFile) Commit(ctx context.Context, leastPages int) (int64, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.crashed.Load() {
+		return f.committedPosition.Load(), fmt.Errorf("%s: commit: %w", f.path, ErrClosed)
+	}
 	committed, wrote := f.committedPosition.Load(), f.wrotePosition.Load()
 	if AbleTo(committed, wrote, f.sizeBytes, leastPages) {
 		f.committedPosition.Store(wrote)

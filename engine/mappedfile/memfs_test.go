@@ -148,3 +148,44 @@ func BenchmarkMemAppend(b *testing.B) {
 		})
 	}
 }
+
+func TestMemFSKillKeepsCommittedBytes(t *testing.T) {
+	ctx := context.Background()
+	const size = 16 * mappedfile.PageSize
+	for _, buffered := range []bool{false, true} {
+		fs := mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: buffered})
+		mf, err := fs.Open(ctx, mappedfile.Spec{Path: "/d/seg", SizeBytes: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mf.Append(5000, fill(0xAA, 5000)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mf.Commit(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		// Committed, never flushed: a killed process leaves it in the page cache.
+		if _, err := mf.Append(100, fill(0xBB, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mf.(mappedfile.Overwriter).WriteAt([]byte{0xCC}, 10); err != nil {
+			t.Fatal(err)
+		}
+		fs.Kill()
+		if _, err := mf.Append(1, fill(1, 1)); !errors.Is(err, mappedfile.ErrClosed) {
+			t.Fatalf("buffered %v: append after kill: %v", buffered, err)
+		}
+		if _, err := mf.Commit(ctx, 0); !errors.Is(err, mappedfile.ErrClosed) {
+			t.Fatalf("buffered %v: commit after kill: %v", buffered, err)
+		}
+		durable, _ := fs.Durable("/d/seg")
+		want := append(fill(0xAA, 5000), fill(0xBB, 100)...)
+		if buffered {
+			want = append(fill(0xAA, 5000), make([]byte, 100)...) // never committed: lost with the process
+		}
+		want[10] = 0xCC
+		if !bytes.Equal(durable[:5100], want) {
+			t.Fatalf("buffered %v: the kill kept %x…, want %x…", buffered, durable[:16], want[:16])
+		}
+	}
+}
