@@ -70,7 +70,7 @@ func writeRecovery(b *strings.Builder, f *RunFile) {
 		fmt.Fprintf(b, "| %s | %s | %s | %.0f MB | %s | %s |\n", backendLabel(f, c), sizeLabel(c.SizeBytes), c.Variant, float64(scanned)/1e6,
 			nsRange(c.OpenNs, c.Min.OpenNs, c.Max.OpenNs), withRange(c.MBPerSec/1e3, c.Min.MBPerSec/1e3, c.Max.MBPerSec/1e3, fmtFloat))
 	}
-	b.WriteString("\nA child process fills the store (async flush) and is killed with SIGKILL while it holds it open; then engine.Open recovers it (CRC scan of the whole CommitLog, ConsumeQueue repair from the checkpoint on). hot: the page cache as the dead process left it (its dirty pages may still be being written back); cold: sync and drop_caches first (root only).\n\n")
+	b.WriteString("\nA child process fills the store (async flush) and is killed with SIGKILL while it holds it open; then engine.Open recovers it (CRC scan from the segment the checkpoint points at — the whole CommitLog when the producer died before its first checkpoint — and ConsumeQueue repair from there); MB/s counts the bytes scanned. hot: the page cache as the dead process left it (its dirty pages may still be being written back); cold: sync and drop_caches first (root only).\n\n")
 }
 
 // pressureRow is one backend × size × policy × target under each pressure.

@@ -580,7 +580,7 @@ func (r *runner) recoveryRepeat(ctx context.Context, t *target, backend string, 
 	if err != nil {
 		return failedRepeat(fmt.Errorf("reopen after SIGKILL: %w", err)), nil
 	}
-	scanned := s.MaxOffset() - s.MinOffset()
+	scanned := s.MaxOffset() - s.RecoveredFrom()
 	crashed := s.RecoveredAfterCrash()
 	params := flushParams(s.Options())
 	if err := s.Close(); err != nil {

@@ -35,20 +35,49 @@ func segmentPath(dir string, offset int64) string {
 	return filepath.Join(dir, commitLogDirName, segment.Name(offset))
 }
 
-func TestFlippedByteInTheMiddleStopsOpen(t *testing.T) {
-	dir, o, res := diskStore(t, 600)
-	victim := res[100]
-	seg := victim.PhysicalOffset - victim.PhysicalOffset%o.SegmentSizeBytes
+// flipByte flips a bit inside the body of the record res and returns the
+// segment file and its new content.
+func flipByte(t *testing.T, dir string, o Options, res PutResult) (string, []byte) {
+	t.Helper()
+	seg := res.PhysicalOffset - res.PhysicalOffset%o.SegmentSizeBytes
 	path := segmentPath(dir, seg)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pos := victim.PhysicalOffset - seg + int64(victim.Size) - 150 // inside the body
+	pos := res.PhysicalOffset - seg + int64(res.Size) - 150 // inside the body
 	b[pos] ^= 0x40
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path, b
+}
+
+func TestFlippedByteInTheMiddleStopsOpen(t *testing.T) {
+	dir, o, res := diskStore(t, 600)
+	victim := res[100]
+	seg := victim.PhysicalOffset - victim.PhysicalOffset%o.SegmentSizeBytes
+	if last := res[len(res)-1].PhysicalOffset; last-seg < 3*o.SegmentSizeBytes {
+		t.Fatalf("the victim's segment %d is among the 3 newest (last record at %d): the test needs an older one", seg, last)
+	}
+	path, b := flipByte(t, dir, o, victim)
+
+	// By default Open scans from the third-newest segment (RocketMQ's rule):
+	// it does not see the damage, Verify does, and reports its offset.
+	s := openStore(t, dir, o)
+	if s.recoveredFrom <= victim.PhysicalOffset {
+		t.Fatalf("recovery scanned from %d, before the victim at %d", s.recoveredFrom, victim.PhysicalOffset)
+	}
+	rep, err := s.Verify(context.Background())
+	if err != nil || len(rep.Problems) == 0 || rep.Problems[0].Offset != victim.PhysicalOffset || !strings.Contains(rep.Problems[0].What, "BODYCRC") {
+		t.Fatalf("verify: %v %v; want the BODYCRC problem at %d first", err, rep.Problems, victim.PhysicalOffset)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// FullRecoveryScan checks every record at Open: it stops there.
+	o.FullRecoveryScan = true
 	_, err = Open(context.Background(), dir, o)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "offset "+itoa(victim.PhysicalOffset)) || !strings.Contains(err.Error(), "BODYCRC") {
 		t.Fatalf("open with a flipped byte: %v; want ErrCorrupt naming offset %d and BODYCRC", err, victim.PhysicalOffset)
@@ -60,7 +89,7 @@ func TestFlippedByteInTheMiddleStopsOpen(t *testing.T) {
 	}
 	// With the truncate policy the log is cut there and the rest kept aside.
 	o.OnCorruption = CorruptionTruncate
-	s := openStore(t, dir, o)
+	s = openStore(t, dir, o)
 	defer s.Close()
 	if s.MaxOffset() != victim.PhysicalOffset {
 		t.Fatalf("cut at %d, want %d", s.MaxOffset(), victim.PhysicalOffset)
@@ -72,9 +101,20 @@ func TestFlippedByteInTheMiddleStopsOpen(t *testing.T) {
 	if !bytes.Equal(broken[:victim.Size], b[victim.PhysicalOffset-seg:victim.PhysicalOffset-seg+int64(victim.Size)]) {
 		t.Fatal(".broken does not start with the corrupt record")
 	}
-	rep, err := s.Verify(context.Background())
+	rep, err = s.Verify(context.Background())
 	if err != nil || len(rep.Problems) != 0 {
 		t.Fatalf("verify after the cut: %v %v", err, rep.Problems)
+	}
+}
+
+// A flipped byte in the segments the default recovery scans stops Open.
+func TestFlippedByteInARecentSegmentStopsOpen(t *testing.T) {
+	dir, o, res := diskStore(t, 600)
+	victim := res[len(res)-10]
+	flipByte(t, dir, o, victim)
+	_, err := Open(context.Background(), dir, o)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "offset "+itoa(victim.PhysicalOffset)) || !strings.Contains(err.Error(), "BODYCRC") {
+		t.Fatalf("open with a flipped byte: %v; want ErrCorrupt naming offset %d and BODYCRC", err, victim.PhysicalOffset)
 	}
 }
 

@@ -69,16 +69,20 @@ func (l *dirLock) unlock() error {
 // checkpoint is RocketMQ's StoreCheckpoint: the store timestamps known
 // flushed in the CommitLog, the ConsumeQueues and the IndexFiles.
 //
-// Bytes 24–31 are mqstore's extension (the file is 4096 bytes and RocketMQ
-// reads only the first 24): the CommitLog offset known flushed when the
-// checkpoint was written. Recovery uses it to tell a torn tail (past it,
-// after a crash) from corruption of data that was durable (before it).
+// Bytes 24–39 are mqstore's extension (the file is 4096 bytes and RocketMQ
+// reads only the first 24): at 24 the CommitLog offset known flushed when
+// the checkpoint was written — recovery uses it to tell a torn tail (past
+// it, after a crash) from corruption of data that was durable (before it);
+// at 32 the CommitLog offset below which every record's ConsumeQueue unit
+// and index entries were durable — recovery after a crash scans from the
+// segment holding it, whatever the clock did. 0 means unknown.
 type checkpoint struct {
 	path          string
 	physic        atomic.Int64
 	logics        atomic.Int64
 	index         atomic.Int64
 	flushedOffset atomic.Int64
+	logicsOffset  atomic.Int64
 	existed       bool
 }
 
@@ -100,6 +104,9 @@ func loadCheckpoint(dir string) (*checkpoint, error) {
 	c.index.Store(int64(binary.BigEndian.Uint64(b[16:])))
 	if len(b) >= 32 {
 		c.flushedOffset.Store(int64(binary.BigEndian.Uint64(b[24:])))
+	}
+	if len(b) >= 40 {
+		c.logicsOffset.Store(int64(binary.BigEndian.Uint64(b[32:])))
 	}
 	return c, nil
 }
@@ -125,6 +132,7 @@ func (c *checkpoint) write() error {
 	binary.BigEndian.PutUint64(b[8:], uint64(c.logics.Load()))
 	binary.BigEndian.PutUint64(b[16:], uint64(c.index.Load()))
 	binary.BigEndian.PutUint64(b[24:], uint64(c.flushedOffset.Load()))
+	binary.BigEndian.PutUint64(b[32:], uint64(c.logicsOffset.Load()))
 	return writeFileDurably(c.path, b)
 }
 

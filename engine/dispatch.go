@@ -319,6 +319,7 @@ const consumeQueueFlushLeastPages = 2
 func (s *Store) flushLogics(ctx context.Context, leastPages int) error {
 	l := s.logics
 	ts := l.lastDispatchedTimestamp.Load()
+	dispatched := l.dispatchedOffset.Load() // every record below it is in the queues and the index now
 	var errs []error
 	for _, q := range l.queues() {
 		if err := q.Flush(ctx, leastPages); err != nil {
@@ -335,6 +336,9 @@ func (s *Store) flushLogics(ctx context.Context, leastPages int) error {
 			errs = append(errs, err)
 		} else {
 			s.checkpoint.setIndex(ts)
+			if len(errs) == 0 {
+				raise(&s.checkpoint.logicsOffset, dispatched)
+			}
 		}
 		if err := s.checkpoint.write(); err != nil {
 			errs = append(errs, err)

@@ -158,6 +158,14 @@ type Options struct {
 	// OnCorruption: what Open does with a corrupt record in durable data.
 	OnCorruption CorruptionPolicy
 
+	// FullRecoveryScan makes every Open scan and CRC-check the whole
+	// CommitLog, so corruption anywhere stops it (or is cut, per
+	// OnCorruption). By default Open scans as RocketMQ does, from the
+	// third-newest segment after a clean close and from the segment the
+	// checkpoint points at after a crash: its time does not grow with the
+	// log. Verify (mqstore verify) always checks every record.
+	FullRecoveryScan bool
+
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
 

@@ -5,6 +5,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +69,11 @@ type Store struct {
 	closed  bool
 
 	abnormalOpen bool
+	// rebuildLogics: the consumequeue or index directory was missing at
+	// Open, so recovery scans (and dispatches) the whole log.
+	rebuildLogics bool
+	// recoveredFrom is the offset Open's recovery scan started at.
+	recoveredFrom int64
 }
 
 // Open opens the store in dir, creating it when empty. It takes the lock
@@ -142,6 +148,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
 		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]int64)}
+	if s.rebuildLogics, err = s.logicsMissing(); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
 	if s.logics, err = openLogics(ctx, s); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
@@ -196,10 +205,12 @@ func (s *Store) abandon() {
 // recover finds the end of the valid CommitLog data, truncates what follows
 // it (in the CommitLog, the ConsumeQueues and the index), rebuilds the queue
 // offset table, and dispatches whatever the ConsumeQueues or the index lack.
-// It scans the whole CommitLog with CRC checks.
+// It scans with CRC checks from the segment recoveryStart picks.
 func (s *Store) recover(ctx context.Context) error {
 	q := s.log.queue
-	from := max(q.MinOffset(), 0)
+	logStart := max(q.MinOffset(), 0)
+	from := s.recoveryStart(logStart)
+	s.recoveredFrom = from
 	lastKeyed := int64(-1)
 	// After a crash, ConsumeQueue and index data newer than the checkpoint
 	// may be torn: every record stored since the checkpoint (less 3 s for
@@ -239,6 +250,9 @@ func (s *Store) recover(ctx context.Context) error {
 			return err
 		}
 	}
+	if off := s.checkpoint.logicsOffset.Load(); off > 0 && (redispatchFrom < 0 || off < redispatchFrom) {
+		redispatchFrom = max(off, from) // what the checkpoint knew dispatched, whatever the clock did
+	}
 	validEnd := q.ReadableOffset()
 	s.log.committedOffset.Store(validEnd)
 	s.log.flushedOffset.Store(validEnd)
@@ -247,7 +261,90 @@ func (s *Store) recover(ctx context.Context) error {
 	} else if redispatchFrom < 0 || redispatchFrom > validEnd {
 		redispatchFrom = validEnd
 	}
-	return s.recoverLogics(ctx, from, validEnd, lastKeyed, redispatchFrom)
+	if s.checkpoint.logicsOffset.Load() > validEnd {
+		s.checkpoint.logicsOffset.Store(validEnd) // the log was cut below it
+	}
+	return s.recoverLogics(ctx, logStart, validEnd, lastKeyed, redispatchFrom)
+}
+
+// logicsMissing reports whether the consumequeue or the index directory is
+// missing (or, in memory, holds no file): deleted to be rebuilt.
+func (s *Store) logicsMissing() (bool, error) {
+	cqDir, indexDir := filepath.Join(s.dir, consumeQueueDirName), filepath.Join(s.dir, indexDirName)
+	if l, ok := s.aux.(mappedfile.Lister); ok {
+		if _, err := l.List(indexDir); !errors.Is(err, mappedfile.ErrUnsupported) {
+			queues, err := consumequeue.List(cqDir, s.aux)
+			if err != nil {
+				return false, err
+			}
+			return len(queues) == 0, nil // an in-memory index has files only once keys came
+		}
+	}
+	for _, d := range []string{cqDir, indexDir} {
+		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+			return true, nil
+		} else if err != nil {
+			return false, fmt.Errorf("stat %s: %w", d, err)
+		}
+	}
+	return false, nil
+}
+
+// recoveryStart picks the offset recovery scans from (a segment's first
+// offset), as RocketMQ does: after a clean close, the third-newest segment;
+// after a crash, the newest segment whose first record is older than
+// min(physic, logics, index) − 3 s in the checkpoint, and no later than the
+// segment holding the offsets the checkpoint knew flushed and dispatched
+// (mqstore's extension: right even when the clock stepped back). Everything
+// before it was durable and dispatched. With no ConsumeQueues or no index
+// directory on disk (deleted to be rebuilt) it is the log's start.
+func (s *Store) recoveryStart(logStart int64) int64 {
+	files := s.log.queue.Files()
+	if len(files) == 0 || s.rebuildLogics || s.opts.FullRecoveryScan {
+		return logStart
+	}
+	segStart := func(i int) int64 { return max(files[i].FromOffset(), logStart) }
+	if !s.abnormalOpen {
+		return segStart(max(len(files)-3, 0))
+	}
+	cp := s.checkpoint
+	safeMs := min(cp.physic.Load(), cp.logics.Load(), cp.index.Load()) - 3000
+	i := len(files) - 1
+	for ; i > 0; i-- {
+		if ts, ok := firstStoreTimestamp(files[i]); ok && ts <= safeMs {
+			break
+		}
+	}
+	start := segStart(i)
+	if off := cp.logicsOffset.Load(); off > 0 {
+		off = min(off, cp.flushedOffset.Load())
+		for j := i; j > 0 && files[j].FromOffset() > off; j-- {
+			start = segStart(j - 1)
+		}
+	} else {
+		start = logStart // no offset known: do not trust the clock alone
+	}
+	return start
+}
+
+// firstStoreTimestamp reads the STORETIMESTAMP of a segment's first record
+// (false when it does not start with a record).
+func firstStoreTimestamp(mf mappedfile.MappedFile) (int64, bool) {
+	head := make([]byte, 128)
+	n, _ := mf.ReadAt(head, 0)
+	if n < record.MinRecordSize {
+		return 0, false
+	}
+	magic := int32(binary.BigEndian.Uint32(head[record.OffMagic:]))
+	if magic != record.MagicV1 && magic != record.MagicV2 {
+		return 0, false
+	}
+	off := record.StoreTimestampOffset(int32(binary.BigEndian.Uint32(head[record.OffSysFlag:])))
+	if off+8 > n {
+		return 0, false
+	}
+	ts := int64(binary.BigEndian.Uint64(head[off:]))
+	return ts, ts > 0
 }
 
 // recoverLogics truncates the ConsumeQueues and the index to the valid
@@ -336,6 +433,14 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 		}
 	}
 	l.dispatchedOffset.Store(validEnd)
+	// A queue whose newest record precedes the scan continues after its
+	// ConsumeQueue's last unit (RocketMQ's recoverTopicQueueTable).
+	for _, q := range l.queues() {
+		key := queueKey{topic: q.Topic(), queueID: q.QueueID()}
+		if n := q.MaxOffset(); n > s.log.queueOffsets[key] {
+			s.log.queueOffsets[key] = n
+		}
+	}
 	// The queues are consistent now: move their minimum past what retention
 	// deleted from the CommitLog.
 	for _, q := range l.queues() {
@@ -646,6 +751,10 @@ func (s *Store) Dir() string { return s.dir }
 
 // Options returns the effective options.
 func (s *Store) Options() Options { return s.opts }
+
+// RecoveredFrom is the CommitLog offset Open's recovery scan started at:
+// MaxOffset − RecoveredFrom bytes were read and CRC-checked.
+func (s *Store) RecoveredFrom() int64 { return s.recoveredFrom }
 
 // RecoveredAfterCrash reports whether Open found the abort file.
 func (s *Store) RecoveredAfterCrash() bool { return s.abnormalOpen }

@@ -161,8 +161,13 @@ func (s *Store) indexMissDetail(ctx context.Context, key string, offset int64) s
 	if offs, err := s.logics.index.Query(ctx, key, 0, math.MaxInt64, 1<<20); err == nil && slices.Contains(offs, offset) {
 		detail = "found by a query over all time: the entry's time is outside the record's second"
 	}
-	for _, f := range s.logics.index.Files() {
+	files := s.logics.index.Files()
+	for i, f := range files {
 		h := f.Header
+		newest := i == len(files)-1
+		if offset < h.BeginPhyOffset || (offset > h.EndPhyOffset && !newest) {
+			continue // a file that should not hold it
+		}
 		detail += fmt.Sprintf("; index file %s: %d entries, offsets [%d, %d], times [%d, %d]",
 			f.Name, h.IndexCount-1, h.BeginPhyOffset, h.EndPhyOffset, h.BeginTimestamp, h.EndTimestamp)
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/mqstore/mqstore/engine/mappedfile"
@@ -513,8 +514,8 @@ func TestList(t *testing.T) {
 	ctx := context.Background()
 	mem := mappedfile.NewMemFS(mappedfile.MemOptions{})
 	appendRange(t, openQueue(t, mem, 200), 0, 1)
-	if got, err := List(testRoot, mem); err != nil || len(got) != 0 {
-		t.Fatalf("List on MemFS = %v, %v; want an empty map (no directories to discover)", got, err)
+	if got, err := List(testRoot, mem); err != nil || len(got) != 1 || !slices.Equal(got["TopicTest"], []int32{3}) {
+		t.Fatalf("List on MemFS = %v, %v; want map[TopicTest:[3]] (MemFS lists its directories)", got, err)
 	}
 	// Faulty over an OS backend is a Lister that answers ErrUnsupported:
 	// List reads the OS file system.

@@ -278,7 +278,7 @@ func (q *Queue) Destroy(ctx context.Context) error {
 func List(dir string, backend mappedfile.Backend) (map[string][]int32, error) {
 	if l, ok := backend.(mappedfile.Lister); ok {
 		if _, err := l.List(dir); !errors.Is(err, mappedfile.ErrUnsupported) {
-			return map[string][]int32{}, nil
+			return listInMemory(dir, backend)
 		}
 	}
 	topics, err := os.ReadDir(dir)
@@ -299,6 +299,39 @@ func List(dir string, backend mappedfile.Backend) (map[string][]int32, error) {
 		}
 		if len(ids) > 0 {
 			out[topic.Name()] = ids
+		}
+	}
+	return out, nil
+}
+
+// listInMemory lists the queues of a backend that keeps files itself (a
+// MemFS); one that cannot list directories lists none.
+func listInMemory(dir string, backend mappedfile.Backend) (map[string][]int32, error) {
+	out := make(map[string][]int32)
+	dl, ok := backend.(mappedfile.DirLister)
+	if !ok {
+		return out, nil
+	}
+	topics, err := dl.ListDirs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("consumequeue: list %s: %w", dir, err)
+	}
+	for _, topic := range topics {
+		names, err := dl.ListDirs(filepath.Join(dir, topic))
+		if err != nil {
+			return nil, fmt.Errorf("consumequeue: list %s: %w", filepath.Join(dir, topic), err)
+		}
+		var ids []int32
+		for _, name := range names {
+			id, err := parseQueueID(name)
+			if err != nil {
+				return nil, fmt.Errorf("consumequeue: %s: %w", filepath.Join(dir, topic, name), err)
+			}
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		if len(ids) > 0 {
+			out[topic] = ids
 		}
 	}
 	return out, nil

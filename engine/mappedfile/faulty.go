@@ -157,6 +157,14 @@ func (b *Faulty) List(dir string) ([]string, error) {
 	return nil, fmt.Errorf("list %s: backend %s keeps files in the OS file system: %w", dir, b.inner.Name(), ErrUnsupported)
 }
 
+// ListDirs implements DirLister when the inner backend does.
+func (b *Faulty) ListDirs(dir string) ([]string, error) {
+	if l, ok := b.inner.(DirLister); ok {
+		return l.ListDirs(dir)
+	}
+	return nil, fmt.Errorf("list directories in %s: backend %s keeps files in the OS file system: %w", dir, b.inner.Name(), ErrUnsupported)
+}
+
 // Remove implements Lister when the inner backend does.
 func (b *Faulty) Remove(path string) error {
 	if l, ok := b.inner.(Lister); ok {

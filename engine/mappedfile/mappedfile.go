@@ -193,6 +193,14 @@ type Lister interface {
 	Remove(path string) error
 }
 
+// DirLister is implemented by a Lister whose files sit in directories of
+// their own (the ConsumeQueues' topic/queue tree).
+type DirLister interface {
+	// ListDirs returns the base names of the directories directly in dir
+	// that hold files (at any depth), sorted.
+	ListDirs(dir string) ([]string, error)
+}
+
 // AbleTo reports RocketMQ's least-pages rule: whether the bytes between from
 // and to (positions in a segment of sizeBytes) are enough to act on.
 // A full segment always qualifies when anything is pending.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -92,6 +93,29 @@ func (fs *MemFS) List(dir string) ([]string, error) {
 		if filepath.Dir(p) == dir {
 			names = append(names, filepath.Base(p))
 		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// ListDirs implements DirLister.
+func (fs *MemFS) ListDirs(dir string) ([]string, error) {
+	prefix := filepath.Clean(dir) + string(filepath.Separator)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	seen := map[string]bool{}
+	for p := range fs.nodes {
+		rest, ok := strings.CutPrefix(p, prefix)
+		if !ok {
+			continue
+		}
+		if name, _, deeper := strings.Cut(rest, string(filepath.Separator)); deeper {
+			seen[name] = true
+		}
+	}
+	names := make([]string, 0, len(seen))
+	for name := range seen {
+		names = append(names, name)
 	}
 	sort.Strings(names)
 	return names, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mqstore/mqstore/engine/mappedfile"
@@ -186,6 +187,29 @@ func TestMemFSKillKeepsCommittedBytes(t *testing.T) {
 		want[10] = 0xCC
 		if !bytes.Equal(durable[:5100], want) {
 			t.Fatalf("buffered %v: the kill kept %x…, want %x…", buffered, durable[:16], want[:16])
+		}
+	}
+}
+
+func TestMemFSListDirs(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	for _, p := range []string{"/s/cq/TopicB/1/00000000000000000000", "/s/cq/TopicA/0/00000000000000000000",
+		"/s/cq/TopicA/10/00000000000000000000", "/s/cq/file", "/s/index/20260101000000000"} {
+		mf, err := fs.Open(ctx, mappedfile.Spec{Path: p, SizeBytes: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mf.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for dir, want := range map[string][]string{
+		"/s/cq": {"TopicA", "TopicB"}, "/s/cq/TopicA": {"0", "10"}, "/s": {"cq", "index"}, "/s/index": {}, "/none": {},
+	} {
+		got, err := fs.ListDirs(dir)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("ListDirs(%s) = %v, %v; want %v", dir, got, err, want)
 		}
 	}
 }
