@@ -140,4 +140,10 @@ type Stats struct {
 	// BytesBehindFlush is WroteOffset − FlushedOffset.
 	BytesBehindFlush int64
 	Segments         int
+
+	// LockedBytes is the memory the store's backends hold mlocked (warmed
+	// segments with LockSegments, the transient pool's buffers); PagesLocked
+	// is the same in pages.
+	LockedBytes int64
+	PagesLocked int64
 }

@@ -774,6 +774,13 @@ func (s *Store) Stats() Stats {
 		DispatchedOffset: s.logics.dispatchedOffset.Load(),
 	}
 	st.BytesBehindFlush = st.WroteOffset - st.FlushedOffset
+	if r, ok := s.backend.(mappedfile.LockReporter); ok {
+		st.LockedBytes = r.LockedBytes()
+	}
+	if r, ok := s.aux.(mappedfile.LockReporter); ok && s.aux != s.backend {
+		st.LockedBytes += r.LockedBytes()
+	}
+	st.PagesLocked = st.LockedBytes / mappedfile.PageSize
 	return st
 }
 

@@ -510,3 +510,36 @@ func TestSegmentNamesParsedStrictly(t *testing.T) {
 	}
 	_ = filepath.Join
 }
+
+// TestStatsLockedBytes: Stats counts the memory the backends hold locked —
+// the transient pool's buffers, and segments warmed with LockSegments.
+func TestStatsLockedBytes(t *testing.T) {
+	const seg = 1 << 20
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir(), Options{Backend: "transient", SegmentSizeBytes: seg, TransientPoolSize: 3, Logger: quietLogger})
+	if err != nil && strings.Contains(err.Error(), "RLIMIT_MEMLOCK") {
+		t.Skipf("needs root or an RLIMIT_MEMLOCK of 3 MiB: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	s.Close()
+	if st.LockedBytes != 3*seg || st.PagesLocked != 3*seg/mappedfile.PageSize {
+		t.Fatalf("transient with 3 buffers of %d: LockedBytes %d, PagesLocked %d", seg, st.LockedBytes, st.PagesLocked)
+	}
+
+	s, err = Open(ctx, t.TempDir(), Options{Backend: "mmap", SegmentSizeBytes: seg, WarmSegments: true, LockSegments: true, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Put(ctx, testMessage("T", 0, 0, 100)); err != nil {
+		t.Fatal(err)
+	}
+	// The allocator warms (and locks) the next segment in the background.
+	waitFor(t, "a locked segment", func() bool { return s.Stats().LockedBytes >= seg })
+	if st := s.Stats(); st.LockedBytes%seg != 0 {
+		t.Fatalf("mmap with locked segments: LockedBytes %d is not a whole number of segments", st.LockedBytes)
+	}
+}

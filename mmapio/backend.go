@@ -14,6 +14,7 @@
 package mmapio
 
 import (
+	"sync/atomic"
 	"context"
 	"errors"
 	"fmt"
@@ -50,8 +51,12 @@ func New(opts Options) mappedfile.Backend {
 }
 
 type backend struct {
-	opts Options
+	opts   Options
+	locked atomic.Int64 // bytes of mappings mlocked now
 }
+
+// LockedBytes implements mappedfile.LockReporter.
+func (b *backend) LockedBytes() int64 { return b.locked.Load() }
 
 // Name implements mappedfile.Backend.
 func (*backend) Name() string { return "mmap" }
@@ -84,6 +89,7 @@ func (b *backend) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.Ma
 		osFile:     osFile,
 		mapping:    mapping,
 		opts:       &b.opts,
+		lockedSum:  &b.locked,
 	}
 	m.refs.Init()
 	m.overwrittenFrom.Store(noOverwrite)

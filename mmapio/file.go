@@ -34,6 +34,7 @@ type file struct {
 	sticky          atomic.Pointer[error] // first failed write or flush; never cleared
 	closed          atomic.Bool           // Close or Delete called
 	locked          atomic.Bool           // Warm mlocked the mapping
+	lockedSum       *atomic.Int64         // the backend's count of locked bytes
 	cleanupDone     atomic.Bool           // unmapped and closed
 	cleanupErr      error                 // written before cleanupDone is set
 }

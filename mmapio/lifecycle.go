@@ -49,6 +49,9 @@ func (m *file) shutdown() error {
 
 // cleanup runs once, when the last reference is released.
 func (m *file) cleanup() {
+	if m.locked.Swap(false) {
+		m.lockedSum.Add(-int64(len(m.mapping))) // munmap unlocks
+	}
 	err := errors.Join(segfile.Unmap(m.mapping), m.osFile.Close())
 	if err != nil {
 		err = fmt.Errorf("mmapio: release %s: %w", m.path, err)

@@ -56,6 +56,7 @@ func (m *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
 			return err
 		}
 		m.locked.Store(true)
+		m.lockedSum.Add(int64(len(m.mapping)))
 	}
 	return nil
 }
@@ -114,6 +115,7 @@ func (m *file) Cool() error {
 			return fmt.Errorf("mmapio: cool %s: %w", m.path, err)
 		}
 		m.locked.Store(false)
+		m.lockedSum.Add(-int64(len(m.mapping)))
 	}
 	if err := segfile.AdviseCold(m.mapping); err != nil {
 		return fmt.Errorf("mmapio: cool %s: %w", m.path, err)

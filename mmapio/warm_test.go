@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -233,5 +234,55 @@ func TestWarmPartialLastPage(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkPattern(t, onDisk, 0)
+	}
+}
+
+// TestLockedBytes: the backend counts the mappings Warm locked, until Cool
+// or the last release unlocks them.
+func TestLockedBytes(t *testing.T) {
+	const size = 1 << 20
+	ctx := testContext(t)
+	b := New(Options{})
+	r := b.(mappedfile.LockReporter)
+	dir := t.TempDir()
+	open := func(name string) mappedfile.MappedFile {
+		mf, err := b.Open(ctx, mappedfile.Spec{Path: filepath.Join(dir, name), SizeBytes: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = mf.Warm(ctx, mappedfile.WarmOptions{Lock: true})
+		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EAGAIN) {
+			t.Skipf("needs root or an RLIMIT_MEMLOCK of at least %d bytes: %v", 2*size, err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mf
+	}
+	a, c := open("a"), open("c")
+	if got := r.LockedBytes(); got != 2*size {
+		t.Fatalf("two locked segments: LockedBytes %d, want %d", got, 2*size)
+	}
+	if err := a.Cool(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.LockedBytes(); got != size {
+		t.Fatalf("after Cool: LockedBytes %d, want %d", got, size)
+	}
+	if !c.Retain() {
+		t.Fatal("retain")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.LockedBytes(); got != size {
+		t.Fatalf("closed but retained: LockedBytes %d, want %d (still mapped)", got, size)
+	}
+	c.Release()
+	if got := r.LockedBytes(); got != 0 {
+		t.Fatalf("after the last release: LockedBytes %d, want 0", got)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

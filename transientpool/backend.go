@@ -164,6 +164,9 @@ func (b *Backend) Name() string { return Name }
 // Stats returns the pool's counters.
 func (b *Backend) Stats() Stats { return b.pool.stats() }
 
+// LockedBytes implements mappedfile.LockReporter: the pool's buffers.
+func (b *Backend) LockedBytes() int64 { return b.pool.stats().BytesLocked }
+
 // Close munlocks and unmaps the pool. It fails with ErrBuffersBorrowed, and
 // keeps the pool intact, while any segment file still holds a buffer (a
 // buffer in use must never be unmapped); close those files and call Close

@@ -193,6 +193,12 @@ type Lister interface {
 	Remove(path string) error
 }
 
+// LockReporter is implemented by a backend that mlocks memory: the bytes
+// it holds locked now (warmed segments, buffer pools).
+type LockReporter interface {
+	LockedBytes() int64
+}
+
 // DirLister is implemented by a Lister whose files sit in directories of
 // their own (the ConsumeQueues' topic/queue tree).
 type DirLister interface {
