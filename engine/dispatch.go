@@ -366,9 +366,9 @@ func (s *Store) WaitDispatched(ctx context.Context, offset int64) error {
 		if p := s.logics.dispatchErr.Load(); p != nil {
 			return fmt.Errorf("wait for dispatch to %d: %w", offset, *p)
 		}
-		s.closeMu.Lock()
+		s.closeMu.RLock()
 		closed := s.closed
-		s.closeMu.Unlock()
+		s.closeMu.RUnlock()
 		if closed {
 			return fmt.Errorf("wait for dispatch to %d: %w", offset, ErrClosed)
 		}

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/engine/mappedfile"
-	"github.com/mqstore/mqstore/engine/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -146,19 +143,9 @@ func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 // reserved time: its end time is the store time of the first record of the
 // segment after it.
 func (s *Store) segmentExpired(seg, next mappedfile.MappedFile, now time.Time) (bool, error) {
-	head := make([]byte, 128)
-	n, err := next.ReadAt(head, 0)
-	if n < record.MinRecordSize {
-		if errors.Is(err, mappedfile.ErrClosed) {
-			return false, nil
-		}
+	endMs, ok := firstStoreTimestamp(next)
+	if !ok {
 		return false, nil // the next segment has no record yet: seg is the newest data
 	}
-	sysFlag := int32(binary.BigEndian.Uint32(head[record.OffSysFlag:]))
-	off := record.StoreTimestampOffset(sysFlag)
-	if off+8 > n {
-		return false, nil
-	}
-	endMs := int64(binary.BigEndian.Uint64(head[off:]))
 	return now.Sub(time.UnixMilli(endMs)) > s.opts.FileReservedTime, nil
 }

@@ -308,6 +308,12 @@ func (s *Store) recoveryStart(logStart int64) int64 {
 		return segStart(max(len(files)-3, 0))
 	}
 	cp := s.checkpoint
+	known := min(cp.logicsOffset.Load(), cp.flushedOffset.Load())
+	if known <= 0 {
+		// No offset known (no checkpoint yet, or one RocketMQ wrote): do
+		// not trust the clock alone.
+		return logStart
+	}
 	safeMs := min(cp.physic.Load(), cp.logics.Load(), cp.index.Load()) - 3000
 	i := len(files) - 1
 	for ; i > 0; i-- {
@@ -315,16 +321,10 @@ func (s *Store) recoveryStart(logStart int64) int64 {
 			break
 		}
 	}
-	start := segStart(i)
-	if off := cp.logicsOffset.Load(); off > 0 {
-		off = min(off, cp.flushedOffset.Load())
-		for j := i; j > 0 && files[j].FromOffset() > off; j-- {
-			start = segStart(j - 1)
-		}
-	} else {
-		start = logStart // no offset known: do not trust the clock alone
+	for i > 0 && files[i].FromOffset() > known {
+		i-- // no later than the segment holding what the checkpoint knew
 	}
-	return start
+	return segStart(i)
 }
 
 // firstStoreTimestamp reads the STORETIMESTAMP of a segment's first record

@@ -92,7 +92,7 @@ func (s *Store) Verify(ctx context.Context) (*VerifyReport, error) {
 		key := queueKey{topic: q.Topic(), queueID: q.QueueID()}
 		units := q.MaxOffset() - q.MinOffset()
 		rep.Units += units
-		if units > perQueue[key] && s.unitsAfter(q, perQueue[key], rep.MaxOffset) {
+		if units > perQueue[key] && unitsAfter(q, perQueue[key], rep.MaxOffset) {
 			continue // the extra units are of records written since Verify began
 		}
 		if units != perQueue[key] {
@@ -108,7 +108,7 @@ var errVerifyEnd = errors.New("verify: end reached")
 
 // unitsAfter reports whether q's units from number n on (counted from its
 // MinOffset) all point at or after end.
-func (s *Store) unitsAfter(q *consumequeue.Queue, n, end int64) bool {
+func unitsAfter(q *consumequeue.Queue, n, end int64) bool {
 	u, err := q.Get(q.MinOffset() + n)
 	return err == nil && u.PhysicalOffset >= end
 }
