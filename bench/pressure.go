@@ -29,6 +29,7 @@ type pressureEnv struct {
 	// memCgroup is the memory cgroup the store's worker joins (swap).
 	memCgroup string
 	desc      string
+	restarts  int // neighbours started again after they died
 }
 
 func (e *pressureEnv) cgroups() []string {
@@ -47,6 +48,29 @@ func (e *pressureEnv) alive() error {
 		if !processAlive(n.w.cmd.Process.Pid, 0) {
 			return fmt.Errorf("the %s neighbour died during the repeat: %s%s", n.what, strings.TrimSpace(n.w.stderr.String()), oomNote(e.cgroups()))
 		}
+	}
+	return nil
+}
+
+// revive starts again, before a repeat, a neighbour that died during an
+// earlier one (the memory cgroup's OOM killer picks the biggest process,
+// often the anonymous-memory toucher): the repeat it died in failed, the
+// next ones get the pressure back instead of failing one after another.
+func (e *pressureEnv) revive(ctx context.Context, j *Journal) error {
+	if e == nil {
+		return nil
+	}
+	for i, n := range e.neighbours {
+		if processAlive(n.w.cmd.Process.Pid, 0) {
+			continue
+		}
+		n.w.kill() // reap it
+		fresh, err := startNeighbour(ctx, j, n.req, n.what, n.cgroups)
+		if err != nil {
+			return fmt.Errorf("start the %s neighbour again: %w", n.what, err)
+		}
+		e.neighbours[i] = fresh
+		e.restarts++
 	}
 	return nil
 }

@@ -409,3 +409,49 @@ func TestConsumeE2ERecoveryRun(t *testing.T) {
 		t.Error("no sendfile ÷ copy CPU ratio")
 	}
 }
+
+// TestReviveRestartsADeadNeighbour: a neighbour killed during a repeat (the
+// memory cgroup's OOM killer) is started again before the next repeat.
+func TestReviveRestartsADeadNeighbour(t *testing.T) {
+	ctx := context.Background()
+	j, err := OpenJournal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := startNeighbour(ctx, j, workerRequest{Kind: workerAnon, Bytes: 1 << 20}, "anonymous-memory toucher", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &pressureEnv{name: PressureSwap, neighbours: []*neighbour{n}}
+	defer e.stop(nil)
+	if err := e.alive(); err != nil {
+		t.Fatalf("a fresh neighbour: %v", err)
+	}
+	if err := e.revive(ctx, j); err != nil || e.restarts != 0 {
+		t.Fatalf("revive with every neighbour alive: %v, %d restarts", err, e.restarts)
+	}
+	old := n.w.cmd.Process.Pid
+	if err := n.w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return e.alive() != nil })
+	if err := e.revive(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if e.restarts != 1 || e.neighbours[0].w.cmd.Process.Pid == old {
+		t.Fatalf("after revive: %d restarts, pid %d (was %d)", e.restarts, e.neighbours[0].w.cmd.Process.Pid, old)
+	}
+	if err := e.alive(); err != nil {
+		t.Fatalf("the revived neighbour: %v", err)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -251,7 +251,11 @@ func (r *runner) runTarget(ctx context.Context, ti int, t *target) {
 			r.note("pressure %s: undo: %v", pressure, err)
 		}
 		if env != nil {
-			r.file.Notes = append(r.file.Notes, fmt.Sprintf("pressure %s on %s: %s", pressure, t.label, env.desc))
+			desc := env.desc
+			if env.restarts > 0 {
+				desc += fmt.Sprintf(" (a neighbour died and was started again %d time(s); the repeat it died in failed)", env.restarts)
+			}
+			r.file.Notes = append(r.file.Notes, fmt.Sprintf("pressure %s on %s: %s", pressure, t.label, desc))
 		}
 	}
 	for _, backend := range r.cfg.Backends {
@@ -494,6 +498,10 @@ func (r *runner) cell(ctx context.Context, pt point, peer bool, workload, backen
 			break
 		}
 		r.progress.step(c.Name, i, r.cfg.Repeat, rate)
+		if err := pt.env.revive(ctx, r.journal); err != nil {
+			c.Repeats = append(c.Repeats, Repeat{Index: i, Status: StatusFailed, Reason: err.Error()})
+			break
+		}
 		sampler := StartSampler(DefaultProcFiles, SampleInterval)
 		rep, params := r.repeat(ctx, pt, peer, workload, backend, size, spec, fmt.Sprintf("%s-r%d", c.Name, i))
 		rep.Samples, _ = sampler.Stop()

@@ -233,8 +233,10 @@ func oomNote(cgroups []string) string {
 
 // neighbour is a running neighbour worker.
 type neighbour struct {
-	w    *worker
-	what string
+	w       *worker
+	what    string
+	req     workerRequest // to start it again
+	cgroups []string
 }
 
 func startNeighbour(ctx context.Context, j *Journal, req workerRequest, what string, cgroups []string) (*neighbour, error) {
@@ -246,7 +248,7 @@ func startNeighbour(ctx context.Context, j *Journal, req workerRequest, what str
 		w.kill()
 		return nil, err
 	}
-	return &neighbour{w: w, what: what}, nil
+	return &neighbour{w: w, what: what, req: req, cgroups: cgroups}, nil
 }
 
 // storeOpen is engine.Open with the cell's options.
