@@ -14,11 +14,11 @@
 package mmapio
 
 import (
-	"sync/atomic"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
