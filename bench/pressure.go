@@ -46,6 +46,9 @@ func (e *pressureEnv) alive() error {
 	}
 	for _, n := range e.neighbours {
 		if !processAlive(n.w.cmd.Process.Pid, 0) {
+			// Reap it first: Wait returns once its stderr is copied, so the
+			// buffer is read after the last write to it.
+			n.w.kill()
 			return fmt.Errorf("the %s neighbour died during the repeat: %s%s", n.what, strings.TrimSpace(n.w.stderr.String()), oomNote(e.cgroups()))
 		}
 	}
