@@ -107,10 +107,21 @@ func TestFlippedByteInTheMiddleStopsOpen(t *testing.T) {
 	}
 }
 
-// A flipped byte in the segments the default recovery scans stops Open.
+// A flipped byte in the segments the default recovery scans stops Open —
+// also when no periodic flush ran before the clean close (the close's own
+// flush must make the checkpoint know every byte durable, or the damage
+// would pass for a torn tail and be cut silently).
 func TestFlippedByteInARecentSegmentStopsOpen(t *testing.T) {
-	dir, o, res := diskStore(t, 600)
-	victim := res[len(res)-10]
+	dir := t.TempDir()
+	// Only full segments are flushed before Close (least pages above a
+	// segment's 16, no thorough flush).
+	o := smallLogicsOptions(Options{Backend: "mmap", FlushInterval: time.Hour, FlushThoroughInterval: time.Hour, FlushLeastPages: 1000})
+	s := openStore(t, dir, o)
+	res := putN(t, s, "B", 2, 600, 300, nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	victim := res[len(res)-2]
 	flipByte(t, dir, o, victim)
 	_, err := Open(context.Background(), dir, o)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "offset "+itoa(victim.PhysicalOffset)) || !strings.Contains(err.Error(), "BODYCRC") {

@@ -291,7 +291,8 @@ func (s *Store) logicsMissing() (bool, error) {
 }
 
 // recoveryStart picks the offset recovery scans from (a segment's first
-// offset), as RocketMQ does: after a clean close, the third-newest segment;
+// offset), as RocketMQ does: after a clean close, the third-newest segment
+// holding data;
 // after a crash, the newest segment whose first record is older than
 // min(physic, logics, index) − 3 s in the checkpoint, and no later than the
 // segment holding the offsets the checkpoint knew flushed and dispatched
@@ -305,7 +306,16 @@ func (s *Store) recoveryStart(logStart int64) int64 {
 	}
 	segStart := func(i int) int64 { return max(files[i].FromOffset(), logStart) }
 	if !s.abnormalOpen {
-		return segStart(max(len(files)-3, 0))
+		// The third-newest segment holding data: preallocated empty ones
+		// after the last do not count.
+		n := len(files)
+		for n > 1 {
+			if _, ok := firstStoreTimestamp(files[n-1]); ok {
+				break
+			}
+			n--
+		}
+		return segStart(max(n-3, 0))
 	}
 	cp := s.checkpoint
 	known := min(cp.logicsOffset.Load(), cp.flushedOffset.Load())
@@ -493,6 +503,12 @@ func (s *Store) knownQueues() ([]queueKey, error) {
 // bytes in .broken files (CorruptionTruncate).
 func (s *Store) judgeEnd(end scanEnd) error {
 	durable := s.checkpoint.flushedOffset.Load()
+	if !s.abnormalOpen && end.corrupt != nil {
+		// After a clean close nothing is torn: a bad record is corruption
+		// wherever it is (the checkpoint of a store closed by an older
+		// version may not know the last flush).
+		durable = max(durable, end.validEnd+1)
+	}
 	if end.validEnd >= durable {
 		if end.corrupt != nil {
 			s.opts.Logger.Warn("truncating a torn CommitLog tail", slog.Int64("offset", end.validEnd), slog.Any("reason", end.corrupt))
@@ -805,11 +821,14 @@ func (s *Store) Close() error {
 	}
 	var errs []error
 	ctx := context.Background()
-	_, flushErr := s.log.flush(ctx, 0, true)
+	flushed, flushErr := s.log.flush(ctx, 0, true)
 	if flushErr != nil {
 		errs = append(errs, fmt.Errorf("final flush: %w", flushErr))
 	} else {
 		s.checkpoint.setPhysic(s.log.lastStoreTimestamp.Load())
+		// The checkpoint written below must know all of it durable: a bad
+		// record before this offset is then corruption, never a torn tail.
+		raise(&s.checkpoint.flushedOffset, flushed)
 	}
 	// Dispatch what the final commit made readable, then flush the logics
 	// (which writes the checkpoint).
