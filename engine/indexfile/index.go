@@ -112,7 +112,11 @@ func Open(ctx context.Context, cfg Config) (*Index, error) {
 		return nil, err
 	}
 	for i, name := range names {
-		f, err := x.load(ctx, name, cfg.AfterCrash && i == len(names)-1)
+		// After a crash any file's header may be found torn (the model says
+		// only the newest's, but a torn older one must not stop Open either):
+		// that file starts again and the files after it go — the engine
+		// rebuilds their entries from the CommitLog.
+		f, err := x.load(ctx, name, cfg.AfterCrash)
 		if err != nil {
 			x.closeFiles()
 			return nil, err
@@ -242,10 +246,10 @@ func isFileName(name string) bool {
 
 // load opens one existing file and checks its header.
 //
-// mayBeTorn says name is the newest file after a crash: its header is
-// written only on Flush and roll, so an invalid header there means it was
-// never made durable, and the file starts again (the engine rebuilds its
-// entries from the CommitLog). Anywhere else it is corruption.
+// mayBeTorn says the last process crashed: a header is written only on
+// Flush and roll, so an invalid one means it was never made durable, and the
+// file starts again (the engine rebuilds its entries from the CommitLog).
+// Without a crash it is corruption.
 func (x *Index) load(ctx context.Context, name string, mayBeTorn bool) (*file, error) {
 	path := filepath.Join(x.dir, name)
 	mf, err := x.backend.Open(ctx, mappedfile.Spec{Path: path, SizeBytes: x.sizeBytes})
@@ -260,7 +264,7 @@ func (x *Index) load(ctx context.Context, name string, mayBeTorn bool) (*file, e
 	}
 	h := DecodeHeader(x.headerBuf[:])
 	if mayBeTorn && h != (Header{}) && h.IndexCount != 0 && !x.headerValid(h) {
-		slog.Warn("indexfile: the newest file's header is torn (never flushed); starting it again", slog.String("path", path))
+		slog.Warn("indexfile: a header is torn (never flushed); starting the file again", slog.String("path", path))
 		h = Header{}
 	}
 	if h == (Header{}) || h.IndexCount == 0 {

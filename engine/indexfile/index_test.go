@@ -736,3 +736,45 @@ func TestCovers(t *testing.T) {
 		}
 	}
 }
+
+// TestTornHeaderBeforeTheNewest: after a crash, a file before the newest
+// whose header is torn starts again and the files after it are deleted (the
+// engine re-dispatches from the end of the file before it); without a crash
+// it is corruption.
+func TestTornHeaderBeforeTheNewest(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	x := openIndex(t, fs, 7, 5)
+	putAll(t, x, makeCalls(14, testKeys(3))) // four files, the last not full
+	if err := x.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	files := x.Files()
+	if len(files) < 3 {
+		t.Fatalf("%d files; the test needs at least 3", len(files))
+	}
+	x.Close()
+	victim := files[1]
+	mf, err := fs.Open(ctx, mappedfile.Spec{Path: victim.Path, SizeBytes: x.SizeBytes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := []byte{0xBC, 0, 0, 0} // hashSlotCount's first byte
+	if _, err := mf.(mappedfile.Overwriter).WriteAt(garbage, 32); err != nil {
+		t.Fatal(err)
+	}
+	mf.Flush(ctx, 0)
+	mf.Close()
+	if _, err := Open(ctx, Config{Dir: testDir, Backend: fs, SlotCount: 7, MaxEntries: 5}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open without a crash: %v; want ErrCorrupt", err)
+	}
+	x, err = Open(ctx, Config{Dir: testDir, Backend: fs, SlotCount: 7, MaxEntries: 5, AfterCrash: true})
+	if err != nil {
+		t.Fatalf("Open after a crash: %v", err)
+	}
+	defer x.Close()
+	got := x.Files()
+	if len(got) != 2 || got[1].Name != victim.Name || got[1].IndexCount != 1 || x.MaxPhysicalOffset() != files[0].EndPhyOffset {
+		t.Fatalf("after a crash: files %+v, MaxPhysicalOffset %d; want the torn file restarted after %+v", got, x.MaxPhysicalOffset(), files[0])
+	}
+}
