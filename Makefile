@@ -13,9 +13,12 @@ all: build
 build:
 	$(GO) build ./...
 
-## test: everything CI runs — gofmt check, go vet, staticcheck, go test -race over every package.
+## test: everything CI runs — gofmt check, go vet, staticcheck, go test -race over every package,
+## then the allocation checks without -race (the race detector allocates; those tests are built
+## with `//go:build !race` and named *Allocs*).
 test: fmt-check vet staticcheck
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -run Allocs -timeout 5m ./...
 
 lint: fmt-check vet staticcheck
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // allocator is the allocation service (RocketMQ's AllocateMappedFileService):

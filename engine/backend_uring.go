@@ -3,7 +3,7 @@ package engine
 import (
 	"fmt"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/uring"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mmapio"
 	"github.com/mqstore/mqstore/transientpool"
 )

@@ -10,9 +10,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // queueKey names one (topic, queue id) pair. A map keyed by it does not

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/mqstore/mqstore/engine/consumequeue"
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // GetStatus is the outcome of a Get (RocketMQ's GetMessageStatus).

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // FuzzRecoveryScan puts arbitrary bytes after a valid prefix of records in a

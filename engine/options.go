@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // FlushMode is how Put waits for durability.

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // testBackends are the backends every engine test runs against. Each

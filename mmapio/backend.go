@@ -20,8 +20,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // ErrFault is wrapped by the error of an operation that took a memory fault

@@ -3,8 +3,8 @@ package mmapio_test
 import (
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
-	"github.com/mqstore/mqstore/engine/mappedfile/conformance"
+	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/conformance"
 	"github.com/mqstore/mqstore/mmapio"
 )
 

@@ -6,7 +6,7 @@ import (
 	"runtime/debug"
 	"unsafe"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // A store into or load from the mapping raises SIGBUS when the page has no

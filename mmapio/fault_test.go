@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // TestShrunkFileFaultsBecomeErrors shrinks the file under the mapping, as a

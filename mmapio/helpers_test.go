@@ -13,7 +13,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
 

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Retain implements mappedfile.MappedFile.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // noOverwrite is overwrittenFrom's value when no overwrite waits for a Flush.

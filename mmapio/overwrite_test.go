@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // checkPagesClean fails when /proc/kpageflags shows a dirty page; it returns

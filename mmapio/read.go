@@ -6,8 +6,8 @@ import (
 	"io"
 	"syscall"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // sendChunkBytes bounds one Write of SendRange's copy path, so a cancelled

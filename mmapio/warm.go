@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
 

@@ -35,8 +35,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Name is the backend's name.

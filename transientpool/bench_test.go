@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // benchSegmentBytes is the segment size of the benchmarks.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
-	"github.com/mqstore/mqstore/engine/mappedfile/conformance"
+	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/conformance"
 )
 
 // newTestBackend builds a backend sized for the conformance suite and closes

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // testSegmentBytes is the segment size of the package's own tests.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 func TestOptionsValidation(t *testing.T) {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
 

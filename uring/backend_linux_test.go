@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
-	"github.com/mqstore/mqstore/engine/mappedfile/conformance"
+	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/conformance"
 	"golang.org/x/sys/unix"
 )
 

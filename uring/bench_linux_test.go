@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 var benchBackends = []struct {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // ErrUnsupported is wrapped by every error that says io_uring (or O_DIRECT)

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 func TestProbeSequentialWrite(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
 

@@ -13,8 +13,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
 

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 var errNotLinux = fmt.Errorf("uring: io_uring needs Linux; use the mmap or transient backend: %w", ErrUnsupported)

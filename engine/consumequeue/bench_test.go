@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // benchBackend makes a fresh backend and directory for one run of a

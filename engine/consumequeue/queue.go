@@ -12,8 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Sentinel errors; test with errors.Is.

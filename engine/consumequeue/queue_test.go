@@ -11,8 +11,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 const testRoot = "/store/consumequeue"

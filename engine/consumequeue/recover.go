@@ -10,8 +10,8 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // recoverFiles is how many of the newest files recovery scans; the older

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Benchmark files: 500,000 slots and 2,000,000 entries (42 MB), a tenth of

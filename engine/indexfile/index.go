@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Config says where the index files live and how big they are.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 const testDir = "/store/index"

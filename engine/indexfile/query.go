@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Query returns the physical offsets of the entries whose keyHash equals

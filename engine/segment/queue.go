@@ -15,8 +15,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // ErrCorruptDirectory: the directory holds files that are not a contiguous

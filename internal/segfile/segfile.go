@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
 

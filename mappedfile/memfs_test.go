@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 func fill(b byte, n int) mappedfile.Bytes { return bytes.Repeat([]byte{b}, n) }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 func TestFaultyNthAndPastOffset(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // SegmentSizeBytes is the size of every segment the suite opens (64 pages).

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mqstore/mqstore/engine/mappedfile"
-	"github.com/mqstore/mqstore/engine/mappedfile/conformance"
+	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/conformance"
 )
 
 func TestMemFS(t *testing.T) {

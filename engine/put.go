@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/engine/segment"
+)
+
+// Put appends a message to the CommitLog. It returns PutOK, or another
+// status with an error wrapping the status's sentinel (ErrMessageIllegal,
+// ErrFlushDiskTimeout, …). With FlushDiskTimeout the message was appended but
+// not confirmed durable; the result's offsets are valid.
+func (s *Store) Put(ctx context.Context, m *Message) (PutResult, error) {
+	start := time.Now()
+	s.closeMu.RLock()
+	res, err := s.put(ctx, m)
+	s.closeMu.RUnlock()
+	if res.Status == PutOK {
+		s.stats.puts.Add(1)
+		s.stats.putBytes.Add(uint64(res.Size))
+		s.stats.putLatency.record(time.Since(start))
+	} else {
+		s.stats.putFailures.Add(1)
+	}
+	return res, err
+}
+
+func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
+	fail := func(st PutStatus, err error) (PutResult, error) {
+		return PutResult{Status: st}, fmt.Errorf("put to %s/%d: %w: %w", m.Topic, m.QueueID, statusError(st), err)
+	}
+	if s.closed {
+		return fail(ServiceNotAvailable, ErrClosed)
+	}
+	if p := s.writeErr.Load(); p != nil {
+		return fail(ServiceNotAvailable, *p)
+	}
+	if err := record.ValidateTopic(m.Topic, true); err != nil {
+		return fail(MessageIllegal, err)
+	}
+	if m.QueueID < 0 {
+		return fail(MessageIllegal, fmt.Errorf("queue id %d is negative", m.QueueID))
+	}
+	if len(m.Body) > s.opts.MaxMessageSizeBytes {
+		return fail(MessageIllegal, fmt.Errorf("body of %d bytes exceeds the maximum message size %d", len(m.Body), s.opts.MaxMessageSizeBytes))
+	}
+	e := encodeBuffers.Get().(*encodeBuffer)
+	defer encodeBuffers.Put(e)
+	props, err := record.EncodeProperties(e.props[:0], m.Properties)
+	e.props = props
+	if err != nil {
+		return fail(MessageIllegal, err)
+	}
+	if len(props) > record.MaxPropertiesBytes {
+		return fail(PropertiesSizeExceeded, fmt.Errorf("properties are %d bytes, at most %d", len(props), record.MaxPropertiesBytes))
+	}
+	stored := *m
+	stored.StoreHost = s.opts.StoreHost
+	if stored.BornTimestamp == 0 {
+		stored.BornTimestamp = s.opts.now().UnixMilli()
+	}
+	size := record.Size(&stored, len(props))
+	if size > s.opts.MaxMessageSizeBytes {
+		return fail(MessageIllegal, fmt.Errorf("record of %d bytes exceeds the maximum message size %d", size, s.opts.MaxMessageSizeBytes))
+	}
+	if cap(e.buf) < size {
+		e.buf = make([]byte, size+size/4)
+	}
+	e.size = size
+	if err := record.Encode(e.buf[:size], &stored, props); err != nil {
+		return fail(MessageIllegal, err)
+	}
+	if since := s.log.lockedSince.Load(); since != 0 && s.opts.now().UnixNano()-since > int64(s.opts.OSPageCacheBusyTimeout) {
+		s.stats.osPageCacheBusy.Add(1)
+		return fail(OSPageCacheBusy, fmt.Errorf("append lock held for %v", time.Duration(s.opts.now().UnixNano()-since)))
+	}
+	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, stored.SysFlag, s.opts.now)
+	if err != nil {
+		if errors.Is(err, segment.ErrCreate) || errors.Is(err, context.Canceled) {
+			return fail(CreateMappedFileFailed, err)
+		}
+		s.writeFailed("append", err)
+		return fail(ServiceNotAvailable, err)
+	}
+	if ar.rolled {
+		s.stats.rolls.Add(1)
+	}
+	res := PutResult{Status: PutOK, PhysicalOffset: ar.physicalOffset, Size: ar.size, QueueOffset: ar.queueOffset, StoreTimestamp: ar.storeTimestamp}
+	s.committer.Wakeup()
+	s.dispatcher.Wakeup()
+	if s.group == nil {
+		s.flusher.Wakeup()
+		return res, nil
+	}
+	if err := s.waitFlushed(ctx, ar.physicalOffset+int64(ar.size)); err != nil {
+		res.Status = FlushDiskTimeout
+		s.stats.flushDiskTimeouts.Add(1)
+		if errors.Is(err, ErrFlushDiskTimeout) {
+			return res, fmt.Errorf("put to %s/%d at offset %d: %w", m.Topic, m.QueueID, res.PhysicalOffset, err)
+		}
+		return res, fmt.Errorf("put to %s/%d at offset %d: %w: %w", m.Topic, m.QueueID, res.PhysicalOffset, ErrFlushDiskTimeout, err)
+	}
+	return res, nil
+}
+
+// waitFlushed queues a group-commit waiter for offset and waits for it, at
+// most SyncFlushTimeout.
+func (s *Store) waitFlushed(ctx context.Context, offset int64) error {
+	if s.log.flushedOffset.Load() >= offset {
+		return nil
+	}
+	w := flushWaiters.Get().(*flushWaiter)
+	w.offset = offset
+	if !s.group.enqueue(w) {
+		flushWaiters.Put(w)
+		return errGroupCommitQueueFull
+	}
+	timer := time.NewTimer(s.opts.SyncFlushTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-w.done:
+		flushWaiters.Put(w) // answered: safe to reuse
+		return err
+	case <-timer.C:
+		// w stays with the owner, which will still answer it: not reused.
+		return fmt.Errorf("not flushed after %v: %w", s.opts.SyncFlushTimeout, ErrFlushDiskTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,400 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/mqstore/mqstore/engine/consumequeue"
+	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+// recover finds the end of the valid CommitLog data, truncates what follows
+// it (in the CommitLog, the ConsumeQueues and the index), rebuilds the queue
+// offset table, and dispatches whatever the ConsumeQueues or the index lack.
+// It scans with CRC checks from the segment recoveryStart picks.
+func (s *Store) recover(ctx context.Context) error {
+	q := s.log.queue
+	logStart := max(q.MinOffset(), 0)
+	from := s.recoveryStart(logStart)
+	s.recoveredFrom = from
+	lastKeyed := int64(-1)
+	// After a crash, ConsumeQueue and index data newer than the checkpoint
+	// may be torn: every record stored since the checkpoint (less 3 s for
+	// clock steps, as RocketMQ does) is dispatched again and its units
+	// checked and repaired.
+	redispatchFrom := int64(-1)
+	safeMs := min(s.checkpoint.logics.Load(), s.checkpoint.index.Load()) - 3000
+	if q.Len() > 0 {
+		end, err := s.log.scan(ctx, from, func(offset int64, rec []byte, r *record.Record) error {
+			if r == nil { // a blank
+				return nil
+			}
+			if redispatchFrom < 0 && r.StoreTimestamp >= safeMs {
+				redispatchFrom = offset
+			}
+			if takesQueueOffset(r.SysFlag) {
+				key := queueKey{topic: r.Topic, queueID: r.QueueID}
+				if next := r.QueueOffset + 1; next > s.log.queueOffsets[key] {
+					s.log.queueOffsets[key] = next
+				}
+			}
+			if _, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
+				lastKeyed = offset
+			} else if _, ok := r.UniqKey(); ok {
+				lastKeyed = offset
+			}
+			s.log.lastStoreTimestamp.Store(r.StoreTimestamp)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.judgeEnd(end); err != nil {
+			return err
+		}
+		if err := q.TruncateTo(ctx, end.validEnd); err != nil {
+			return err
+		}
+	}
+	if off := s.checkpoint.logicsOffset.Load(); off > 0 && (redispatchFrom < 0 || off < redispatchFrom) {
+		redispatchFrom = max(off, from) // what the checkpoint knew dispatched, whatever the clock did
+	}
+	validEnd := q.ReadableOffset()
+	s.log.committedOffset.Store(validEnd)
+	s.log.flushedOffset.Store(validEnd)
+	if !s.abnormalOpen {
+		redispatchFrom = -1 // a clean close flushed every ConsumeQueue and the index
+	} else if redispatchFrom < 0 || redispatchFrom > validEnd {
+		redispatchFrom = validEnd
+	}
+	if s.checkpoint.logicsOffset.Load() > validEnd {
+		s.checkpoint.logicsOffset.Store(validEnd) // the log was cut below it
+	}
+	return s.recoverLogics(ctx, logStart, validEnd, lastKeyed, redispatchFrom)
+}
+
+// logicsMissing reports whether the consumequeue or the index directory is
+// missing (or, in memory, holds no file): deleted to be rebuilt.
+func (s *Store) logicsMissing() (bool, error) {
+	cqDir, indexDir := filepath.Join(s.dir, consumeQueueDirName), filepath.Join(s.dir, indexDirName)
+	if l, ok := s.aux.(mappedfile.Lister); ok {
+		if _, err := l.List(indexDir); !errors.Is(err, mappedfile.ErrUnsupported) {
+			queues, err := consumequeue.List(cqDir, s.aux)
+			if err != nil {
+				return false, err
+			}
+			return len(queues) == 0, nil // an in-memory index has files only once keys came
+		}
+	}
+	for _, d := range []string{cqDir, indexDir} {
+		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+			return true, nil
+		} else if err != nil {
+			return false, fmt.Errorf("stat %s: %w", d, err)
+		}
+	}
+	return false, nil
+}
+
+// recoveryStart picks the offset recovery scans from (a segment's first
+// offset), as RocketMQ does: after a clean close, the third-newest segment
+// holding data;
+// after a crash, the newest segment whose first record is older than
+// min(physic, logics, index) − 3 s in the checkpoint, and no later than the
+// segment holding the offsets the checkpoint knew flushed and dispatched
+// (mqstore's extension: right even when the clock stepped back). Everything
+// before it was durable and dispatched. With no ConsumeQueues or no index
+// directory on disk (deleted to be rebuilt) it is the log's start.
+func (s *Store) recoveryStart(logStart int64) int64 {
+	files := s.log.queue.Files()
+	if len(files) == 0 || s.rebuildLogics || s.opts.FullRecoveryScan {
+		return logStart
+	}
+	segStart := func(i int) int64 { return max(files[i].FromOffset(), logStart) }
+	if !s.abnormalOpen {
+		// The third-newest segment holding data: preallocated empty ones
+		// after the last do not count.
+		n := len(files)
+		for n > 1 {
+			if _, ok := firstStoreTimestamp(files[n-1]); ok {
+				break
+			}
+			n--
+		}
+		return segStart(max(n-3, 0))
+	}
+	cp := s.checkpoint
+	known := min(cp.logicsOffset.Load(), cp.flushedOffset.Load())
+	if known <= 0 {
+		// No offset known (no checkpoint yet, or one RocketMQ wrote): do
+		// not trust the clock alone.
+		return logStart
+	}
+	safeMs := min(cp.physic.Load(), cp.logics.Load(), cp.index.Load()) - 3000
+	i := len(files) - 1
+	for ; i > 0; i-- {
+		if ts, ok := firstStoreTimestamp(files[i]); ok && ts <= safeMs {
+			break
+		}
+	}
+	for i > 0 && files[i].FromOffset() > known {
+		i-- // no later than the segment holding what the checkpoint knew
+	}
+	return segStart(i)
+}
+
+// firstStoreTimestamp reads the STORETIMESTAMP of a segment's first record
+// (false when it does not start with a record).
+func firstStoreTimestamp(mf mappedfile.MappedFile) (int64, bool) {
+	head := make([]byte, 128)
+	n, _ := mf.ReadAt(head, 0)
+	if n < record.MinRecordSize {
+		return 0, false
+	}
+	magic := int32(binary.BigEndian.Uint32(head[record.OffMagic:]))
+	if magic != record.MagicV1 && magic != record.MagicV2 {
+		return 0, false
+	}
+	off := record.StoreTimestampOffset(int32(binary.BigEndian.Uint32(head[record.OffSysFlag:])))
+	if off+8 > n {
+		return 0, false
+	}
+	ts := int64(binary.BigEndian.Uint64(head[off:]))
+	return ts, ts > 0
+}
+
+// recoverLogics truncates the ConsumeQueues and the index to the valid
+// CommitLog end and re-dispatches from the earliest point one of them lacks.
+func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed, redispatchFrom int64) error {
+	l := s.logics
+	indexCut := validEnd
+	reputFrom := validEnd
+	if redispatchFrom >= 0 {
+		reputFrom = redispatchFrom
+		// Index files not known durable by the checkpoint are dropped
+		// whole and rebuilt (RocketMQ's rule): a torn entry cannot be undone.
+		for _, f := range l.index.Files() {
+			if f.EndTimestamp > s.checkpoint.index.Load() {
+				indexCut = min(indexCut, f.BeginPhyOffset)
+				break
+			}
+		}
+		reputFrom = min(reputFrom, max(indexCut, logStart))
+	}
+	if err := l.index.TruncateByPhysical(ctx, indexCut); err != nil {
+		return fmt.Errorf("truncate index: %w", err)
+	}
+	if lastKeyed >= 0 && !l.index.Covers(lastKeyed) {
+		reputFrom = min(reputFrom, max(l.index.MaxPhysicalOffset(), logStart))
+	}
+	keys, err := s.knownQueues()
+	if err != nil {
+		return err
+	}
+	for _, key := range keys {
+		cq, err := l.queue(ctx, key, true)
+		if err != nil {
+			return err
+		}
+		if err := cq.TruncateByPhysical(ctx, validEnd); err != nil {
+			return fmt.Errorf("truncate consume queue %s/%d: %w", key.topic, key.queueID, err)
+		}
+		// A torn page can leave a last unit that points at the right record
+		// with a wrong size or tags code: check it against the record.
+		if n := cq.MaxOffset(); n > cq.MinOffset() {
+			if u, err := cq.Get(n - 1); err != nil || !s.unitMatches(ctx, key, n-1, u) {
+				if err := cq.TruncateAt(ctx, n-1); err != nil {
+					return fmt.Errorf("drop the damaged last unit of %s/%d: %w", key.topic, key.queueID, err)
+				}
+			}
+		}
+		if cq.MaxOffset() < s.log.queueOffsets[key] { // units missing: dispatch from the last one it has
+			start := logStart
+			if n := cq.MaxOffset(); n > cq.MinOffset() {
+				if u, err := cq.Get(n - 1); err == nil {
+					start = max(u.PhysicalOffset, logStart)
+				}
+			}
+			reputFrom = min(reputFrom, start)
+		}
+	}
+	if reputFrom < validEnd {
+		s.opts.Logger.Info("rebuilding consume queues and index", slog.Int64("from", reputFrom), slog.Int64("to", validEnd))
+		var keyBuf []byte
+		end, err := s.log.scan(ctx, reputFrom, func(offset int64, _ []byte, r *record.Record) error {
+			if r == nil {
+				return nil
+			}
+			err := s.dispatchRecord(ctx, offset, r, nil, &keyBuf)
+			if errors.Is(err, consumequeue.ErrConflict) {
+				// A torn unit: replace it and everything after it.
+				cq, qerr := l.queue(ctx, queueKey{topic: r.Topic, queueID: r.QueueID}, false)
+				if qerr != nil || cq == nil {
+					return err
+				}
+				if terr := cq.TruncateAt(ctx, r.QueueOffset); terr != nil {
+					return fmt.Errorf("repair %s/%d at %d: %w", r.Topic, r.QueueID, r.QueueOffset, terr)
+				}
+				s.opts.Logger.Warn("repaired a torn consume queue unit", slog.String("topic", r.Topic),
+					slog.Int("queueId", int(r.QueueID)), slog.Int64("queueOffset", r.QueueOffset))
+				err = s.dispatchRecord(ctx, offset, r, nil, &keyBuf)
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("re-dispatch from %d: %w", reputFrom, err)
+		}
+		if end.validEnd != validEnd {
+			return fmt.Errorf("re-dispatch stopped at %d before the valid end %d: %v: %w", end.validEnd, validEnd, end.corrupt, ErrCorrupt)
+		}
+	}
+	l.dispatchedOffset.Store(validEnd)
+	// A queue whose newest record precedes the scan continues after its
+	// ConsumeQueue's last unit (RocketMQ's recoverTopicQueueTable).
+	for _, q := range l.queues() {
+		key := queueKey{topic: q.Topic(), queueID: q.QueueID()}
+		if n := q.MaxOffset(); n > s.log.queueOffsets[key] {
+			s.log.queueOffsets[key] = n
+		}
+	}
+	// The queues are consistent now: move their minimum past what retention
+	// deleted from the CommitLog.
+	for _, q := range l.queues() {
+		if _, err := q.DeleteBefore(ctx, max(logStart, 0)); err != nil {
+			return fmt.Errorf("consume queue %s/%d: %w", q.Topic(), q.QueueID(), err)
+		}
+	}
+	l.recovering = false
+	return nil
+}
+
+// unitMatches reports whether u is the right unit for queue offset n of key.
+func (s *Store) unitMatches(ctx context.Context, key queueKey, n int64, u consumequeue.Unit) bool {
+	r, err := s.ReadMessage(ctx, u.PhysicalOffset)
+	if err != nil {
+		return false
+	}
+	tags, _ := r.Tags()
+	return r.Topic == key.topic && r.QueueID == key.queueID && r.QueueOffset == n &&
+		r.TotalSize == u.Size && record.TagsCode(tags) == u.TagsCode
+}
+
+// knownQueues lists the queues of the CommitLog and those with ConsumeQueue
+// files on disk.
+func (s *Store) knownQueues() ([]queueKey, error) {
+	seen := make(map[queueKey]struct{}, len(s.log.queueOffsets))
+	for k := range s.log.queueOffsets {
+		seen[k] = struct{}{}
+	}
+	onDisk, err := consumequeue.List(s.logics.cqConfig.Dir, s.aux)
+	if err != nil {
+		return nil, fmt.Errorf("list consume queues: %w", err)
+	}
+	for topic, ids := range onDisk {
+		for _, id := range ids {
+			seen[queueKey{topic: topic, queueID: id}] = struct{}{}
+		}
+	}
+	keys := make([]queueKey, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// judgeEnd decides what the end of the valid data means. Past the offset
+// the checkpoint knew durable, an invalid record or a zero is a torn tail
+// after a crash: it is cut (RocketMQ's rule). Before it, durable data was
+// lost or damaged: Open stops (CorruptionStop) or cuts and keeps the cut
+// bytes in .broken files (CorruptionTruncate).
+func (s *Store) judgeEnd(end scanEnd) error {
+	durable := s.checkpoint.flushedOffset.Load()
+	if !s.abnormalOpen && end.corrupt != nil {
+		// After a clean close nothing is torn: a bad record is corruption
+		// wherever it is (the checkpoint of a store closed by an older
+		// version may not know the last flush).
+		durable = max(durable, end.validEnd+1)
+	}
+	if end.validEnd >= durable {
+		if end.corrupt != nil {
+			s.opts.Logger.Warn("truncating a torn CommitLog tail", slog.Int64("offset", end.validEnd), slog.Any("reason", end.corrupt))
+		}
+		return nil
+	}
+	reason := "the data ends there (zeros or a missing segment)"
+	if end.corrupt != nil {
+		reason = end.corrupt.Error()
+	}
+	msg := fmt.Sprintf("CommitLog invalid at offset %d although the checkpoint says it was durable up to %d: %s", end.validEnd, durable, reason)
+	if later := s.validDataAfter(end.validEnd); later >= 0 {
+		msg += fmt.Sprintf(" (valid records follow at %d)", later)
+	}
+	if s.opts.OnCorruption != CorruptionTruncate {
+		return fmt.Errorf("%s; open with OnCorruption: CorruptionTruncate to cut the log there and keep the rest in .broken files: %w", msg, ErrCorrupt)
+	}
+	if err := s.saveBroken(end.validEnd); err != nil {
+		return fmt.Errorf("%s: keeping the cut bytes: %w", msg, err)
+	}
+	s.opts.Logger.Error("cutting the CommitLog at a corrupt record", slog.String("what", msg))
+	s.checkpoint.flushedOffset.Store(end.validEnd)
+	return nil
+}
+
+// saveBroken copies the CommitLog bytes from offset on into
+// commitlog/<segment>.broken files (trailing zeros dropped).
+func (s *Store) saveBroken(offset int64) error {
+	if _, ok := s.backend.(mappedfile.Lister); ok {
+		return nil // in memory: nothing to keep on disk
+	}
+	for _, mf := range s.log.queue.Files() {
+		if mf.FromOffset()+mf.SizeBytes() <= offset {
+			continue
+		}
+		start := max(offset-mf.FromOffset(), 0)
+		buf := make([]byte, mf.ReadablePosition()-start)
+		n, _ := mf.ReadAt(buf, start)
+		buf = buf[:n]
+		for len(buf) > 0 && buf[len(buf)-1] == 0 {
+			buf = buf[:len(buf)-1]
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		if err := writeFileDurably(mf.Path()+".broken", buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validDataAfter returns the offset of a valid record at the start of a
+// segment after offset, or -1: a sign that a corruption is not a torn tail.
+func (s *Store) validDataAfter(offset int64) int64 {
+	for _, mf := range s.log.queue.Files() {
+		if mf.FromOffset() <= offset {
+			continue
+		}
+		head := make([]byte, record.BlankSize)
+		if n, _ := mf.ReadAt(head, 0); n != len(head) {
+			continue
+		}
+		kind, total, err := record.Peek(head, mf.FromOffset(), s.log.maxRecordBytes)
+		if err != nil || kind != record.KindRecord {
+			continue
+		}
+		rec := make([]byte, total)
+		if n, _ := mf.ReadAt(rec, 0); n != len(rec) {
+			continue
+		}
+		if _, err := record.Decode(rec, mf.FromOffset(), true); err == nil {
+			return mf.FromOffset()
+		}
+	}
+	return -1
+}

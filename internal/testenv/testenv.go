@@ -1,0 +1,63 @@
+// Package testenv lets tests say what they need from the machine (root,
+// io_uring, a loop device, …). A test whose need is not met is skipped with
+// a message naming the need — unless the environment variable
+// MQSTORE_TEST_REQUIRE lists that need (comma separated, or "all"), in which
+// case the test fails instead. CI sets MQSTORE_TEST_REQUIRE=root,uring so
+// that a test cannot pass there by skipping.
+//
+// Skips that are not about the machine (a helper test run only as a child
+// process, a check meaningless under -race) are not environment needs and do
+// not go through this package; prefer a build tag or a TestMain dispatch for
+// them so that a CI run shows no skips at all.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// EnvRequire is the variable that turns skips into failures.
+const EnvRequire = "MQSTORE_TEST_REQUIRE"
+
+// Needs a test can name.
+const (
+	Root  = "root"  // effective uid 0 (sysctls, mounts, cgroups, mlock without limits)
+	Uring = "uring" // io_uring available to this process (and O_DIRECT on the temp dir)
+	Loop  = "loop"  // loop devices and mkfs.ext4, for file-system-level tests
+	Fio   = "fio"   // fio on PATH
+)
+
+// Required reports whether MQSTORE_TEST_REQUIRE names need (or "all").
+func Required(need string) bool {
+	v := os.Getenv(EnvRequire)
+	if v == "" {
+		return false
+	}
+	names := strings.Split(v, ",")
+	for i := range names {
+		names[i] = strings.TrimSpace(names[i])
+	}
+	return slices.Contains(names, need) || slices.Contains(names, "all")
+}
+
+// Skip stops the test because need is not met: a skip with the reason, or a
+// failure when MQSTORE_TEST_REQUIRE requires need.
+func Skip(t testing.TB, need, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf("needs %s: %s", need, fmt.Sprintf(format, args...))
+	if Required(need) {
+		t.Fatalf("%s (%s=%s makes this a failure)", msg, EnvRequire, os.Getenv(EnvRequire))
+	}
+	t.Skip(msg)
+}
+
+// NeedRoot skips (or fails, see Skip) unless the test runs as root.
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, Root, "%s", why)
+	}
+}

@@ -1,0 +1,54 @@
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestRequired(t *testing.T) {
+	for _, c := range []struct {
+		env, need string
+		want      bool
+	}{
+		{"", Root, false},
+		{"root,uring", Root, true},
+		{"root, uring", Uring, true},
+		{"root", Uring, false},
+		{"all", Loop, true},
+		{"rooty", Root, false},
+	} {
+		t.Setenv(EnvRequire, c.env)
+		if got := Required(c.need); got != c.want {
+			t.Errorf("%s=%q Required(%q) = %v, want %v", EnvRequire, c.env, c.need, got, c.want)
+		}
+	}
+}
+
+// TestSkipBecomesFailure runs a child test that calls Skip, once without and
+// once with the need required, and checks the outcome of each.
+func TestSkipBecomesFailure(t *testing.T) {
+	if os.Getenv("TESTENV_CHILD") == "1" {
+		Skip(t, Uring, "the child always lacks it")
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(require string) (string, error) {
+		cmd := exec.Command(exe, "-test.run", "^TestSkipBecomesFailure$", "-test.v")
+		cmd.Env = append(os.Environ(), "TESTENV_CHILD=1", EnvRequire+"="+require)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("")
+	if err != nil || !strings.Contains(out, "--- SKIP") || !strings.Contains(out, "needs uring") {
+		t.Fatalf("without %s the child must skip naming the need; err=%v\n%s", EnvRequire, err, out)
+	}
+	out, err = run("root,uring")
+	if err == nil || !strings.Contains(out, "--- FAIL") {
+		t.Fatalf("with %s=root,uring the child must fail; err=%v\n%s", EnvRequire, err, out)
+	}
+}
