@@ -475,6 +475,7 @@ func crashOnce(t *testing.T, tail mappedfile.TornTail, seed uint64) (pastFlush, 
 	}
 	appendRange(t, q, flushed, written)
 	fs.Crash(tail, rng)
+	fs.Restart()
 
 	q = openQueue(t, fs, 4000)
 	defer q.Close()
