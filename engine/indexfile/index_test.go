@@ -753,8 +753,22 @@ func TestCovers(t *testing.T) {
 // TestTornHeaderBeforeTheNewest: after a crash, a file before the newest
 // whose header is torn starts again and the files after it are deleted (the
 // engine re-dispatches from the end of the file before it); without a crash
-// it is corruption.
+// it is corruption. Torn with its indexCount zero too (a power loss while
+// the file was being created: it failed Open before).
 func TestTornHeaderBeforeTheNewest(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		victim  int
+		garbage []byte // at hashSlotCount (32) and after
+	}{
+		{"hashSlotCount", 1, []byte{0xBC, 0, 0, 0}},
+		{"the first file's hashSlotCount and a zero indexCount", 0, []byte{0x6B, 0xAD, 0x1D, 0xEA, 0, 0, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tornHeaderBeforeTheNewest(t, tc.victim, tc.garbage) })
+	}
+}
+
+func tornHeaderBeforeTheNewest(t *testing.T, victimIndex int, garbage []byte) {
 	ctx := context.Background()
 	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
 	x := openIndex(t, fs, 7, 5)
@@ -767,12 +781,11 @@ func TestTornHeaderBeforeTheNewest(t *testing.T) {
 		t.Fatalf("%d files; the test needs at least 3", len(files))
 	}
 	x.Close()
-	victim := files[1]
+	victim := files[victimIndex]
 	mf, err := fs.Open(ctx, mappedfile.Spec{Path: victim.Path, SizeBytes: x.SizeBytes()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	garbage := []byte{0xBC, 0, 0, 0} // hashSlotCount's first byte
 	if _, err := mf.(mappedfile.Overwriter).WriteAt(garbage, 32); err != nil {
 		t.Fatal(err)
 	}
@@ -787,7 +800,11 @@ func TestTornHeaderBeforeTheNewest(t *testing.T) {
 	}
 	defer x.Close()
 	got := x.Files()
-	if len(got) != 2 || got[1].Name != victim.Name || got[1].IndexCount != 1 || x.MaxPhysicalOffset() != files[0].EndPhyOffset {
-		t.Fatalf("after a crash: files %+v, MaxPhysicalOffset %d; want the torn file restarted after %+v", got, x.MaxPhysicalOffset(), files[0])
+	wantEnd := int64(0)
+	if victimIndex > 0 {
+		wantEnd = files[victimIndex-1].EndPhyOffset
+	}
+	if len(got) != victimIndex+1 || got[victimIndex].Name != victim.Name || got[victimIndex].IndexCount != 1 || x.MaxPhysicalOffset() != wantEnd {
+		t.Fatalf("after a crash: files %+v, MaxPhysicalOffset %d; want the torn file restarted, ending at %d", got, x.MaxPhysicalOffset(), wantEnd)
 	}
 }
