@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 var killTrials = flag.Int("kill.trials", 10, "SIGKILL trials per backend in TestKillDuringSyncProduce")
@@ -59,7 +60,7 @@ func TestKillDuringSyncProduce(t *testing.T) {
 				seed := uint64(trial + 1)
 				if err := killTrial(t, backend, seed); err != nil {
 					if strings.Contains(err.Error(), "cannot run here") {
-						t.Skip(err)
+						testenv.Skip(t, testenv.Uring, "%v", err)
 					}
 					violations++
 					t.Errorf("trial %d (seed %d): %v", trial, seed, err)
