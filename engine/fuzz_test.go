@@ -148,7 +148,7 @@ func FuzzRecoveryScan(f *testing.F) {
 		// And it did not stop early: no valid record where it stopped.
 		if readable := mf.FromOffset() + mf.ReadablePosition(); end.validEnd >= allEnd && end.validEnd < readable {
 			rest := make([]byte, readable-end.validEnd)
-			if n, _ := mf.ReadAt(rest, end.validEnd-mf.FromOffset()); n == len(rest) {
+			if n, _ := mf.ReadAt(rest, end.validEnd-mf.FromOffset()); n == len(rest) && n >= 4 {
 				if total := int(int32(binary.BigEndian.Uint32(rest))); total >= record.MinRecordSize && total <= len(rest) && validAt(rest[:total], end.validEnd) {
 					t.Fatalf("the scan stopped at %d, where a valid record of %d bytes is", end.validEnd, total)
 				}
