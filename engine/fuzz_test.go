@@ -29,13 +29,15 @@ const (
 //
 //   - never before the damaged record, nor before the end of the records
 //     when none was damaged: nothing valid is lost;
+//
 //   - a record whose body no longer matches its BODYCRC (checked here with
 //     hash/crc32, not with the codec) is cut exactly there; a record damaged
 //     elsewhere is either cut there or accepted whole;
+//
 //   - every record accepted is valid at its own offset, and where the scan
 //     stops there is no valid record: it did not stop early.
 //
-//	go test ./engine -run '^$' -fuzz FuzzRecoveryScan -fuzztime 60s
+//     go test ./engine -run '^$' -fuzz FuzzRecoveryScan -fuzztime 60s
 func FuzzRecoveryScan(f *testing.F) {
 	f.Add(uint8(3), uint8(0), uint8(damageNone), uint16(0), []byte{})
 	f.Add(uint8(4), uint8(2), uint8(damageBody), uint16(0x0305), []byte{}) // a wrong CRC: cut at record 2
