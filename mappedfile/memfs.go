@@ -1,6 +1,7 @@
 package mappedfile
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -224,7 +225,9 @@ func (fs *MemFS) Open(ctx context.Context, spec Spec) (MappedFile, error) {
 			return nil, fmt.Errorf("open %s: already open: %w", path, ErrInvalidArgument)
 		}
 	} else {
-		node = &memNode{sizeBytes: spec.SizeBytes, disk: make([]byte, spec.SizeBytes), appendedFrom: -1}
+		// Zeros from make are not touched until written: a big new file
+		// costs nothing until used.
+		node = &memNode{sizeBytes: spec.SizeBytes, disk: make([]byte, spec.SizeBytes), cache: make([]byte, spec.SizeBytes), appendedFrom: -1}
 		fs.mkdirsLocked(filepath.Dir(path))
 		fs.nodes[path] = node
 		fs.syncDirLocked(filepath.Dir(path))
@@ -236,7 +239,10 @@ func (fs *MemFS) Open(ctx context.Context, spec Spec) (MappedFile, error) {
 	}
 	data := node.cache
 	if fs.opts.Buffered {
-		data = append([]byte(nil), node.cache...)
+		data = make([]byte, node.sizeBytes)
+		if existed {
+			copy(data, node.cache)
+		}
 	}
 	node.mu.Unlock()
 	f := &memFile{fs: fs, node: node, path: path, fromOffset: spec.FromOffset, sizeBytes: spec.SizeBytes,
@@ -460,9 +466,21 @@ func (fs *MemFS) SyncFile(path string) error {
 // syncLocked writes the dirty page-cache bytes to the disk.
 func (n *memNode) syncLocked() {
 	if n.dirtyTo > n.dirtyFrom && n.cache != nil {
-		copy(n.disk[n.dirtyFrom:n.dirtyTo], n.cache[n.dirtyFrom:n.dirtyTo])
+		copyChanged(n.disk[n.dirtyFrom:n.dirtyTo], n.cache[n.dirtyFrom:n.dirtyTo])
 	}
 	n.dirtyFrom, n.dirtyTo, n.appendedFrom = 0, 0, -1
+}
+
+// copyChanged copies src into dst page by page, skipping pages already
+// equal: a big file's untouched zero pages stay untouched (and unallocated).
+func copyChanged(dst, src []byte) {
+	for len(src) > 0 {
+		n := min(len(src), PageSize)
+		if !bytes.Equal(dst[:n], src[:n]) {
+			copy(dst[:n], src[:n])
+		}
+		dst, src = dst[n:], src[n:]
+	}
 }
 
 // dirtyLocked records that cache[from, to) changed.
@@ -821,7 +839,7 @@ func (f *memFile) toCache(from, to int64, appended bool) {
 	n := f.node
 	n.mu.Lock()
 	if f.buffered {
-		copy(n.cache[from:to], f.data[from:to])
+		copyChanged(n.cache[from:to], f.data[from:to])
 	}
 	n.dirtyLocked(from, to, appended)
 	n.mu.Unlock()
