@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
@@ -60,6 +61,10 @@ type natsPeer struct {
 	js     jetstream.JetStream
 	sync   bool
 	failed stickyError
+	// window is the pending window (0: nats.go's default); producers
+	// counts NewOp calls: more producers than the window would stall.
+	window    int
+	producers atomic.Int64
 }
 
 func describeNATS(inProcess, sync bool, cfg Config) (Info, error) {
@@ -73,7 +78,8 @@ func describeNATS(inProcess, sync bool, cfg Config) (Info, error) {
 		"server":        "nats-server " + version + " embedded (server.VERSION " + server.VERSION + "), JetStream on",
 		"client":        "nats.go " + client + ", jetstream.PublishAsync, then wait for that message's PubAck",
 		"connection":    "one connection shared by every producer over " + transport,
-		"pendingWindow": strconv.Itoa(cfg.Outstanding) + " (PublishAsyncMaxPending = the harness's outstanding requests: one message in flight per producer, as an mqstore Put)",
+		"pendingWindow": natsWindow(cfg),
+		"ackTimeout":    natsAckTimeout.String() + " (PublishAsyncTimeout: a PubAck later than this fails the run)",
 		"stream":        natsStream + ": subjects " + natsSubjectPrefix + ">, file storage, 1 replica, limits retention, no limits (server default block size)",
 		"subjects":      natsSubjectPrefix + "<worker>: one per producer",
 		"flushInPlace":  "true (a one-replica stream writes each message to its block file before the PubAck)",
@@ -103,6 +109,13 @@ func describeNATS(inProcess, sync bool, cfg Config) (Info, error) {
 	return info, errors.Join(versionErr, clientErr)
 }
 
+func natsWindow(cfg Config) string {
+	if cfg.Outstanding == 0 {
+		return "nats.go's default PublishAsyncMaxPending; one message in flight per producer, as an mqstore Put"
+	}
+	return strconv.Itoa(cfg.Outstanding) + " (PublishAsyncMaxPending = the harness's outstanding requests: one message in flight per producer, as an mqstore Put)"
+}
+
 func openNATS(ctx context.Context, dir string, info Info, cfg Config) (*natsPeer, error) {
 	inProcess := info.Name == NATSInProc
 	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, DontListen: inProcess,
@@ -114,7 +127,7 @@ func openNATS(ctx context.Context, dir string, info Info, cfg Config) (*natsPeer
 		return nil, fmt.Errorf("nats: new server: %w", err)
 	}
 	ns.Start()
-	p := &natsPeer{info: info, dir: dir, server: ns, sync: opts.SyncAlways}
+	p := &natsPeer{info: info, dir: dir, server: ns, sync: opts.SyncAlways, window: cfg.Outstanding}
 	if !ns.ReadyForConnections(natsReadyTimeout) {
 		p.Close()
 		return nil, fmt.Errorf("nats: server not ready after %v", natsReadyTimeout)
@@ -128,8 +141,11 @@ func openNATS(ctx context.Context, dir string, info Info, cfg Config) (*natsPeer
 		p.Close()
 		return nil, fmt.Errorf("nats: connect to %s: %w", url, err)
 	}
-	p.js, err = jetstream.New(p.conn, jetstream.WithPublishAsyncMaxPending(cfg.Outstanding),
-		jetstream.WithPublishAsyncTimeout(natsAckTimeout))
+	jsOpts := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(natsAckTimeout)}
+	if cfg.Outstanding > 0 {
+		jsOpts = append(jsOpts, jetstream.WithPublishAsyncMaxPending(cfg.Outstanding))
+	}
+	p.js, err = jetstream.New(p.conn, jsOpts...)
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
@@ -145,6 +161,9 @@ func openNATS(ctx context.Context, dir string, info Info, cfg Config) (*natsPeer
 func (p *natsPeer) Info() Info { return p.info }
 
 func (p *natsPeer) NewOp(worker, sizeBytes int) load.Op {
+	if n := p.producers.Add(1); p.window > 0 && n > int64(p.window) {
+		return failingOp(fmt.Errorf("nats: %d producers but a pending window of %d: pass the harness's outstanding requests (WithOutstanding)", n, p.window))
+	}
 	subject := natsSubjectPrefix + strconv.Itoa(worker)
 	msg := body(worker, sizeBytes)
 	recordBytes := natsRecordBytes(subject, msg)

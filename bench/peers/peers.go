@@ -107,8 +107,10 @@ type Config struct {
 	SyncInterval time.Duration
 	// Outstanding is the harness's requests in flight (its producers or
 	// open-loop workers, each with one outstanding message as an mqstore
-	// Put): NATS's PublishAsync pending window.
+	// Put): NATS's PublishAsync pending window. 0: nats.go's default window.
 	Outstanding int
+
+	outstandingSet bool
 }
 
 // Option changes the Config.
@@ -119,17 +121,19 @@ func WithSyncInterval(d time.Duration) Option { return func(c *Config) { c.SyncI
 
 // WithOutstanding matches the in-flight window to the harness's outstanding
 // requests.
-func WithOutstanding(n int) Option { return func(c *Config) { c.Outstanding = n } }
+func WithOutstanding(n int) Option {
+	return func(c *Config) { c.Outstanding, c.outstandingSet = n, true }
+}
 
 func newConfig(opts []Option) (Config, error) {
-	c := Config{SyncInterval: DefaultSyncInterval, Outstanding: 1}
+	c := Config{SyncInterval: DefaultSyncInterval}
 	for _, o := range opts {
 		o(&c)
 	}
 	if c.SyncInterval <= 0 {
 		return c, fmt.Errorf("peers: sync interval %v: want > 0", c.SyncInterval)
 	}
-	if c.Outstanding <= 0 {
+	if c.outstandingSet && c.Outstanding <= 0 {
 		return c, fmt.Errorf("peers: %d outstanding requests: want > 0", c.Outstanding)
 	}
 	return c, nil

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/engine"
@@ -199,6 +200,23 @@ func TestUnknownPeerAndFlush(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), NATS, t.TempDir(), FlushSync, WithOutstanding(0)); err == nil {
 		t.Fatal("0 outstanding requests accepted")
+	}
+	if _, err := Open(context.Background(), NATS, t.TempDir(), FlushAsync, WithSyncInterval(-time.Second)); err == nil {
+		t.Fatal("a negative sync interval accepted")
+	}
+}
+
+// TestNATSWindowTooSmall: more producers than the pending window is a clear
+// error, not a stall.
+func TestNATSWindowTooSmall(t *testing.T) {
+	p, _ := openPeer(t, peerCase{NATS, FlushAsync}, 2)
+	for w := range 2 {
+		if err := p.NewOp(w, 16)(context.Background()); err != nil {
+			t.Fatalf("worker %d: %v", w, err)
+		}
+	}
+	if err := p.NewOp(2, 16)(context.Background()); err == nil || !strings.Contains(err.Error(), "pending window of 2") {
+		t.Fatalf("a third producer with a window of 2: %v", err)
 	}
 }
 
