@@ -19,6 +19,7 @@ import (
 	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mappedfile/faultfile"
+	"github.com/mqstore/mqstore/transientpool"
 )
 
 // testBackends are the backends every engine test runs against. Each
@@ -517,7 +518,7 @@ func TestSegmentNamesParsedStrictly(t *testing.T) {
 func TestStatsLockedBytes(t *testing.T) {
 	const seg = 1 << 20
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir(), Options{Backend: "transient", SegmentSizeBytes: seg, TransientPoolSize: 3, Logger: quietLogger})
+	s, err := Open(ctx, t.TempDir(), Options{Backend: "transient", SegmentSizeBytes: seg, BackendOptions: transientpool.Options{PoolSize: 3}, Logger: quietLogger})
 	if err != nil && strings.Contains(err.Error(), "RLIMIT_MEMLOCK") {
 		t.Skipf("needs root or an RLIMIT_MEMLOCK of 3 MiB: %v", err)
 	}
