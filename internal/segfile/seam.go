@@ -89,11 +89,13 @@ type Hook interface {
 type installed struct {
 	dir  string // cleaned, without a trailing separator
 	hook Hook
+	id   uint64 // tells installations apart for uninstall
 }
 
 var (
 	hooks     atomic.Pointer[[]installed] // nil while no hook is installed
 	installMu sync.Mutex
+	lastID    uint64 // under installMu
 )
 
 // Install routes the operations on paths under dir (and on dir itself)
@@ -108,7 +110,9 @@ func Install(dir string, h Hook) (uninstall func()) {
 	if cur := hooks.Load(); cur != nil {
 		list = append(list, *cur...)
 	}
-	list = append(list, installed{dir: dir, hook: h})
+	lastID++
+	id := lastID
+	list = append(list, installed{dir: dir, hook: h, id: id})
 	hooks.Store(&list)
 	var once sync.Once
 	return func() {
@@ -118,7 +122,7 @@ func Install(dir string, h Hook) (uninstall func()) {
 			cur := *hooks.Load()
 			var rest []installed
 			for _, in := range cur {
-				if in.hook != h || in.dir != dir {
+				if in.id != id {
 					rest = append(rest, in)
 				}
 			}

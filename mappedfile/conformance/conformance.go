@@ -8,6 +8,11 @@
 // SegmentSizeBytes. Backends whose memory is sized up front (a buffer pool)
 // size it from SegmentSizeBytes.
 //
+// For a backend whose files are files of the OS, the suite reads the page
+// cache's flags (internal/pagecache, root) to prove that after Flush and
+// after Truncate no page of the durable range is still dirty: run under
+// `strace -f -e inject=fdatasync,fsync,msync:retval=0` those checks fail.
+//
 // With an Injector (WithInjector) the suite also proves, on the backend's
 // real I/O, what a crash test of an in-memory file cannot: that Flush
 // returning n means a sync covering [0, n) was issued after those bytes were
@@ -32,6 +37,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -76,6 +82,9 @@ func Run(t *testing.T, factory Factory, opts ...Option) {
 	if caps.overwriter {
 		checks = append(checks, check{"OverwriteIsFlushed", testOverwrite})
 	}
+	if caps.onDisk {
+		checks = append(checks, pageCacheChecks...)
+	}
 	if cfg.injector != nil {
 		checks = append(checks, injectionChecks(caps)...)
 	} else {
@@ -105,6 +114,7 @@ func RunAllocs(t *testing.T, factory Factory) {
 type capabilities struct {
 	name       string
 	overwriter bool
+	onDisk     bool // its files are files of the OS (not in memory)
 }
 
 func probe(t *testing.T, factory Factory) capabilities {
@@ -116,7 +126,9 @@ func probe(t *testing.T, factory Factory) capabilities {
 	}
 	defer mf.Close()
 	_, overwriter := mf.(mappedfile.Overwriter)
-	return capabilities{name: h.backend.Name(), overwriter: overwriter}
+	_, statErr := os.Stat(mf.Path())
+	_, lister := h.backend.(mappedfile.Lister)
+	return capabilities{name: h.backend.Name(), overwriter: overwriter, onDisk: statErr == nil && !lister}
 }
 
 type harness struct {
@@ -129,7 +141,7 @@ type harness struct {
 func newHarness(t *testing.T, b mappedfile.Backend) *harness {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return &harness{backend: b, dir: t.TempDir(), ctx: ctx}
+	return &harness{backend: b, dir: disktest.Dir(t), ctx: ctx}
 }
 
 func (h *harness) spec(name string) mappedfile.Spec {
