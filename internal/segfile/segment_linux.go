@@ -114,8 +114,9 @@ func directIOHint(err error, flags int) error {
 }
 
 // ZeroRange zeroes [off, off+n) of f — FALLOC_FL_ZERO_RANGE where the file
-// system has it, else plain writes of zeros (any other failure is returned:
-// an I/O error is not a reason to try another way) — then fdatasyncs the whole
+// system has it, else plain writes of zeros (also when the disk is too full
+// for the extent change; any other failure, such as EIO, is returned) —
+// then fdatasyncs the whole
 // file, which also makes every other byte of it durable (a caller that
 // declares [0, off) valid after a crash relies on that: those bytes may be
 // only in the page cache).
@@ -123,8 +124,10 @@ func ZeroRange(f *os.File, off, n int64) error {
 	path, fd := f.Name(), int(f.Fd())
 	if n > 0 {
 		err := Fallocate(path, fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
-			// No FALLOC_FL_ZERO_RANGE here (tmpfs): write the zeros.
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC) {
+			// No FALLOC_FL_ZERO_RANGE here (tmpfs), or no room for the
+			// extent change on a full disk (recovery after ENOSPC must still
+			// open): write the zeros over the blocks the file already has.
 			err = writeZeros(path, fd, off, n)
 		}
 		if err != nil {
