@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string) int {
 	seed := fs.Uint64("seed", 1, "Poisson seed")
 	list := fs.Bool("list", false, "print the peers as a JSON array of {name, label} and exit")
 	syncInterval := fs.Duration("sync-interval", peers.DefaultSyncInterval, "async sync interval, matched to mqstore's flush interval")
-	profileDir := fs.String("profile", "", "write cpu, heap, block and mutex profiles of the measured run to this directory")
+	profileDir := fs.String("profile", "", "write cpu, heap, block and mutex profiles of the run (warm-up included) to this directory")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
