@@ -11,5 +11,8 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("MQSTORE_RO_DIR"); dir != "" {
 		os.Exit(readOnlyHelper(dir))
 	}
+	if dir := os.Getenv(envWriterDir); dir != "" {
+		os.Exit(writeAndWait(dir, os.Getenv(envWriterBackend)))
+	}
 	os.Exit(m.Run())
 }

@@ -82,10 +82,14 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	o := opts.withDefaults()
-	if o.BackendImpl == nil && o.Backend == "mem" {
-		// Made here, not with the other backends: its files and the
-		// directory's own files live in it.
-		o.BackendImpl = mappedfile.NewMemFS(mappedfile.MemOptions{})
+	if reg, err := backends.Lookup(o.Backend); o.BackendImpl == nil && err == nil && reg.Volatile {
+		// An in-memory backend is made here, not with the others: the
+		// directory's own files (checkpoint, abort, parameters) live in it.
+		b, err := newBackend(o)
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		o.BackendImpl = b
 	}
 	fsys := storefs.OS()
 	if o.BackendImpl != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/faultfile"
 )
 
 // flushWatch wraps a backend and counts Flush calls that overlap another
@@ -52,8 +53,8 @@ func (f *watchedFile) WriteAt(p []byte, filePos int64) (int, error) {
 // does, makes them meet.)
 func TestOneFlusherPerFile(t *testing.T) {
 	ctx := context.Background()
-	slow := mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}),
-		mappedfile.NewFaults(mappedfile.Fault{Op: mappedfile.OpFlush, Latency: time.Millisecond}))
+	slow := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}),
+		faultfile.NewFaults(faultfile.Fault{Op: faultfile.OpFlush, Latency: time.Millisecond}))
 	w := &flushWatch{Backend: slow}
 	x, err := Open(ctx, Config{Dir: testDir, Backend: w, SlotCount: 7, MaxEntries: 6, Now: fixedNow})
 	if err != nil {
