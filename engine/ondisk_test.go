@@ -146,7 +146,9 @@ func TestRecoverySyncsOnDisk(t *testing.T) {
 					t.Errorf("after the recovering open claimed it durable: %v", err)
 				}
 			}
-			t.Logf("%s: %d files, %d dirty pages after the kill, none after recovery", line[:len(line)-1], len(files), dirty)
+			if !t.Failed() {
+				t.Logf("%s: %d files, %d dirty pages after the kill, none after recovery", strings.TrimSpace(line), len(files), dirty)
+			}
 		})
 	}
 }
