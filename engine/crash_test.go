@@ -23,7 +23,7 @@ var (
 	crashTrials = flag.Int("crash.trials", 1000, "simulated power-loss trials in TestSimulatedPowerLoss")
 	crashSeed   = flag.Uint64("crash.seed", 0, "run only this trial seed (0: trials 1..crash.trials)")
 	killTrials  = flag.Int("kill.trials", 1000, "simulated process-kill trials in TestSimulatedKill")
-	chainTrials = flag.Int("chain.trials", 250, "trials of each chained kind: TestSimulatedKillRestartPowerLoss, TestSimulatedPowerLossDuringRecovery")
+	chainTrials = flag.Int("chain.trials", 200, "trials of each chained kind: TestSimulatedKillRestartPowerLoss, TestSimulatedPowerLossDuringRecovery")
 )
 
 var debugHook func(*Store)
