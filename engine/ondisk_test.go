@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/pagecache"
+	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/internal/testenv"
 )
 
@@ -160,4 +162,51 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Size()
+}
+
+// TestDirectorySyncsOnDisk (item 6, on the real file system): every
+// directory the store creates has its parent synced after it (ConsumeQueue
+// topic and queue directories, index, commitlog), and every file removal is
+// followed by a sync of its directory — seen through segfile's seam, which
+// records the system calls of the backends and of storefs.
+func TestDirectorySyncsOnDisk(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "store")
+	inj := faultseam.New(t, filepath.Dir(dir))
+	o := smallLogicsOptions(Options{Backend: "mmap", FlushMode: FlushSync, CleanInterval: time.Hour})
+	o.diskUsed = func(string) (float64, error) { return 90, nil }
+	s := openStore(t, dir, o)
+	putN(t, s, "DirSync", 2, 400, 300, nil)
+	if n, err := s.CleanExpired(ctx); err != nil || n == 0 {
+		t.Fatalf("retention: %d %v", n, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	calls := inj.Calls()
+	synced := func(d string, after int) bool {
+		for _, c := range calls[after:] {
+			if c.Kind == segfile.OpSyncDir && c.Path == d && c.Err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range []string{filepath.Dir(dir), dir, filepath.Join(dir, consumeQueueDirName), filepath.Join(dir, consumeQueueDirName, "DirSync")} {
+		if !synced(d, 0) {
+			t.Errorf("%s, where the store created a directory, was never synced", d)
+		}
+	}
+	removals := 0
+	for i, c := range calls {
+		if c.Kind == segfile.OpRemove && c.Err == nil {
+			removals++
+			if !synced(filepath.Dir(c.Path), i+1) {
+				t.Errorf("the removal of %s is not followed by a sync of its directory", c.Path)
+			}
+		}
+	}
+	if removals == 0 {
+		t.Fatal("no removal seen: the test did not exercise retention")
+	}
 }
