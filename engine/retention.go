@@ -70,16 +70,21 @@ func (c *cleaner) run() {
 	}
 }
 
-// diskUsedPercent returns how full the store's file system is.
+// diskUsedPercent returns how full the store's file system is, as df
+// shows it: used blocks over used plus those still available to the store
+// (a non-root process). Blocks reserved for root count as neither: on a
+// file system with a large reserve, 1 − available/total would call a
+// one-third-full disk full and make retention delete data.
 func diskUsedPercent(dir string) (float64, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, fmt.Errorf("statfs %s: %w", dir, err)
 	}
-	if st.Blocks == 0 {
-		return 0, nil
+	used := float64(st.Blocks) - float64(st.Bfree)
+	if total := used + float64(st.Bavail); total > 0 {
+		return 100 * used / total, nil
 	}
-	return 100 * (1 - float64(st.Bavail)/float64(st.Blocks)), nil
+	return 0, nil
 }
 
 // maxDeletesPerPass bounds the CommitLog segments one retention pass
