@@ -32,6 +32,11 @@ var debugHook func(*Store)
 // scanned from a later segment than the log's first.
 var partialScans [2]atomic.Int64
 
+// recoveryCrashes counts powerLossDuringRecovery trials whose armed power
+// loss hit the recovering Open [0] (it failed) or came after it returned,
+// in a background service [1].
+var recoveryCrashes [2]atomic.Int64
+
 // written is what the test knows about a message it put.
 type written struct {
 	key            queueKey
@@ -134,6 +139,10 @@ func runCrashTrials(t *testing.T, trials int, kind trialKind) {
 	}
 	t.Logf("%d trials, %d violations; the recovering open scanned from a later segment than the log's first in %d, the clean reopen in %d",
 		last-first+1, violations, partialScans[0].Swap(0), partialScans[1].Swap(0))
+	if kind == powerLossDuringRecovery {
+		t.Logf("the second power loss hit the recovering open in %d trials, a background service after it in %d",
+			recoveryCrashes[0].Swap(0), recoveryCrashes[1].Swap(0))
+	}
 }
 
 // crashWorkload puts 1–120 random messages (keys, tags, sizes) and returns
@@ -284,6 +293,9 @@ func crashTrial(t *testing.T, seed uint64, kind trialKind) error {
 		fs.ArmCrash(at, tail2, rng)
 		if s, err = Open(ctx, dir, o); err == nil {
 			s.Close() // the crash came after Open's last operation (a background service's)
+			recoveryCrashes[1].Add(1)
+		} else {
+			recoveryCrashes[0].Add(1)
 		}
 		s = nil
 		if fs.Disarm() {
