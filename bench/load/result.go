@@ -154,7 +154,7 @@ const (
 // across the window. A saturated run's percentiles describe a queue that
 // grows with the window, not the system.
 func (r *Result) Saturation() (saturated bool, reasons []string) {
-	if r.Workload != Latency || r.Arrivals == 0 {
+	if r.Arrivals == 0 { // a closed loop (or nothing scheduled)
 		return false, nil
 	}
 	if r.Unstarted > 0 {

@@ -114,13 +114,16 @@ type Device struct {
 
 // Plan is what the run set out to do, and its time estimate.
 type Plan struct {
+	// Cells and Runs (repeats, warm ones included, of cells and floors) as
+	// planned before the run; open-loop rungs above a system's sustained
+	// rate are counted although they may be skipped.
 	Cells            int     `json:"cells"`
 	Runs             int     `json:"runs"`
 	EstimatedSeconds float64 `json:"estimatedSeconds"`
-	// Windows is the measured window of each flush mode ("async", "sync",
-	// "floor") and Why how it was chosen.
-	Windows map[string]time.Duration `json:"windowsNs"`
-	Why     []string                 `json:"why"`
+	// WindowNs is every cell's and floor's measured window; WindowWhy says
+	// how it was chosen (given, or derived from the buffers and the device).
+	WindowNs  int64  `json:"windowNs"`
+	WindowWhy string `json:"windowWhy"`
 }
 
 // Cell is one point of the matrix: a workload on a backend (or peer) at a
@@ -300,6 +303,21 @@ type Limit struct {
 	Min     Figures `json:"min"`
 	Max     Figures `json:"max"`
 }
+
+// Limit names.
+const (
+	// LimitMemcpy: records memcpy'd into a pre-populated mapping; bounds
+	// the accepted MB/s of appends into present pages (transient, uring,
+	// uring-direct, and mmap with warmed segments).
+	LimitMemcpy = "memcpy-ceiling"
+	// LimitFaults: first writes into a fresh file mapping, one page fault
+	// each; bounds the accepted MB/s of mmap without warmed segments.
+	LimitFaults     = "fault-ceiling"
+	LimitDeviceSeq  = "device-seq-write"
+	LimitDeviceSync = "device-fdatasync-4k"
+	LimitFioSeq     = "fio-seq-write"
+	LimitFioSync    = "fio-fdatasync-4k"
+)
 
 // LimitRepeat is one measurement of a limit.
 type LimitRepeat struct {

@@ -65,7 +65,11 @@ func run(ctx context.Context, args []string) int {
 		return emit(out, 1)
 	}
 	out.Params = p.Params()
-	out.Result = load.Run(ctx, spec, nil, func(worker int) load.Op { return p.NewOp(worker, *size) })
+	var dur load.Durability
+	if d, ok := p.(load.Durability); ok {
+		dur = d
+	}
+	out.Result = load.Run(ctx, spec, nil, dur, func(worker int) load.Op { return p.NewOp(worker, *size) })
 	if err := p.Close(); err != nil && out.Result.Error == "" {
 		out.Result.Error = err.Error()
 	}

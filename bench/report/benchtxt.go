@@ -1,10 +1,12 @@
-package bench
+package report
 
 import (
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
 // WriteBenchTxt writes the run in Go's benchmark format, one line per
@@ -15,7 +17,7 @@ import (
 // N is the messages of the repeat. Compare two runs with
 // `benchstat -col .file A/bench.txt B/bench.txt` (or -row /backend …).
 // Failed cells are comment lines, which benchstat ignores.
-func WriteBenchTxt(w io.Writer, f *RunFile) error {
+func WriteBenchTxt(w io.Writer, f *runfile.RunFile) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "goos: %s\ngoarch: %s\npkg: github.com/mqstore/mqstore/bench\n", f.Machine.OS, f.Machine.Arch)
 	if f.Machine.CPUModel != "" {
@@ -24,44 +26,67 @@ func WriteBenchTxt(w io.Writer, f *RunFile) error {
 	// The run id and commit differ between runs: as configuration lines they
 	// would put each run in a table of its own, so they are comments.
 	fmt.Fprintf(&b, "# mqbench run %s, commit %s, kernel %s\n", f.ID, f.Machine.Commit, f.Machine.Kernel)
-	for _, cells := range [][]Cell{f.Cells, f.Peers} {
-		for i := range cells {
-			writeCellLines(&b, &cells[i])
-		}
+	for _, c := range allCells(f) {
+		writeCellLines(&b, c, len(f.Devices) > 1)
 	}
 	for _, l := range f.Limits {
-		if l.Status != StatusOK {
+		if l.Status != runfile.StatusOK {
 			fmt.Fprintf(&b, "# limit %s %s: %s\n", l.Name, l.Status, l.Reason)
 			continue
 		}
 		for _, r := range l.Repeats {
-			target := ""
-			if l.Target != "" {
-				target = "/target=" + safeName(l.Target)
+			if r.Warm {
+				continue
 			}
-			fmt.Fprintf(&b, "BenchmarkMQBenchLimit/limit=%s/size=%d%s 1%s\n", l.Name, l.SizeBytes, target, limitValues(&r))
+			target := ""
+			if len(f.Devices) > 1 && l.Target != "" {
+				target = "/target=" + runfile.SafeName(l.Target)
+			}
+			fmt.Fprintf(&b, "BenchmarkMQBenchLimit/limit=%s/size=%d%s 1%s\n", l.Name, l.SizeBytes, target, limitValues(&r.Figures))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-func writeCellLines(b *strings.Builder, c *Cell) {
-	if c.Status != StatusOK {
+// writeCellLines writes one line per measured repeat of a measured cell.
+// Saturated and generator-bound cells are comments: their figures are not
+// the system's, and benchstat must not compare them.
+func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
+	switch {
+	case !c.Measured():
 		fmt.Fprintf(b, "# %s %s: %s\n", c.Name, c.Status, strings.ReplaceAll(c.Reason, "\n", " "))
+		return
+	case c.Status == runfile.StatusSaturated:
+		fmt.Fprintf(b, "# %s saturated (not comparable): %s\n", c.Name, strings.Join(c.Saturation, " | "))
+		return
+	case c.GeneratorBound:
+		fmt.Fprintf(b, "# %s generator-bound (p99.9 below 3x the floor's %dns): not comparable\n", c.Name, c.FloorP999Ns)
 		return
 	}
 	name := fmt.Sprintf("BenchmarkMQBench/workload=%s/backend=%s/size=%d/flush=%s/pressure=%s", c.Workload, c.Backend, c.SizeBytes, c.Flush, c.Pressure)
+	switch {
+	case c.RatePerSec > 0:
+		name += fmt.Sprintf("/rate=%.0f", c.RatePerSec)
+	case c.Producers > 0:
+		name += fmt.Sprintf("/producers=%d", c.Producers)
+	}
 	if c.Variant != "" {
 		name += "/variant=" + c.Variant
 	}
 	if c.Policy != "" {
-		name += "/policy=" + safeName(c.Policy)
+		name += "/policy=" + runfile.SafeName(c.Policy)
 	}
-	if c.Target != "" {
-		name += "/target=" + safeName(c.Target)
+	if c.TwinOf != "" {
+		name += "/aa=twin"
+	}
+	if withTarget && c.Target != "" {
+		name += "/target=" + runfile.SafeName(c.Target)
 	}
 	for _, r := range c.Repeats {
+		if r.Warm {
+			continue
+		}
 		f := r.Figures
 		var v valueList
 		switch c.Workload {
@@ -79,9 +104,14 @@ func writeCellLines(b *strings.Builder, c *Cell) {
 			continue
 		}
 		if c.Workload == "throughput" {
-			v.add(float64(r.Result.ElapsedNs)/float64(r.Result.Messages), "ns/op")
+			v.add(float64(r.Result.ElapsedNs)/float64(max(r.Result.Messages, 1)), "ns/op")
 			v.add(f.MBPerSec, "MB/s")
 			v.add(f.MsgsPerSec, "msgs/s")
+			if r.Result.Durability != nil {
+				v.add(f.DurableMBps, "durable-MB/s")
+				v.add(f.BacklogBytes, "backlog-B")
+				v.add(float64(f.DrainNs), "drain-ns")
+			}
 			v.add(f.CPUSecPerGiB, "cpu-sec/GiB")
 		} else {
 			v.add(f.MsgsPerSec, "msgs/s")
@@ -93,14 +123,13 @@ func writeCellLines(b *strings.Builder, c *Cell) {
 		v.add(float64(f.MaxNs), "max-ns")
 		if c.Workload == "latency" {
 			v.add(float64(f.ServiceP999Ns), "service-p99.9-ns")
-			v.add(f.DroppedFraction, "dropped-frac")
 		}
 		v.add(f.AllocsPerMsg, "allocs/msg")
-		fmt.Fprintf(b, "%s %d%s\n", name, r.Result.Messages, v.String())
+		fmt.Fprintf(b, "%s %d%s\n", name, max(r.Result.Messages, 1), v.String())
 	}
 }
 
-func limitValues(f *Figures) string {
+func limitValues(f *runfile.Figures) string {
 	var v valueList
 	v.add(f.MBPerSec, "MB/s")
 	v.add(f.MsgsPerSec, "ops/s")

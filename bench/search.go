@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+// searchResolution: the search stops when the sustained and the saturated
+// rate are within this factor of each other.
+const searchResolution = 1.1
+
+// search finds the highest rate sys sustains in the open loop: one-repeat
+// probes of cfg.SearchDuration, starting from what the ladder showed (the
+// highest rung it sustained, the lowest it saturated at, and an estimate —
+// the achieved rate of that saturated cell, or the sustained rate of its
+// throughput cells), growing ×1.5 while it keeps up, then bisecting
+// (geometrically) until the two bounds are within 10 % or the probes run
+// out. The highest rate that did not saturate is recorded on the search
+// and on every latency cell of the system.
+func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
+	s := runfile.RateSearch{Group: fmt.Sprintf("%s-%d-%s", sys.backend, sys.size, sys.pol.Flush), Backend: sys.backend, Peer: sys.peer,
+		Flush: sys.pol.Flush, Size: sys.size, Target: ph.t.label, Pressure: ph.pressure}
+	if sys.pol.Name != "" {
+		s.Group += "-" + runfile.SafeName(sys.pol.Name)
+	}
+	var cells []*runfile.Cell
+	all := &r.file.Cells
+	if sys.peer {
+		all = &r.file.Peers
+	}
+	estimate := r.caps[sys.key(ph.t)]
+	for i := range *all {
+		c := &(*all)[i]
+		if c.Workload != "latency" || c.Backend != sys.backend || c.SizeBytes != sys.size || c.Flush != sys.pol.Flush ||
+			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" {
+			continue
+		}
+		cells = append(cells, c)
+		switch c.Status {
+		case runfile.StatusOK:
+			s.SustainableRatePerSec = math.Max(s.SustainableRatePerSec, c.RatePerSec)
+		case runfile.StatusSaturated:
+			if s.SaturatedAtPerSec == 0 || c.RatePerSec < s.SaturatedAtPerSec {
+				s.SaturatedAtPerSec = c.RatePerSec
+				estimate = c.MsgsPerSec
+			}
+		}
+	}
+	if estimate <= 0 {
+		estimate = 2 * math.Max(s.SustainableRatePerSec, 1000)
+	}
+	seed := repeatSeed(r.cfg.Seed, 1)
+	for probe := 0; probe < r.cfg.SearchProbes && ctx.Err() == nil; probe++ {
+		lo, hi := s.SustainableRatePerSec, s.SaturatedAtPerSec
+		if lo > 0 && hi > 0 && hi/lo <= searchResolution {
+			break
+		}
+		rate := nextProbe(lo, hi, estimate)
+		c := r.newCell(sys, "latency", ph.pressure, ph.t)
+		c.RatePerSec, c.WindowNs = rate, r.cfg.SearchDuration.Nanoseconds()
+		c.Name = fmt.Sprintf("search-%s-r%.0f", s.Group, rate)
+		r.progress.step(c.Name, 1, 1, rate)
+		rep := r.runJob(ph, sys, "latency", 0, rate)(ctx, &c, 1, seed)
+		r.progress.advance(1)
+		p := runfile.Probe{RatePerSec: rate, Status: rep.Status, Saturation: rep.Saturation, AchievedPerSec: rep.Figures.MsgsPerSec,
+			P999Ns: rep.Figures.P999Ns, Reason: rep.Reason}
+		s.Probes = append(s.Probes, p)
+		switch rep.Status {
+		case runfile.StatusOK:
+			s.SustainableRatePerSec = math.Max(s.SustainableRatePerSec, rate)
+		case runfile.StatusSaturated:
+			if s.SaturatedAtPerSec == 0 || rate < s.SaturatedAtPerSec {
+				s.SaturatedAtPerSec = rate
+			}
+			estimate = math.Min(estimate, rep.Figures.MsgsPerSec)
+		default:
+			s.Reason = fmt.Sprintf("probe at %.0f msgs/s %s: %s", rate, rep.Status, rep.Reason)
+		}
+		if s.Reason != "" {
+			break
+		}
+	}
+	if s.SustainableRatePerSec == 0 && s.Reason == "" {
+		s.Reason = "no probed rate was sustained"
+	}
+	for _, c := range cells {
+		c.SustainableRatePerSec = s.SustainableRatePerSec
+	}
+	r.file.Searches = append(r.file.Searches, s)
+	r.progress.cellDone("search "+s.Group, runfile.StatusOK, "")
+	r.checkpoint()
+}
+
+// nextProbe is the next rate to try between the highest sustained rate lo
+// and the lowest saturated one hi (0 when unknown), given an estimate of
+// the capacity.
+func nextProbe(lo, hi, estimate float64) float64 {
+	switch {
+	case lo == 0 && hi == 0:
+		return estimate
+	case hi == 0:
+		return math.Max(lo*1.5, estimate)
+	case lo == 0:
+		if estimate > 0 && estimate < hi {
+			return estimate / 1.1
+		}
+		return hi / 2
+	}
+	return math.Sqrt(lo * hi)
+}
