@@ -36,13 +36,14 @@ const (
 	PressureBoth  = "both"
 )
 
-// DefaultBackends is every backend the engine offers except "mem" (it
-// writes nothing to disk; name it explicitly to see the engine's own cost).
+// DefaultBackends is every backend the engine offers except the volatile
+// ones ("mem" writes nothing to disk; name it explicitly to see the
+// engine's own cost).
 func DefaultBackends() []string {
 	var out []string
-	for _, b := range engine.BackendNames() {
-		if b != "mem" {
-			out = append(out, b)
+	for _, reg := range engine.Backends() {
+		if !reg.Volatile {
+			out = append(out, reg.Name)
 		}
 	}
 	return out
@@ -78,6 +79,14 @@ func DefaultConfig() Config {
 }
 
 func hasWorkload(c *Config, w string) bool { return slices.Contains(c.Workloads, w) }
+
+// runsUnder reports whether workload w runs under pressure.
+func runsUnder(c *Config, w, pressure string) bool {
+	if pressure != PressureNone && len(c.PressureWorkloads) > 0 {
+		return slices.Contains(c.PressureWorkloads, w) && hasWorkload(c, w)
+	}
+	return hasWorkload(c, w)
+}
 
 // policiesFor is the sweep's policies for backend, or one policy per flush
 // mode with the run's store options (named "" so cell names stay short).
@@ -119,6 +128,11 @@ func Validate(c *Config) error {
 	for _, w := range c.Workloads {
 		if !slices.Contains([]string{string(load.Throughput), string(load.Latency), WorkloadConsume, WorkloadE2E, WorkloadRecovery}, w) {
 			return fmt.Errorf("workload %q: want throughput, latency, consume, e2e or recovery", w)
+		}
+	}
+	for _, w := range c.PressureWorkloads {
+		if w != string(load.Throughput) && w != string(load.Latency) && w != WorkloadE2E {
+			return fmt.Errorf("pressure workload %q: want throughput, latency or e2e", w)
 		}
 	}
 	for _, p := range c.Pressures {

@@ -333,11 +333,11 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 	var groups []system
 	for _, sys := range r.systems(ph.t, ph.pressure) {
 		rungs := r.rungsFor(ph, sys, usable)
-		if len(rungs) > 0 && hasWorkload(&r.cfg, "latency") {
+		if len(rungs) > 0 && runsUnder(&r.cfg, "latency", ph.pressure) {
 			groups = append(groups, sys)
 		}
 		for _, w := range []string{"latency", WorkloadE2E} {
-			if !hasWorkload(&r.cfg, w) || (w == WorkloadE2E && sys.peer) {
+			if !runsUnder(&r.cfg, w, ph.pressure) || (w == WorkloadE2E && sys.peer) {
 				continue
 			}
 			for _, rate := range rungs {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/transientpool"
+
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
@@ -32,16 +34,16 @@ type planCounts struct {
 
 func countPlan(c *Config, root bool, targets int) planCounts {
 	var n planCounts
-	thr, open := hasWorkload(c, "throughput"), 0
-	for _, w := range []string{"latency", WorkloadE2E} {
-		if hasWorkload(c, w) {
-			open++
-		}
-	}
 	for ti := 0; ti < targets; ti++ {
 		for _, pressure := range c.Pressures {
 			if pressure != PressureNone && !root {
 				continue
+			}
+			thr, open := runsUnder(c, "throughput", pressure), 0
+			for _, w := range []string{"latency", WorkloadE2E} {
+				if runsUnder(c, w, pressure) {
+					open++
+				}
 			}
 			for _, b := range c.Backends {
 				pols := len(policiesFor(c, b)) * len(c.Sizes)
@@ -175,6 +177,9 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target stri
 		fmtBytes(bufBytes), bufWhat, devMBps, absorb.Round(time.Millisecond), minWindow, maxWindow)
 }
 
+// uringStagingBuffers is uring.Options.StagingBuffers' default.
+const uringStagingBuffers = 4
+
 // largestBuffer is the largest amount of accepted data the run's async
 // backends can hold before the device limits them.
 func largestBuffer(c *Config, h hostctl.Host) (int64, string) {
@@ -188,12 +193,12 @@ func largestBuffer(c *Config, h hostctl.Host) (int64, string) {
 		case "mmap", "uring", "transient":
 			n, w = dirty, "the kernel's dirty threshold, "+dirtyWhat
 			if b == "transient" {
-				if pool := int64(5) * seg; pool > n {
-					n, w = pool, "the transient pool, 5 segments"
+				if pool := int64(transientpool.DefaultPoolSize) * seg; pool > n {
+					n, w = pool, fmt.Sprintf("the transient pool, %d segments", transientpool.DefaultPoolSize)
 				}
 			}
 		case "uring-direct":
-			n, w = int64(4)*seg, "uring-direct's 4 staging buffers of one segment"
+			n, w = uringStagingBuffers*seg, fmt.Sprintf("uring-direct's %d staging buffers of one segment", uringStagingBuffers)
 		}
 		if n > best {
 			best, what = n, w

@@ -295,10 +295,10 @@ func (r *runner) runTarget(ctx context.Context, ti int, t *target) {
 			continue
 		}
 		ph := &phaseEnv{ti: ti, t: t, pressure: pressure, env: env}
-		if hasWorkload(&r.cfg, "throughput") {
+		if runsUnder(&r.cfg, "throughput", pressure) {
 			r.throughputPhase(ctx, ph)
 		}
-		if hasWorkload(&r.cfg, "latency") || hasWorkload(&r.cfg, WorkloadE2E) {
+		if runsUnder(&r.cfg, "latency", pressure) || runsUnder(&r.cfg, WorkloadE2E, pressure) {
 			r.openLoopPhase(ctx, ph)
 		}
 		if err := env.stop(r.journal); err != nil {
@@ -348,7 +348,7 @@ func pressureOrder(ps []string) []string {
 func (r *runner) skipPressure(t *target, pressure string, err error) {
 	r.note("pressure %s on %s skipped: %v", pressure, t.label, err)
 	for _, sys := range r.systems(t, pressure) {
-		if hasWorkload(&r.cfg, "throughput") {
+		if runsUnder(&r.cfg, "throughput", pressure) {
 			for _, p := range r.cfg.Producers {
 				c := r.newCell(sys, "throughput", pressure, t)
 				c.Producers = p
@@ -358,7 +358,7 @@ func (r *runner) skipPressure(t *target, pressure string, err error) {
 			}
 		}
 		for _, w := range []string{"latency", WorkloadE2E} {
-			if !hasWorkload(&r.cfg, w) {
+			if !runsUnder(&r.cfg, w, pressure) {
 				continue
 			}
 			for _, rate := range r.rungs[sys.key(t)] {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -55,9 +56,24 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 
 // optionsMap records the effective engine options of an open store: every
 // exported field that is a plain value (durations, counts, flags, names),
-// so options added to the engine later are recorded without a change here.
+// so options added to the engine later are recorded without a change here,
+// and the backend's own options as JSON (its defaults when none were
+// given).
 func optionsMap(o engine.Options) map[string]string {
 	out := map[string]string{}
+	bo := o.BackendOptions
+	if bo == nil {
+		for _, reg := range engine.Backends() {
+			if reg.Name == o.Backend && reg.NewOptions != nil {
+				bo = reg.NewOptions()
+			}
+		}
+	}
+	if bo != nil {
+		if b, err := json.Marshal(bo); err == nil {
+			out["BackendOptions"] = string(b)
+		}
+	}
 	v := reflect.ValueOf(o)
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {

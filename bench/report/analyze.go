@@ -332,8 +332,8 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 					nextText = append(nextText, fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat)))
 				}
 			}
-			head := fmt.Sprintf("%s: %s durable MB/s (median [%.0f%% CI]) at %d producers", top.label, ci(rec.Interval, fmtFloat),
-				100*top.thr.CILevel, top.thr.Producers)
+			head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat),
+				ciWords(top.thr.CILevel), top.thr.Producers)
 			switch {
 			case len(tiedText) > 0:
 				rec.Text = fmt.Sprintf("no significant difference between %s and %s", head, strings.Join(tiedText, ", "))
@@ -349,6 +349,14 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 		}
 	}
 	return out
+}
+
+// ciWords says what the interval after a median is.
+func ciWords(level float64) string {
+	if level == 0 {
+		return "one measured repeat: no interval, nothing can be called different"
+	}
+	return fmt.Sprintf("median [%.0f%% CI]", 100*level)
 }
 
 // qualify sets why a candidate is excluded (empty: it qualifies) and notes

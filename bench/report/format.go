@@ -94,8 +94,11 @@ func ci(iv runfile.Interval, f func(float64) string) string {
 func fmtNsF(x float64) string { return fmtNs(int64(x)) }
 
 func fmtPct(x float64) string {
-	if x == 0 {
+	switch a := math.Abs(100 * x); {
+	case a == 0:
 		return "0"
+	case a >= 10:
+		return fmt.Sprintf("%.0f%%", 100*x)
 	}
 	return fmt.Sprintf("%.2g%%", 100*x)
 }

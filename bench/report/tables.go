@@ -145,7 +145,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 			durable, backlog, drain, ttd = fig(c, "durableMBps", fmtFloat), fig(c, "backlogBytes", fmtBytes), fig(c, "drainNs", fmtNsF), fig(c, "timeToDurableMBps", fmtFloat)
 		}
 		perCommit := "—"
-		if c.MsgsPerGroupCommit > 0 {
+		if c.MsgsPerGroupCommit > 0 && c.Flush == "sync" {
 			perCommit = fig(c, "msgsPerGroupCommit", fmtFloat)
 		}
 		accepted := fig(c, "writtenMBps", fmtFloat)

@@ -11,6 +11,9 @@ type Config struct {
 	// Pressures: none, dirty, swap, both (dirty and swap at once); every
 	// but none needs root.
 	Pressures []string `json:"pressures"`
+	// PressureWorkloads are the workloads run under a pressure other than
+	// none (empty: Workloads).
+	PressureWorkloads []string `json:"pressureWorkloads,omitempty"`
 	// Peers are passed to mqpeer --peer as they are.
 	Peers []string `json:"peers"`
 	// Producers are the closed-loop producer counts: one throughput cell

@@ -52,8 +52,11 @@ func TestMedianCI(t *testing.T) {
 }
 
 func TestSeparated(t *testing.T) {
-	if !Separated(Interval{10, 9, 11}, Interval{20, 12, 25}) || Separated(Interval{10, 9, 12}, Interval{20, 12, 25}) {
+	if !Separated(Interval{10, 9, 11, 0.9}, Interval{20, 12, 25, 0.9}) || Separated(Interval{10, 9, 12, 0.9}, Interval{20, 12, 25, 0.9}) {
 		t.Error("separation")
+	}
+	if Separated(Interval{10, 10, 10, 0}, Interval{20, 20, 20, 0}) {
+		t.Error("two single measurements called different")
 	}
 }
 

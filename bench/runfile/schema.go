@@ -203,7 +203,7 @@ func (c *Cell) Measured() bool { return c.Status == StatusOK || c.Status == Stat
 
 // Interval returns a figure's median and confidence interval.
 func (c *Cell) Interval(figure string) Interval {
-	return Interval{Median: c.Figures.Figure(figure), Lo: c.CILow.Figure(figure), Hi: c.CIHigh.Figure(figure)}
+	return Interval{Median: c.Figures.Figure(figure), Lo: c.CILow.Figure(figure), Hi: c.CIHigh.Figure(figure), Level: c.CILevel}
 }
 
 // Comparable reports whether the cell's figures may enter ratios, verdicts
@@ -327,7 +327,7 @@ type LimitRepeat struct {
 
 // Interval returns a limit figure's median and confidence interval.
 func (l *Limit) Interval(figure string) Interval {
-	return Interval{Median: l.Figures.Figure(figure), Lo: l.CILow.Figure(figure), Hi: l.CIHigh.Figure(figure)}
+	return Interval{Median: l.Figures.Figure(figure), Lo: l.CILow.Figure(figure), Hi: l.CIHigh.Figure(figure), Level: l.CILevel}
 }
 
 // RateSearch is the search for the highest rate a system sustains in the

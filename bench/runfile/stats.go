@@ -71,12 +71,20 @@ func binom(n, k int) float64 {
 	return r
 }
 
-// Interval is a median with its confidence interval.
+// Interval is a median with its confidence interval and the interval's
+// coverage (0: a single measurement, no interval at all).
 type Interval struct {
 	Median, Lo, Hi float64
+	Level          float64 `json:",omitempty"`
 }
 
 // Separated reports whether two intervals do not overlap: only then is a
 // difference between the two medians called (otherwise: "no significant
-// difference").
-func Separated(a, b Interval) bool { return a.Hi < b.Lo || b.Hi < a.Lo }
+// difference"). A single measurement has no interval and separates from
+// nothing.
+func Separated(a, b Interval) bool {
+	if a.Level == 0 || b.Level == 0 {
+		return false
+	}
+	return a.Hi < b.Lo || b.Hi < a.Lo
+}

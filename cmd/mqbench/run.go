@@ -61,6 +61,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	workloads := fs.String("workloads", defWorkloads, "workloads: throughput (closed loop), latency (open loop), consume (catch-up reads, copy and sendfile), e2e (producers + long-polling consumers), recovery (reopen after SIGKILL)")
 	peers := fs.String("peers", defPeers, "peers passed to mqpeer --peer (mqpeer --list names them; empty: none)")
 	pressures := fs.String("pressure", "none", "pressures, comma-separated: none, dirty (dirty-page writeback), swap (memory cgroup + swap), both; all but none need root")
+	pressureWorkloads := fs.String("pressure-workloads", "", "workloads run under a pressure other than none (empty: all of --workloads)")
 	producers := fs.String("producers", defProducers, "closed-loop producer counts, comma-separated: one throughput cell each")
 	rates := fs.String("rates", defRates, "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
 	var dirs multiFlag
@@ -117,7 +118,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 		return err
 	}
 	cfg.Backends, cfg.Flushes, cfg.Workloads, cfg.Peers = splitList(*backends), splitList(*flushes), splitList(*workloads), splitList(*peers)
-	cfg.Pressures, cfg.Emulate, cfg.AA = splitList(*pressures), splitList(*emulate), !*noAA
+	cfg.Pressures, cfg.PressureWorkloads, cfg.Emulate, cfg.AA = splitList(*pressures), splitList(*pressureWorkloads), splitList(*emulate), !*noAA
 	if len(dirs) > 0 {
 		cfg.Dir, cfg.Dirs = dirs[0], dirs
 	}
