@@ -335,7 +335,9 @@ func TestLogTicksLabelShortRanges(t *testing.T) {
 }
 
 func TestParetoFrontNeedsSeparation(t *testing.T) {
-	iv := func(m, lo, hi float64) runfile.Interval { return runfile.Interval{Median: m, Lo: lo, Hi: hi, Level: 0.94} }
+	iv := func(m, lo, hi float64) runfile.Interval {
+		return runfile.Interval{Median: m, Lo: lo, Hi: hi, Level: 0.94}
+	}
 	pts := []ParetoPoint{
 		{"a", iv(100, 90, 110), iv(50, 45, 55)},  // dominated by c, clearly
 		{"b", iv(50, 45, 55), iv(10, 9, 11)},     // front: lowest tail
