@@ -387,3 +387,20 @@ func TestRepeatSeedsDifferAcrossRoundsOnly(t *testing.T) {
 		t.Error("repeat seeds")
 	}
 }
+
+func TestNextProbe(t *testing.T) {
+	for _, c := range []struct{ lo, hi, guess, want float64 }{
+		{0, 0, 0, 1000},
+		{0, 0, 5000, 5000},
+		{1000, 0, 0, 1500},
+		{1000, 0, 800, 1500}, // a guess below what was sustained is no use
+		{0, 8000, 0, 4000},
+		{1000, 16000, 0, 4000},     // geometric mean
+		{1000, 16000, 9500, 9500},  // the guess from a saturated run's achieved rate first
+		{1000, 16000, 20000, 4000}, // a guess above what saturated is no use
+	} {
+		if got := nextProbe(c.lo, c.hi, c.guess); got != c.want {
+			t.Errorf("nextProbe(%v, %v, %v) = %v, want %v", c.lo, c.hi, c.guess, got, c.want)
+		}
+	}
+}

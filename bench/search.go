@@ -13,10 +13,13 @@ import (
 const searchResolution = 1.1
 
 // search finds the highest rate sys sustains in the open loop: one-repeat
-// probes of cfg.SearchDuration, starting from what the ladder showed (the
-// highest rung it sustained, the lowest it saturated at, and an estimate —
-// the achieved rate of that saturated cell, or the sustained rate of its
-// throughput cells), growing ×1.5 while it keeps up, then bisecting
+// probes of cfg.SearchDuration. It starts from what the ladder showed (the
+// highest rung the system sustained, the lowest it saturated at) and an
+// estimate of its capacity: a saturated run completes about as fast as the
+// system can, so just below the achieved rate of the lowest saturated rung
+// (or, when none saturated, the sustained rate of its throughput cells) is
+// tried first; each saturated probe's achieved rate gives the next such
+// guess. Otherwise it grows ×1.5 while the system keeps up and bisects
 // (geometrically) until the two bounds are within 10 % or the probes run
 // out. The highest rate that did not saturate is recorded on the search
 // and on every latency cell of the system.
@@ -31,7 +34,7 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	if sys.peer {
 		all = &r.file.Peers
 	}
-	estimate := r.caps[sys.key(ph.t)]
+	guess := r.caps[sys.key(ph.t)]
 	for i := range *all {
 		c := &(*all)[i]
 		if c.Workload != "latency" || c.Backend != sys.backend || c.SizeBytes != sys.size || c.Flush != sys.pol.Flush ||
@@ -45,12 +48,9 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		case runfile.StatusSaturated:
 			if s.SaturatedAtPerSec == 0 || c.RatePerSec < s.SaturatedAtPerSec {
 				s.SaturatedAtPerSec = c.RatePerSec
-				estimate = c.MsgsPerSec
+				guess = guessBelow * c.MsgsPerSec
 			}
 		}
-	}
-	if estimate <= 0 {
-		estimate = 2 * math.Max(s.SustainableRatePerSec, 1000)
 	}
 	seed := repeatSeed(r.cfg.Seed, 1)
 	for probe := 0; probe < r.cfg.SearchProbes && ctx.Err() == nil; probe++ {
@@ -58,7 +58,8 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		if lo > 0 && hi > 0 && hi/lo <= searchResolution {
 			break
 		}
-		rate := nextProbe(lo, hi, estimate)
+		rate := nextProbe(lo, hi, guess)
+		guess = 0 // used
 		c := r.newCell(sys, "latency", ph.pressure, ph.t)
 		c.RatePerSec, c.WindowNs = rate, r.cfg.SearchDuration.Nanoseconds()
 		c.Name = fmt.Sprintf("search-%s-r%.0f", s.Group, rate)
@@ -75,7 +76,7 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 			if s.SaturatedAtPerSec == 0 || rate < s.SaturatedAtPerSec {
 				s.SaturatedAtPerSec = rate
 			}
-			estimate = math.Min(estimate, rep.Figures.MsgsPerSec)
+			guess = guessBelow * rep.Figures.MsgsPerSec
 		default:
 			s.Reason = fmt.Sprintf("probe at %.0f msgs/s %s: %s", rate, rep.Status, rep.Reason)
 		}
@@ -94,19 +95,24 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	r.checkpoint()
 }
 
+// guessBelow: the next guess is this share of a saturated run's achieved
+// rate (just below what it managed).
+const guessBelow = 0.95
+
 // nextProbe is the next rate to try between the highest sustained rate lo
-// and the lowest saturated one hi (0 when unknown), given an estimate of
-// the capacity.
-func nextProbe(lo, hi, estimate float64) float64 {
+// and the lowest saturated one hi (0 when unknown), given a guess of the
+// capacity (0: none): the guess when it lies between the bounds, else ×1.5
+// above lo while nothing saturated, half of hi while nothing was
+// sustained, and their geometric mean otherwise.
+func nextProbe(lo, hi, guess float64) float64 {
 	switch {
+	case guess > lo && (hi == 0 || guess < hi):
+		return guess
 	case lo == 0 && hi == 0:
-		return estimate
+		return 1000
 	case hi == 0:
-		return math.Max(lo*1.5, estimate)
+		return lo * 1.5
 	case lo == 0:
-		if estimate > 0 && estimate < hi {
-			return estimate / 1.1
-		}
 		return hi / 2
 	}
 	return math.Sqrt(lo * hi)

@@ -284,8 +284,12 @@ func TestOpenLoopSlowOpIsRecordedNotDropped(t *testing.T) {
 		t.Errorf("elapsed %v, want 12 ms (the last completion)", time.Duration(res.ElapsedNs))
 	}
 	sat, why := res.Saturation()
-	if !sat || len(why) < 2 || !strings.Contains(why[0], "6 of 10 arrivals") || !strings.Contains(why[1], "achieved 333") {
-		t.Errorf("saturation %v %q: want unstarted and achieved-rate reasons", sat, why)
+	// Kept: 4 of 10 started, the last (intended at 3 ms) at 9 ms: 0.4 × 3/9.
+	if k := res.KeptShare(); math.Abs(k-0.4/3) > 1e-9 || res.LastIntendedNs != 3e6 || res.LastStartNs != 9e6 {
+		t.Errorf("kept share %v (last intended %d, last start %d), want 0.133", k, res.LastIntendedNs, res.LastStartNs)
+	}
+	if !sat || len(why) < 2 || !strings.Contains(why[0], "6 of 10 arrivals") || !strings.Contains(why[1], "kept 13.3% of its schedule") {
+		t.Errorf("saturation %v %q: want unstarted and kept-schedule reasons", sat, why)
 	}
 }
 
@@ -329,6 +333,9 @@ func TestOpenLoopNoOp(t *testing.T) {
 	}
 	if sat, why := res.Saturation(); sat {
 		t.Errorf("a no-op is saturated: %q", why)
+	}
+	if k := res.KeptShare(); k < MinKeptShare {
+		t.Errorf("a no-op kept %v of its schedule", k)
 	}
 	if res.Latency.Count() != res.Messages || res.Service.Count() != res.Messages || len(res.Quarters) != 4 {
 		t.Error("histogram counts differ from messages, or no quarters")

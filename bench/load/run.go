@@ -64,6 +64,7 @@ func RunTimed(ctx context.Context, spec Spec, clock Clock, d Durability, newOp f
 	res.Mallocs = after.Mallocs - before.Mallocs
 	res.Service, res.Latency, res.DispatchLag = ph.service, ph.latency, ph.lag
 	res.Arrivals, res.Unstarted, res.Quarters = ph.arrivals, ph.unstarted, ph.quarters
+	res.LastIntendedNs, res.LastStartNs = ph.lastIntended.Nanoseconds(), ph.lastStart.Nanoseconds()
 	res.Series = ph.series
 	if err != nil {
 		res.setError(ctx, err)
@@ -97,6 +98,9 @@ func (r *Result) setError(ctx context.Context, err error) {
 type phase struct {
 	messages            int64
 	elapsed             time.Duration
+	// open loop, from the start: the latest intended start of an arrival
+	// that was started, and the latest actual start
+	lastIntended, lastStart time.Duration
 	service, latency    *Histogram
 	lag                 *Histogram
 	arrivals, unstarted int64
@@ -130,6 +134,8 @@ type worker struct {
 	messages            int64
 	arrivals, unstarted int64
 	lastDone            time.Time
+	lastIntended        time.Time
+	lastStart           time.Time
 	service             *Histogram
 	latency             *Histogram
 	lag                 *Histogram
@@ -176,6 +182,10 @@ func merge(ws []*worker, start, end time.Time) phase {
 		}
 		if w.lastDone.After(last) {
 			last = w.lastDone
+		}
+		if !w.lastStart.IsZero() {
+			p.lastIntended = max(p.lastIntended, w.lastIntended.Sub(start))
+			p.lastStart = max(p.lastStart, w.lastStart.Sub(start))
 		}
 	}
 	if p.latency != nil {
@@ -307,6 +317,7 @@ func (w *worker) runOpen(ctx context.Context, clock Clock, sleep func(context.Co
 				w.recordUnstarted(deadline.Sub(next), quarterOf(next))
 			}
 		}
+		w.lastIntended, w.lastStart = intended, now
 		if err := op(ctx, intended); err != nil {
 			fail.set(err)
 			return

@@ -270,7 +270,7 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 		name := c.Backend
 		if c.Peer {
 			name = c.Backend + " (peer: " + orDefault(c.Label, c.Backend)
-			if c.Version != "" {
+			if c.Version != "" && !strings.Contains(c.Label, c.Version) {
 				name += ", " + c.Version
 			}
 			name += ")"
