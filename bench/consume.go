@@ -103,14 +103,6 @@ func (l *loopback) close() {
 	<-l.done
 }
 
-func threadCPU() (time.Duration, time.Duration) {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
-		return 0, 0
-	}
-	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
-}
-
 func processCPU() time.Duration {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {

@@ -158,8 +158,8 @@ func startWorker(ctx context.Context, req workerRequest, cgroups []string) (*wor
 	w.cmd.Env = append(os.Environ(), WorkerEnv+"=1")
 	w.cmd.Cancel = func() error { return w.cmd.Process.Signal(os.Interrupt) }
 	w.cmd.WaitDelay = 10 * time.Second
-	// The worker dies with mqbench, whatever kills it.
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The worker dies with mqbench, whatever kills it (on Linux).
+	w.cmd.SysProcAttr = dieWithParent()
 	w.cmd.Stderr = &w.stderr
 	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
 		return nil, err

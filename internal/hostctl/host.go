@@ -156,7 +156,7 @@ func (j *Journal) AddSwapfile(path string, sizeBytes int64) error {
 	if err != nil {
 		return fmt.Errorf("swapfile: %w", err)
 	}
-	err = syscall.Fallocate(int(f.Fd()), 0, 0, sizeBytes)
+	err = allocate(f, sizeBytes)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
