@@ -96,16 +96,16 @@ func (r *Result) setError(ctx context.Context, err error) {
 }
 
 type phase struct {
-	messages            int64
-	elapsed             time.Duration
+	messages int64
+	elapsed  time.Duration
 	// open loop, from the start: the latest intended start of an arrival
 	// that was started, and the latest actual start
 	lastIntended, lastStart time.Duration
-	service, latency    *Histogram
-	lag                 *Histogram
-	arrivals, unstarted int64
-	quarters            []Percentiles
-	series              []SeriesPoint
+	service, latency        *Histogram
+	lag                     *Histogram
+	arrivals, unstarted     int64
+	quarters                []Percentiles
+	series                  []SeriesPoint
 }
 
 // firstError keeps the first error of a phase and cancels it.
