@@ -259,15 +259,8 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	}
 }
 
-// sustainedRate is the rate a closed-loop cell kept durable: its msgs/s,
-// times durable ÷ written when it fell behind.
-func sustainedRate(c *runfile.Cell) float64 {
-	rate := c.MsgsPerSec
-	if c.WrittenMBps > 0 && c.DurableMBps < c.WrittenMBps {
-		rate *= c.DurableMBps / c.WrittenMBps
-	}
-	return rate
-}
+// sustainedRate is the rate a closed-loop cell kept durable.
+func sustainedRate(c *runfile.Cell) float64 { return durableRate(c.Figures) }
 
 // withTwin adds the A/A twin of the first job (once per run, without
 // pressure): the same cell measured again under another name, interleaved

@@ -12,8 +12,10 @@ import (
 // rate are within this factor of each other.
 const searchResolution = 1.1
 
-// search finds the highest rate sys sustains in the open loop: one-repeat
-// probes of cfg.SearchDuration. It starts from what the ladder showed (the
+// search finds the highest rate sys sustains in the open loop — keeps its
+// schedule and, for a system that reports durability, keeps what it
+// accepts durable (backlog ≤ 10 % of what it wrote): one-repeat probes of
+// cfg.SearchDuration. It starts from what the ladder showed (the
 // highest rung the system sustained, the lowest it saturated at) and an
 // estimate of its capacity: a saturated run completes about as fast as the
 // system can, so just below the achieved rate of the lowest saturated rung
@@ -42,13 +44,13 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 			continue
 		}
 		cells = append(cells, c)
-		switch c.Status {
-		case runfile.StatusOK:
+		switch {
+		case c.Status == runfile.StatusOK && (c.Sustained == nil || *c.Sustained):
 			s.SustainableRatePerSec = math.Max(s.SustainableRatePerSec, c.RatePerSec)
-		case runfile.StatusSaturated:
+		case c.Measured():
 			if s.SaturatedAtPerSec == 0 || c.RatePerSec < s.SaturatedAtPerSec {
 				s.SaturatedAtPerSec = c.RatePerSec
-				guess = guessBelow * c.MsgsPerSec
+				guess = guessBelow * durableRate(c.Figures)
 			}
 		}
 	}
@@ -66,17 +68,21 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		r.progress.step(c.Name, 1, 1, rate)
 		rep := r.runJob(ph, sys, "latency", 0, rate)(ctx, &c, 1, seed)
 		r.progress.advance(1)
-		p := runfile.Probe{RatePerSec: rate, Status: rep.Status, Saturation: rep.Saturation, AchievedPerSec: rep.Figures.MsgsPerSec,
+		status := rep.Status
+		if d := rep.Result.Durability; status == runfile.StatusOK && d != nil && !d.Sustained() {
+			status = probeNotSustained
+		}
+		p := runfile.Probe{RatePerSec: rate, Status: status, Saturation: rep.Saturation, AchievedPerSec: rep.Figures.MsgsPerSec,
 			P999Ns: rep.Figures.P999Ns, Reason: rep.Reason}
 		s.Probes = append(s.Probes, p)
-		switch rep.Status {
+		switch status {
 		case runfile.StatusOK:
 			s.SustainableRatePerSec = math.Max(s.SustainableRatePerSec, rate)
-		case runfile.StatusSaturated:
+		case runfile.StatusSaturated, probeNotSustained:
 			if s.SaturatedAtPerSec == 0 || rate < s.SaturatedAtPerSec {
 				s.SaturatedAtPerSec = rate
 			}
-			guess = guessBelow * rep.Figures.MsgsPerSec
+			guess = guessBelow * durableRate(rep.Figures)
 		default:
 			s.Reason = fmt.Sprintf("probe at %.0f msgs/s %s: %s", rate, rep.Status, rep.Reason)
 		}
@@ -93,6 +99,19 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	r.file.Searches = append(r.file.Searches, s)
 	r.progress.cellDone("search "+s.Group, runfile.StatusOK, "")
 	r.checkpoint()
+}
+
+// probeNotSustained is a probe that kept its schedule but not durably:
+// its backlog grew past 10 % of what it wrote (async, buffers filling).
+const probeNotSustained = "not sustained"
+
+// durableRate is the rate a run kept durable: its completed msgs/s, scaled
+// by durable ÷ written when it fell behind.
+func durableRate(f runfile.Figures) float64 {
+	if f.WrittenMBps > 0 && f.DurableMBps < f.WrittenMBps {
+		return f.MsgsPerSec * f.DurableMBps / f.WrittenMBps
+	}
+	return f.MsgsPerSec
 }
 
 // guessBelow: the next guess is this share of a saturated run's achieved

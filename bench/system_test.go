@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -181,5 +182,20 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 10 s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWorkerStoreRepeat: a store repeat in a worker process (what swap
+// pressure uses so the store can sit in a memory cgroup) replies the same
+// figures as one in this process.
+func TestWorkerStoreRepeat(t *testing.T) {
+	cfg := testConfig(t)
+	sp := spec(&cfg, "throughput", 1024, 2, 0, 200*time.Millisecond, repeatSeed(1, 1))
+	rep, options := workerStoreRepeat(context.Background(), cfg, StoreConfig{SegmentSizeBytes: 16 << 20}, filepath.Join(t.TempDir(), "s"), "mmap", "sync", "throughput", sp, nil)
+	if rep.Status != runfile.StatusOK || rep.Result.Durability == nil || rep.Store == nil || options["FlushMode"] != "sync" {
+		t.Fatalf("worker repeat: %s %s, durability %v, store %v, options %v", rep.Status, rep.Reason, rep.Result.Durability, rep.Store, options)
+	}
+	if rep.Figures.DurableMBps <= 0 || rep.Figures.MsgsPerGroupCommit < 1 {
+		t.Errorf("figures %+v", rep.Figures)
 	}
 }

@@ -219,7 +219,7 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		}
 		fmt.Fprintf(b, "| %s %s %s | %s | %s | %s |\n", name, sizeLabel(s.Size), s.Flush, sus, sat, strings.Join(probes, ", "))
 	}
-	b.WriteString("\nThe ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest saturated, and bisects to within 10 %.\n\n")
+	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %.\n\n")
 }
 
 func writeFloors(b *strings.Builder, f *runfile.RunFile) {
