@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,4 +92,30 @@ func TestFaultRateTouchesEveryPage(t *testing.T) {
 	if _, _, err := FaultRate(ctx, dir, 64<<20); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
+}
+
+// BenchmarkSequentialWrite is the device probe: sequential O_DIRECT writes
+// of 1 MiB at queue depth 32, 1 GiB per iteration, to a file in the test's
+// temporary directory (run with -benchtime=Nx).
+func BenchmarkSequentialWrite(b *testing.B) {
+	const total, block, depth = 1 << 30, 1 << 20, 32
+	dir := b.TempDir()
+	b.SetBytes(total)
+	var rates []float64
+	for range b.N {
+		r, err := SequentialWrite(context.Background(), dir, total, block, depth)
+		if errors.Is(err, mappedfile.ErrUnsupported) {
+			testenv.Skip(b, testenv.Uring, "io_uring and O_DIRECT on the temporary directory: %v", err)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		rates = append(rates, r.MBps())
+	}
+	slices.Sort(rates)
+	// ns/op also counts creating and preallocating the file; these are the
+	// probe's own figures (first submission to last completion).
+	b.ReportMetric(rates[0], "min-MB/s")
+	b.ReportMetric(rates[len(rates)/2], "median-MB/s")
+	b.ReportMetric(rates[len(rates)-1], "max-MB/s")
 }
