@@ -73,3 +73,28 @@ func TestPartialEncoderLeavesZerosNotAnotherSegmentsBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestTruncateForgetsDiscardedBytes: bytes appended past the valid end of a
+// segment that still holds its buffer are discarded by Truncate; a later
+// partial encoder leaves zeros there, not those bytes.
+func TestTruncateForgetsDiscardedBytes(t *testing.T) {
+	const size = testSegmentBytes
+	ctx := testContext(t)
+	b := newTestBackend(t, Options{SegmentSizeBytes: size, PoolSize: 1, NoLock: true})
+	spec := specIn(t.TempDir(), "seg")
+	mf := openSeg(t, b, spec)
+	want := make([]byte, size)
+	appendBytes(t, mf, want, record(9, 1000))
+	if _, err := mf.Append(4000, mappedfile.Bytes(record(0xA5, 4000))); err != nil {
+		t.Fatal(err)
+	}
+	if err := mf.Truncate(ctx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mf.Append(size-1000, headOnly{}); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[1000:], "BLANKHDR")
+	commitAndFlush(t, mf)
+	checkFile(t, spec.Path, want)
+}

@@ -118,6 +118,11 @@ func (s *segment) Truncate(ctx context.Context, validEnd int64) error {
 		}
 		return s.Fail(err)
 	}
+	if buf := s.buffer.Load(); buf != nil && validEnd < s.WrotePosition() {
+		// Bytes appended past the valid end are discarded: the buffer must
+		// not bring them back under a later partial encoder.
+		clear(buf.data[validEnd:s.WrotePosition()])
+	}
 	s.FinishTruncate(validEnd)
 	if borrowed != nil {
 		s.buffer.Store(borrowed)

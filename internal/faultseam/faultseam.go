@@ -9,6 +9,14 @@
 // durability and stickiness on the real backends:
 //
 //	conformance.Run(t, factory, conformance.WithInjector(faultseam.ForConformance))
+//
+// I/O that does not go through segfile's system calls — io_uring requests —
+// reaches the same injector when the backend reports it with segfile.Begin
+// before submitting (a non-nil error: complete the request with it, without
+// submitting) and segfile.End at completion, with Via "io_uring" and the
+// kind that says what the request does (OpPwrite for a WRITE, OpWriteDurable
+// for an RWF_DSYNC write, OpFdatasync for an FSYNC(DATASYNC)). Such a backend
+// then runs the suite with this injector as it is.
 package faultseam
 
 import (

@@ -223,3 +223,59 @@ func TestBeginEndReportForeignIO(t *testing.T) {
 		t.Fatalf("Begin outside the directory: %v", err)
 	}
 }
+
+// TestZeroRangeFallsBackToWritingZeros: where FALLOC_FL_ZERO_RANGE is not
+// supported, or the disk has no room for the extent change, the range is
+// zeroed with writes; an I/O error is returned, not worked around. Either
+// way that succeeds, the whole file is fdatasynced.
+func TestZeroRangeFallsBackToWritingZeros(t *testing.T) {
+	for _, tc := range []struct {
+		errno      error
+		wantWrites bool
+		wantErr    bool
+	}{
+		{nil, false, false},
+		{unix.EOPNOTSUPP, true, false},
+		{unix.ENOSPC, true, false},
+		{unix.EIO, false, true},
+	} {
+		name := "ok"
+		if tc.errno != nil {
+			name = tc.errno.(syscall.Errno).Error()
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "f")
+			if err := os.WriteFile(path, []byte(strings.Repeat("x", 3*4096)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			inj := faultseam.New(t, dir)
+			if tc.errno != nil {
+				inj.Fail(faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpFallocate}, Nth: 1, Err: tc.errno})
+			}
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			err = segfile.ZeroRange(f, 100, 2*4096)
+			if tc.wantErr {
+				if !errors.Is(err, tc.errno) {
+					t.Fatalf("ZeroRange with fallocate failing %v: %v, want that error", tc.errno, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(path)
+			if want := strings.Repeat("x", 100) + strings.Repeat("\x00", 2*4096) + strings.Repeat("x", 4096-100); string(got) != want {
+				t.Fatalf("file after ZeroRange is not x…0…x")
+			}
+			calls := kinds(inj.Calls())
+			if slices.Contains(calls, "pwrite") != tc.wantWrites || calls[len(calls)-1] != "fdatasync" {
+				t.Fatalf("calls %v: writes %v, then fdatasync", calls, tc.wantWrites)
+			}
+		})
+	}
+}

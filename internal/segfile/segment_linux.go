@@ -114,17 +114,24 @@ func directIOHint(err error, flags int) error {
 }
 
 // ZeroRange zeroes [off, off+n) of f — FALLOC_FL_ZERO_RANGE where the file
-// system has it, else plain writes of zeros — then fdatasyncs the whole
+// system has it, else plain writes of zeros (also when the disk is too full
+// for the extent change; any other failure, such as EIO, is returned) —
+// then fdatasyncs the whole
 // file, which also makes every other byte of it durable (a caller that
 // declares [0, off) valid after a crash relies on that: those bytes may be
 // only in the page cache).
 func ZeroRange(f *os.File, off, n int64) error {
 	path, fd := f.Name(), int(f.Fd())
 	if n > 0 {
-		if err := Fallocate(path, fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n); err != nil {
-			if err := writeZeros(path, fd, off, n); err != nil {
-				return err
-			}
+		err := Fallocate(path, fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC) {
+			// No FALLOC_FL_ZERO_RANGE here (tmpfs), or no room for the
+			// extent change on a full disk (recovery after ENOSPC must still
+			// open): write the zeros over the blocks the file already has.
+			err = writeZeros(path, fd, off, n)
+		}
+		if err != nil {
+			return fmt.Errorf("zero [%d,%d): %w", off, off+n, err)
 		}
 	}
 	if err := Fdatasync(path, fd); err != nil {
@@ -138,7 +145,7 @@ func writeZeros(path string, fd int, off, n int64) error {
 	for n > 0 {
 		chunk := min(int64(len(zeros)), n)
 		if err := Pwrite(path, fd, zeros[:chunk], off); err != nil {
-			return fmt.Errorf("zero: %w", err)
+			return err
 		}
 		off += chunk
 		n -= chunk
