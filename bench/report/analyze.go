@@ -2,8 +2,11 @@ package report
 
 import (
 	"fmt"
+
 	"sort"
 	"strings"
+
+	"github.com/mqstore/mqstore/bench/load"
 
 	"github.com/mqstore/mqstore/bench/runfile"
 )
@@ -249,12 +252,16 @@ type candidate struct {
 	thr      *runfile.Cell
 	excluded string
 	notes    []string
+	// undetermined: its backlog's interval straddles the 10 % bar, so this
+	// run cannot tell whether it sustains what it accepts.
+	undetermined bool
 }
 
 // recommendations picks, per target and size and for async, sync and any
 // durability, the backend and flush policy with the highest durable
 // throughput among those that qualify: sustained (durable keeps up with
-// accepted), not an async cell on an emulated device that does not
+// accepted; one whose backlog interval straddles the 10 % bar is
+// undetermined — kept, but never a pick on its own), not an async cell on an emulated device that does not
 // throttle buffered writeback, not saturated under pressure at the rates it
 // sustained without, and whose p99.9 under pressure is not above 2× its
 // unpressured p99.9 at the run's confidence. A pick whose interval overlaps
@@ -323,17 +330,29 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 			top := ok[0]
 			rec.Pick, rec.Cell, rec.Interval = top.label, top.thr.Name, top.thr.Interval("durableMBps")
 			var tiedText, nextText []string
+			// A pick whose sustaining is undetermined cannot stand alone:
+			// the best one that clearly sustains is tied with it.
+			clearTied := !top.undetermined
 			for _, cd := range ok[1:] {
 				iv := cd.thr.Interval("durableMBps")
-				if !runfile.Separated(rec.Interval, iv) {
+				text := fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat))
+				if cd.undetermined {
+					text = fmt.Sprintf("%s (%s; whether it sustains is undetermined)", cd.label, ci(iv, fmtFloat))
+				}
+				if !runfile.Separated(rec.Interval, iv) || !clearTied {
 					rec.Tied = append(rec.Tied, cd.label)
-					tiedText = append(tiedText, fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat)))
+					tiedText = append(tiedText, text)
+					clearTied = clearTied || !cd.undetermined
 				} else if len(nextText) == 0 {
-					nextText = append(nextText, fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat)))
+					nextText = append(nextText, text)
 				}
 			}
 			head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat),
 				ciWords(top.thr.CILevel), top.thr.Producers)
+			if top.undetermined {
+				head += fmt.Sprintf(", whether it sustains is undetermined (backlog %s of what it wrote)",
+					ci(top.thr.Interval("backlogShare"), fmtPct))
+			}
 			switch {
 			case len(tiedText) > 0:
 				rec.Text = fmt.Sprintf("no significant difference between %s and %s", head, strings.Join(tiedText, ", "))
@@ -370,10 +389,13 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 	case c.Sustained == nil:
 		cd.excluded = "reports no durability"
 		return
-	case !*c.Sustained:
-		cd.excluded = fmt.Sprintf("not sustained: %s backlog at the window's end, %s of what it wrote (durable %s of %s MB/s accepted)",
-			fmtBytes(c.BacklogBytes), fmtPct(c.BacklogShare), fmtFloat(c.DurableMBps), fmtFloat(c.WrittenMBps))
+	case c.CILow.BacklogShare > load.SustainedBacklogShare:
+		cd.excluded = fmt.Sprintf("not sustained: %s backlog at the window's end, %s [%s–%s] of what it wrote (durable %s of %s MB/s accepted)",
+			fmtBytes(c.BacklogBytes), fmtPct(c.BacklogShare), fmtPct(c.CILow.BacklogShare), fmtPct(c.CIHigh.BacklogShare),
+			fmtFloat(c.DurableMBps), fmtFloat(c.WrittenMBps))
 		return
+	case c.CIHigh.BacklogShare > load.SustainedBacklogShare || c.CILevel == 0:
+		cd.undetermined = true
 	}
 	for _, d := range f.Devices {
 		if d.Label == c.Target && d.Emulated && !d.BufferedWritebackThrottled && c.Flush == "async" {

@@ -196,6 +196,30 @@ func TestRecommendation(t *testing.T) {
 	}
 }
 
+// TestRecommendationUndeterminedSustain: a backend whose backlog interval
+// straddles the 10 % bar is never picked alone, even when it is fastest.
+func TestRecommendationUndeterminedSustain(t *testing.T) {
+	f := fakeRun()
+	tr := &f.Cells[2] // transient async: fastest
+	tr.DurableMBps, tr.CILow.DurableMBps, tr.CIHigh.DurableMBps = 900, 880, 920
+	tr.BacklogShare, tr.CILow.BacklogShare, tr.CIHigh.BacklogShare = 0.08, 0.05, 0.2
+	yes := true
+	tr.Sustained = &yes
+	Analyze(f)
+	a := find(t, f.Recommendations, func(r runfile.Recommendation) bool { return r.Durability == "async" })
+	if a.Pick != "transient async" || len(a.Tied) == 0 || a.Tied[0] != "mmap async" ||
+		!strings.Contains(a.Text, "no significant difference") || !strings.Contains(a.Text, "whether it sustains is undetermined") {
+		t.Errorf("async with an undetermined fastest: %+v", a)
+	}
+	// Clearly sustained: picked alone.
+	tr.CIHigh.BacklogShare = 0.09
+	Analyze(f)
+	a = find(t, f.Recommendations, func(r runfile.Recommendation) bool { return r.Durability == "async" })
+	if a.Pick != "transient async" || len(a.Tied) != 0 || !strings.Contains(a.Text, "significantly above the next") {
+		t.Errorf("async with a clearly sustained fastest: %+v", a)
+	}
+}
+
 func TestRecommendationPressureRules(t *testing.T) {
 	f := fakeRun()
 	f.Config.Pressures = []string{"none", "dirty"}

@@ -70,7 +70,7 @@ func writeRecommendations(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Recommendation per device\n\n")
-	b.WriteString("Rule: the highest **durable** throughput among backend/flush policies that are sustained (backlog ≤ 10 % of what they wrote), not saturated under pressure at a rate they sustain without it, and whose p99.9 under pressure is not above 2× their own unpressured p99.9 at the run's confidence; async cells on an emulated device whose throttle misses the kernel's writeback never qualify. A pick is called only when its interval separates from the others'. async and sync acknowledge different things (see the durability table): choose the durability you need first.\n\n")
+	b.WriteString("Rule: the highest **durable** throughput among backend/flush policies that are sustained (backlog ≤ 10 % of what they wrote; one whose backlog interval straddles 10 % is undetermined and never picked alone), not saturated under pressure at a rate they sustain without it, and whose p99.9 under pressure is not above 2× their own unpressured p99.9 at the run's confidence; async cells on an emulated device whose throttle misses the kernel's writeback never qualify. A pick is called only when its interval separates from the others'. async and sync acknowledge different things (see the durability table): choose the durability you need first.\n\n")
 	last := ""
 	for _, r := range f.Recommendations {
 		if k := r.Target + fmt.Sprint(r.SizeBytes); k != last {
