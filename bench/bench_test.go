@@ -404,3 +404,33 @@ func TestNextProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestCellSaturation: dropped arrivals in one repeat saturate a cell; a
+// shortfall of the schedule or rising latency in one repeat of five does
+// not (one stall of the machine), in most of them it does.
+func TestCellSaturation(t *testing.T) {
+	rising := []load.Percentiles{{P50Ns: 1e3}, {P50Ns: 2e3}, {P50Ns: 3e3}, {P50Ns: 4e3}}
+	flat := []load.Percentiles{{P50Ns: 1e3}, {P50Ns: 1e3}, {P50Ns: 1e3}, {P50Ns: 1e3}}
+	rep := func(unstarted int64, lateNs int64, q []load.Percentiles) *runfile.Repeat {
+		return &runfile.Repeat{Result: load.Result{Workload: load.Latency, Arrivals: 1000, Messages: 1000 - unstarted, Unstarted: unstarted,
+			LastIntendedNs: 1e9, LastStartNs: 1e9 + lateNs, Quarters: q}}
+	}
+	ok := func() *runfile.Repeat { return rep(0, 1e3, flat) }
+	for _, c := range []struct {
+		name    string
+		repeats []*runfile.Repeat
+		want    string
+	}{
+		{"every repeat keeps up", []*runfile.Repeat{ok(), ok(), ok(), ok(), ok()}, ""},
+		{"one repeat stalled at the end", []*runfile.Repeat{ok(), ok(), rep(0, 50e6, flat), ok(), ok()}, ""},
+		{"one repeat rising", []*runfile.Repeat{ok(), rep(0, 1e3, rising), ok(), ok(), ok()}, ""},
+		{"one repeat dropped arrivals", []*runfile.Repeat{ok(), ok(), ok(), rep(3, 1e3, flat), ok()}, "3 of 1000 arrivals"},
+		{"most repeats late", []*runfile.Repeat{rep(0, 50e6, flat), rep(0, 60e6, flat), rep(0, 40e6, flat), ok(), ok()}, "kept 96.2% of its schedule"},
+		{"most repeats rising", []*runfile.Repeat{rep(0, 1e3, rising), rep(0, 1e3, rising), rep(0, 1e3, rising), ok(), ok()}, "in 3 of 5 repeats"},
+	} {
+		got := strings.Join(cellSaturation(c.repeats), "; ")
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

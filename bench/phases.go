@@ -135,29 +135,26 @@ func (r *runner) runRounds(ctx context.Context, ph *phaseEnv, jobs []*job) {
 
 // finishCell sets a cell's status and its summary figures from its
 // repeats. A failed or interrupted repeat (the warm one included) fails
-// the cell: no figures. A measured repeat that saturated makes the cell
-// saturated (its figures are kept, as lower bounds).
+// the cell: no figures. An open-loop cell is saturated (its figures kept,
+// as lower bounds) when cellSaturation says so.
 func finishCell(c *runfile.Cell) {
 	var fs []runfile.Figures
 	var backlog []float64
+	var measured []*runfile.Repeat
 	durable := true
-	saturated := false
-	c.Saturation = nil
-	for _, rep := range c.Repeats {
+	for i := range c.Repeats {
+		rep := &c.Repeats[i]
 		switch rep.Status {
 		case runfile.StatusOK, runfile.StatusSaturated:
 			if rep.Warm {
 				continue
 			}
+			measured = append(measured, rep)
 			fs = append(fs, rep.Figures)
 			if rep.Result.Durability == nil {
 				durable = false
 			} else {
 				backlog = append(backlog, rep.Figures.BacklogShare)
-			}
-			if rep.Status == runfile.StatusSaturated {
-				saturated = true
-				c.Saturation = append(c.Saturation, fmt.Sprintf("repeat %d: %s", rep.Index, strings.Join(rep.Saturation, "; ")))
 			}
 		case runfile.StatusInterrupted:
 			if c.Status == "" {
@@ -169,6 +166,7 @@ func finishCell(c *runfile.Cell) {
 			}
 		}
 	}
+	c.Saturation = nil
 	if c.Status != "" {
 		c.Figures, c.CILow, c.CIHigh, c.Min, c.Max, c.Sustained = runfile.Figures{}, runfile.Figures{}, runfile.Figures{}, runfile.Figures{}, runfile.Figures{}, nil
 		return
@@ -178,7 +176,7 @@ func finishCell(c *runfile.Cell) {
 		return
 	}
 	c.Status = runfile.StatusOK
-	if saturated {
+	if c.Saturation = cellSaturation(measured); len(c.Saturation) > 0 {
 		c.Status = runfile.StatusSaturated
 	}
 	s := runfile.Summarize(fs)
@@ -187,6 +185,43 @@ func finishCell(c *runfile.Cell) {
 		ok := runfile.Median(backlog) <= load.SustainedBacklogShare
 		c.Sustained = &ok
 	}
+}
+
+// cellSaturation says why an open-loop cell's measured repeats show it did
+// not keep its offered rate (nil: it did). Arrivals never started count in
+// any repeat — they are dropped requests, not noise; the share of the
+// schedule kept counts by its median over the repeats, and rising latency
+// when most repeats show it, so that one repeat stalled by the machine
+// (another process, a hypervisor pause near the window's end) does not
+// make a cell — or a floor, and with it a whole rung — saturated.
+func cellSaturation(measured []*runfile.Repeat) []string {
+	var why []string
+	var kept []float64
+	rising := 0
+	for _, rep := range measured {
+		res := &rep.Result
+		if res.Arrivals == 0 {
+			continue
+		}
+		if res.Unstarted > 0 {
+			why = append(why, fmt.Sprintf("repeat %d: %d of %d arrivals (%.2g%%) never started by the deadline", rep.Index, res.Unstarted, res.Arrivals,
+				100*float64(res.Unstarted)/float64(res.Arrivals)))
+		}
+		kept = append(kept, res.KeptShare())
+		if r, _ := load.Rising(res.Quarters); r {
+			rising++
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	if m := runfile.Median(kept); m < load.MinKeptShare {
+		why = append(why, fmt.Sprintf("kept %.1f%% of its schedule (median of the repeats; below %.0f%%)", 100*m, 100*load.MinKeptShare))
+	}
+	if 2*rising > len(kept) {
+		why = append(why, fmt.Sprintf("latency rose in every quarter of the window in %d of %d repeats", rising, len(kept)))
+	}
+	return why
 }
 
 // runJob returns a job's repeat function: a store repeat (in this process
