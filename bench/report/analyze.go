@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 
 	"sort"
 	"strings"
@@ -329,22 +330,25 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 			}
 			top := ok[0]
 			rec.Pick, rec.Cell, rec.Interval = top.label, top.thr.Name, top.thr.Interval("durableMBps")
-			var tiedText, nextText []string
-			// A pick whose sustaining is undetermined cannot stand alone:
-			// the best one that clearly sustains is tied with it.
-			clearTied := !top.undetermined
-			for _, cd := range ok[1:] {
+			describe := func(cd *candidate) string {
 				iv := cd.thr.Interval("durableMBps")
-				text := fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat))
 				if cd.undetermined {
-					text = fmt.Sprintf("%s (%s; whether it sustains is undetermined)", cd.label, ci(iv, fmtFloat))
+					return fmt.Sprintf("%s (%s; whether it sustains is undetermined)", cd.label, ci(iv, fmtFloat))
 				}
-				if !runfile.Separated(rec.Interval, iv) || !clearTied {
+				return fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat))
+			}
+			var tiedText, nextText []string
+			var fallback *candidate // the best that clearly sustains, when the top's sustaining is undetermined
+			for _, cd := range ok[1:] {
+				switch {
+				case !runfile.Separated(rec.Interval, cd.thr.Interval("durableMBps")):
 					rec.Tied = append(rec.Tied, cd.label)
-					tiedText = append(tiedText, text)
-					clearTied = clearTied || !cd.undetermined
-				} else if len(nextText) == 0 {
-					nextText = append(nextText, text)
+					tiedText = append(tiedText, describe(cd))
+				case len(nextText) == 0:
+					nextText = append(nextText, describe(cd))
+				}
+				if top.undetermined && fallback == nil && !cd.undetermined {
+					fallback = cd
 				}
 			}
 			head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat),
@@ -356,10 +360,24 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 			switch {
 			case len(tiedText) > 0:
 				rec.Text = fmt.Sprintf("no significant difference between %s and %s", head, strings.Join(tiedText, ", "))
+			case top.undetermined:
+				rec.Text = head
 			case len(nextText) > 0:
 				rec.Text = head + ", significantly above the next, " + nextText[0]
 			default:
 				rec.Text = head + " (the only one that qualifies)"
+			}
+			// A pick whose sustaining is undetermined does not stand alone:
+			// the best that clearly sustains is named beside it.
+			if top.undetermined {
+				if fallback != nil {
+					if !slices.Contains(rec.Tied, fallback.label) {
+						rec.Tied = append(rec.Tied, fallback.label)
+					}
+					rec.Text += "; of those that clearly sustain, the best is " + describe(fallback)
+				} else {
+					rec.Text += "; none of the others clearly sustains"
+				}
 			}
 			if len(top.notes) > 0 {
 				rec.Text += "; " + strings.Join(top.notes, "; ")
