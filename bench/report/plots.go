@@ -81,7 +81,7 @@ func PlotNames(f *runfile.RunFile) []string {
 		for _, rate := range spectrumRates(f, fl) {
 			names = append(names, spectrumName(fl, rate))
 		}
-		if len(spectrumRates(f, fl)) > 0 {
+		if len(spectrumRates(f, fl)) > 1 {
 			names = append(names, "latency-vs-rate-"+fl+".png")
 		}
 		if len(unpressured(f, "throughput", fl)) > 0 {
@@ -106,7 +106,7 @@ func WritePlots(dir string, f *runfile.RunFile) error {
 				return err
 			}
 		}
-		if len(rates) > 0 {
+		if len(rates) > 1 { // a curve needs two rates
 			if err := latencyRatePlot(filepath.Join(dir, "latency-vs-rate-"+fl+".png"), f, fl); err != nil {
 				return err
 			}
@@ -316,8 +316,9 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 	p.Title.Text = fmt.Sprintf("Throughput, flush=%s (closed loop, best producer count; median, whiskers the interval)", flush)
 	p.Y.Label.Text = "MB/s (records)"
 	p.Legend.Top = true
-	width := vg.Points(18)
+	width := vg.Points(22)
 	for k, figure := range []string{"writtenMBps", "durableMBps"} {
+		shift := 0.2 * (2*float64(k) - 1)
 		vals := make(plotter.Values, len(names))
 		errs := make(plotter.YErrors, len(names))
 		xys := make(plotter.XYs, len(names))
@@ -329,14 +330,15 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 			}
 			vals[i] = iv.Median
 			errs[i].Low, errs[i].High = iv.Median-iv.Lo, iv.Hi-iv.Median
-			xys[i] = plotter.XY{X: float64(i) + (float64(k)-0.5)*0.3, Y: iv.Median}
+			xys[i] = plotter.XY{X: float64(i) + shift, Y: iv.Median}
 		}
 		bars, err := plotter.NewBarChart(vals, width)
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", path, err)
 		}
-		bars.Color = plotutil.Color(k)
-		bars.Offset = width * vg.Length(float64(k)-0.5)
+		// The pair of bars sits at ±shift in data units, where the
+		// whiskers are (an Offset in points would not line up with them).
+		bars.Color, bars.XMin = plotutil.Color(k), shift
 		p.Add(bars)
 		p.Legend.Add(map[string]string{"writtenMBps": "accepted", "durableMBps": "durable"}[figure], bars)
 		whiskers, err := plotter.NewYErrorBars(struct {
