@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -397,18 +398,24 @@ func TestRepeatSeedsDifferAcrossRoundsOnly(t *testing.T) {
 }
 
 func TestNextProbe(t *testing.T) {
-	for _, c := range []struct{ lo, hi, guess, want float64 }{
-		{0, 0, 0, 1000},
-		{0, 0, 5000, 5000},
-		{1000, 0, 0, 1500},
-		{1000, 0, 800, 1500}, // a guess below what was sustained is no use
-		{0, 8000, 0, 4000},
-		{1000, 16000, 0, 4000},     // geometric mean
-		{1000, 16000, 9500, 9500},  // the guess from a saturated run's achieved rate first
-		{1000, 16000, 20000, 4000}, // a guess above what saturated is no use
+	for _, c := range []struct {
+		lo, hi, guess float64
+		near          bool
+		want          float64
+	}{
+		{0, 0, 0, false, 1000},
+		{0, 0, 5000, false, 5000},
+		{1000, 0, 0, false, 1500},
+		{1000, 0, 800, false, 1500}, // a guess below what was sustained is no use
+		{0, 8000, 0, false, 4000},
+		{1000, 16000, 0, false, 4000},     // geometric mean
+		{1000, 16000, 9500, false, 9500},  // the guess from a saturated run's achieved rate first
+		{1000, 16000, 20000, false, 4000}, // a guess above what saturated is no use
+		{5000, 200000, 0, true, 6250},     // just above a guess that held, not halfway to a far saturated rung
+		{5000, 5800, 0, true, math.Sqrt(5000 * 5800)},
 	} {
-		if got := nextProbe(c.lo, c.hi, c.guess); got != c.want {
-			t.Errorf("nextProbe(%v, %v, %v) = %v, want %v", c.lo, c.hi, c.guess, got, c.want)
+		if got := nextProbe(c.lo, c.hi, c.guess, c.near); got != c.want {
+			t.Errorf("nextProbe(%v, %v, %v, %v) = %v, want %v", c.lo, c.hi, c.guess, c.near, got, c.want)
 		}
 	}
 }

@@ -204,8 +204,8 @@ func cellSaturation(measured []*runfile.Repeat) []string {
 			continue
 		}
 		if res.Unstarted > 0 {
-			why = append(why, fmt.Sprintf("repeat %d: %d of %d arrivals (%.2g%%) never started by the deadline", rep.Index, res.Unstarted, res.Arrivals,
-				100*float64(res.Unstarted)/float64(res.Arrivals)))
+			why = append(why, fmt.Sprintf("repeat %d: %d of %d arrivals (%s) never started by the deadline", rep.Index, res.Unstarted, res.Arrivals,
+				load.Percent(float64(res.Unstarted)/float64(res.Arrivals))))
 		}
 		kept = append(kept, res.KeptShare())
 		if r, _ := load.Rising(res.Quarters); r {

@@ -55,13 +55,15 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		}
 	}
 	seed := repeatSeed(r.cfg.Seed, 1)
+	near := false // the last probe was a guess at the capacity, and it held
 	for probe := 0; probe < r.cfg.SearchProbes && ctx.Err() == nil; probe++ {
 		lo, hi := s.SustainableRatePerSec, s.SaturatedAtPerSec
 		if lo > 0 && hi > 0 && hi/lo <= searchResolution {
 			break
 		}
-		rate := nextProbe(lo, hi, guess)
-		guess = 0 // used
+		rate := nextProbe(lo, hi, guess, near)
+		wasGuess := guess > lo && (hi == 0 || guess < hi)
+		guess, near = 0, false
 		c := r.newCell(sys, "latency", ph.pressure, ph.t)
 		c.RatePerSec, c.WindowNs = rate, r.cfg.SearchDuration.Nanoseconds()
 		c.Name = fmt.Sprintf("search-%s-r%.0f", s.Group, rate)
@@ -78,6 +80,7 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		switch status {
 		case runfile.StatusOK:
 			s.SustainableRatePerSec = math.Max(s.SustainableRatePerSec, rate)
+			near = wasGuess
 		case runfile.StatusSaturated, probeNotSustained:
 			if s.SaturatedAtPerSec == 0 || rate < s.SaturatedAtPerSec {
 				s.SaturatedAtPerSec = rate
@@ -120,10 +123,12 @@ const guessBelow = 0.95
 
 // nextProbe is the next rate to try between the highest sustained rate lo
 // and the lowest saturated one hi (0 when unknown), given a guess of the
-// capacity (0: none): the guess when it lies between the bounds, else ×1.5
-// above lo while nothing saturated, half of hi while nothing was
-// sustained, and their geometric mean otherwise.
-func nextProbe(lo, hi, guess float64) float64 {
+// capacity (0: none) and whether lo is a guess that held (near: the
+// capacity is just above it): the guess when it lies between the bounds,
+// else ×1.5 above lo while nothing saturated, half of hi while nothing was
+// sustained, and their geometric mean otherwise — but no more than ×1.25
+// above a guess that held.
+func nextProbe(lo, hi, guess float64, near bool) float64 {
 	switch {
 	case guess > lo && (hi == 0 || guess < hi):
 		return guess
@@ -133,6 +138,8 @@ func nextProbe(lo, hi, guess float64) float64 {
 		return lo * 1.5
 	case lo == 0:
 		return hi / 2
+	case near:
+		return math.Min(lo*1.25, math.Sqrt(lo*hi))
 	}
 	return math.Sqrt(lo * hi)
 }

@@ -179,7 +179,7 @@ func (r *Result) Saturation() (saturated bool, reasons []string) {
 		return false, nil
 	}
 	if r.Unstarted > 0 {
-		reasons = append(reasons, fmt.Sprintf("%d of %d arrivals (%.2g%%) never started by the deadline", r.Unstarted, r.Arrivals, 100*float64(r.Unstarted)/float64(r.Arrivals)))
+		reasons = append(reasons, fmt.Sprintf("%d of %d arrivals (%s) never started by the deadline", r.Unstarted, r.Arrivals, Percent(float64(r.Unstarted)/float64(r.Arrivals))))
 	}
 	if kept := r.KeptShare(); kept < MinKeptShare {
 		reasons = append(reasons, fmt.Sprintf("kept %.1f%% of its schedule (below %.0f%%): %d of %d arrivals started, the last %v after it was due",
@@ -189,6 +189,15 @@ func (r *Result) Saturation() (saturated bool, reasons []string) {
 		reasons = append(reasons, why)
 	}
 	return len(reasons) > 0, reasons
+}
+
+// Percent formats a share as a percentage with two significant digits
+// (0.12%, 4.5%, 97%, 100%).
+func Percent(x float64) string {
+	if p := 100 * x; p >= 10 || p <= -10 {
+		return fmt.Sprintf("%.0f%%", p)
+	}
+	return fmt.Sprintf("%.2g%%", 100*x)
 }
 
 // Rising reports whether the median latency of the quarters increases
