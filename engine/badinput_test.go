@@ -265,7 +265,8 @@ func TestRetention(t *testing.T) {
 	o.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	o.FileReservedTime = time.Hour
 	o.CleanInterval = time.Hour // passes are run by hand below
-	o.diskUsed = func(string) (float64, error) { return 10, nil } // whatever this machine's disk holds
+	// The disk is not full, whatever this machine's disk holds.
+	o.diskUsed = func(string) (float64, error) { return 10, nil }
 	s := openStore(t, t.TempDir(), o)
 	defer s.Close()
 	res := putN(t, s, "R", 1, 800, 300, nil)

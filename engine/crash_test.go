@@ -246,62 +246,15 @@ func crashTrial(t *testing.T, seed uint64, kind trialKind) error {
 		}
 		what = fmt.Sprintf("kill, %d puts, flush %v, buffered %v", len(msgs), mode, buffered)
 	case killRestartPowerLoss:
-		fs.Kill()
-		reopenAfter(s, fs)
+		if msgs, claimed, what, err = killRestartThenPowerLoss(ctx, trialStore{s, fs, dir, o, rng, seed, &ticks, queues}, msgs, what, tail); err != nil {
+			return err
+		}
 		s = nil
-		if s, err = Open(ctx, dir, o); err != nil {
-			return fmt.Errorf("reopen after a kill (%d puts, flush %v, buffered %v): %w", len(msgs), mode, buffered, err)
-		}
-		n, err := checkRecoveredPrefix(ctx, s, msgs, 0)
-		if err != nil {
-			s.Close()
-			return fmt.Errorf("after the kill: %w", err)
-		}
-		more, err := crashWorkload(ctx, s, rng, seed, "b", &ticks, queues)
-		if err != nil {
-			s.Close()
-			return fmt.Errorf("after the kill and restart: %w", err)
-		}
-		msgs = append(msgs[:n], more...)
-		claimed = s.FlushedOffset()
-		fs.Crash(tail, rng)
-		what = fmt.Sprintf("kill with %d records, restart, %d puts, power loss with tail %v, flush %v, buffered %v", n, len(more), tail, mode, buffered)
 	case powerLossDuringRecovery:
-		first := "power loss"
-		if rng.IntN(2) == 0 {
-			fs.Kill()
-			first = "kill"
-		} else {
-			fs.Crash(tail, rng)
-		}
-		reopenAfter(s, fs)
-		s = nil
-		// How many file system operations the recovering Open makes: run it
-		// on a copy.
-		clone := fs.Clone()
-		oc := o
-		oc.BackendImpl = clone
-		before := clone.Ops()
-		sc, err := Open(ctx, dir, oc)
-		if err != nil {
-			return fmt.Errorf("recovering open after a %s (%s), on a copy: %w", first, what, err)
-		}
-		ops := clone.Ops() - before
-		sc.Close()
-		at := 1 + rng.Int64N(max(ops, 1))
-		tail2 := mappedfile.TornTail(rng.IntN(4))
-		fs.ArmCrash(at, tail2, rng)
-		if s, err = Open(ctx, dir, o); err == nil {
-			s.Close() // the crash came after Open's last operation (a background service's)
-			recoveryCrashes[1].Add(1)
-		} else {
-			recoveryCrashes[0].Add(1)
+		if what, err = powerLossInRecovery(ctx, trialStore{s, fs, dir, o, rng, seed, &ticks, queues}, what, tail); err != nil {
+			return err
 		}
 		s = nil
-		if fs.Disarm() {
-			fs.Crash(tail2, rng) // never reached: crash now
-		}
-		what = fmt.Sprintf("%s (%s), then a power loss at operation %d of %d of the recovering open with tail %v", first, what, at, ops, tail2)
 	}
 	reopenAfter(s, fs)
 	s, err = Open(ctx, dir, o)
@@ -335,6 +288,86 @@ func crashTrial(t *testing.T, seed uint64, kind trialKind) error {
 		return fmt.Errorf("%s: after a clean reopen (%d records recovered): %w", what, n, err)
 	}
 	return nil
+}
+
+// trialStore is what the chained failures of a trial act on.
+type trialStore struct {
+	s      *Store
+	fs     *mappedfile.MemFS
+	dir    string
+	o      Options
+	rng    *rand.Rand
+	seed   uint64
+	ticks  *atomic.Int64
+	queues int
+}
+
+// killRestartThenPowerLoss kills the store, restarts it (recovery), puts
+// more messages, and cuts the power. It returns the messages the log should
+// now begin with, the flushed offset the restarted store reported, and what
+// happened; the store is dead.
+func killRestartThenPowerLoss(ctx context.Context, ts trialStore, msgs []written, what string, tail mappedfile.TornTail) ([]written, int64, string, error) {
+	ts.fs.Kill()
+	reopenAfter(ts.s, ts.fs)
+	s, err := Open(ctx, ts.dir, ts.o)
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("reopen after a kill (%s): %w", what, err)
+	}
+	n, err := checkRecoveredPrefix(ctx, s, msgs, 0)
+	if err != nil {
+		s.Close()
+		return nil, 0, "", fmt.Errorf("after the kill: %w", err)
+	}
+	more, err := crashWorkload(ctx, s, ts.rng, ts.seed, "b", ts.ticks, ts.queues)
+	if err != nil {
+		s.Close()
+		return nil, 0, "", fmt.Errorf("after the kill and restart: %w", err)
+	}
+	claimed := s.FlushedOffset()
+	ts.fs.Crash(tail, ts.rng)
+	reopenAfter(s, ts.fs)
+	what = fmt.Sprintf("kill (%s) leaving %d records, restart, %d puts, power loss with that tail", what, n, len(more))
+	return append(msgs[:n], more...), claimed, what, nil
+}
+
+// powerLossInRecovery kills the store or cuts its power, then cuts the
+// power again at a random file system operation of the recovering Open
+// (counted on a copy of the file system). The store is dead after it.
+func powerLossInRecovery(ctx context.Context, ts trialStore, what string, tail mappedfile.TornTail) (string, error) {
+	first := "power loss"
+	if ts.rng.IntN(2) == 0 {
+		ts.fs.Kill()
+		first = "kill"
+	} else {
+		ts.fs.Crash(tail, ts.rng)
+	}
+	reopenAfter(ts.s, ts.fs)
+	// How many file system operations the recovering Open makes: run it on
+	// a copy.
+	clone := ts.fs.Clone()
+	oc := ts.o
+	oc.BackendImpl = clone
+	before := clone.Ops()
+	sc, err := Open(ctx, ts.dir, oc)
+	if err != nil {
+		return "", fmt.Errorf("recovering open after a %s (%s), on a copy: %w", first, what, err)
+	}
+	ops := clone.Ops() - before
+	sc.Close()
+	at := 1 + ts.rng.Int64N(max(ops, 1))
+	tail2 := mappedfile.TornTail(ts.rng.IntN(4))
+	ts.fs.ArmCrash(at, tail2, ts.rng)
+	if s, err := Open(ctx, ts.dir, ts.o); err == nil {
+		s.Close() // the crash came after Open's last operation (a background service's)
+		recoveryCrashes[1].Add(1)
+	} else {
+		recoveryCrashes[0].Add(1)
+	}
+	if ts.fs.Disarm() {
+		ts.fs.Crash(tail2, ts.rng) // never reached: crash now
+	}
+	reopenAfter(nil, ts.fs)
+	return fmt.Sprintf("%s (%s), then a power loss at operation %d of %d of the recovering open with tail %v", first, what, at, ops, tail2), nil
 }
 
 // verifyClean runs Verify and turns its problems into an error.
