@@ -96,7 +96,11 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 		s.flusher.Wakeup()
 		return res, nil
 	}
-	if err := s.waitFlushed(ctx, ar.physicalOffset+int64(ar.size)); err != nil {
+	w, err := s.group.begin(ar.physicalOffset + int64(ar.size))
+	if err == nil {
+		err = s.group.end(ctx, w)
+	}
+	if err != nil {
 		res.Status = FlushDiskTimeout
 		s.stats.flushDiskTimeouts.Add(1)
 		if errors.Is(err, ErrFlushDiskTimeout) {
@@ -105,30 +109,4 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 		return res, fmt.Errorf("put to %s/%d at offset %d: %w: %w", m.Topic, m.QueueID, res.PhysicalOffset, ErrFlushDiskTimeout, err)
 	}
 	return res, nil
-}
-
-// waitFlushed queues a group-commit waiter for offset and waits for it, at
-// most SyncFlushTimeout.
-func (s *Store) waitFlushed(ctx context.Context, offset int64) error {
-	if s.log.flushedOffset.Load() >= offset {
-		return nil
-	}
-	w := flushWaiters.Get().(*flushWaiter)
-	w.offset = offset
-	if !s.group.enqueue(w) {
-		flushWaiters.Put(w)
-		return errGroupCommitQueueFull
-	}
-	timer := time.NewTimer(s.opts.SyncFlushTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-w.done:
-		flushWaiters.Put(w) // answered: safe to reuse
-		return err
-	case <-timer.C:
-		// w stays with the owner, which will still answer it: not reused.
-		return fmt.Errorf("not flushed after %v: %w", s.opts.SyncFlushTimeout, ErrFlushDiskTimeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -50,9 +50,9 @@ type Store struct {
 	deleteHours   map[int]bool
 
 	committer *committer
-	flusher   interface{ Wakeup() } // asyncFlusher or groupCommitter
+	flusher   interface{ Wakeup() } // asyncFlusher or the group committer
 	async     *asyncFlusher
-	group     *groupCommitter
+	group     *offsetWaiters // the group committer (sync flush)
 
 	stats    storeStats
 	writeErr atomic.Pointer[error]
@@ -165,7 +165,7 @@ func (s *Store) startServices() {
 	s.committer = &committer{service: newService(), store: s}
 	s.cleaner = &cleaner{service: newService(), store: s}
 	if s.opts.FlushMode == FlushSync {
-		s.group = &groupCommitter{service: newService(), store: s, limit: s.opts.GroupCommitQueueSize}
+		s.group = newGroupCommitter(s)
 		s.flusher = s.group
 		go s.group.run()
 	} else {
