@@ -98,6 +98,7 @@ func (c *committer) run() {
 			s.stats.recordCommit(time.Since(start))
 			s.flusher.Wakeup()
 			s.dispatcher.Wakeup() // committed bytes are readable now
+			s.repl.growth.notify()
 		}
 	})
 }
@@ -365,6 +366,7 @@ func (s *Store) flushOnce(ctx context.Context, leastPages int, commitFirst bool)
 	flushed, err := s.log.flush(ctx, leastPages, commitFirst)
 	if commitFirst {
 		s.dispatcher.Wakeup() // the commit may have made records readable
+		s.repl.growth.notify()
 	}
 	if err != nil {
 		s.writeFailed("flush", err)
