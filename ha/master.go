@@ -105,8 +105,8 @@ func (m *Master) Close() error {
 	}
 	m.closed = true
 	m.mu.Unlock()
+	m.cancel() // first: the accept loop then knows its error is the close
 	err := m.ln.Close()
-	m.cancel()
 	m.mu.Lock()
 	for sc := range m.conns {
 		sc.c.Close() // unblocks its reader and a sender blocked in a write

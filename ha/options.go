@@ -218,3 +218,11 @@ func (o SlaveOptions) validate() error {
 func badOption(format string, args ...any) error {
 	return fmt.Errorf("ha: %s: %w", fmt.Sprintf(format, args...), ErrInvalidOption)
 }
+
+// Validate checks the options (with their defaults applied) as NewMaster
+// does, so a command can refuse a bad value before it opens a store.
+func (o MasterOptions) Validate() error { return o.withDefaults().validate() }
+
+// Validate checks the options (with their defaults applied) as NewSlave
+// does.
+func (o SlaveOptions) Validate() error { return o.withDefaults().validate() }
