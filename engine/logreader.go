@@ -16,11 +16,20 @@ import (
 // one segment's bytes), a copy of them, a zero-copy send of them to a socket,
 // and a wait until bytes at an offset become readable.
 //
-// Only readable bytes are ever returned, and they never change once
-// readable: an append publishes a whole record (or blank), and a buffered
-// backend's readable end is its committed end, which is a record boundary
-// too. So a reader that stops at the readable end stops between records.
+// It reads only committed bytes: those handed to the file, which a process
+// crash does not lose (readable bytes of uring-direct may still sit in the
+// process's staging buffer). So a slave never holds more than its master
+// recovers after a kill -9 — only a power loss (or an OS crash) before the
+// master's flush can leave the slave ahead, and the slave then refuses
+// the master rather than follow it (see package ha). Committed bytes never
+// change, and end at a record boundary: an append publishes a whole record
+// (or blank) and a commit moves up to the write position.
 type CommitLogReader struct{ s *Store }
+
+// replicable is how far a segment can be read by a CommitLogReader.
+func replicable(mf mappedfile.MappedFile) int64 {
+	return min(mf.ReadablePosition(), mf.CommittedPosition())
+}
 
 // CommitLogReader returns a reader of the store's CommitLog. It is cheap;
 // every method is safe for concurrent use.
@@ -48,13 +57,13 @@ func (r *CommitLogReader) Available(offset int64, max int) (int, error) {
 	}
 	mf := q.Find(offset)
 	if mf == nil {
-		if offset == last.FromOffset()+last.SizeBytes() && last.ReadablePosition() == last.SizeBytes() {
+		if offset == last.FromOffset()+last.SizeBytes() && replicable(last) == last.SizeBytes() {
 			return 0, nil // the next segment is not created yet
 		}
 		return 0, r.beyond(offset)
 	}
 	pos := offset - mf.FromOffset()
-	readable := mf.ReadablePosition()
+	readable := replicable(mf)
 	switch {
 	case pos < readable:
 		return int(min(readable-pos, int64(max))), nil
@@ -67,11 +76,17 @@ func (r *CommitLogReader) Available(offset int64, max int) (int, error) {
 }
 
 func (r *CommitLogReader) beyond(offset int64) error {
-	return fmt.Errorf("commit log offset %d: readable only up to %d: %w", offset, r.s.log.queue.ReadableOffset(), ErrOffsetBeyondEnd)
+	return fmt.Errorf("commit log offset %d: committed only up to %d: %w", offset, r.End(), ErrOffsetBeyondEnd)
 }
 
-// End is the CommitLog's readable end (Store.MaxOffset).
-func (r *CommitLogReader) End() int64 { return r.s.MaxOffset() }
+// End is where the CommitLog's committed bytes end (Store.MaxOffset, or
+// less for a backend whose readable bytes are not all committed).
+func (r *CommitLogReader) End() int64 {
+	if last := r.s.log.queue.Last(); last != nil {
+		return last.FromOffset() + replicable(last)
+	}
+	return 0
+}
 
 // Start is the first offset still stored (Store.MinOffset).
 func (r *CommitLogReader) Start() int64 { return r.s.MinOffset() }

@@ -169,12 +169,12 @@ func (s *Store) slaveAvailable(end int64) error {
 	return nil
 }
 
-// makeReadable makes the CommitLog readable up to target, so the HA
-// master can send it: a buffered backend's bytes are readable once
-// committed, and a SYNC_MASTER Put must not wait for the commit interval.
+// makeReadable commits the CommitLog up to target, so the HA master can
+// send it (it sends committed bytes only): a SYNC_MASTER Put on a buffered
+// backend must not wait for the commit interval.
 // The replication waiter calls it once per batch of waiters.
 func (s *Store) makeReadable(target int64) {
-	if mf := s.log.queue.Find(target - 1); mf == nil || mf.FromOffset()+mf.ReadablePosition() >= target {
+	if mf := s.log.queue.Find(target - 1); mf == nil || mf.FromOffset()+replicable(mf) >= target {
 		return
 	}
 	if _, err := s.log.commit(context.Background(), 0); err != nil {

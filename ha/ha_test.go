@@ -129,6 +129,11 @@ func waitCaughtUp(t testing.TB, master, slave *engine.Store) int64 {
 	if err := slave.WaitDispatched(ctx, end); err != nil {
 		t.Fatalf("the slave did not catch up to %d (at %d): %v", end, slave.MaxOffset(), err)
 	}
+	// The tests read the logs through CommitLogReaders, which read
+	// committed bytes (uring-direct commits after its readable end).
+	waitUntil(t, "both logs committed", func() bool {
+		return master.CommitLogReader().End() >= end && slave.CommitLogReader().End() >= end
+	})
 	return end
 }
 

@@ -372,9 +372,10 @@ func (ss *session) apply(ctx context.Context, offset int64, data []byte) error {
 
 func (ss *session) repairAdvice() string {
 	dir := ss.s.store.Dir()
-	return fmt.Sprintf("Nothing was changed. To replicate again, stop the slave and run `mqstore repair-slave --dir %s --master %s` "+
-		"(it finds where the two CommitLogs part, cuts the slave's there and keeps the cut bytes in %s/diverged/), "+
-		"or start the slave from an empty directory", dir, ss.addr, dir)
+	return fmt.Sprintf("Nothing was changed. The slave's extra records may include messages a SYNC_MASTER acknowledged "+
+		"before it lost them: to keep them, make this slave's directory the master instead. To replicate this master again, "+
+		"stop the slave and run `mqstore repair-slave --dir %s --master %s` (it finds where the two CommitLogs part, "+
+		"cuts the slave's there and keeps the cut bytes in %s/diverged/), or start the slave from an empty directory", dir, ss.addr, dir)
 }
 
 func (ss *session) ahead(masterEnd int64) error {
