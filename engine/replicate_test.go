@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -723,4 +724,72 @@ func TestTruncateCommitLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPrefix(t, master, slave)
+}
+
+// TestReplicationOptions: the replication knobs refuse bad values with an
+// error naming them.
+func TestReplicationOptions(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Role: BrokerRole(7)}, "Role"},
+		{Options{SlaveTimeout: -time.Second}, "SlaveTimeout"},
+		{Options{HASlaveFallbehindMax: -1}, "HASlaveFallbehindMax"},
+	} {
+		c.o.BackendImpl = mappedfile.NewMemFS(mappedfile.MemOptions{})
+		c.o.Logger = quietLogger
+		if _, err := Open(context.Background(), t.TempDir(), c.o); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v", c.want, err)
+		}
+	}
+	for s, want := range map[string]BrokerRole{"async-master": AsyncMaster, "SYNC_MASTER": SyncMaster, "sync-master": SyncMaster, "slave": Slave} {
+		if r, err := ParseBrokerRole(s); err != nil || r != want {
+			t.Errorf("parse %q: %v %v", s, r, err)
+		}
+	}
+	if _, err := ParseBrokerRole("leader"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("parse leader: %v", err)
+	}
+}
+
+// BenchmarkAppendReplicated: a slave (mmap) appending its master's bytes
+// in frames of 32 KiB (RocketMQ's haTransferBatchSize), records of 1 KiB
+// split anywhere by the frames.
+func BenchmarkAppendReplicated(b *testing.B) {
+	ctx := context.Background()
+	o := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})})
+	o.SegmentSizeBytes = 64 << 20
+	master := openRole(b, b.TempDir(), o)
+	defer master.Close()
+	for i := 0; i < 20000; i++ {
+		if _, err := master.Put(ctx, testMessage("B", int32(i%4), i, 1024)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	data := logBytes(b, master, 0, master.MaxOffset())
+	const frame = 32 << 10
+	so := o
+	so.BackendImpl, so.Backend, so.Role = nil, "mmap", Slave
+	var slave *Store
+	off := len(data)
+	b.SetBytes(frame)
+	b.ReportAllocs()
+	for b.Loop() {
+		if off+frame > len(data) { // start again with an empty slave
+			b.StopTimer()
+			if slave != nil {
+				slave.Close()
+			}
+			slave = openRole(b, b.TempDir(), so)
+			off = 0
+			b.StartTimer()
+		}
+		if _, err := slave.AppendReplicated(ctx, int64(off), data[off:off+frame]); err != nil {
+			b.Fatal(err)
+		}
+		off += frame
+	}
+	b.StopTimer()
+	slave.Close()
 }
