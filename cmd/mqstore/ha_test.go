@@ -155,9 +155,9 @@ var listeningRE = regexp.MustCompile(`ha master listening on (\S+)`)
 // master in other processes need them).
 func diskBackends() []string {
 	var out []string
-	for _, b := range engine.BackendNames() {
-		if b != "mem" {
-			out = append(out, b)
+	for _, b := range engine.Backends() {
+		if !b.Volatile {
+			out = append(out, b.Name)
 		}
 	}
 	return out
