@@ -47,9 +47,12 @@ type SlaveStatus struct {
 	Connected     bool
 	Connects      int   // connections made so far
 	Offset        int64 // where the slave's complete records end
+	FlushedOffset int64 // how far the slave's CommitLog is durable
 	AckedOffset   int64 // the last offset reported to the master
 	// MasterOffset is the furthest master offset seen (the end of a frame,
 	// or a heartbeat's offset: the master's end when it is idle); -1: none.
+	// MasterOffset − Offset is what the slave knows it lacks; the master's
+	// own view (Master.Slaves) is the exact lag.
 	MasterOffset int64
 	LastFrameAt  time.Time
 	LastError    string
@@ -76,6 +79,7 @@ func (s *Slave) Status() SlaveStatus {
 	defer s.mu.Unlock()
 	st := s.st
 	st.Offset = s.store.Stats().WroteOffset
+	st.FlushedOffset = s.store.FlushedOffset()
 	return st
 }
 

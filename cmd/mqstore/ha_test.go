@@ -261,14 +261,23 @@ func checkAcksOn(t testing.TB, dir string, acks []ack, size, queues int) {
 // SIGKILL at a random moment and the slave stopped. Every printed ack must
 // be on the slave (mqstore consume, body CRC), the slave must verify, and
 // its CommitLog must equal the master's byte for byte up to its end.
-// Backend pairs rotate over the trials.
+// Backend pairs rotate over the trials (every pair in len(backends)²
+// trials; the default two are mmap→mmap and transient→transient).
 //
 //	go test ./cmd/mqstore -run KillSyncMasterLosesNoAck -ha.kill.trials 200
 func TestKillSyncMasterLosesNoAck(t *testing.T) {
 	backends := diskBackends()
 	violations := 0
+	pairs := len(backends) * len(backends)
+	step := 1 // a step coprime with the pair count visits every pair, the same-backend ones first
+	for s := len(backends) + 1; s < pairs; s++ {
+		if gcd(s, pairs) == 1 {
+			step = s
+			break
+		}
+	}
 	for trial := 0; trial < *haKillTrials; trial++ {
-		pair := trial % (len(backends) * len(backends))
+		pair := trial * step % pairs
 		mb, sb := backends[pair/len(backends)], backends[pair%len(backends)]
 		ok := t.Run(fmt.Sprintf("%d:%s->%s", trial, mb, sb), func(t *testing.T) {
 			killSyncMasterTrial(t, mb, sb, uint64(trial+1))
@@ -278,6 +287,13 @@ func TestKillSyncMasterLosesNoAck(t *testing.T) {
 		}
 	}
 	t.Logf("%d SIGKILL trials of a SYNC_MASTER producer, %d with a lost or wrong acknowledged message", *haKillTrials, violations)
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 func killSyncMasterTrial(t *testing.T, masterBackend, slaveBackend string, seed uint64) {

@@ -256,7 +256,8 @@ func logSlave(log *slog.Logger, s *ha.Slave) {
 		lag = max(st.MasterOffset-st.Offset, 0)
 	}
 	log.Info("replication", slog.String("role", "SLAVE"), slog.String("master", st.MasterAddress), slog.Bool("connected", st.Connected),
-		slog.Int64("offset", st.Offset), slog.Int64("ackedOffset", st.AckedOffset), slog.Int64("masterOffset", st.MasterOffset),
+		slog.Int64("offset", st.Offset), slog.Int64("flushedOffset", st.FlushedOffset), slog.Int64("ackedOffset", st.AckedOffset),
+		slog.Int64("masterOffset", st.MasterOffset),
 		slog.Int64("lagBytes", lag), slog.Int("connects", st.Connects), slog.String("lastError", st.LastError))
 }
 
