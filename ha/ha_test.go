@@ -13,10 +13,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/faultseam"
+	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/internal/tcpproxy"
 	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
@@ -793,5 +796,60 @@ func TestOptions(t *testing.T) {
 	}
 	if _, err := ParseEmptySlaveStart("sometimes"); !errors.Is(err, ErrInvalidOption) {
 		t.Error("a bad empty-slave start was accepted")
+	}
+}
+
+// TestSlaveDiskFailure: a sync-flush slave acknowledges only what it made
+// durable; when its disk fails (msync returns EIO, through the backends'
+// fault seam) it acknowledges nothing more and stops with the error, and
+// the SYNC_MASTER keeps serving without PUT_OK.
+func TestSlaveDiskFailure(t *testing.T) {
+	ctx := context.Background()
+	master := open(t, t.TempDir(), engine.Options{Backend: "mmap", Role: engine.SyncMaster, SlaveTimeout: 300 * time.Millisecond})
+	defer master.Close()
+	sdir := t.TempDir()
+	inj := faultseam.New(t, sdir)
+	slave := open(t, sdir, engine.Options{Backend: "mmap", Role: engine.Slave, FlushMode: engine.FlushSync})
+	defer slave.Close()
+	m := startMaster(t, master, fastMaster)
+	defer m.Close()
+	rs := startSlave(t, slave, m.Addr().String(), fastSlave)
+	defer rs.stop()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := m.WaitSlaves(wctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		res, err := master.Put(ctx, message(i, 500))
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		if end, durable := res.PhysicalOffset+int64(res.Size), slave.FlushedOffset(); durable < end {
+			t.Fatalf("PUT_OK for a record ending at %d; the sync-flush slave has %d durable", end, durable)
+		}
+	}
+	inj.Fail(faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpMsync}, PathContains: "commitlog", Err: syscall.EIO})
+	acked := master.ReplicatedOffset()
+	for i := 20; i < 30; i++ {
+		if res, _ := master.Put(ctx, message(i, 500)); res.Status == engine.PutOK {
+			t.Fatalf("PUT_OK after the slave's disk failed (slave durable up to %d)", slave.FlushedOffset())
+		}
+	}
+	if master.ReplicatedOffset() != acked {
+		t.Fatalf("the slave acknowledged %d after its disk failed at %d", master.ReplicatedOffset(), acked)
+	}
+	select {
+	case err := <-rs.done:
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("the slave stopped with %v; want its EIO", err)
+		}
+		t.Logf("the slave stopped: %v", err)
+		rs.done <- err // for the deferred stop
+	case <-time.After(20 * time.Second):
+		t.Fatal("the slave did not stop after its disk failed")
+	}
+	if inj.Hits() == 0 {
+		t.Fatal("no msync failed")
 	}
 }
