@@ -166,11 +166,22 @@ func TestReplicaIsByteIdenticalForEveryBackendPair(t *testing.T) {
 func readWhileReplicating(slave, master *Store, queues int, stop chan struct{}) error {
 	ctx := context.Background()
 	next := make([]int64, queues)
-	for {
+	for round := 0; ; round++ {
 		select {
 		case <-stop:
 			return nil
 		default:
+		}
+		// A query by key finds the record or nothing, never a part of one.
+		rs, err := slave.QueryMessages(ctx, "Repl", fmt.Sprintf("k%d", round%120), 0, 0, 4)
+		if err != nil {
+			return fmt.Errorf("query the slave: %w", err)
+		}
+		for _, r := range rs {
+			want, err := master.ReadMessage(ctx, r.PhysicalOffset)
+			if err != nil || !bytes.Equal(want.Body, r.Body) || want.StoreTimestamp != r.StoreTimestamp {
+				return fmt.Errorf("the slave's query returned the record at %d, not the master's (%v)", r.PhysicalOffset, err)
+			}
 		}
 		for q := range next {
 			res, err := slave.Get(ctx, "g", "Repl", int32(q), next[q], 8, nil)
