@@ -84,6 +84,7 @@ func (w *writer) write(ctx context.Context, t writeTarget, extents []extent) (pr
 		}
 		if err == nil {
 			k := 0
+			builtFrom, builtOff := nextExtent, nextOff
 			for len(w.queue)+k < w.depth && nextExtent < len(extents) {
 				e := extents[nextExtent]
 				n := min(w.chunkBytes, int64(len(e.mem))-nextOff)
@@ -96,9 +97,23 @@ func (w *writer) write(ctx context.Context, t writeTarget, extents []extent) (pr
 				}
 			}
 			if k > 0 {
-				if serr := w.ring.Submit(ctx, w.reqs[:k], w.tickets[:k]); serr != nil {
-					err = serr
+				// Block for slots only while holding none: a writer that
+				// holds tickets and waits for more can deadlock with the
+				// others doing the same. Holding some, it takes what is
+				// free now or else waits for its own oldest request.
+				submitted := true
+				var serr error
+				if len(w.queue) == 0 {
+					serr = w.ring.Submit(ctx, w.reqs[:k], w.tickets[:k])
 				} else {
+					submitted, serr = w.ring.TrySubmit(w.reqs[:k], w.tickets[:k])
+				}
+				switch {
+				case serr != nil:
+					err = serr
+				case !submitted:
+					nextExtent, nextOff = builtFrom, builtOff // build them again later
+				default:
 					for i := range k {
 						w.pieces[i].ticket = w.tickets[i]
 						w.queue = append(w.queue, w.pieces[i])
@@ -110,12 +125,13 @@ func (w *writer) write(ctx context.Context, t writeTarget, extents []extent) (pr
 			return prefixEnd, err
 		}
 		head := &w.queue[0]
-		c := w.ring.Wait(head.ticket)
-		done, rerr := w.complete(ctx, t, head, c, err == nil)
+		c := w.ring.waitKeep(head.ticket)
+		done, rerr := w.complete(t, head, c, err == nil)
 		if rerr != nil && err == nil {
 			err = rerr
 		}
 		if done {
+			w.ring.release(head.ticket)
 			if err == nil {
 				prefixEnd = head.fileOff + int64(len(head.mem))
 			}
@@ -124,10 +140,11 @@ func (w *writer) write(ctx context.Context, t writeTarget, extents []extent) (pr
 	}
 }
 
-// complete handles the completion of the oldest piece. It returns done when
-// the piece needs nothing more (written, failed, or abandoned after an
-// earlier error); otherwise it resubmitted the remainder.
-func (w *writer) complete(ctx context.Context, t writeTarget, p *inflightWrite, c Completion, resubmit bool) (done bool, err error) {
+// complete handles the completion of the oldest piece, whose slot is still
+// held. It returns done when the piece needs nothing more (written, failed,
+// or abandoned after an earlier error; the caller then releases the slot);
+// otherwise it resubmitted the remainder on the same slot.
+func (w *writer) complete(t writeTarget, p *inflightWrite, c Completion, resubmit bool) (done bool, err error) {
 	if c.Res < 0 {
 		return true, fmt.Errorf("uring: write [%d,%d): %w", p.fileOff, p.fileOff+int64(len(p.mem)), c.Err())
 	}
@@ -153,11 +170,13 @@ func (w *writer) complete(ctx context.Context, t writeTarget, p *inflightWrite, 
 	p.fileOff += advance
 	p.mem = p.mem[advance:]
 	w.shortWrites++
+	// The rest goes out on the piece's own slot (still held): no new slot
+	// is waited for while others are held.
 	w.reqs[0] = t.request(*p)
-	if err := w.ring.Submit(ctx, w.reqs[:1], w.tickets[:1]); err != nil {
+	w.tickets[0] = p.ticket
+	if err := w.ring.resubmit(w.reqs[:1], w.tickets[:1]); err != nil {
 		return true, fmt.Errorf("uring: resubmit the rest of a short write at %d: %w", p.fileOff, err)
 	}
-	p.ticket = w.tickets[0]
 	return false, nil
 }
 
