@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mappedfile/conformance"
 	"golang.org/x/sys/unix"
@@ -25,7 +26,7 @@ func newTestBackend(t testing.TB, opts Options) mappedfile.Backend {
 	t.Helper()
 	b, err := NewBackend(opts)
 	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("needs io_uring: %v", err)
+		testenv.Skip(t, testenv.Uring, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +259,7 @@ func TestInvalidOptions(t *testing.T) {
 func TestPreZeroFlushWithoutIO(t *testing.T) {
 	b, err := NewBackend(Options{Direct: true, PreZero: true})
 	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("needs io_uring: %v", err)
+		testenv.Skip(t, testenv.Uring, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -394,11 +395,11 @@ func TestBackendCloseWhileFileOpen(t *testing.T) {
 func TestDirectOnTmpfs(t *testing.T) {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
-		t.Skip("needs a tmpfs at /dev/shm")
+		testenv.Skip(t, testenv.Uring, "a tmpfs at /dev/shm to check O_DIRECT there")
 	}
 	dir, err := os.MkdirTemp("/dev/shm", "mqstore-uring-test-")
 	if err != nil {
-		t.Skipf("needs a writable /dev/shm: %v", err)
+		testenv.Skip(t, testenv.Uring, "a writable /dev/shm: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	b := newTestBackend(t, Options{Direct: true})

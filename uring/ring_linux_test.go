@@ -25,7 +25,7 @@ func newTestRing(t testing.TB, opts RingOptions) *Ring {
 	t.Helper()
 	r, err := NewRing(opts)
 	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("needs io_uring: %v", err)
+		testenv.Skip(t, testenv.Uring, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestFixedBuffersRoundTrip(t *testing.T) {
 func TestBufferTableUpdate(t *testing.T) {
 	r := newTestRing(t, RingOptions{Entries: 8})
 	if err := r.RegisterBufferTable(4); err != nil {
-		t.Skipf("needs a sparse buffer table (Linux 5.19+): %v", err)
+		testenv.Skip(t, testenv.Uring, "a sparse buffer table (Linux 5.19+): %v", err)
 	}
 	f := tempFile(t)
 	buf := offHeap(t, 8192)
@@ -447,7 +447,7 @@ func TestShortWriteRegularFile(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "CHILD-OK") {
 		if strings.Contains(string(out), "needs io_uring") {
-			t.Skipf("child: %s", out)
+			testenv.Skip(t, testenv.Uring, "child: %s", out)
 		}
 		t.Fatalf("child: %v\n%s", err, out)
 	}
@@ -492,7 +492,7 @@ func shortWriteChild(t *testing.T, limit int) {
 func TestCloseWithNothingInFlight(t *testing.T) {
 	r, err := NewRing(RingOptions{Entries: 4})
 	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("needs io_uring: %v", err)
+		testenv.Skip(t, testenv.Uring, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
