@@ -9,9 +9,9 @@ import (
 	"testing"
 )
 
-// benchBackends are the backends the Put benchmarks compare; "mem" shows the
-// engine's own cost with no I/O.
-var benchBackends = []string{"mem", "mmap", "transient", "uring", "uring-direct"}
+// benchBackends are the backends the Put benchmarks compare: every
+// registered one ("mem" shows the engine's own cost with no I/O).
+var benchBackends = BackendNames()
 
 // BenchmarkPut appends messages through the whole engine: size × flush mode
 // × producers × backend. The async path must report 0 allocs/op.

@@ -77,8 +77,14 @@ const (
 type Options struct {
 	// Backend names the I/O backend: "mmap" (default), "transient", "uring",
 	// "uring-direct", or "mem" (in memory, nothing on disk; for tests and
-	// benchmarks). Ignored when BackendImpl is set.
+	// benchmarks); BackendNames lists them. Ignored when BackendImpl is set.
 	Backend string
+	// BackendOptions are the backend's own options: nil (its defaults), or
+	// a value of (or pointer to) its options type — mmapio.Options,
+	// transientpool.Options, uring.Options, mappedfile.MemOptions. Another
+	// type is ErrInvalidOption. They marshal to JSON, so a run can record
+	// them; DecodeBackendOptions reads them back.
+	BackendOptions any
 	// BackendImpl, when set, is used for every segment file instead of a
 	// named backend (tests pass a MemFS or a Faulty wrapper here).
 	BackendImpl mappedfile.Backend
@@ -120,11 +126,6 @@ type Options struct {
 	// (default 127.0.0.1:10911).
 	StoreHost netip.AddrPort
 
-	// Transient-pool backend.
-	TransientPoolSize      int   // buffers (5)
-	TransientMemoryBudget  int64 // bytes; 0 = no budget
-	TransientWaitWhenEmpty bool  // wait for a buffer when the pool is empty (default: write that segment through its file mapping, as RocketMQ does)
-
 	// ConsumeQueue and IndexFile sizes (RocketMQ's defaults: 300,000 units
 	// of 20 bytes; 5,000,000 slots and 20,000,000 entries). Recorded like the
 	// segment size.
@@ -139,12 +140,6 @@ type Options struct {
 	// GetMaxBytes bounds the bytes one Get returns (256 KiB, RocketMQ's
 	// maxTransferBytesOnMessageInMemory); at least one message is returned.
 	GetMaxBytes int
-
-	// io_uring backends: pre-zero new segments and write with RWF_DSYNC
-	// (uring-direct only), and how many segment-sized staging buffers to
-	// keep (4).
-	UringPreZero        bool
-	UringStagingBuffers int
 
 	// Retention: segments older than FileReservedTime (72 h) are deleted at
 	// the DeleteWhen hours ("04"; "04;16"; "*" for any), and the oldest are
@@ -212,9 +207,6 @@ func (o Options) withDefaults() Options {
 	}
 	if !o.StoreHost.IsValid() {
 		o.StoreHost = netip.MustParseAddrPort("127.0.0.1:10911")
-	}
-	if o.TransientPoolSize == 0 {
-		o.TransientPoolSize = 5
 	}
 	if o.ConsumeQueueFlushInterval == 0 {
 		o.ConsumeQueueFlushInterval = time.Second

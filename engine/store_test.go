@@ -18,6 +18,8 @@ import (
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/faultfile"
+	"github.com/mqstore/mqstore/transientpool"
 )
 
 // testBackends are the backends every engine test runs against. Each
@@ -187,7 +189,7 @@ func TestGroupCommitAcksOnlyDurable(t *testing.T) {
 			ctx := context.Background()
 			fs := mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: buffered})
 			// A flush that takes a while, as a disk's does, lets waiters queue up.
-			slow := mappedfile.NewFaulty(fs, mappedfile.NewFaults(mappedfile.Fault{Op: mappedfile.OpFlush, Latency: time.Millisecond, PathContains: "commitlog"}))
+			slow := faultfile.NewFaulty(fs, faultfile.NewFaults(faultfile.Fault{Op: faultfile.OpFlush, Latency: time.Millisecond, PathContains: "commitlog"}))
 			s := openStore(t, t.TempDir(), Options{BackendImpl: slow, FlushMode: FlushSync, SegmentSizeBytes: 128 << 10, Logger: quietLogger})
 			defer s.Close()
 			const producers, each = 16, 150
@@ -236,8 +238,8 @@ func TestGroupCommitAcksOnlyDurable(t *testing.T) {
 
 func TestFlushDiskTimeout(t *testing.T) {
 	ctx := context.Background()
-	faults := mappedfile.NewFaults()
-	fb := mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
+	faults := faultfile.NewFaults()
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
 	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SyncFlushTimeout: 100 * time.Millisecond,
 		SegmentSizeBytes: 64 << 10, Logger: quietLogger})
 	defer s.Close()
@@ -245,7 +247,7 @@ func TestFlushDiskTimeout(t *testing.T) {
 	if _, err := s.Put(ctx, testMessage("T", 0, 0, 10)); err != nil && !errors.Is(err, ErrFlushDiskTimeout) {
 		t.Fatal(err)
 	}
-	faults.Add(mappedfile.Fault{Op: mappedfile.OpFlush, Latency: 2 * time.Second})
+	faults.Add(faultfile.Fault{Op: faultfile.OpFlush, Latency: 2 * time.Second})
 	res, err := s.Put(ctx, testMessage("T", 0, 1, 10))
 	if res.Status != FlushDiskTimeout || !errors.Is(err, ErrFlushDiskTimeout) {
 		t.Fatalf("slow flush: status %v, err %v; want FlushDiskTimeout", res.Status, err)
@@ -393,11 +395,11 @@ func TestAsyncFlushCatchesUp(t *testing.T) {
 
 func TestAllocationTimeoutFailsRoll(t *testing.T) {
 	ctx := context.Background()
-	faults := mappedfile.NewFaults()
-	fb := mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
+	faults := faultfile.NewFaults()
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
 	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, SegmentSizeBytes: 16 << 10, AllocationTimeout: 20 * time.Millisecond, Logger: quietLogger})
 	defer s.Close()
-	faults.Add(mappedfile.Fault{Op: mappedfile.OpOpen, Latency: 2 * time.Second})
+	faults.Add(faultfile.Fault{Op: faultfile.OpOpen, Latency: 2 * time.Second})
 	var res PutResult
 	var err error
 	for i := 0; i < 100 && err == nil; i++ {
@@ -417,11 +419,11 @@ func TestAllocationTimeoutFailsRoll(t *testing.T) {
 
 func TestOSPageCacheBusy(t *testing.T) {
 	ctx := context.Background()
-	faults := mappedfile.NewFaults()
-	fb := mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
+	faults := faultfile.NewFaults()
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
 	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, SegmentSizeBytes: 1 << 20, OSPageCacheBusyTimeout: 20 * time.Millisecond, Logger: quietLogger})
 	defer s.Close()
-	faults.Add(mappedfile.Fault{Op: mappedfile.OpAppend, Nth: 1, Latency: time.Second})
+	faults.Add(faultfile.Fault{Op: faultfile.OpAppend, Nth: 1, Latency: time.Second})
 	slow := make(chan error, 1)
 	go func() {
 		_, err := s.Put(ctx, testMessage("A", 0, 0, 10))
@@ -451,8 +453,8 @@ func TestWriteErrorStopsWritesKeepsReads(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
-	faults := mappedfile.NewFaults()
-	o := Options{BackendImpl: mappedfile.NewFaulty(fs, faults), SegmentSizeBytes: 64 << 10, Logger: quietLogger, FlushMode: FlushSync}
+	faults := faultfile.NewFaults()
+	o := Options{BackendImpl: faultfile.NewFaulty(fs, faults), SegmentSizeBytes: 64 << 10, Logger: quietLogger, FlushMode: FlushSync}
 	s := openStore(t, dir, o)
 	var good []PutResult
 	for i := 0; i < 20; i++ {
@@ -462,7 +464,7 @@ func TestWriteErrorStopsWritesKeepsReads(t *testing.T) {
 		}
 		good = append(good, res)
 	}
-	faults.Add(mappedfile.Fault{Op: mappedfile.OpAppend, Err: syscall.ENOSPC})
+	faults.Add(faultfile.Fault{Op: faultfile.OpAppend, Err: syscall.ENOSPC})
 	res, err := s.Put(ctx, testMessage("A", 0, 20, 500))
 	if res.Status != ServiceNotAvailable || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("put on a full disk: %v %v", res.Status, err)
@@ -516,7 +518,7 @@ func TestSegmentNamesParsedStrictly(t *testing.T) {
 func TestStatsLockedBytes(t *testing.T) {
 	const seg = 1 << 20
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir(), Options{Backend: "transient", SegmentSizeBytes: seg, TransientPoolSize: 3, Logger: quietLogger})
+	s, err := Open(ctx, t.TempDir(), Options{Backend: "transient", SegmentSizeBytes: seg, BackendOptions: transientpool.Options{PoolSize: 3}, Logger: quietLogger})
 	if err != nil && strings.Contains(err.Error(), "RLIMIT_MEMLOCK") {
 		t.Skipf("needs root or an RLIMIT_MEMLOCK of 3 MiB: %v", err)
 	}

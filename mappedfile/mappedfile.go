@@ -5,10 +5,12 @@
 // uring, uring-direct) implements it; the engine sees nothing else.
 //
 // The package is a leaf: it imports the standard library only. Besides the
-// interface it holds the sentinel errors, a reference counter shared by the
-// backends, an in-memory file system whose Crash keeps only flushed bytes
-// (MemFS), and a fault-injecting wrapper (Faulty). The conformance suite every
-// backend runs lives in the sub-package conformance.
+// interface it holds the sentinel errors, the bookkeeping every backend's
+// file embeds (Base: positions, sticky error, reference count), the
+// registration a backend gives the engine (Registration, Registry), and an
+// in-memory file system whose Crash keeps only flushed bytes (MemFS). The
+// conformance suite every backend runs lives in the sub-package conformance;
+// the fault-injecting wrapper the engine's tests use, in faultfile.
 //
 // Positions are byte offsets inside the segment (0 … SizeBytes). Three of them
 // only ever move forward while a file is open:
@@ -44,8 +46,6 @@ var (
 	ErrInvalidArgument = errors.New("mappedfile: invalid argument")
 	// ErrUnsupported: the backend cannot run here (no io_uring, no O_DIRECT, …).
 	ErrUnsupported = errors.New("mappedfile: unsupported on this system")
-	// ErrInjected is the default error of the fault-injecting wrapper.
-	ErrInjected = errors.New("mappedfile: injected fault")
 )
 
 // Encoder writes a record in place. EncodeAt must fill dst completely;

@@ -32,14 +32,14 @@ var ErrFault = errors.New("mmapio: memory fault on the mapping")
 type Options struct {
 	// Logger receives errors that cannot be returned to a caller: an munmap
 	// or close that fails when the last reader releases a closed segment.
-	// Nil means slog.Default().
-	Logger *slog.Logger
+	// Nil means slog.Default(). Not recorded (a run.json has no logger).
+	Logger *slog.Logger `json:"-"`
 	// TouchByWriting makes Warm's Touch write a zero byte into every page, as
 	// RocketMQ's warmMappedFile does, instead of madvise(MADV_POPULATE_WRITE)
 	// (Linux 5.14+), which faults the same pages in writable without storing
 	// anything, with one system call per chunk, and so cannot race with an
 	// Append. Kernels without MADV_POPULATE_WRITE fall back to writing anyway.
-	TouchByWriting bool
+	TouchByWriting bool `json:"touchByWriting,omitempty"`
 }
 
 // New returns the mmap backend.
@@ -59,7 +59,7 @@ type backend struct {
 func (b *backend) LockedBytes() int64 { return b.locked.Load() }
 
 // Name implements mappedfile.Backend.
-func (*backend) Name() string { return "mmap" }
+func (*backend) Name() string { return Name }
 
 // Open implements mappedfile.Backend: it opens or creates (preallocated,
 // under a temporary name, synced and renamed) spec.Path and maps all of it.
@@ -83,19 +83,16 @@ func (b *backend) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.Ma
 		return nil, fmt.Errorf("mmapio: %w", err)
 	}
 	m := &file{
-		path:       spec.Path,
-		fromOffset: spec.FromOffset,
-		sizeBytes:  spec.SizeBytes,
-		osFile:     osFile,
-		mapping:    mapping,
-		opts:       &b.opts,
-		lockedSum:  &b.locked,
+		osFile:    osFile,
+		mapping:   mapping,
+		opts:      &b.opts,
+		lockedSum: &b.locked,
 	}
-	m.refs.Init()
+	m.Init(mappedfile.BaseConfig{
+		Spec: spec, Backend: "mmapio", Existed: existed,
+		Semantics: mappedfile.Semantics{WriteThrough: true, ReadableUpToWrote: true},
+		Cleanup:   m.cleanup, Remove: m.remove, Logger: b.opts.Logger,
+	})
 	m.overwrittenFrom.Store(noOverwrite)
-	if existed {
-		m.wrotePosition.Store(spec.SizeBytes)
-		m.flushedPosition.Store(spec.SizeBytes)
-	}
 	return m, nil
 }

@@ -39,7 +39,7 @@ func (m *file) recoverFault(errp *error, op string) {
 		panic(r)
 	}
 	*errp = fmt.Errorf("mmapio: %s %s: fault at segment position %d (file shrunk by someone else, or an I/O error reading the page): %w",
-		op, m.path, addr-base, ErrFault)
+		op, m.Path(), addr-base, ErrFault)
 }
 
 // encodeGuarded runs enc on dst (a slice of the mapping) and zeroes dst when

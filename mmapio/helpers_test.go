@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
@@ -109,7 +110,7 @@ func pageStates(t testing.TB, b []byte) []pageState {
 	t.Helper()
 	pagemap, err := os.Open("/proc/self/pagemap")
 	if err != nil {
-		t.Skipf("needs /proc/self/pagemap: %v", err)
+		t.Fatalf("open /proc/self/pagemap: %v", err)
 	}
 	defer pagemap.Close()
 	kpageflags, kerr := os.Open("/proc/kpageflags")
@@ -140,8 +141,9 @@ func pageStates(t testing.TB, b []byte) []pageState {
 	return states
 }
 
-// dirtyPages counts the dirty pages of b; ok is false when the kernel does
-// not tell (no CAP_SYS_ADMIN, no /proc/kpageflags).
+// dirtyPages counts the dirty pages of b. When the kernel does not tell (no
+// CAP_SYS_ADMIN, no /proc/kpageflags) the test is skipped — a failure when
+// MQSTORE_TEST_REQUIRE names root — so ok is always true.
 func dirtyPages(t testing.TB, b []byte) (dirty int, ok bool) {
 	t.Helper()
 	for _, s := range pageStates(t, b) {
@@ -149,7 +151,7 @@ func dirtyPages(t testing.TB, b []byte) (dirty int, ok bool) {
 			continue
 		}
 		if !s.known {
-			return 0, false
+			testenv.Skip(t, testenv.Root, "page flags unreadable (/proc/kpageflags, CAP_SYS_ADMIN)")
 		}
 		if s.dirty {
 			dirty++
@@ -163,7 +165,7 @@ func lockedKiB(t testing.TB) int64 {
 	t.Helper()
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
-		t.Skipf("needs /proc/self/status: %v", err)
+		t.Fatalf("open /proc/self/status: %v", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -176,7 +178,7 @@ func lockedKiB(t testing.TB) int64 {
 			return kib
 		}
 	}
-	t.Skip("VmLck not in /proc/self/status")
+	t.Fatal("VmLck not in /proc/self/status")
 	return 0
 }
 
@@ -185,7 +187,7 @@ func mapsMention(t testing.TB, path string) bool {
 	t.Helper()
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
-		t.Skipf("needs /proc/self/maps: %v", err)
+		t.Fatalf("read /proc/self/maps: %v", err)
 	}
 	return strings.Contains(string(maps), path)
 }

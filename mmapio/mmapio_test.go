@@ -145,22 +145,6 @@ func TestAppendEncoderErrorZeroes(t *testing.T) {
 	}
 }
 
-func TestAppendDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
-	mf := openSegment(t, Options{}, "", "seg", 4<<20)
-	var enc mappedfile.Encoder = patternEncoder{}
-	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := mf.Append(128, enc); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs != 0 {
-		t.Fatalf("Append allocates %.2f times per call", allocs)
-	}
-}
-
 func TestTruncateZeroesTail(t *testing.T) {
 	dirs := map[string]string{"tempdir": ""}
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {

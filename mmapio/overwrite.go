@@ -27,21 +27,21 @@ func (m *file) WriteAt(p []byte, filePos int64) (int, error) {
 	if err := m.Err(); err != nil {
 		return 0, err
 	}
-	if !m.refs.Retain() {
-		return 0, m.closedError("overwrite")
+	if !m.Retain() {
+		return 0, m.ClosedError("overwrite")
 	}
-	defer m.refs.Release()
-	wrote := m.wrotePosition.Load()
+	defer m.Release()
+	wrote := m.WrotePosition()
 	if filePos < 0 || int64(len(p)) > wrote-filePos {
 		return 0, fmt.Errorf("mmapio: overwrite [%d,+%d) of %s, written up to %d: %w",
-			filePos, len(p), m.path, wrote, mappedfile.ErrOutOfRange)
+			filePos, len(p), m.Path(), wrote, mappedfile.ErrOutOfRange)
 	}
 	if len(p) == 0 {
 		return 0, nil
 	}
 	end := filePos + int64(len(p))
 	if faultErr := m.copyGuarded(m.mapping[filePos:end:end], p, "overwrite"); faultErr != nil {
-		return 0, m.setSticky(faultErr)
+		return 0, m.Fail(faultErr)
 	}
 	// Lower the mark only after the copy: a Flush that sees the new mark
 	// also sees the bytes, and one that took the mark before still leaves

@@ -189,25 +189,6 @@ func TestOverwriteAfterCloseAndFault(t *testing.T) {
 	})
 }
 
-func TestOverwriteDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
-	mf := openSegment(t, Options{}, "", "seg", 64<<10)
-	appendPattern(t, mf, 8192)
-	slot := []byte{1, 2, 3, 4}
-	var pos int64
-	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := mf.WriteAt(slot, pos); err != nil {
-			t.Fatal(err)
-		}
-		pos = (pos + 4) % 8192
-	})
-	if allocs != 0 {
-		t.Fatalf("WriteAt allocates %.2f times per call", allocs)
-	}
-}
-
 // TestOverwriteRacingFlush: the owner appends and rewrites slots below the
 // flushed position while another goroutine flushes; after a last Flush no
 // page may be dirty and the file must hold the last value of every slot.

@@ -18,13 +18,13 @@ const sendChunkBytes = 1 << 20
 // short reference (Acquire) so a concurrent Close cannot unmap it meanwhile;
 // it still works after Close or Delete while someone holds a Retain.
 func (m *file) ReadAt(dst []byte, filePos int64) (int, error) {
-	if !m.refs.Acquire() {
-		return 0, m.closedError("read")
+	if !m.Acquire() {
+		return 0, m.ClosedError("read")
 	}
-	defer m.refs.Release()
-	n, err := mappedfile.CheckRead(filePos, len(dst), m.wrotePosition.Load())
+	defer m.Release()
+	n, err := mappedfile.CheckRead(filePos, len(dst), m.WrotePosition())
 	if err == mappedfile.ErrOutOfRange {
-		return 0, fmt.Errorf("mmapio: read %d bytes at %d of %s: %w", len(dst), filePos, m.path, err)
+		return 0, fmt.Errorf("mmapio: read %d bytes at %d of %s: %w", len(dst), filePos, m.Path(), err)
 	}
 	if n > 0 {
 		if faultErr := m.copyGuarded(dst[:n], m.mapping[filePos:filePos+int64(n)], "read"); faultErr != nil {
@@ -40,17 +40,17 @@ func (m *file) ReadAt(dst []byte, filePos int64) (int, error) {
 // space. To any other writer it writes slices of the mapping, which the
 // io.Writer contract forbids the writer to keep.
 func (m *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (int64, error) {
-	if !m.refs.Acquire() {
-		return 0, m.closedError("send from")
+	if !m.Acquire() {
+		return 0, m.ClosedError("send from")
 	}
-	defer m.refs.Release()
-	readable := m.wrotePosition.Load()
+	defer m.Release()
+	readable := m.WrotePosition()
 	if filePos < 0 || n < 0 || filePos > readable || n > readable-filePos {
 		return 0, fmt.Errorf("mmapio: send [%d,+%d) of %s, readable up to %d: %w",
-			filePos, n, m.path, readable, mappedfile.ErrOutOfRange)
+			filePos, n, m.Path(), readable, mappedfile.ErrOutOfRange)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("mmapio: send from %s: %w", m.path, err)
+		return 0, fmt.Errorf("mmapio: send from %s: %w", m.Path(), err)
 	}
 	if n == 0 {
 		return 0, nil
@@ -58,7 +58,7 @@ func (m *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (in
 	if _, ok := w.(syscall.Conn); ok {
 		sent, err := segfile.SendFile(ctx, w, m.osFile, filePos, n)
 		if err != nil {
-			return sent, fmt.Errorf("mmapio: send from %s: %w", m.path, err)
+			return sent, fmt.Errorf("mmapio: send from %s: %w", m.Path(), err)
 		}
 		return sent, nil
 	}
@@ -70,7 +70,7 @@ func (m *file) writeFromMapping(ctx context.Context, w io.Writer, filePos, n int
 	var sent int64
 	for sent < n {
 		if err := ctx.Err(); err != nil {
-			return sent, fmt.Errorf("mmapio: send from %s: %w", m.path, err)
+			return sent, fmt.Errorf("mmapio: send from %s: %w", m.Path(), err)
 		}
 		chunk := min(n-sent, sendChunkBytes)
 		pos := filePos + sent
@@ -80,7 +80,7 @@ func (m *file) writeFromMapping(ctx context.Context, w io.Writer, filePos, n int
 			err = io.ErrShortWrite
 		}
 		if err != nil {
-			return sent, fmt.Errorf("mmapio: send [%d,%d) of %s: %w", pos, filePos+n, m.path, err)
+			return sent, fmt.Errorf("mmapio: send [%d,%d) of %s: %w", pos, filePos+n, m.Path(), err)
 		}
 	}
 	return sent, nil

@@ -8,7 +8,6 @@ import (
 
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
-	"golang.org/x/sys/unix"
 )
 
 // touchChunkPages is how many pages Touch handles between two looks at the
@@ -35,15 +34,15 @@ func (m *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
 		return err
 	}
 	if opts.FlushEveryPages < 0 {
-		return fmt.Errorf("mmapio: warm %s: FlushEveryPages %d: %w", m.path, opts.FlushEveryPages, mappedfile.ErrInvalidArgument)
+		return fmt.Errorf("mmapio: warm %s: FlushEveryPages %d: %w", m.Path(), opts.FlushEveryPages, mappedfile.ErrInvalidArgument)
 	}
-	if !m.refs.Retain() {
-		return m.closedError("warm")
+	if !m.Retain() {
+		return m.ClosedError("warm")
 	}
-	defer m.refs.Release()
+	defer m.Release()
 	if opts.Advise {
 		if err := segfile.AdviseWrite(m.mapping); err != nil {
-			return fmt.Errorf("mmapio: warm %s: %w", m.path, err)
+			return fmt.Errorf("mmapio: warm %s: %w", m.Path(), err)
 		}
 	}
 	if opts.Touch {
@@ -52,7 +51,7 @@ func (m *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
 		}
 	}
 	if opts.Lock && !m.locked.Load() {
-		if err := segfile.Lock("mmapio: warm "+m.path, m.mapping); err != nil {
+		if err := segfile.Lock("mmapio: warm "+m.Path(), m.mapping); err != nil {
 			return err
 		}
 		m.locked.Store(true)
@@ -68,18 +67,18 @@ func (m *file) touch(ctx context.Context, flushEveryPages int) error {
 	if flushEveryPages > 0 {
 		chunkBytes = int64(flushEveryPages) * mappedfile.PageSize
 	}
-	from := roundUpToPage(m.wrotePosition.Load())
-	for from < m.sizeBytes {
+	from := roundUpToPage(m.WrotePosition())
+	for from < m.SizeBytes() {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("mmapio: warm %s: touched up to %d: %w", m.path, from, err)
+			return fmt.Errorf("mmapio: warm %s: touched up to %d: %w", m.Path(), from, err)
 		}
-		to := min(from+chunkBytes, m.sizeBytes)
+		to := min(from+chunkBytes, m.SizeBytes())
 		if err := m.touchRange(from, to); err != nil {
-			return m.setSticky(err)
+			return m.Fail(err)
 		}
 		if flushEveryPages > 0 {
-			if err := segfile.Msync(m.mapping, from, to); err != nil {
-				return m.setSticky(fmt.Errorf("mmapio: warm %s: %w", m.path, err))
+			if err := segfile.Msync(m.Path(), m.mapping, from, to); err != nil {
+				return m.Fail(fmt.Errorf("mmapio: warm %s: %w", m.Path(), err))
 			}
 		}
 		from = to
@@ -90,12 +89,12 @@ func (m *file) touch(ctx context.Context, flushEveryPages int) error {
 // touchRange faults in the pages of [from, to) writable; from is page aligned.
 func (m *file) touchRange(from, to int64) error {
 	if !m.opts.TouchByWriting && !populateWriteUnsupported.Load() {
-		err := unix.Madvise(m.mapping[from:to], unix.MADV_POPULATE_WRITE)
+		err := segfile.PopulateWrite(m.mapping[from:to])
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("mmapio: warm %s: madvise POPULATE_WRITE [%d,%d): %w", m.path, from, to, err)
+		if !errors.Is(err, segfile.ErrNoPopulateWrite) {
+			return fmt.Errorf("mmapio: warm %s [%d,%d): %w", m.Path(), from, to, err)
 		}
 		populateWriteUnsupported.Store(true)
 	}
@@ -106,19 +105,19 @@ func (m *file) touchRange(from, to int64) error {
 // madvise(DONTNEED). Dirty pages of a shared file mapping stay in the page
 // cache, so nothing written is lost.
 func (m *file) Cool() error {
-	if !m.refs.Retain() {
-		return m.closedError("cool")
+	if !m.Retain() {
+		return m.ClosedError("cool")
 	}
-	defer m.refs.Release()
+	defer m.Release()
 	if m.locked.Load() {
 		if err := segfile.Unlock(m.mapping); err != nil {
-			return fmt.Errorf("mmapio: cool %s: %w", m.path, err)
+			return fmt.Errorf("mmapio: cool %s: %w", m.Path(), err)
 		}
 		m.locked.Store(false)
 		m.lockedSum.Add(-int64(len(m.mapping)))
 	}
 	if err := segfile.AdviseCold(m.mapping); err != nil {
-		return fmt.Errorf("mmapio: cool %s: %w", m.path, err)
+		return fmt.Errorf("mmapio: cool %s: %w", m.Path(), err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
@@ -49,7 +50,7 @@ func testWarm(t *testing.T, opts Options, flushEveryPages int) {
 	lockedBefore := lockedKiB(t)
 	err := mf.Warm(ctx, mappedfile.WarmOptions{Touch: true, FlushEveryPages: flushEveryPages, Lock: true, Advise: true})
 	if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EAGAIN) {
-		t.Skipf("needs root or an RLIMIT_MEMLOCK of at least %d bytes: %v", size, err)
+		testenv.Skip(t, testenv.Root, "mlock of %d bytes (or an RLIMIT_MEMLOCK that large): %v", size, err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestWarmLockMemlockLimit(t *testing.T) {
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		t.Skipf("needs to re-run the test binary: %v", err)
+		t.Fatalf("re-run the test binary: %v", err)
 	}
 	cmd := exec.Command(exe, "-test.run=^TestWarmLockMemlockLimit$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), memlockChildEnv+"=1")
@@ -252,7 +253,7 @@ func TestLockedBytes(t *testing.T) {
 		}
 		err = mf.Warm(ctx, mappedfile.WarmOptions{Lock: true})
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EAGAIN) {
-			t.Skipf("needs root or an RLIMIT_MEMLOCK of at least %d bytes: %v", 2*size, err)
+			testenv.Skip(t, testenv.Root, "mlock of %d bytes (or an RLIMIT_MEMLOCK that large): %v", 2*size, err)
 		}
 		if err != nil {
 			t.Fatal(err)

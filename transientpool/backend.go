@@ -76,19 +76,19 @@ func (w WhenEmpty) String() string {
 type Options struct {
 	// SegmentSizeBytes is the size of every buffer and of every segment
 	// opened through the backend (Open with another size fails). Required.
-	SegmentSizeBytes int64
+	SegmentSizeBytes int64 `json:"segmentSizeBytes,omitempty"`
 	// PoolSize is the number of buffers; 0 means DefaultPoolSize.
-	PoolSize int
+	PoolSize int `json:"poolSize,omitempty"`
 	// MemoryBudgetBytes, when > 0, caps PoolSize*SegmentSizeBytes: New fails
 	// rather than allocate (and lock) more than that.
-	MemoryBudgetBytes int64
+	MemoryBudgetBytes int64 `json:"memoryBudgetBytes,omitempty"`
 	// WhenEmpty: what Open does when no buffer is free.
-	WhenEmpty WhenEmpty
+	WhenEmpty WhenEmpty `json:"whenEmpty,omitempty"`
 	// BorrowTimeout bounds the wait under Wait; 0 means DefaultBorrowTimeout.
-	BorrowTimeout time.Duration
+	BorrowTimeout time.Duration `json:"borrowTimeoutNs,omitempty"`
 	// NoLock skips mlock of the buffers (they may then be swapped out).
 	// The zero value locks, and New fails when RLIMIT_MEMLOCK is too low.
-	NoLock bool
+	NoLock bool `json:"noLock,omitempty"`
 }
 
 // Stats are the pool's counters, read without locks.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mappedfile/conformance"
 )
@@ -27,22 +28,17 @@ func newTestBackend(t testing.TB, opts Options) *Backend {
 	return b
 }
 
-func TestConformance(t *testing.T) {
-	conformance.Run(t, func(t testing.TB) mappedfile.Backend {
-		return newTestBackend(t, Options{})
-	})
-}
-
-func TestConformanceWait(t *testing.T) {
-	conformance.Run(t, func(t testing.TB) mappedfile.Backend {
-		return newTestBackend(t, Options{PoolSize: 3, WhenEmpty: Wait})
-	})
-}
-
-// TestConformanceFallback runs the suite with the pool's only buffer taken,
-// so every segment writes through its file mapping.
-func TestConformanceFallback(t *testing.T) {
-	conformance.Run(t, func(t testing.TB) mappedfile.Backend {
+// variants are the backend's configurations, each run through the whole
+// suite with the seam's injector under it.
+var variants = []struct {
+	name    string
+	backend func(t testing.TB) *Backend
+}{
+	{"default", func(t testing.TB) *Backend { return newTestBackend(t, Options{}) }},
+	{"Wait", func(t testing.TB) *Backend { return newTestBackend(t, Options{PoolSize: 3, WhenEmpty: Wait}) }},
+	// Fallback: the pool's only buffer is taken, so every segment writes
+	// through its file mapping.
+	{"Fallback", func(t testing.TB) *Backend {
 		b := newTestBackend(t, Options{PoolSize: 1, NoLock: true})
 		buf, err := b.pool.borrow(context.Background())
 		if err != nil || buf == nil {
@@ -50,5 +46,14 @@ func TestConformanceFallback(t *testing.T) {
 		}
 		t.Cleanup(func() { b.pool.giveBack(buf) }) // runs before the Close above
 		return b
-	})
+	}},
+}
+
+func TestConformance(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			conformance.Run(t, func(t testing.TB) mappedfile.Backend { return v.backend(t) },
+				conformance.WithInjector(faultseam.ForConformance))
+		})
+	}
 }

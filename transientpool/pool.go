@@ -10,7 +10,6 @@ import (
 
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
-	"golang.org/x/sys/unix"
 )
 
 // ErrPoolExhausted: every buffer was borrowed and none came back within
@@ -26,6 +25,10 @@ type poolBuffer struct {
 	data   []byte
 	index  int
 	locked bool
+	// dirtyBytes: [0, dirtyBytes) may hold a previous segment's bytes; the
+	// next borrow clears them. Owned by whoever holds the buffer (the
+	// channel hand-over orders the accesses).
+	dirtyBytes int64
 }
 
 // pool is RocketMQ's TransientStorePool: a fixed set of anonymous, populated
@@ -33,11 +36,13 @@ type poolBuffer struct {
 // of the store. The free list is a buffered channel, so a borrower can wait on
 // it together with a context and a timer.
 //
-// Buffers are not zeroed when they come back. A segment only ever writes
-// [committed, wrote) of its buffer to the file, and every byte of that range
-// was filled by an Encoder (which must fill its whole dst) after the borrow,
-// so stale bytes from the previous segment can never reach a file or a reader.
-// Skipping the memclr saves touching a whole segment per roll.
+// A borrowed buffer is all zeros, as a fresh fallocated file is: a segment
+// writes [committed, wrote) of its buffer to the file, and an encoder that
+// does not fill its whole reservation (the 8-byte BLANK that pads a
+// segment's tail) must leave zeros there, never another segment's messages.
+// So the borrow clears what the previous borrower wrote ([0, dirtyBytes)):
+// that costs a memclr of up to a segment per roll, paid by Open — normally
+// the allocation service, preallocating ahead of the roll — not by Append.
 type pool struct {
 	segmentSizeBytes int64
 	buffers          []*poolBuffer // all of them, for Close
@@ -80,7 +85,7 @@ func newPool(opts Options) (*pool, error) {
 		buf := &poolBuffer{data: data, index: i}
 		p.buffers = append(p.buffers, buf)
 		if p.locked {
-			if err := unix.Mlock(data); err != nil {
+			if err := segfile.Mlock(data); err != nil {
 				p.releaseAll()
 				what := fmt.Sprintf("transientpool: lock buffer %d of %d (%d bytes each; set Options.NoLock to run unlocked, at the risk of swapping)",
 					i+1, opts.PoolSize, opts.SegmentSizeBytes)
@@ -132,6 +137,8 @@ func (p *pool) took(buf *poolBuffer) (*poolBuffer, error) {
 		p.free <- buf
 		return nil, fmt.Errorf("transientpool: borrow: %w", mappedfile.ErrClosed)
 	}
+	clear(buf.data[:buf.dirtyBytes])
+	buf.dirtyBytes = 0
 	p.borrows.Add(1)
 	return buf, nil
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
-	"golang.org/x/sys/unix"
 )
 
 // touchCheckPages is how many pages Touch writes between context checks.
@@ -25,24 +24,24 @@ const touchCheckPages = 1024
 //     fallen-back segment) never fault. Pool buffers are locked by the pool.
 //   - Advise applies madvise(WILLNEED, SEQUENTIAL) to the file mapping.
 func (s *segment) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
-	if !s.ref.Retain() {
-		return s.closedError("warm")
+	if !s.Retain() {
+		return s.ClosedError("warm")
 	}
-	defer s.ref.Release()
+	defer s.Release()
 	if opts.Touch {
 		if err := s.touch(ctx, opts.FlushEveryPages); err != nil {
 			return err
 		}
 	}
 	if opts.Lock && !s.mappingLocked.Load() {
-		if err := segfile.Lock("transientpool: warm "+s.path, s.mapping); err != nil {
+		if err := segfile.Lock("transientpool: warm "+s.Path(), s.mapping); err != nil {
 			return err
 		}
 		s.mappingLocked.Store(true)
 	}
 	if opts.Advise {
 		if err := segfile.AdviseWrite(s.mapping); err != nil {
-			return fmt.Errorf("transientpool: warm %s: %w", s.path, err)
+			return fmt.Errorf("transientpool: warm %s: %w", s.Path(), err)
 		}
 	}
 	return nil
@@ -55,19 +54,19 @@ func (s *segment) touch(ctx context.Context, flushEveryPages int) error {
 	if buf := s.buffer.Load(); buf != nil {
 		memory, throughMapping = buf.data, false
 	}
-	start := (s.wrotePosition.Load() + mappedfile.PageSize - 1) &^ (mappedfile.PageSize - 1)
+	start := (s.WrotePosition() + mappedfile.PageSize - 1) &^ (mappedfile.PageSize - 1)
 	pages := 0
-	for pos := start; pos < s.sizeBytes; pos += mappedfile.PageSize {
+	for pos := start; pos < s.SizeBytes(); pos += mappedfile.PageSize {
 		memory[pos] = 0
 		pages++
 		if pages%touchCheckPages == 0 {
 			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("transientpool: warm %s: touch: %w", s.path, err)
+				return fmt.Errorf("transientpool: warm %s: touch: %w", s.Path(), err)
 			}
 		}
 		if throughMapping && flushEveryPages > 0 && pages%flushEveryPages == 0 {
-			if err := unix.Fdatasync(s.fd); err != nil {
-				return fmt.Errorf("transientpool: warm %s: fdatasync: %w", s.path, err)
+			if err := segfile.Fdatasync(s.Path(), s.fd); err != nil {
+				return s.Fail(fmt.Errorf("transientpool: warm: %w", err))
 			}
 		}
 	}
@@ -78,17 +77,17 @@ func (s *segment) touch(ctx context.Context, flushEveryPages int) error {
 // (file pages stay in the page cache; dirty ones are still written back).
 // The buffer stays as it is: it belongs to the pool, locked for life.
 func (s *segment) Cool() error {
-	if !s.ref.Retain() {
-		return s.closedError("cool")
+	if !s.Retain() {
+		return s.ClosedError("cool")
 	}
-	defer s.ref.Release()
+	defer s.Release()
 	if s.mappingLocked.Swap(false) {
 		if err := segfile.Unlock(s.mapping); err != nil {
-			return fmt.Errorf("transientpool: cool %s: %w", s.path, err)
+			return fmt.Errorf("transientpool: cool %s: %w", s.Path(), err)
 		}
 	}
 	if err := segfile.AdviseCold(s.mapping); err != nil {
-		return fmt.Errorf("transientpool: cool %s: %w", s.path, err)
+		return fmt.Errorf("transientpool: cool %s: %w", s.Path(), err)
 	}
 	return nil
 }
@@ -96,63 +95,56 @@ func (s *segment) Cool() error {
 // Truncate sets wrote, committed and flushed to validEnd, durably zeroes
 // [validEnd, SizeBytes) and, when there is room left, borrows a buffer so
 // appends continue (or falls back / waits, as at Open). Bytes the caller
-// declares valid that are still only in the buffer are committed first. The
+// declares valid that are still only in the buffer are committed first. One
+// fdatasync of the whole file then makes both the zeros and every byte below
+// validEnd durable: after a crash those may be only in the page cache. The
 // buffer's content before validEnd does not matter: only [committed, wrote)
 // is ever written from it. The file must not be in use.
 func (s *segment) Truncate(ctx context.Context, validEnd int64) error {
-	if validEnd < 0 || validEnd > s.sizeBytes {
-		return fmt.Errorf("transientpool: truncate %s to %d of %d: %w", s.path, validEnd, s.sizeBytes, mappedfile.ErrOutOfRange)
-	}
-	if err := s.Err(); err != nil {
+	if err := s.BeginTruncate(ctx, validEnd); err != nil {
 		return err
 	}
-	if !s.ref.Retain() {
-		return s.closedError("truncate")
-	}
-	defer s.ref.Release()
+	defer s.Release()
 	var borrowed *poolBuffer
-	if validEnd < s.sizeBytes && s.buffer.Load() == nil {
+	if validEnd < s.SizeBytes() && s.buffer.Load() == nil {
 		var err error
 		if borrowed, err = s.pool.borrow(ctx); err != nil {
-			return fmt.Errorf("transientpool: truncate %s: %w", s.path, err)
+			return fmt.Errorf("transientpool: truncate %s: %w", s.Path(), err)
 		}
 	}
 	if err := s.truncateFile(validEnd); err != nil {
 		if borrowed != nil {
 			s.pool.giveBack(borrowed)
 		}
-		return s.fail(err)
+		return s.Fail(err)
 	}
-	s.wrotePosition.Store(validEnd)
-	s.committedPosition.Store(validEnd)
-	s.flushedPosition.Store(validEnd)
+	if buf := s.buffer.Load(); buf != nil && validEnd < s.WrotePosition() {
+		// Bytes appended past the valid end are discarded: the buffer must
+		// not bring them back under a later partial encoder.
+		clear(buf.data[validEnd:s.WrotePosition()])
+	}
+	s.FinishTruncate(validEnd)
 	if borrowed != nil {
 		s.buffer.Store(borrowed)
-	} else if validEnd == s.sizeBytes {
+	} else if validEnd == s.SizeBytes() {
 		s.returnBuffer() // nothing left to append
 	}
 	return nil
 }
 
 // truncateFile writes buffered bytes below validEnd, zeroes the tail and
-// makes both durable.
+// fdatasyncs the whole file.
 func (s *segment) truncateFile(validEnd int64) error {
 	if buf := s.buffer.Load(); buf != nil {
-		from, to := s.committedPosition.Load(), min(validEnd, s.wrotePosition.Load())
+		from, to := s.CommittedPosition(), min(validEnd, s.WrotePosition())
 		if to > from {
 			if err := s.writeBuffer(buf, from, to); err != nil {
 				return err
 			}
 		}
 	}
-	if tail := s.sizeBytes - validEnd; tail > 0 {
-		if err := segfile.ZeroRange(s.osFile, validEnd, tail); err != nil {
-			return fmt.Errorf("transientpool: truncate %s to %d: %w", s.path, validEnd, err)
-		}
-		return nil
-	}
-	if err := unix.Fdatasync(s.fd); err != nil {
-		return fmt.Errorf("transientpool: truncate %s: fdatasync: %w", s.path, err)
+	if err := segfile.ZeroRange(s.osFile, validEnd, s.SizeBytes()-validEnd); err != nil {
+		return fmt.Errorf("transientpool: truncate %s to %d: %w", s.Path(), validEnd, err)
 	}
 	return nil
 }

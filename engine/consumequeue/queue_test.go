@@ -13,6 +13,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/faultfile"
 )
 
 const testRoot = "/store/consumequeue"
@@ -544,7 +545,7 @@ func TestList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if viaFaulty, err := List(root, mappedfile.NewFaulty(backend, mappedfile.NewFaults())); err != nil || fmt.Sprint(viaFaulty) != fmt.Sprint(got) {
+	if viaFaulty, err := List(root, faultfile.NewFaulty(backend, faultfile.NewFaults())); err != nil || fmt.Sprint(viaFaulty) != fmt.Sprint(got) {
 		t.Fatalf("List through Faulty = %v, %v", viaFaulty, err)
 	}
 	if want := "map[%RETRY%group:[0] TopicA:[0 2 10]]"; fmt.Sprint(got) != want {

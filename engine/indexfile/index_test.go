@@ -14,6 +14,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/faultfile"
 )
 
 const testDir = "/store/index"
@@ -590,17 +591,17 @@ func TestNeedsOverwriter(t *testing.T) {
 }
 
 func TestStickyError(t *testing.T) {
-	faults := mappedfile.NewFaults()
-	x := openIndex(t, mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults), 7, 50)
+	faults := faultfile.NewFaults()
+	x := openIndex(t, faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults), 7, 50)
 	defer x.Close()
 	putAll(t, x, makeCalls(3, testKeys(2)))
-	faults.Add(mappedfile.Fault{Op: mappedfile.OpAppend})
+	faults.Add(faultfile.Fault{Op: faultfile.OpAppend})
 	calls := makeCalls(5, testKeys(2))
-	if err := x.Put(context.Background(), calls[3].key, calls[3].physical, calls[3].timestamp); !errors.Is(err, mappedfile.ErrInjected) {
+	if err := x.Put(context.Background(), calls[3].key, calls[3].physical, calls[3].timestamp); !errors.Is(err, faultfile.ErrInjected) {
 		t.Fatalf("Put with a failing append: %v", err)
 	}
 	faults.Clear()
-	if err := x.Put(context.Background(), calls[4].key, calls[4].physical, calls[4].timestamp); !errors.Is(err, mappedfile.ErrInjected) {
+	if err := x.Put(context.Background(), calls[4].key, calls[4].physical, calls[4].timestamp); !errors.Is(err, faultfile.ErrInjected) {
 		t.Fatalf("Put after a failure: %v, want the sticky error", err)
 	}
 }

@@ -1,11 +1,25 @@
 // Package conformance is the test suite every MappedFile backend runs
 // (pebble's vfstest, for mqstore's seam). A backend's tests call
 //
-//	conformance.Run(t, func(t testing.TB) mappedfile.Backend { return mybackend.New(...) })
+//	conformance.Run(t, func(t testing.TB) mappedfile.Backend { return mybackend.New(...) },
+//		conformance.WithInjector(faultseam.ForConformance))
 //
 // Every check opens its own files under t.TempDir() with segments of
 // SegmentSizeBytes. Backends whose memory is sized up front (a buffer pool)
 // size it from SegmentSizeBytes.
+//
+// For a backend whose files are files of the OS, the suite reads the page
+// cache's flags (internal/pagecache, root) to prove that after Flush and
+// after Truncate no page of the durable range is still dirty: run under
+// `strace -f -e inject=fdatasync,fsync,msync:retval=0` those checks fail.
+//
+// With an Injector (WithInjector) the suite also proves, on the backend's
+// real I/O, what a crash test of an in-memory file cannot: that Flush
+// returning n means a sync covering [0, n) was issued after those bytes were
+// written; that a failed write or sync is sticky and never retried; that
+// Truncate leaves the whole valid range synced; and that creating and
+// deleting a segment syncs its directory. Allocation checks are separate
+// (RunAllocs), for a test file built without -race.
 package conformance
 
 import (
@@ -23,6 +37,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -32,47 +47,101 @@ const SegmentSizeBytes = 64 * mappedfile.PageSize
 // Factory returns the backend under test; it is called once per check.
 type Factory func(t testing.TB) mappedfile.Backend
 
-// Run runs every check against the backend.
-func Run(t *testing.T, factory Factory) {
-	checks := []struct {
-		name string
-		fn   func(t *testing.T, h *harness)
-	}{
+type check struct {
+	name string
+	fn   func(t *testing.T, h *harness)
+}
+
+// Run runs every check against the backend. The checks that need an
+// injector are added when opts give one; the Overwriter check when the
+// backend's files implement it. Nothing is skipped: a check that does not
+// apply is not run at all.
+func Run(t *testing.T, factory Factory, opts ...Option) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	caps := probe(t, factory)
+	checks := []check{
 		{"NewFilePositions", testNewFilePositions},
 		{"PositionsOnlyMoveForward", testPositionsOnlyMoveForward},
 		{"FullAtBoundary", testFullAtBoundary},
+		{"AppendToFullSegmentIsErrFull", testAppendToFullSegment},
 		{"EncoderErrorPublishesNothing", testEncoderError},
 		{"CommitFlushLeastPages", testLeastPages},
 		{"FullSegmentIgnoresLeastPages", testFullSegmentFlush},
 		{"ReadsStopAtReadable", testReadBounds},
 		{"ConcurrentReadersWhileAppending", testConcurrentReaders},
 		{"SendRangeToTCP", testSendRange},
-		{"StickyErrorAfterInjectedFailure", testStickyError},
 		{"DeleteWhileReferenced", testDeleteWhileReferenced},
 		{"CloseThenOperations", testClose},
 		{"ReopenTruncateAndContinue", testReopen},
 		{"ReopenSizeMismatch", testSizeMismatch},
 		{"WarmAndCool", testWarmCool},
-		{"AppendDoesNotAllocate", testAppendAllocs},
-		{"OverwriteIsFlushed", testOverwrite},
+	}
+	if caps.overwriter {
+		checks = append(checks, check{"OverwriteIsFlushed", testOverwrite})
+	}
+	if caps.onDisk {
+		checks = append(checks, pageCacheChecks...)
+	}
+	if cfg.injector != nil {
+		checks = append(checks, injectionChecks(caps)...)
+	} else {
+		t.Logf("conformance: backend %s runs without an injector: durability and stickiness of its I/O are not checked here", caps.name)
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
-			c.fn(t, newHarness(t, factory(t)))
+			h := newHarness(t, factory(t))
+			if cfg.injector != nil {
+				h.injector = cfg.injector(t, h.dir)
+			}
+			c.fn(t, h)
 		})
 	}
 }
 
+// RunAllocs runs the allocation checks (Append does not allocate). Call it
+// from a test whose name contains "Allocs", in a file built with
+// `//go:build !race` (the race detector allocates).
+func RunAllocs(t *testing.T, factory Factory) {
+	t.Run("AppendAllocs", func(t *testing.T) {
+		testAppendAllocs(t, newHarness(t, factory(t)))
+	})
+}
+
+// capabilities are what the suite learns about a backend by opening a file.
+type capabilities struct {
+	name       string
+	overwriter bool
+	onDisk     bool // its files are files of the OS (not in memory)
+}
+
+func probe(t *testing.T, factory Factory) capabilities {
+	t.Helper()
+	h := newHarness(t, factory(t))
+	mf, err := h.backend.Open(h.ctx, h.spec("probe"))
+	if err != nil {
+		t.Fatalf("open a probe file: %v", err)
+	}
+	defer mf.Close()
+	_, overwriter := mf.(mappedfile.Overwriter)
+	_, statErr := os.Stat(mf.Path())
+	_, lister := h.backend.(mappedfile.Lister)
+	return capabilities{name: h.backend.Name(), overwriter: overwriter, onDisk: statErr == nil && !lister}
+}
+
 type harness struct {
-	backend mappedfile.Backend
-	dir     string
-	ctx     context.Context
+	backend  mappedfile.Backend
+	dir      string
+	ctx      context.Context
+	injector Injector // nil without WithInjector
 }
 
 func newHarness(t *testing.T, b mappedfile.Backend) *harness {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return &harness{backend: b, dir: t.TempDir(), ctx: ctx}
+	return &harness{backend: b, dir: disktest.Dir(t), ctx: ctx}
 }
 
 func (h *harness) spec(name string) mappedfile.Spec {
@@ -254,6 +323,68 @@ func testFullAtBoundary(t *testing.T, h *harness) {
 		t.Fatalf("read whole full file: %d, %v", n, err)
 	}
 	checkPattern(t, buf, 0)
+}
+
+// headerEncoder writes an 8-byte header whatever the length it is given, as
+// an end-of-segment BLANK encoder does: called with fewer than 8 bytes it
+// panics, which is what a backend must never let happen.
+type headerEncoder struct{}
+
+func (headerEncoder) EncodeAt(dst []byte, _ int64) error {
+	_ = dst[7]
+	copy(dst, "BLANKHDR")
+	return nil
+}
+
+// appendNoPanic calls Append and turns a panic into a test failure.
+func appendNoPanic(t *testing.T, mf mappedfile.MappedFile, n int, enc mappedfile.Encoder) (err error) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("Append(%d) on a segment written up to %d of %d panicked: %v", n, mf.WrotePosition(), mf.SizeBytes(), r)
+		}
+	}()
+	_, err = mf.Append(n, enc)
+	return err
+}
+
+// testAppendToFullSegment: an Append on a full segment — filled by appends,
+// or an existing file reopened (full until Truncate), whatever happened
+// before — returns ErrFull (or, for 0 bytes, ErrInvalidArgument) and never
+// calls the encoder with a short buffer.
+func testAppendToFullSegment(t *testing.T, h *harness) {
+	filled := h.open(t, "filled")
+	appendN(t, filled, SegmentSizeBytes)
+	commitFlush(t, h.ctx, filled)
+	spec := h.spec("existing")
+	first, err := h.backend.Open(h.ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, first, 100)
+	commitFlush(t, h.ctx, first)
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopened, err := h.backend.Open(h.ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reopened.Close() })
+	for _, mf := range []mappedfile.MappedFile{filled, reopened} {
+		for _, n := range []int{0, 1, 8, 4096} {
+			err := appendNoPanic(t, mf, n, headerEncoder{})
+			if !errors.Is(err, mappedfile.ErrFull) && !(n == 0 && errors.Is(err, mappedfile.ErrInvalidArgument)) {
+				t.Fatalf("%s: Append(%d) on a full segment: %v, want ErrFull", filepath.Base(mf.Path()), n, err)
+			}
+			if w := mf.WrotePosition(); w != SegmentSizeBytes {
+				t.Fatalf("a refused append moved wrote to %d", w)
+			}
+		}
+		if err := mf.Err(); err != nil {
+			t.Fatalf("%s: appends to a full segment left a sticky error: %v", filepath.Base(mf.Path()), err)
+		}
+	}
 }
 
 type failingEncoder struct{}
@@ -492,7 +623,7 @@ func testSendRange(t *testing.T, h *harness) {
 	commitFlush(t, h.ctx, mf)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Skipf("no loopback TCP: %v", err)
+		t.Fatalf("listen on loopback: %v", err)
 	}
 	defer ln.Close()
 	got := make(chan []byte, 1)
@@ -537,47 +668,6 @@ func commonPrefix(a, b []byte) int {
 		i++
 	}
 	return i
-}
-
-func testStickyError(t *testing.T, h *harness) {
-	faults := mappedfile.NewFaults(mappedfile.Fault{Op: mappedfile.OpFlush, Nth: 2, Err: syscall.EIO})
-	fb := mappedfile.NewFaulty(h.backend, faults)
-	mf, err := fb.Open(h.ctx, h.spec("seg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mf.Close() })
-	appendN(t, mf, 5000)
-	commitFlush(t, h.ctx, mf) // flush 1 succeeds
-	appendN(t, mf, 5000)
-	if _, err := mf.Commit(h.ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	flushedBefore := mf.FlushedPosition()
-	if _, err := mf.Flush(h.ctx, 0); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("flush 2: %v, want EIO", err)
-	}
-	if mf.FlushedPosition() != flushedBefore {
-		t.Fatalf("a failed flush moved flushed from %d to %d", flushedBefore, mf.FlushedPosition())
-	}
-	faults.Clear() // the device recovers; the file must not
-	if _, err := mf.Flush(h.ctx, 0); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("flush after a failed flush: %v, want the same EIO (never retried)", err)
-	}
-	if _, err := mf.Commit(h.ctx, 0); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("commit after a failed flush: %v, want EIO", err)
-	}
-	if _, err := mf.Append(10, patternEncoder{}); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("append after a failed flush: %v, want EIO", err)
-	}
-	if err := mf.Err(); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("Err(): %v, want EIO", err)
-	}
-	buf := make([]byte, 5000)
-	if _, err := mf.ReadAt(buf, 0); err != nil {
-		t.Fatalf("reads of flushed data after a failure: %v", err)
-	}
-	checkPattern(t, buf, 0)
 }
 
 func testDeleteWhileReferenced(t *testing.T, h *harness) {
@@ -758,9 +848,7 @@ func testWarmCool(t *testing.T, h *harness) {
 }
 
 func testAppendAllocs(t *testing.T, h *harness) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race; run without -race")
-	}
+	t.Helper()
 	mf := h.open(t, "seg")
 	enc := patternEncoder{}
 	allocs := testing.AllocsPerRun(200, func() {
@@ -785,7 +873,7 @@ func testOverwrite(t *testing.T, h *harness) {
 	ow, ok := mf.(mappedfile.Overwriter)
 	if !ok {
 		mf.Close()
-		t.Skipf("backend %s has no Overwriter (optional)", h.backend.Name())
+		t.Fatalf("backend %s: a probe file implemented Overwriter, this one does not", h.backend.Name())
 	}
 	appendN(t, mf, 3*mappedfile.PageSize)
 	commitFlush(t, h.ctx, mf)

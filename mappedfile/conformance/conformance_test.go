@@ -6,10 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/mqstore/mqstore/internal/faultseam"
+	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mappedfile/conformance"
+	"github.com/mqstore/mqstore/mmapio"
 )
 
 func TestMemFS(t *testing.T) {
@@ -24,18 +28,86 @@ func TestMemFSBuffered(t *testing.T) {
 	})
 }
 
-// brokenBackend opens files that let readers see bytes past the readable
-// position: the suite must catch it.
-type brokenBackend struct{ mappedfile.Backend }
+// brokenEnv names, in a child process, the broken backend the suite runs
+// against (TestSuiteCatchesBrokenBackends).
+const brokenEnv = "MQSTORE_CONFORMANCE_BROKEN"
 
-func (b brokenBackend) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
+// brokenBackends are backends broken in one way each, with the checks that
+// must catch them.
+var brokenBackends = []struct {
+	name  string
+	run   func(t *testing.T)
+	catch []string
+}{
+	{"reads-past-readable", func(t *testing.T) {
+		conformance.Run(t, func(testing.TB) mappedfile.Backend {
+			return wrapped{mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true}), func(mf mappedfile.MappedFile) mappedfile.MappedFile {
+				return readsPastReadable{mf}
+			}}
+		})
+	}, []string{"ReadsStopAtReadable"}},
+	{"flush-without-sync", func(t *testing.T) {
+		conformance.Run(t, func(testing.TB) mappedfile.Backend {
+			return wrapped{mmapio.New(mmapio.Options{}), func(mf mappedfile.MappedFile) mappedfile.MappedFile {
+				return &flushWithoutSync{MappedFile: mf}
+			}}
+		}, conformance.WithInjector(faultseam.ForConformance))
+	}, []string{"FlushSyncsWhatItReports", "FailedIOIsStickyAndNeverRetried"}},
+	{"sync-retried", func(t *testing.T) {
+		conformance.Run(t, func(testing.TB) mappedfile.Backend {
+			return wrapped{mmapio.New(mmapio.Options{}), func(mf mappedfile.MappedFile) mappedfile.MappedFile {
+				return &retriesSync{MappedFile: mf}
+			}}
+		}, conformance.WithInjector(faultseam.ForConformance))
+	}, []string{"FailedIOIsStickyAndNeverRetried/Flush/sync-range"}},
+}
+
+// TestSuiteCatchesBrokenBackends runs the suite, each time in a child
+// process, against a backend broken in one way, and checks that the suite
+// fails it in the checks that should notice. In the child (brokenEnv set)
+// the test runs the suite itself.
+func TestSuiteCatchesBrokenBackends(t *testing.T) {
+	if name := os.Getenv(brokenEnv); name != "" {
+		for _, b := range brokenBackends {
+			if b.name == name {
+				b.run(t)
+				return
+			}
+		}
+		t.Fatalf("%s=%q names no broken backend", brokenEnv, name)
+	}
+	for _, b := range brokenBackends {
+		t.Run(b.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteCatchesBrokenBackends$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+b.name)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a backend broken as %s:\n%s", b.name, out)
+			}
+			for _, check := range b.catch {
+				if want := "--- FAIL: TestSuiteCatchesBrokenBackends/" + check; !strings.Contains(string(out), want) {
+					t.Errorf("expected %q in the output:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// wrapped wraps every file its backend opens.
+type wrapped struct {
+	mappedfile.Backend
+	wrap func(mappedfile.MappedFile) mappedfile.MappedFile
+}
+
+func (b wrapped) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
 	mf, err := b.Backend.Open(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	return readsPastReadable{mf}, nil
+	return b.wrap(mf), nil
 }
 
+// readsPastReadable lets readers see bytes past the readable position.
 type readsPastReadable struct{ mappedfile.MappedFile }
 
 func (r readsPastReadable) ReadablePosition() int64 { return r.WrotePosition() }
@@ -45,8 +117,6 @@ func (r readsPastReadable) ReadAt(dst []byte, pos int64) (int, error) {
 	if pos >= r.SizeBytes() {
 		return 0, io.EOF
 	}
-	save := r.MappedFile.ReadablePosition()
-	_ = save
 	n, err := r.MappedFile.ReadAt(dst, pos)
 	if n < len(dst) && pos+int64(len(dst)) <= r.SizeBytes() {
 		clear(dst[n:])
@@ -55,27 +125,49 @@ func (r readsPastReadable) ReadAt(dst []byte, pos int64) (int, error) {
 	return n, err
 }
 
-// TestBrokenHelper runs the suite against the broken backend when the parent
-// test asks for it; on its own it does nothing.
-func TestBrokenHelper(t *testing.T) {
-	if os.Getenv("MQSTORE_CONFORMANCE_BROKEN") != "1" {
-		t.Skip("run by TestSuiteCatchesBrokenFile")
-	}
-	conformance.Run(t, func(testing.TB) mappedfile.Backend {
-		return brokenBackend{mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true})}
-	})
+// flushWithoutSync reports bytes flushed without syncing them: the bug of a
+// Flush whose fdatasync was removed.
+type flushWithoutSync struct {
+	mappedfile.MappedFile
+	flushed atomic.Int64
 }
 
-func TestSuiteCatchesBrokenFile(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), "MQSTORE_CONFORMANCE_BROKEN=1")
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		t.Fatalf("the suite passed a file that reads past the readable position:\n%s", out)
+func (f *flushWithoutSync) FlushedPosition() int64 { return f.flushed.Load() }
+
+func (f *flushWithoutSync) Flush(ctx context.Context, leastPages int) (int64, error) {
+	if err := f.Err(); err != nil {
+		return f.flushed.Load(), err
 	}
-	for _, check := range []string{"--- FAIL: TestBrokenHelper/ReadsStopAtReadable"} {
-		if !strings.Contains(string(out), check) {
-			t.Errorf("expected %q in the output:\n%s", check, out)
-		}
-	}
+	c := f.CommittedPosition()
+	f.flushed.Store(c)
+	return c, nil
 }
+
+// retriesSync retries a failed flush with a sync of its own and reports
+// success: the bug of an error that is not sticky.
+type retriesSync struct {
+	mappedfile.MappedFile
+	failed atomic.Bool
+}
+
+func (r *retriesSync) Flush(ctx context.Context, leastPages int) (int64, error) {
+	if !r.failed.Load() {
+		fl, err := r.MappedFile.Flush(ctx, leastPages)
+		if err == nil {
+			return fl, nil
+		}
+		r.failed.Store(true)
+		return fl, err
+	}
+	f, err := os.OpenFile(r.Path(), os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if err := segfile.Fdatasync(r.Path(), int(f.Fd())); err != nil {
+		return 0, err
+	}
+	return r.CommittedPosition(), nil
+}
+
+func (r *retriesSync) Err() error { return nil }

@@ -1,7 +1,9 @@
 // Command mqpeer runs one workload against one peer store and prints one
 // JSON object (peers.Output) on stdout: the protocol between mqbench (in the
-// store's module) and the peers (in this module). Exit 2 on bad flags, 1
-// when the peer fails to open or the run fails (the JSON still says why).
+// store's module) and the peers (in this module). Exit 2 on bad flags (an
+// unknown peer is named with the valid ones), 1 when the peer fails to open
+// or the run fails (the JSON still says why). --list prints the peers as a
+// JSON array of {"name", "label"}.
 package main
 
 import (
@@ -13,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,7 +32,7 @@ func main() {
 
 func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("mqpeer", flag.ContinueOnError)
-	peer := fs.String("peer", "", "peer: nats or pebble (required)")
+	peer := fs.String("peer", "", "peer: "+strings.Join(peers.Names(), ", ")+" (required)")
 	dir := fs.String("dir", "", "empty directory for the peer's files (required)")
 	flush := fs.String("flush", "async", "async or sync")
 	workload := fs.String("workload", "throughput", "throughput or latency")
@@ -41,11 +44,17 @@ func run(ctx context.Context, args []string) int {
 	rate := fs.Float64("rate", 0, "open-loop arrivals per second")
 	arrival := fs.String("arrival", "constant", "constant or poisson")
 	seed := fs.Uint64("seed", 1, "Poisson seed")
+	list := fs.Bool("list", false, "print the peers as a JSON array of {name, label} and exit")
+	syncInterval := fs.Duration("sync-interval", peers.DefaultSyncInterval, "async sync interval, matched to mqstore's flush interval")
+	profileDir := fs.String("profile", "", "write cpu, heap, block and mutex profiles of the run (warm-up included) to this directory")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *list {
+		return printList()
 	}
 	if *peer == "" || *dir == "" || fs.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "mqpeer: --peer and --dir are required; no positional arguments")
@@ -59,13 +68,32 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "mqpeer:", err)
 		return 2
 	}
-	p, err := peers.Open(ctx, *peer, *dir, *flush)
+	peerOpts := []peers.Option{peers.WithSyncInterval(*syncInterval), peers.WithOutstanding(spec.Workers())}
+	info, err := peers.Describe(*peer, *flush, peerOpts...)
+	if errors.Is(err, peers.ErrUnknownPeer) || errors.Is(err, peers.ErrBadFlush) {
+		fmt.Fprintln(os.Stderr, "mqpeer:", err)
+		return 2
+	}
 	if err != nil {
 		out.Error = err.Error()
 		return emit(out, 1)
 	}
-	out.Params = p.Params()
+	out.Describe(info)
+	p, err := peers.Open(ctx, *peer, *dir, *flush, peerOpts...)
+	if err != nil {
+		out.Error = err.Error()
+		return emit(out, 1)
+	}
+	stopProfiles, err := startProfiles(*profileDir, *peer+"-"+*flush)
+	if err != nil {
+		out.Error = err.Error()
+		_ = p.Close()
+		return emit(out, 1)
+	}
 	out.Result = load.Run(ctx, spec, nil, func(worker int) load.Op { return p.NewOp(worker, *size) })
+	if err := stopProfiles(); err != nil && out.Result.Error == "" {
+		out.Result.Error = err.Error()
+	}
 	if err := p.Close(); err != nil && out.Result.Error == "" {
 		out.Result.Error = err.Error()
 	}
@@ -73,6 +101,19 @@ func run(ctx context.Context, args []string) int {
 		return emit(out, 1)
 	}
 	return emit(out, 0)
+}
+
+func printList() int {
+	list, err := peers.List()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mqpeer:", err)
+		return 1
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(list); err != nil {
+		fmt.Fprintln(os.Stderr, "mqpeer: write list:", err)
+		return 1
+	}
+	return 0
 }
 
 func emit(out peers.Output, code int) int {

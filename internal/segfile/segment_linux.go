@@ -1,8 +1,3 @@
-// Package segfile holds the file-system mechanics the real backends share:
-// creating a preallocated segment safely, zeroing a range, syncing a
-// directory, sending a file range to a socket with sendfile(2), and the
-// O_DIRECT alignment of a file system. It keeps the backends from repeating
-// each other; it knows nothing about records.
 package segfile
 
 import (
@@ -12,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/mqstore/mqstore/mappedfile"
@@ -22,9 +16,11 @@ import (
 // OpenOrCreate opens spec.Path read-write. When the file does not exist it is
 // created under a temporary name, preallocated with fallocate to
 // spec.SizeBytes, synced, renamed into place and the directory synced (etcd's
-// WAL file lifecycle), so a crash never leaves a short segment behind.
-// existed reports whether the file was already there; its size must then be
-// spec.SizeBytes. extraFlags are added to O_RDWR (O_DIRECT, for example).
+// WAL file lifecycle), so a crash never leaves a short segment behind and a
+// power loss never loses the new name. The returned file is named
+// spec.Path. existed reports whether the file was already there; its size
+// must then be spec.SizeBytes. extraFlags are added to O_RDWR (O_DIRECT, for
+// example).
 func OpenOrCreate(ctx context.Context, spec mappedfile.Spec, extraFlags int) (f *os.File, existed bool, err error) {
 	if spec.SizeBytes <= 0 {
 		return nil, false, fmt.Errorf("open segment %s: size %d: %w", spec.Path, spec.SizeBytes, mappedfile.ErrInvalidArgument)
@@ -49,44 +45,60 @@ func OpenOrCreate(ctx context.Context, spec mappedfile.Spec, extraFlags int) (f 
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, false, fmt.Errorf("open segment %s: %w", spec.Path, directIOHint(err, extraFlags))
 	}
-	tmp := spec.Path + ".tmp"
-	f, err = os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|extraFlags, 0o644)
-	if err != nil {
-		return nil, false, fmt.Errorf("create segment %s: %w", tmp, directIOHint(err, extraFlags))
+	if err := create(spec, extraFlags); err != nil {
+		return nil, false, fmt.Errorf("create segment %s: %w", spec.Path, err)
 	}
-	fail := func(what string, err error) (*os.File, bool, error) {
-		f.Close()
-		os.Remove(tmp)
-		return nil, false, fmt.Errorf("create segment %s: %s: %w", spec.Path, what, err)
-	}
-	if err := Preallocate(f, spec.SizeBytes); err != nil {
-		return fail("preallocate", err)
-	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return fail("fdatasync", err)
-	}
-	if err := os.Rename(tmp, spec.Path); err != nil {
-		return fail("rename", err)
-	}
-	if err := SyncDir(filepath.Dir(spec.Path)); err != nil {
-		return fail("sync directory", err)
+	// Open the renamed file by its name, so that it (and every operation
+	// the seam reports on it) carries the segment's path, not the
+	// temporary one.
+	if f, err = os.OpenFile(spec.Path, os.O_RDWR|extraFlags, 0); err != nil {
+		return nil, false, fmt.Errorf("open segment %s after creating it: %w", spec.Path, err)
 	}
 	return f, false, nil
+}
+
+// create makes spec.Path durably: a temporary file, preallocated and synced,
+// renamed into place, the directory synced. A failure removes the temporary
+// file (or the segment, when the rename happened but the directory sync
+// failed: a name that may not survive a power loss must not be used).
+func create(spec mappedfile.Spec, extraFlags int) error {
+	tmp := spec.Path + ".tmp"
+	f, err := Create(tmp, extraFlags, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s: %w", tmp, directIOHint(err, extraFlags))
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if err := Preallocate(f, spec.SizeBytes); err != nil {
+		_ = Unlink(tmp)
+		return fmt.Errorf("preallocate: %w", err)
+	}
+	if err := Fdatasync(tmp, fd); err != nil {
+		_ = Unlink(tmp)
+		return err
+	}
+	if err := Rename(tmp, spec.Path); err != nil {
+		_ = Unlink(tmp)
+		return fmt.Errorf("rename: %w", err)
+	}
+	if err := SyncDir(filepath.Dir(spec.Path)); err != nil {
+		_ = Unlink(spec.Path)
+		return err
+	}
+	return nil
 }
 
 // Preallocate reserves size bytes for f with fallocate(2), falling back to
 // ftruncate on file systems without it (the mmap backend then risks SIGBUS
 // on a full disk, which is why fallocate comes first).
 func Preallocate(f *os.File, size int64) error {
-	err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+	path, fd := f.Name(), int(f.Fd())
+	err := Fallocate(path, fd, 0, 0, size)
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
-		if terr := f.Truncate(size); terr != nil {
-			return fmt.Errorf("ftruncate to %d: %w", size, terr)
-		}
-		return nil
+		return Ftruncate(path, fd, size)
 	}
 	if errors.Is(err, unix.ENOSPC) {
 		return fmt.Errorf("fallocate %d bytes: no space left on the device: %w", size, err)
@@ -101,47 +113,39 @@ func directIOHint(err error, flags int) error {
 	return err
 }
 
-// SyncDir fsyncs a directory so a create, rename or remove in it is durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	return nil
-}
-
-// ZeroRange durably zeroes [off, off+n) of f: FALLOC_FL_ZERO_RANGE where the
-// file system has it, else plain writes of zeros; then fdatasync.
+// ZeroRange zeroes [off, off+n) of f — FALLOC_FL_ZERO_RANGE where the file
+// system has it, else plain writes of zeros (also when the disk is too full
+// for the extent change; any other failure, such as EIO, is returned) —
+// then fdatasyncs the whole
+// file, which also makes every other byte of it durable (a caller that
+// declares [0, off) valid after a crash relies on that: those bytes may be
+// only in the page cache).
 func ZeroRange(f *os.File, off, n int64) error {
-	if n <= 0 {
-		return nil
-	}
-	fd := int(f.Fd())
-	err := unix.Fallocate(fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-	if err != nil {
-		if err := writeZeros(f, off, n); err != nil {
-			return err
+	path, fd := f.Name(), int(f.Fd())
+	if n > 0 {
+		err := Fallocate(path, fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC) {
+			// No FALLOC_FL_ZERO_RANGE here (tmpfs), or no room for the
+			// extent change on a full disk (recovery after ENOSPC must still
+			// open): write the zeros over the blocks the file already has.
+			err = writeZeros(path, fd, off, n)
+		}
+		if err != nil {
+			return fmt.Errorf("zero [%d,%d): %w", off, off+n, err)
 		}
 	}
-	if err := unix.Fdatasync(fd); err != nil {
-		return fmt.Errorf("fdatasync after zeroing: %w", err)
+	if err := Fdatasync(path, fd); err != nil {
+		return fmt.Errorf("after zeroing [%d,%d): %w", off, off+n, err)
 	}
 	return nil
 }
 
-func writeZeros(f *os.File, off, n int64) error {
-	zeros := make([]byte, 1<<20)
+func writeZeros(path string, fd int, off, n int64) error {
+	zeros := make([]byte, min(n, 1<<20))
 	for n > 0 {
-		chunk := int64(len(zeros))
-		if chunk > n {
-			chunk = n
-		}
-		if _, err := f.WriteAt(zeros[:chunk], off); err != nil {
-			return fmt.Errorf("zero [%d,%d): %w", off, off+chunk, err)
+		chunk := min(int64(len(zeros)), n)
+		if err := Pwrite(path, fd, zeros[:chunk], off); err != nil {
+			return err
 		}
 		off += chunk
 		n -= chunk
@@ -260,6 +264,3 @@ func MemlockError(what string, wanted int64, err error) error {
 	}
 	return fmt.Errorf("%s: mlock of %d bytes: %w", what, wanted, err)
 }
-
-// IsSegmentTemp reports whether name is a segment still being created.
-func IsSegmentTemp(name string) bool { return strings.HasSuffix(name, ".tmp") }

@@ -1,6 +1,7 @@
-package mappedfile_test
+package faultfile_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"syscall"
@@ -8,15 +9,16 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/faultfile"
 )
 
 func TestFaultyNthAndPastOffset(t *testing.T) {
 	ctx := context.Background()
-	faults := mappedfile.NewFaults(
-		mappedfile.Fault{Op: mappedfile.OpAppend, Nth: 3, Err: syscall.EIO, PathContains: "a"},
-		mappedfile.Fault{Op: mappedfile.OpAppend, PastOffset: 1000 + 500, Err: syscall.ENOSPC, PathContains: "b"},
+	faults := faultfile.NewFaults(
+		faultfile.Fault{Op: faultfile.OpAppend, Nth: 3, Err: syscall.EIO, PathContains: "a"},
+		faultfile.Fault{Op: faultfile.OpAppend, PastOffset: 1000 + 500, Err: syscall.ENOSPC, PathContains: "b"},
 	)
-	fb := mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
 	a, err := fb.Open(ctx, mappedfile.Spec{Path: "/d/a", SizeBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
@@ -52,8 +54,8 @@ func TestFaultyNthAndPastOffset(t *testing.T) {
 
 func TestFaultyLatency(t *testing.T) {
 	ctx := context.Background()
-	faults := mappedfile.NewFaults(mappedfile.Fault{Op: mappedfile.OpFlush, Latency: 30 * time.Millisecond})
-	fb := mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
+	faults := faultfile.NewFaults(faultfile.Fault{Op: faultfile.OpFlush, Latency: 30 * time.Millisecond})
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
 	mf, err := fb.Open(ctx, mappedfile.Spec{Path: "/d/a", SizeBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
@@ -75,40 +77,10 @@ func TestFaultyLatency(t *testing.T) {
 	}
 }
 
-func TestRefCount(t *testing.T) {
-	var r mappedfile.RefCount
-	r.Init()
-	cleaned := 0
-	if !r.Retain() {
-		t.Fatal("retain")
-	}
-	r.Shutdown(func() { cleaned++ })
-	if r.Retain() {
-		t.Fatal("retain after shutdown")
-	}
-	if !r.Acquire() {
-		t.Fatal("acquire while a reference is held")
-	}
-	r.Release()
-	if cleaned != 0 {
-		t.Fatal("cleaned up with a reference held")
-	}
-	r.Release()
-	if cleaned != 1 {
-		t.Fatal("not cleaned up at the last release")
-	}
-	if r.Acquire() {
-		t.Fatal("acquire after cleanup")
-	}
-	if r.Shutdown(func() { cleaned++ }) || cleaned != 1 {
-		t.Fatal("second shutdown ran a cleanup")
-	}
-}
-
 func TestFaultyCancelIsNotSticky(t *testing.T) {
 	ctx := context.Background()
-	faults := mappedfile.NewFaults(mappedfile.Fault{Op: mappedfile.OpFlush, Nth: 1, Latency: time.Hour})
-	mf, err := mappedfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults).Open(ctx, mappedfile.Spec{Path: "/d/a", SizeBytes: 4096})
+	faults := faultfile.NewFaults(faultfile.Fault{Op: faultfile.OpFlush, Nth: 1, Latency: time.Hour})
+	mf, err := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults).Open(ctx, mappedfile.Spec{Path: "/d/a", SizeBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,3 +94,5 @@ func TestFaultyCancelIsNotSticky(t *testing.T) {
 		t.Fatalf("flush after a cancelled one: %d, %v", fl, err)
 	}
 }
+
+func fill(b byte, n int) mappedfile.Bytes { return bytes.Repeat([]byte{b}, n) }

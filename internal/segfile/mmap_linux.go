@@ -1,6 +1,7 @@
 package segfile
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -42,37 +43,16 @@ func Unmap(b []byte) error {
 	return nil
 }
 
-// PageRange widens [from, to) to whole pages inside a region of size bytes.
-func PageRange(from, to, size int64) (int64, int64) {
-	const page = 4096
-	from = from &^ (page - 1)
-	to = (to + page - 1) &^ (page - 1)
-	if to > size {
-		to = size
-	}
-	return from, to
-}
-
-// Msync writes back [from, to) of the mapping b synchronously (MS_SYNC: a
-// ranged fdatasync).
-func Msync(b []byte, from, to int64) error {
-	from, to = PageRange(from, to, int64(len(b)))
-	if to <= from {
-		return nil
-	}
-	if err := unix.Msync(b[from:to], unix.MS_SYNC); err != nil {
-		return fmt.Errorf("msync [%d,%d): %w", from, to, err)
-	}
-	return nil
-}
-
 // Lock mlocks b, with an error that explains RLIMIT_MEMLOCK when it fails.
 func Lock(what string, b []byte) error {
-	if err := unix.Mlock(b); err != nil {
+	if err := Mlock(b); err != nil {
 		return MemlockError(what, int64(len(b)), err)
 	}
 	return nil
 }
+
+// Mlock mlocks b and returns the bare errno on failure (see MemlockError).
+func Mlock(b []byte) error { return unix.Mlock(b) }
 
 // Unlock munlocks b.
 func Unlock(b []byte) error {
@@ -98,6 +78,23 @@ func AdviseWrite(b []byte) error {
 func AdviseCold(b []byte) error {
 	if err := unix.Madvise(b, unix.MADV_DONTNEED); err != nil {
 		return fmt.Errorf("madvise DONTNEED: %w", err)
+	}
+	return nil
+}
+
+// ErrNoPopulateWrite: the kernel has no MADV_POPULATE_WRITE (before 5.14).
+var ErrNoPopulateWrite = errors.New("segfile: madvise(MADV_POPULATE_WRITE) is not supported by this kernel")
+
+// PopulateWrite faults b's pages in writable without storing anything
+// (madvise MADV_POPULATE_WRITE, Linux 5.14+); ErrNoPopulateWrite where the
+// kernel lacks it.
+func PopulateWrite(b []byte) error {
+	err := unix.Madvise(b, unix.MADV_POPULATE_WRITE)
+	if errors.Is(err, unix.EINVAL) {
+		return ErrNoPopulateWrite
+	}
+	if err != nil {
+		return fmt.Errorf("madvise POPULATE_WRITE: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,12 @@
-package mappedfile
+// Package faultfile wraps a mappedfile.Backend so that the files it opens
+// fail or slow down chosen operations (by kind, by path, n-th call, past an
+// offset): the engine's tests use it to drive error paths through the store.
+//
+// It works at the MappedFile level and its failures are sticky by
+// construction, so it proves nothing about a backend's own stickiness or
+// durability: that is the job of the fault seam under the real backends
+// (internal/segfile) and of the conformance suite's injection checks.
+package faultfile
 
 import (
 	"context"
@@ -9,9 +17,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
-// Op is a kind of operation the fault injector can hit.
+// ErrInjected is the error of a rule that names none.
+var ErrInjected = errors.New("faultfile: injected fault")
+
+// Op is a kind of MappedFile operation a rule can hit.
 type Op int
 
 const (
@@ -123,22 +136,22 @@ func (f *Faults) check(op Op, path string, globalEnd int64) (time.Duration, erro
 	return delay, fail
 }
 
-// Faulty wraps a Backend so that every file it opens obeys the rules.
+// Faulty wraps a mappedfile.Backend so that every file it opens obeys the rules.
 type Faulty struct {
-	inner  Backend
+	inner  mappedfile.Backend
 	faults *Faults
 }
 
 // NewFaulty wraps inner with the rule set faults.
-func NewFaulty(inner Backend, faults *Faults) *Faulty {
+func NewFaulty(inner mappedfile.Backend, faults *Faults) *Faulty {
 	return &Faulty{inner: inner, faults: faults}
 }
 
-// Name implements Backend.
+// Name implements mappedfile.Backend.
 func (b *Faulty) Name() string { return b.inner.Name() }
 
-// Open implements Backend.
-func (b *Faulty) Open(ctx context.Context, spec Spec) (MappedFile, error) {
+// Open implements mappedfile.Backend.
+func (b *Faulty) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
 	if err := inject(ctx, b.faults, OpOpen, spec.Path, spec.FromOffset); err != nil {
 		return nil, fmt.Errorf("open %s: %w", spec.Path, err)
 	}
@@ -149,32 +162,32 @@ func (b *Faulty) Open(ctx context.Context, spec Spec) (MappedFile, error) {
 	return WrapFaulty(mf, b.faults), nil
 }
 
-// List implements Lister when the inner backend does.
+// List implements mappedfile.Lister when the inner backend does.
 func (b *Faulty) List(dir string) ([]string, error) {
-	if l, ok := b.inner.(Lister); ok {
+	if l, ok := b.inner.(mappedfile.Lister); ok {
 		return l.List(dir)
 	}
-	return nil, fmt.Errorf("list %s: backend %s keeps files in the OS file system: %w", dir, b.inner.Name(), ErrUnsupported)
+	return nil, fmt.Errorf("list %s: backend %s keeps files in the OS file system: %w", dir, b.inner.Name(), mappedfile.ErrUnsupported)
 }
 
-// ListDirs implements DirLister when the inner backend does.
+// ListDirs implements mappedfile.DirLister when the inner backend does.
 func (b *Faulty) ListDirs(dir string) ([]string, error) {
-	if l, ok := b.inner.(DirLister); ok {
+	if l, ok := b.inner.(mappedfile.DirLister); ok {
 		return l.ListDirs(dir)
 	}
-	return nil, fmt.Errorf("list directories in %s: backend %s keeps files in the OS file system: %w", dir, b.inner.Name(), ErrUnsupported)
+	return nil, fmt.Errorf("list directories in %s: backend %s keeps files in the OS file system: %w", dir, b.inner.Name(), mappedfile.ErrUnsupported)
 }
 
-// Remove implements Lister when the inner backend does.
+// Remove implements mappedfile.Lister when the inner backend does.
 func (b *Faulty) Remove(path string) error {
-	if l, ok := b.inner.(Lister); ok {
+	if l, ok := b.inner.(mappedfile.Lister); ok {
 		return l.Remove(path)
 	}
-	return fmt.Errorf("remove %s: backend %s keeps files in the OS file system: %w", path, b.inner.Name(), ErrUnsupported)
+	return fmt.Errorf("remove %s: backend %s keeps files in the OS file system: %w", path, b.inner.Name(), mappedfile.ErrUnsupported)
 }
 
 // Inner returns the wrapped backend.
-func (b *Faulty) Inner() Backend { return b.inner }
+func (b *Faulty) Inner() mappedfile.Backend { return b.inner }
 
 func inject(ctx context.Context, f *Faults, op Op, path string, globalEnd int64) error {
 	delay, err := f.check(op, path, globalEnd)
@@ -193,9 +206,9 @@ func inject(ctx context.Context, f *Faults, op Op, path string, globalEnd int64)
 	return nil
 }
 
-// faultyFile is a MappedFile wrapped by WrapFaulty.
+// faultyFile is a mappedfile.MappedFile wrapped by WrapFaulty.
 type faultyFile struct {
-	MappedFile
+	mappedfile.MappedFile
 	faults    *Faults
 	stickyErr atomic.Pointer[error]
 }
@@ -203,7 +216,7 @@ type faultyFile struct {
 // WrapFaulty wraps one file with the rule set. An injected failure of
 // Append, Commit, Flush or Truncate is sticky, as a real one is: later
 // Appends, Commits and Flushes return it.
-func WrapFaulty(mf MappedFile, faults *Faults) MappedFile {
+func WrapFaulty(mf mappedfile.MappedFile, faults *Faults) mappedfile.MappedFile {
 	return &faultyFile{MappedFile: mf, faults: faults}
 }
 
@@ -229,7 +242,7 @@ func (f *faultyFile) Err() error {
 	return f.MappedFile.Err()
 }
 
-func (f *faultyFile) Append(n int, enc Encoder) (int64, error) {
+func (f *faultyFile) Append(n int, enc mappedfile.Encoder) (int64, error) {
 	if err := f.sticky(); err != nil {
 		return 0, err
 	}
@@ -284,12 +297,12 @@ func (f *faultyFile) Truncate(ctx context.Context, validEnd int64) error {
 	return f.MappedFile.Truncate(ctx, validEnd)
 }
 
-// WriteAt forwards to the wrapped file when it is an Overwriter; it counts
+// WriteAt forwards to the wrapped file when it is a mappedfile.Overwriter; it counts
 // as an append for fault injection.
 func (f *faultyFile) WriteAt(p []byte, filePos int64) (int, error) {
-	ow, ok := f.MappedFile.(Overwriter)
+	ow, ok := f.MappedFile.(mappedfile.Overwriter)
 	if !ok {
-		return 0, fmt.Errorf("%s: overwrite: %w", f.Path(), ErrUnsupported)
+		return 0, fmt.Errorf("%s: overwrite: %w", f.Path(), mappedfile.ErrUnsupported)
 	}
 	if err := f.sticky(); err != nil {
 		return 0, err
@@ -301,4 +314,4 @@ func (f *faultyFile) WriteAt(p []byte, filePos int64) (int, error) {
 }
 
 // Unwrap returns the wrapped file.
-func (f *faultyFile) Unwrap() MappedFile { return f.MappedFile }
+func (f *faultyFile) Unwrap() mappedfile.MappedFile { return f.MappedFile }

@@ -1,5 +1,5 @@
 //go:build !race
 
-package transientpool
+package main
 
 const raceEnabled = false

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mqstore/mqstore/bench/peers"
+)
+
+// mqpeer is the command built from this package by TestMain: a real build,
+// whose build info carries the dependencies' versions (a test binary's does
+// not).
+var mqpeer string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "mqpeer-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	mqpeer = filepath.Join(dir, "mqpeer")
+	args := []string{"build", "-o", mqpeer}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build mqpeer: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// requiredVersions reads the versions the peers module's go.mod requires.
+func requiredVersions(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := os.Open("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	versions := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "require "))
+		if len(fields) >= 2 && strings.HasPrefix(fields[1], "v") {
+			versions[fields[0]] = fields[1]
+		}
+	}
+	return versions
+}
+
+func peerModule(name string) string {
+	if strings.HasPrefix(name, "nats") {
+		return "github.com/nats-io/nats-server/v2"
+	}
+	return "github.com/cockroachdb/pebble/v2"
+}
+
+func runMQPeer(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(mqpeer, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("run mqpeer: %v", err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// TestList: --list prints every peer with a label carrying the version
+// go.mod requires.
+func TestList(t *testing.T) {
+	stdout, stderr, code := runMQPeer(t, "--list")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var list []map[string]string
+	if err := json.Unmarshal([]byte(stdout), &list); err != nil {
+		t.Fatalf("--list printed %q: %v", stdout, err)
+	}
+	req := requiredVersions(t)
+	if len(list) != len(peers.Names()) {
+		t.Fatalf("--list: %d peers, want %d: %s", len(list), len(peers.Names()), stdout)
+	}
+	for i, name := range peers.Names() {
+		if list[i]["name"] != name || !strings.Contains(list[i]["label"], req[peerModule(name)]) || len(list[i]) != 2 {
+			t.Fatalf("--list entry %d: %v, want name %s and a label with version %s", i, list[i], name, req[peerModule(name)])
+		}
+	}
+}
+
+// TestBadPeerOrFlush: an unknown peer or flush mode exits 2 naming what is
+// valid, and prints no result.
+func TestBadPeerOrFlush(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--peer", "UNKNOWN", "--dir", t.TempDir()}, strings.Join(peers.Names(), ", ")},
+		{[]string{"--peer", "pebble", "--dir", t.TempDir(), "--flush", "fsync"}, "want async or sync"},
+		{[]string{"--peer", "nats"}, "--peer and --dir are required"},
+	}
+	for _, c := range cases {
+		stdout, stderr, code := runMQPeer(t, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {
+			t.Fatalf("mqpeer %v: exit %d, stderr %q, stdout %q; want exit 2 and %q", c.args, code, stderr, stdout, c.want)
+		}
+	}
+}
+
+// TestOutput: a short run of every peer and flush mode prints one JSON
+// object with the label, the version go.mod requires, the options (and
+// params, the same map), the four durability statements and a result.
+func TestOutput(t *testing.T) {
+	req := requiredVersions(t)
+	for _, name := range peers.Names() {
+		for _, flush := range []string{"sync", "async"} {
+			t.Run(name+"/"+flush, func(t *testing.T) {
+				stdout, stderr, code := runMQPeer(t, "--peer", name, "--dir", t.TempDir(), "--flush", flush,
+					"--producers", "4", "--duration", "200ms", "--warmup", "0s")
+				if code != 0 {
+					t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+				}
+				var out peers.Output
+				dec := json.NewDecoder(strings.NewReader(stdout))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&out); err != nil {
+					t.Fatalf("output %q: %v", stdout, err)
+				}
+				want := req[peerModule(name)]
+				d := out.Durability
+				switch {
+				case out.Peer != name || out.Flush != flush:
+					t.Fatalf("peer %q flush %q", out.Peer, out.Flush)
+				case out.Version != want || !strings.Contains(out.Label, want):
+					t.Fatalf("version %q, label %q; go.mod requires %s", out.Version, out.Label, want)
+				case len(out.Options) == 0 || fmt.Sprint(out.Options) != fmt.Sprint(out.Params):
+					t.Fatalf("options %v, params %v", out.Options, out.Params)
+				case d == nil || d.Ack == "" || d.ProcessCrash == "" || d.PowerLoss == "" || d.Mechanism == "":
+					t.Fatalf("durability %+v", d)
+				case out.Result.Messages == 0 || out.Result.Error != "" || out.Error != "":
+					t.Fatalf("result: %d messages, error %q %q", out.Result.Messages, out.Result.Error, out.Error)
+				}
+			})
+		}
+	}
+}

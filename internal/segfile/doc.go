@@ -1,0 +1,28 @@
+// Package segfile holds the file-system mechanics the real backends share:
+// creating a preallocated segment durably, zeroing a range, syncing a file, a
+// range of its mapping or a directory, sending a file range to a socket with
+// sendfile(2), memory maps, and the O_DIRECT alignment of a file system. It
+// keeps the backends from repeating each other; it knows nothing about
+// records.
+//
+// Every system call the backends make on their files goes through this
+// package's seam (see Install and Hook), where tests record and fail them.
+// It runs on Linux; elsewhere every function returns an error wrapping
+// mappedfile.ErrUnsupported, so the packages above it still build.
+package segfile
+
+import "strings"
+
+// IsSegmentTemp reports whether name is a segment still being created.
+func IsSegmentTemp(name string) bool { return strings.HasSuffix(name, ".tmp") }
+
+// PageRange widens [from, to) to whole pages inside a region of size bytes.
+func PageRange(from, to, size int64) (int64, int64) {
+	const page = 4096
+	from = from &^ (page - 1)
+	to = (to + page - 1) &^ (page - 1)
+	if to > size {
+		to = size
+	}
+	return from, to
+}

@@ -1,0 +1,183 @@
+package mappedfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// ErrUnknownBackend: no backend of that name is registered.
+var ErrUnknownBackend = errors.New("mappedfile: unknown backend")
+
+// Config is what every backend constructor gets from its user (the engine):
+// the settings that are not the backend's own.
+type Config struct {
+	// SegmentSizeBytes is the size of the segments the backend will open;
+	// backends that size memory up front (a buffer pool) use it.
+	SegmentSizeBytes int64
+	// Logger receives what a backend cannot return (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Registration describes one backend to a Registry: its name, what a user
+// reads when choosing it, and how to build it with its own options.
+//
+// A backend package exports one (or one per variant) and the engine lists
+// it; nothing else needs to know the backend. Options stay the backend's
+// own type (mmapio.Options, transientpool.Options, …): New receives nil (the
+// defaults), a value of that type or a pointer to one, and rejects any other
+// type with ErrInvalidArgument. The options type must marshal to JSON, so a
+// benchmark run can record exactly what it ran (fields that cannot, such as
+// a logger, carry `json:"-"`).
+type Registration struct {
+	// Name is what users type (Options.Backend, --backends).
+	Name string
+	// Description is one line: where appends go, what commit and flush do.
+	Description string
+	// Requires says what the backend needs to run ("Linux", "Linux 5.6+
+	// with io_uring enabled", "nothing"); README's "what runs where".
+	Requires string
+	// Volatile: the backend keeps its files in memory only (nothing reaches
+	// a disk). Benchmarks and real-disk crash trials leave it out.
+	Volatile bool
+	// NewOptions returns a pointer to a new value of the backend's options
+	// type holding its defaults (what New uses for nil), or nil when the
+	// backend takes no options. DecodeOptions unmarshals into it.
+	NewOptions func() any
+	// New builds the backend.
+	New func(cfg Config, options any) (Backend, error)
+}
+
+// Registry is an ordered set of registrations, looked up by name.
+type Registry struct {
+	list []Registration
+}
+
+// NewRegistry checks and orders the registrations (names unique and
+// non-empty, New set).
+func NewRegistry(regs ...Registration) (*Registry, error) {
+	r := &Registry{}
+	for _, reg := range regs {
+		switch {
+		case reg.Name == "" || strings.ContainsAny(reg.Name, " ,\t\n"):
+			return nil, fmt.Errorf("mappedfile: registration %q: a name must be non-empty, without spaces or commas: %w", reg.Name, ErrInvalidArgument)
+		case reg.New == nil:
+			return nil, fmt.Errorf("mappedfile: registration %q has no New: %w", reg.Name, ErrInvalidArgument)
+		case r.index(reg.Name) >= 0:
+			return nil, fmt.Errorf("mappedfile: backend %q registered twice: %w", reg.Name, ErrInvalidArgument)
+		}
+		r.list = append(r.list, reg)
+	}
+	return r, nil
+}
+
+// MustRegistry is NewRegistry for package-level lists; it panics on a
+// duplicate or malformed registration (a programmer error).
+func MustRegistry(regs ...Registration) *Registry {
+	r, err := NewRegistry(regs...)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func (r *Registry) index(name string) int {
+	return slices.IndexFunc(r.list, func(reg Registration) bool { return reg.Name == name })
+}
+
+// All returns the registrations in order.
+func (r *Registry) All() []Registration { return slices.Clone(r.list) }
+
+// Names returns the registered names in order.
+func (r *Registry) Names() []string {
+	names := make([]string, len(r.list))
+	for i, reg := range r.list {
+		names[i] = reg.Name
+	}
+	return names
+}
+
+// Lookup returns the registration of name.
+func (r *Registry) Lookup(name string) (Registration, error) {
+	if i := r.index(name); i >= 0 {
+		return r.list[i], nil
+	}
+	return Registration{}, fmt.Errorf("backend %q: want one of %s: %w", name, strings.Join(r.Names(), ", "), ErrUnknownBackend)
+}
+
+// New builds the backend name with cfg and its options (nil: defaults).
+func (r *Registry) New(name string, cfg Config, options any) (Backend, error) {
+	reg, err := r.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := reg.New(cfg, options)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// DecodeOptions unmarshals JSON (as recorded in a run.json) into the options
+// type of backend name, starting from its defaults; unknown fields are an
+// error. It returns a pointer to the options value, ready for New.
+func (r *Registry) DecodeOptions(name string, data []byte) (any, error) {
+	reg, err := r.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if reg.NewOptions == nil {
+		if len(bytes.TrimSpace(data)) == 0 || string(bytes.TrimSpace(data)) == "null" || string(bytes.TrimSpace(data)) == "{}" {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("backend %s takes no options, got %s: %w", name, data, ErrInvalidArgument)
+	}
+	opts := reg.NewOptions()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(opts); err != nil {
+		return nil, fmt.Errorf("backend %s: options %s: %w (%w)", name, data, err, ErrInvalidArgument)
+	}
+	return opts, nil
+}
+
+// OptionsAs converts the options a constructor received into the backend's
+// type T: nil gives T's zero value (the backend's defaults), a T or a *T
+// gives that value; anything else is ErrInvalidArgument naming both types.
+func OptionsAs[T any](backend string, options any) (T, error) {
+	var zero T
+	switch o := options.(type) {
+	case nil:
+		return zero, nil
+	case T:
+		return o, nil
+	case *T:
+		if o == nil {
+			return zero, nil
+		}
+		return *o, nil
+	}
+	return zero, fmt.Errorf("backend %s: options of type %T, want %v: %w", backend, options, reflect.TypeFor[T](), ErrInvalidArgument)
+}
+
+// MemRegistration registers MemFS as the "mem" backend: files in memory,
+// nothing on disk (tests, and benchmarks of the engine's own cost).
+var MemRegistration = Registration{
+	Name:        "mem",
+	Description: "in memory, nothing on disk: flush copies to a durable image that a simulated crash keeps (tests; the engine's own cost)",
+	Requires:    "nothing",
+	Volatile:    true,
+	NewOptions:  func() any { return &MemOptions{} },
+	New: func(_ Config, options any) (Backend, error) {
+		opts, err := OptionsAs[MemOptions]("mem", options)
+		if err != nil {
+			return nil, err
+		}
+		return NewMemFS(opts), nil
+	},
+}

@@ -1,0 +1,60 @@
+package mappedfile_test
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+func TestRegistryRejectsBadRegistrations(t *testing.T) {
+	newMem := mappedfile.MemRegistration.New
+	for _, tc := range []struct {
+		name string
+		regs []mappedfile.Registration
+	}{
+		{"empty name", []mappedfile.Registration{{Name: "", New: newMem}}},
+		{"name with a comma", []mappedfile.Registration{{Name: "a,b", New: newMem}}},
+		{"no constructor", []mappedfile.Registration{{Name: "x"}}},
+		{"duplicate", []mappedfile.Registration{mappedfile.MemRegistration, mappedfile.MemRegistration}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := mappedfile.NewRegistry(tc.regs...); !errors.Is(err, mappedfile.ErrInvalidArgument) {
+				t.Fatalf("NewRegistry: %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+}
+
+func TestRegistryLookupNewAndDecode(t *testing.T) {
+	r := mappedfile.MustRegistry(mappedfile.MemRegistration)
+	if got := r.Names(); !reflect.DeepEqual(got, []string{"mem"}) {
+		t.Fatalf("Names: %v", got)
+	}
+	if _, err := r.Lookup("floppy"); !errors.Is(err, mappedfile.ErrUnknownBackend) || !strings.Contains(err.Error(), "mem") {
+		t.Fatalf("Lookup of an unknown name: %v, want ErrUnknownBackend naming the known ones", err)
+	}
+	for _, opts := range []any{nil, mappedfile.MemOptions{Buffered: true}, &mappedfile.MemOptions{Buffered: true}} {
+		b, err := r.New("mem", mappedfile.Config{}, opts)
+		if err != nil || b.Name() != "mem" {
+			t.Fatalf("New(mem, %#v): %v, %v", opts, b, err)
+		}
+	}
+	if _, err := r.New("mem", mappedfile.Config{}, struct{ PoolSize int }{3}); !errors.Is(err, mappedfile.ErrInvalidArgument) || !strings.Contains(err.Error(), "MemOptions") {
+		t.Fatalf("New with another options type: %v, want ErrInvalidArgument naming MemOptions", err)
+	}
+	data, err := json.Marshal(mappedfile.MemOptions{Buffered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := r.DecodeOptions("mem", data)
+	if err != nil || !reflect.DeepEqual(opts, &mappedfile.MemOptions{Buffered: true}) {
+		t.Fatalf("DecodeOptions(%s): %#v, %v", data, opts, err)
+	}
+	if _, err := r.DecodeOptions("mem", []byte(`{"Bufferd": true}`)); !errors.Is(err, mappedfile.ErrInvalidArgument) {
+		t.Fatalf("DecodeOptions with a misspelt field: %v, want ErrInvalidArgument", err)
+	}
+}

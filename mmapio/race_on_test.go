@@ -1,5 +1,0 @@
-//go:build race
-
-package mmapio
-
-const raceEnabled = true

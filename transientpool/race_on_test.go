@@ -1,5 +1,0 @@
-//go:build race
-
-package transientpool
-
-const raceEnabled = true
