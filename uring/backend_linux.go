@@ -150,9 +150,7 @@ func (b *backend) openFile(ctx context.Context, spec mappedfile.Spec, flags int,
 	}
 	f := &file{
 		backend:    b,
-		path:       spec.Path,
-		fromOffset: spec.FromOffset,
-		sizeBytes:  spec.SizeBytes,
+		name:       b.Name(),
 		direct:     b.opts.Direct,
 		syncCommit: b.opts.SyncAtCommit,
 		syncMethod: b.opts.SyncMethod,
@@ -161,12 +159,19 @@ func (b *backend) openFile(ctx context.Context, spec mappedfile.Spec, flags int,
 		fd:         int32(osf.Fd()),
 		align:      1,
 	}
-	f.refs.Init()
+	f.Init(mappedfile.BaseConfig{
+		Spec:      spec,
+		Backend:   b.Name(),
+		Existed:   existed,
+		Semantics: mappedfile.Semantics{ReadableUpToWrote: true},
+		Cleanup:   f.cleanup,
+		Remove:    func() error { return segfile.Remove(spec.Path) },
+		Logger:    b.logger,
+	})
 	fail := func(err error) (*file, error) {
-		f.closeFiles()
+		_ = f.closeFiles()
 		if !existed {
-			_ = os.Remove(spec.Path)
-			_ = segfile.SyncDir(dirOf(spec.Path))
+			_ = segfile.Remove(spec.Path)
 		}
 		return nil, err
 	}
@@ -179,9 +184,8 @@ func (b *backend) openFile(ctx context.Context, spec mappedfile.Spec, flags int,
 		if buf != nil {
 			b.pool.giveBack(buf)
 		}
-		for _, p := range []*atomic.Int64{&f.wrotePosition, &f.committedPosition, &f.flushedPosition, &f.fileReadable, &f.reserved} {
-			p.Store(spec.SizeBytes)
-		}
+		f.fileReadable.Store(spec.SizeBytes)
+		f.reserved.Store(spec.SizeBytes)
 		return f, nil
 	}
 	if buf == nil {
@@ -204,19 +208,20 @@ func (f *file) openDirect() error {
 	if !f.direct {
 		return nil
 	}
-	align, why := directBlock(f.path)
+	path := f.Path()
+	align, why := directBlock(path)
 	if align > pageSize || align&(align-1) != 0 {
 		return fmt.Errorf("uring-direct: open %s: O_DIRECT block %d (%s) not supported (at most the page size %d, a power of two): %w",
-			f.path, align, why, pageSize, ErrUnsupported)
+			path, align, why, pageSize, ErrUnsupported)
 	}
-	if f.sizeBytes%align != 0 {
+	if f.SizeBytes()%align != 0 {
 		return fmt.Errorf("uring-direct: open %s: segment size %d is not a multiple of the O_DIRECT block %d (%s): %w",
-			f.path, f.sizeBytes, align, why, mappedfile.ErrInvalidArgument)
+			path, f.SizeBytes(), align, why, mappedfile.ErrInvalidArgument)
 	}
 	f.align = align
-	rf, err := os.OpenFile(f.path, os.O_RDWR, 0)
+	rf, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return fmt.Errorf("uring-direct: open %s for reads: %w", f.path, err)
+		return fmt.Errorf("uring-direct: open %s for reads: %w", path, err)
 	}
 	f.readFile = rf
 	return nil
@@ -275,30 +280,39 @@ func (b *backend) zeroNewFile(ctx context.Context, f *file) error {
 		b.zeros, b.zerosErr = segfile.MapAnonymous(zeroBytes)
 	})
 	if b.zerosErr != nil {
-		return fmt.Errorf("uring: pre-zero %s: %w", f.path, b.zerosErr)
+		return fmt.Errorf("%s: pre-zero %s: %w", f.name, f.Path(), b.zerosErr)
 	}
-	if f.direct {
-		n := (f.sizeBytes + zeroBytes - 1) / zeroBytes
-		extents := make([]extent, 0, n)
-		for off := int64(0); off < f.sizeBytes; off += zeroBytes {
-			extents = append(extents, extent{fileOff: off, mem: b.zeros[:min(zeroBytes, f.sizeBytes-off)]})
+	size := f.SizeBytes()
+	// The zeros go in with O_DIRECT for both backends: they must reach the
+	// disk, not sit in the page cache (a 1 GiB segment would fill it with
+	// zeros, in large folios that later small writes dirty whole).
+	fd, align := f.fd, f.align
+	if !f.direct {
+		df, err := os.OpenFile(f.Path(), os.O_WRONLY|unix.O_DIRECT, 0)
+		if err != nil {
+			return fmt.Errorf("%s: pre-zero %s: open with O_DIRECT: %w", f.name, f.Path(), err)
 		}
-		w := newWriter(b.ring, b.opts.QueueDepth, int64(b.opts.WriteChunkBytes))
-		if _, err := w.write(ctx, writeTarget{fd: f.fd, bufIndex: -1, align: f.align}, extents); err != nil {
-			return fmt.Errorf("uring-direct: pre-zero %s: %w", f.path, err)
-		}
-	} else {
-		for off := int64(0); off < f.sizeBytes; off += zeroBytes {
-			if err := pwriteFull(int(f.fd), [][]byte{b.zeros[:min(zeroBytes, f.sizeBytes-off)]}, off); err != nil {
-				return fmt.Errorf("uring: pre-zero %s: %w", f.path, err)
-			}
+		defer df.Close()
+		fd = int32(df.Fd())
+		if align, _ = directBlock(f.Path()); size%align != 0 || align > pageSize {
+			return fmt.Errorf("%s: pre-zero %s: segment size %d is not a multiple of the O_DIRECT block %d: %w",
+				f.name, f.Path(), size, align, mappedfile.ErrInvalidArgument)
 		}
 	}
-	if err := fdatasync(int(f.fd)); err != nil {
-		return fmt.Errorf("uring: pre-zero %s: fdatasync: %w", f.path, err)
+	n := (size + zeroBytes - 1) / zeroBytes
+	extents := make([]extent, 0, n)
+	for off := int64(0); off < size; off += zeroBytes {
+		extents = append(extents, extent{fileOff: off, mem: b.zeros[:min(zeroBytes, size-off)]})
 	}
-	if err := segfile.SyncDir(dirOf(f.path)); err != nil {
-		return fmt.Errorf("uring: pre-zero %s: %w", f.path, err)
+	w := newWriter(b.ring, b.opts.QueueDepth, int64(b.opts.WriteChunkBytes))
+	if _, err := w.write(ctx, writeTarget{fd: fd, bufIndex: -1, align: align, path: f.Path()}, extents); err != nil {
+		return fmt.Errorf("%s: pre-zero %s: %w", f.name, f.Path(), err)
+	}
+	if err := segfile.Fdatasync(f.Path(), int(f.fd)); err != nil {
+		return fmt.Errorf("%s: pre-zero: %w", f.name, err)
+	}
+	if err := segfile.SyncDir(dirOf(f.Path())); err != nil {
+		return fmt.Errorf("%s: pre-zero %s: %w", f.name, f.Path(), err)
 	}
 	return nil
 }
@@ -344,7 +358,7 @@ func zeroTail(ctx context.Context, f *os.File, from, to int64) (int64, error) {
 				return nil
 			}
 			clear(chunk[runStart:end])
-			if err := pwriteFull(fd, [][]byte{chunk[runStart:end]}, pos+runStart); err != nil {
+			if err := segfile.Pwrite(f.Name(), fd, chunk[runStart:end], pos+runStart); err != nil {
 				return fmt.Errorf("write zeros: %w", err)
 			}
 			written += end - runStart

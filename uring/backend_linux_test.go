@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mappedfile/conformance"
@@ -64,7 +65,7 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("Name() = %q, want %q", b.Name(), want)
 				}
 				return b
-			})
+			}, conformance.WithInjector(faultseam.ForConformance))
 		})
 	}
 }

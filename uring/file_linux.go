@@ -13,7 +13,6 @@ import (
 
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
-	"golang.org/x/sys/unix"
 )
 
 // lease is a staging buffer lent to one segment while it is written. Its
@@ -75,10 +74,10 @@ type lease struct {
 // written before it still count, and a real I/O error seen at the same
 // time still becomes sticky.
 type file struct {
+	mappedfile.Base // path, size, positions, sticky error, references
+
 	backend    *backend
-	path       string
-	fromOffset int64
-	sizeBytes  int64
+	name       string // "uring" or "uring-direct", for errors
 	direct     bool
 	align      int64 // O_DIRECT block (1 for buffered)
 	syncCommit bool  // commits are durable (Options.SyncAtCommit)
@@ -88,15 +87,10 @@ type file struct {
 	readFile  *os.File // buffered reads (the same file for uring)
 	fd        int32
 
-	wrotePosition     atomic.Int64
-	committedPosition atomic.Int64
-	flushedPosition   atomic.Int64
-	fileReadable      atomic.Int64 // bytes below it are read from the file
-	reserved          atomic.Int64 // end of the append being encoded
-	readFence         atomic.Int64 // readers' barrier (see checkLap)
-	stickyErr         atomic.Pointer[error]
-	refs              mappedfile.RefCount
-	lease             atomic.Pointer[lease] // nil when the file has no staging buffer
+	fileReadable atomic.Int64          // bytes below it are read from the file
+	reserved     atomic.Int64          // end of the append being encoded
+	readFence    atomic.Int64          // readers' barrier (see lapped)
+	lease        atomic.Pointer[lease] // nil when the file has no staging buffer
 
 	// commitMu serializes Commit, Truncate and an append's own commit;
 	// flushMu serializes Flush. Neither is held across the other's I/O.
@@ -104,41 +98,12 @@ type file struct {
 	flushMu  sync.Mutex
 	tickets  [2]Ticket
 	reqs     [2]Request
+	ops      [2]segfile.Op
 	fsyncReq [1]Request
 	fsyncTk  [1]Ticket
 }
 
 func dirOf(path string) string { return filepath.Dir(path) }
-
-func (f *file) Path() string             { return f.path }
-func (f *file) FromOffset() int64        { return f.fromOffset }
-func (f *file) SizeBytes() int64         { return f.sizeBytes }
-func (f *file) WrotePosition() int64     { return f.wrotePosition.Load() }
-func (f *file) CommittedPosition() int64 { return f.committedPosition.Load() }
-func (f *file) FlushedPosition() int64   { return f.flushedPosition.Load() }
-
-// ReadablePosition is wrote: bytes not yet in the file are read from the
-// staging ring.
-func (f *file) ReadablePosition() int64 { return f.wrotePosition.Load() }
-
-// Err returns the sticky error.
-func (f *file) Err() error {
-	if p := f.stickyErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// fail records err as the sticky error (the first one wins) and returns
-// the sticky error.
-func (f *file) fail(err error) error {
-	f.stickyErr.CompareAndSwap(nil, &err)
-	return f.Err()
-}
-
-func (f *file) closedError(op string) error {
-	return fmt.Errorf("uring: %s %s: %w", op, f.path, mappedfile.ErrClosed)
-}
 
 // ErrNoStagingBuffer: an append to a file that has no staging buffer (a
 // Truncate that could not get one failed; truncate again).
@@ -148,30 +113,21 @@ var ErrNoStagingBuffer = errors.New("uring: the file has no staging buffer")
 // staging ring in place. It does not allocate. When the ring is full it
 // commits the pending bytes first (see file).
 func (f *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
-	if !f.refs.Retain() {
-		return 0, f.closedError("append")
-	}
-	defer f.refs.Release()
-	if err := f.Err(); err != nil {
+	wrote, err := f.BeginAppend(n, enc)
+	if err != nil {
 		return 0, err
 	}
-	wrote := f.wrotePosition.Load()
-	if n <= 0 {
-		return 0, fmt.Errorf("uring: %s: append of %d bytes: %w", f.path, n, mappedfile.ErrInvalidArgument)
-	}
-	if int64(n) > f.sizeBytes-wrote {
-		return 0, fmt.Errorf("uring: %s: append of %d bytes at %d of %d: %w", f.path, n, wrote, f.sizeBytes, mappedfile.ErrFull)
-	}
+	defer f.Release()
 	l := f.lease.Load()
 	if l == nil || l.refs.Closing() {
-		return 0, fmt.Errorf("uring: %s: append at %d: %w", f.path, wrote, ErrNoStagingBuffer)
+		return 0, fmt.Errorf("%s: %s: append at %d: %w", f.name, f.Path(), wrote, ErrNoStagingBuffer)
 	}
 	ringBytes := l.buf.ringBytes
 	end := wrote + int64(n)
 	if end-f.fileReadable.Load() > ringBytes {
 		if int64(n) > ringBytes-f.align {
-			return 0, fmt.Errorf("uring: %s: append of %d bytes is larger than the staging ring (%d bytes; Options.StagingBytes): %w",
-				f.path, n, ringBytes, mappedfile.ErrInvalidArgument)
+			return 0, fmt.Errorf("%s: %s: append of %d bytes is larger than the staging ring (%d bytes; Options.StagingBytes): %w",
+				f.name, f.Path(), n, ringBytes, mappedfile.ErrInvalidArgument)
 		}
 		if err := f.makeRoom(end, ringBytes); err != nil {
 			return 0, err
@@ -185,9 +141,9 @@ func (f *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
 	clear(dst) // the ring holds older bytes; an encoder need not fill dst
 	if err := enc.EncodeAt(dst, wrote); err != nil {
 		clear(dst)
-		return 0, fmt.Errorf("uring: %s: encode at %d: %w", f.path, wrote, err)
+		return 0, fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)
 	}
-	f.wrotePosition.Store(end)
+	f.PublishWrote(end)
 	return wrote, nil
 }
 
@@ -204,37 +160,34 @@ func (f *file) makeRoom(end, ringBytes int64) error {
 		return err
 	}
 	if end-f.fileReadable.Load() > ringBytes {
-		return fmt.Errorf("uring: %s: staging ring still full after a commit (readable from the file up to %d, append to %d, ring %d bytes): %w",
-			f.path, f.fileReadable.Load(), end, ringBytes, mappedfile.ErrInvalidArgument)
+		return fmt.Errorf("%s: %s: staging ring still full after a commit (readable from the file up to %d, append to %d, ring %d bytes): %w",
+			f.name, f.Path(), f.fileReadable.Load(), end, ringBytes, mappedfile.ErrInvalidArgument)
 	}
 	return nil
 }
 
 // Commit writes [committed, wrote) to the file (see file).
 func (f *file) Commit(ctx context.Context, leastPages int) (int64, error) {
-	if !f.refs.Retain() {
-		return f.committedPosition.Load(), f.closedError("commit")
-	}
-	defer f.refs.Release()
 	f.commitMu.Lock()
 	defer f.commitMu.Unlock()
-	committed := f.committedPosition.Load()
-	if err := f.Err(); err != nil {
-		return committed, err
+	from, _, able, err := f.BeginCommit(leastPages)
+	if err != nil {
+		return from, err
 	}
-	if !mappedfile.AbleTo(committed, f.wrotePosition.Load(), f.sizeBytes, leastPages) {
-		return committed, nil
+	defer f.Release()
+	if !able {
+		return from, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return committed, fmt.Errorf("uring: commit %s: %w", f.path, err)
+		return from, fmt.Errorf("%s: commit %s: %w", f.name, f.Path(), err)
 	}
 	return f.commitLocked(ctx)
 }
 
 // commitLocked commits everything written. commitMu is held.
 func (f *file) commitLocked(ctx context.Context) (int64, error) {
-	committed := f.committedPosition.Load()
-	wrote := f.wrotePosition.Load()
+	committed := f.CommittedPosition()
+	wrote := f.WrotePosition()
 	if wrote <= committed {
 		return committed, nil
 	}
@@ -247,7 +200,7 @@ func (f *file) commitLocked(ctx context.Context) (int64, error) {
 	}
 	if res.end > committed {
 		committed = res.end
-		f.committedPosition.Store(committed)
+		f.PublishCommitted(committed)
 		if f.direct {
 			f.fileReadable.Store(committed - committed%f.align)
 		} else {
@@ -255,12 +208,12 @@ func (f *file) commitLocked(ctx context.Context) (int64, error) {
 		}
 	}
 	if res.ioErr != nil {
-		return committed, f.fail(fmt.Errorf("uring: commit %s: %w", f.path, res.ioErr))
+		return committed, f.Fail(fmt.Errorf("%s: commit %s: %w", f.name, f.Path(), res.ioErr))
 	}
 	if res.ctxErr != nil {
-		return committed, fmt.Errorf("uring: commit %s: %w", f.path, res.ctxErr)
+		return committed, fmt.Errorf("%s: commit %s: %w", f.name, f.Path(), res.ctxErr)
 	}
-	if committed == f.sizeBytes {
+	if committed == f.SizeBytes() {
 		f.releaseLease() // everything is in the file
 	}
 	return committed, nil
@@ -289,59 +242,26 @@ func ringPieces(dst [][]byte, ring []byte, ringBytes, from, to int64) [][]byte {
 }
 
 // commitBuffered writes [committed, wrote) into the page cache with
-// pwritev(2), or, with SyncAtCommit, durably (see SyncMethod).
+// pwrite(2), or, with SyncAtCommit, durably (see SyncMethod).
 func (f *file) commitBuffered(ctx context.Context, l *lease, committed, wrote int64) writeResult {
 	var piecesArr [2][]byte
 	pieces := ringPieces(piecesArr[:0], l.buf.ring, l.buf.ringBytes, committed, wrote)
 	if f.syncCommit && f.syncMethod == SyncLinkedFsync {
 		return f.ringWriteSync(ctx, l, committed, wrote, pieces)
 	}
-	if err := pwriteFull(int(f.fd), pieces, committed); err != nil {
-		return writeResult{end: committed, ioErr: err}
+	off := committed
+	for _, p := range pieces {
+		if err := segfile.Pwrite(f.Path(), int(f.fd), p, off); err != nil {
+			return writeResult{end: committed, ioErr: err}
+		}
+		off += int64(len(p))
 	}
 	if f.syncCommit {
-		if err := fdatasync(int(f.fd)); err != nil {
-			return writeResult{end: committed, ioErr: fmt.Errorf("fdatasync: %w", err)}
+		if err := segfile.Fdatasync(f.Path(), int(f.fd)); err != nil {
+			return writeResult{end: committed, ioErr: err}
 		}
 	}
 	return writeResult{end: wrote}
-}
-
-// pwriteFull writes pieces at off, continuing after short writes, retrying
-// EINTR.
-func pwriteFull(fd int, pieces [][]byte, off int64) error {
-	for len(pieces) > 0 {
-		n, err := unix.Pwritev(fd, pieces, off)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("pwritev at %d: %w", off, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("pwritev at %d: %w", off, io.ErrShortWrite)
-		}
-		off += int64(n)
-		for n > 0 {
-			if n >= len(pieces[0]) {
-				n -= len(pieces[0])
-				pieces = pieces[1:]
-				continue
-			}
-			pieces[0] = pieces[0][n:]
-			n = 0
-		}
-	}
-	return nil
-}
-
-// fdatasync retries EINTR.
-func fdatasync(fd int) error {
-	for {
-		if err := unix.Fdatasync(fd); err != unix.EINTR {
-			return err
-		}
-	}
 }
 
 // commitDirect writes the whole blocks covering [committed, wrote) in one
@@ -377,50 +297,68 @@ func (f *file) ringWriteSync(ctx context.Context, l *lease, start, logicalEnd in
 	done := start // file offset written so far
 	noProgress := 0
 	for len(pieces) > 0 {
+		total := iovecBytes(pieces)
 		nv := f.putIovecs(l, pieces)
 		q := Request{Opcode: OpWritev, Fd: f.fd, Offset: uint64(done), Addr: uint64(uintptr(unsafe.Pointer(&l.buf.iovecs[0]))), Len: uint32(nv)}
 		if l.buf.fixed && r.Supports(OpWritevFixed) {
 			q.Opcode, q.BufIndex = OpWritevFixed, uint16(l.buf.index)
 		}
-		reqs := f.reqs[:1]
-		sync := f.syncCommit
-		switch {
-		case sync && f.syncMethod == SyncLinkedFsync:
-			q.Flags |= FlagIOLink
-			f.reqs[1] = Request{Opcode: OpFsync, Fd: f.fd, OpFlags: FsyncDataSync}
-			reqs = f.reqs[:2]
-		case sync:
+		write := segfile.Op{Kind: segfile.OpPwrite, Path: f.Path(), Offset: done, Length: total, Via: viaRing}
+		linked := f.syncCommit && f.syncMethod == SyncLinkedFsync
+		if f.syncCommit && !linked {
 			q.OpFlags |= RWFDSync
+			write.Kind = segfile.OpWriteDurable
+		}
+		sync := segfile.Op{Kind: segfile.OpFdatasync, Path: f.Path(), Via: viaRing}
+		if err := segfile.Begin(write); err != nil {
+			segfile.End(write, err) // the linked fsync was never issued
+			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %w", done, total, err)}
+		}
+		var syncErr error
+		reqs := f.reqs[:1]
+		if linked {
+			if syncErr = segfile.Begin(sync); syncErr == nil {
+				q.Flags |= FlagIOLink
+				f.reqs[1] = Request{Opcode: OpFsync, Fd: f.fd, OpFlags: FsyncDataSync}
+				reqs = f.reqs[:2]
+			}
 		}
 		f.reqs[0] = q
 		tickets := f.tickets[:len(reqs)]
 		if err := r.Submit(ctx, reqs, tickets); err != nil {
+			segfile.End(write, err)
+			if linked {
+				segfile.End(sync, err)
+			}
 			if ctx.Err() != nil && !errors.Is(err, ErrRingBroken) {
 				return writeResult{end: min(done, logicalEnd), ctxErr: err}
 			}
 			return writeResult{end: min(done, logicalEnd), ioErr: err}
 		}
 		cw := r.Wait(tickets[0])
-		var cs Completion
-		if len(reqs) == 2 {
-			cs = r.Wait(tickets[1])
+		segfile.End(write, cw.Err())
+		if linked {
+			if len(reqs) == 2 {
+				syncErr = r.Wait(tickets[1]).Err()
+			}
+			segfile.End(sync, syncErr)
 		}
 		if cw.Res < 0 {
-			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("write [%d,+%d): %w", done, iovecBytes(pieces), cw.Err())}
+			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %w", done, total, cw.Err())}
 		}
-		total := iovecBytes(pieces)
 		written := int64(cw.Res)
 		if written >= total {
-			if len(reqs) == 2 && cs.Res < 0 {
-				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("fdatasync: %w", cs.Err())}
+			if syncErr != nil {
+				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring fdatasync: %w", syncErr)}
 			}
 			return writeResult{end: logicalEnd}
 		}
-		// A short write: go on from the last whole block written.
+		// A short write: go on from the last whole block written (a linked
+		// fsync was cancelled or ran early; it is issued again with the rest).
 		advance := written - written%f.align
 		if advance == 0 {
 			if noProgress++; noProgress > maxNoProgress {
-				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("write [%d,+%d): %d short writes without progress: %w",
+				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %d short writes without progress: %w",
 					done, total, noProgress, io.ErrShortWrite)}
 			}
 		} else {
@@ -474,53 +412,57 @@ func skipBytes(pieces [][]byte, n int64) [][]byte {
 // it reports. A failure is sticky and never retried. Commits go on while a
 // Flush syncs.
 func (f *file) Flush(ctx context.Context, leastPages int) (int64, error) {
-	if !f.refs.Retain() {
-		return f.flushedPosition.Load(), f.closedError("flush")
-	}
-	defer f.refs.Release()
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
-	flushed := f.flushedPosition.Load()
-	if err := f.Err(); err != nil {
-		return flushed, err
+	from, to, able, err := f.BeginFlush(ctx, leastPages)
+	if err != nil {
+		return from, err
 	}
-	committed := f.committedPosition.Load()
-	if !mappedfile.AbleTo(flushed, committed, f.sizeBytes, leastPages) {
-		return flushed, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return flushed, fmt.Errorf("uring: flush %s: %w", f.path, err)
+	defer f.Release()
+	if !able {
+		return from, nil
 	}
 	if !f.syncCommit {
 		if err := f.sync(ctx); err != nil {
-			return flushed, err
+			return from, err
 		}
 	}
-	f.flushedPosition.Store(committed)
-	return committed, nil
+	f.PublishFlushed(to)
+	return to, nil
 }
 
 // sync makes everything written so far durable; a failure is sticky.
 func (f *file) sync(ctx context.Context) error {
 	if !f.direct {
-		if err := fdatasync(int(f.fd)); err != nil {
-			return f.fail(fmt.Errorf("uring: flush %s: fdatasync: %w", f.path, err))
+		if err := segfile.Fdatasync(f.Path(), int(f.fd)); err != nil {
+			return f.Fail(fmt.Errorf("%s: flush: %w", f.name, err))
 		}
 		return nil
 	}
 	r := f.backend.ring
+	op := segfile.Op{Kind: segfile.OpFdatasync, Path: f.Path(), Via: viaRing}
+	if err := segfile.Begin(op); err != nil {
+		segfile.End(op, err)
+		return f.Fail(fmt.Errorf("%s: flush %s: io_uring fdatasync: %w", f.name, f.Path(), err))
+	}
 	f.fsyncReq[0] = Request{Opcode: OpFsync, Fd: f.fd, OpFlags: FsyncDataSync}
 	if err := r.Submit(ctx, f.fsyncReq[:], f.fsyncTk[:]); err != nil {
+		segfile.End(op, err)
 		if ctx.Err() != nil && !errors.Is(err, ErrRingBroken) {
-			return fmt.Errorf("uring: flush %s: %w", f.path, err)
+			return fmt.Errorf("%s: flush %s: %w", f.name, f.Path(), err)
 		}
-		return f.fail(fmt.Errorf("uring: flush %s: %w", f.path, err))
+		return f.Fail(fmt.Errorf("%s: flush %s: %w", f.name, f.Path(), err))
 	}
-	if c := r.Wait(f.fsyncTk[0]); c.Res < 0 {
-		return f.fail(fmt.Errorf("uring: flush %s: fdatasync: %w", f.path, c.Err()))
+	c := r.Wait(f.fsyncTk[0])
+	segfile.End(op, c.Err())
+	if c.Res < 0 {
+		return f.Fail(fmt.Errorf("%s: flush %s: io_uring fdatasync: %w", f.name, f.Path(), c.Err()))
 	}
 	return nil
 }
+
+// viaRing names io_uring requests to the fault seam.
+const viaRing = "io_uring"
 
 // startLease gives the file a staging buffer for writing from position
 // from on: lease is the file's own, still live, or one borrowed now. For
@@ -530,9 +472,9 @@ func (f *file) startLease(ctx context.Context, from int64) (*lease, error) {
 	if l := f.lease.Load(); l != nil && !l.refs.Closing() {
 		return l, nil
 	}
-	buf, err := f.backend.pool.borrow(ctx, f.backend.pool.ringBytesFor(f.sizeBytes))
+	buf, err := f.backend.pool.borrow(ctx, f.backend.pool.ringBytesFor(f.SizeBytes()))
 	if err != nil {
-		return nil, fmt.Errorf("uring: %s: %w", f.path, err)
+		return nil, fmt.Errorf("%s: %s: %w", f.name, f.Path(), err)
 	}
 	l := &lease{buf: buf}
 	l.refs.Init()
@@ -547,7 +489,7 @@ func (f *file) loadTail(l *lease, from int64) error {
 	}
 	off := head % l.buf.ringBytes
 	if _, err := f.readFile.ReadAt(l.buf.ring[off:off+from-head], head); err != nil {
-		return fmt.Errorf("uring-direct: %s: load the tail block at %d: %w", f.path, head, err)
+		return fmt.Errorf("%s: %s: load the tail block at %d: %w", f.name, f.Path(), head, err)
 	}
 	return nil
 }
@@ -578,10 +520,10 @@ func (f *file) retainLease() *lease {
 // ReadAt copies readable bytes: from the file below fileReadable, from the
 // staging ring above it.
 func (f *file) ReadAt(dst []byte, filePos int64) (int, error) {
-	if !f.refs.Acquire() {
-		return 0, f.closedError("read")
+	if !f.Acquire() {
+		return 0, f.ClosedError("read")
 	}
-	defer f.refs.Release()
+	defer f.Release()
 	n, err := mappedfile.CheckRead(filePos, len(dst), f.ReadablePosition())
 	if n == 0 {
 		return 0, err
@@ -607,7 +549,7 @@ func (f *file) read(dst []byte, filePos int64) error {
 				if l != nil {
 					l.refs.Release()
 				}
-				return fmt.Errorf("uring: read %s at %d (%d of %d bytes): %w", f.path, filePos, m, fromFile, err)
+				return fmt.Errorf("%s: read %s at %d (%d of %d bytes): %w", f.name, f.Path(), filePos, m, fromFile, err)
 			}
 			dst, filePos = dst[fromFile:], filePos+fromFile
 		}
@@ -647,12 +589,12 @@ var sendBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return 
 // the part in the file, a copy out of the staging ring (checked as ReadAt
 // does) for the rest.
 func (f *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (int64, error) {
-	if !f.refs.Acquire() {
-		return 0, f.closedError("send")
+	if !f.Acquire() {
+		return 0, f.ClosedError("send")
 	}
-	defer f.refs.Release()
+	defer f.Release()
 	if readable := f.ReadablePosition(); filePos < 0 || n < 0 || filePos+n > readable {
-		return 0, fmt.Errorf("uring: send %s [%d,%d) past readable %d: %w", f.path, filePos, filePos+n, readable, mappedfile.ErrOutOfRange)
+		return 0, fmt.Errorf("%s: send %s [%d,%d) past readable %d: %w", f.name, f.Path(), filePos, filePos+n, readable, mappedfile.ErrOutOfRange)
 	}
 	var sent int64
 	var bp *[]byte
@@ -663,14 +605,14 @@ func (f *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (in
 	}()
 	for sent < n {
 		if err := ctx.Err(); err != nil {
-			return sent, fmt.Errorf("uring: send %s: %w", f.path, err)
+			return sent, fmt.Errorf("%s: send %s: %w", f.name, f.Path(), err)
 		}
 		pos := filePos + sent
 		if low := f.fileReadable.Load(); pos < low {
 			m, err := segfile.SendFile(ctx, w, f.readFile, pos, min(low-pos, n-sent))
 			sent += m
 			if err != nil {
-				return sent, fmt.Errorf("uring: send %s: %w", f.path, err)
+				return sent, fmt.Errorf("%s: send %s: %w", f.name, f.Path(), err)
 			}
 			continue
 		}
@@ -684,7 +626,7 @@ func (f *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (in
 		m, err := w.Write(chunk)
 		sent += int64(m)
 		if err != nil {
-			return sent, fmt.Errorf("uring: send %s from the staging buffer: %w", f.path, err)
+			return sent, fmt.Errorf("%s: send %s from the staging buffer: %w", f.name, f.Path(), err)
 		}
 	}
 	return sent, nil
@@ -694,21 +636,21 @@ func (f *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (in
 // FlushEveryPages does not apply: the ring is not file backed. Advise
 // applies madvise(WILLNEED, SEQUENTIAL) to it.
 func (f *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
-	if !f.refs.Retain() {
-		return f.closedError("warm")
+	if !f.Retain() {
+		return f.ClosedError("warm")
 	}
-	defer f.refs.Release()
+	defer f.Release()
 	l := f.retainLease()
 	if l == nil {
 		return nil // full and committed: no buffer to warm
 	}
 	defer l.refs.Release()
 	mem := l.buf.ring[:l.buf.ringBytes]
-	if opts.Touch && f.wrotePosition.Load() == 0 {
+	if opts.Touch && f.WrotePosition() == 0 {
 		for i := 0; i < len(mem); i += mappedfile.PageSize {
 			if i%(1<<20) == 0 {
 				if err := ctx.Err(); err != nil {
-					return fmt.Errorf("uring: warm %s: %w", f.path, err)
+					return fmt.Errorf("%s: warm %s: %w", f.name, f.Path(), err)
 				}
 			}
 			mem[i] = 0
@@ -716,11 +658,11 @@ func (f *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
 	}
 	if opts.Advise {
 		if err := segfile.AdviseWrite(mem); err != nil {
-			return fmt.Errorf("uring: warm %s: %w", f.path, err)
+			return fmt.Errorf("%s: warm %s: %w", f.name, f.Path(), err)
 		}
 	}
 	if opts.Lock && l.locked.CompareAndSwap(false, true) {
-		if err := segfile.Lock("uring: warm "+f.path, mem); err != nil {
+		if err := segfile.Lock(f.name+": warm "+f.Path(), mem); err != nil {
 			l.locked.Store(false)
 			return err
 		}
@@ -732,10 +674,10 @@ func (f *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
 // buffer may be registered with the ring, its pages pinned, and dropping
 // them would split the mapping from what the kernel writes.
 func (f *file) Cool() error {
-	if !f.refs.Retain() {
-		return f.closedError("cool")
+	if !f.Retain() {
+		return f.ClosedError("cool")
 	}
-	defer f.refs.Release()
+	defer f.Release()
 	l := f.retainLease()
 	if l == nil {
 		return nil
@@ -743,14 +685,11 @@ func (f *file) Cool() error {
 	defer l.refs.Release()
 	if l.locked.CompareAndSwap(true, false) {
 		if err := segfile.Unlock(l.buf.ring[:l.buf.ringBytes]); err != nil {
-			return fmt.Errorf("uring: cool %s: %w", f.path, err)
+			return fmt.Errorf("%s: cool %s: %w", f.name, f.Path(), err)
 		}
 	}
 	return nil
 }
-
-func (f *file) Retain() bool { return f.refs.Retain() }
-func (f *file) Release()     { f.refs.Release() }
 
 // Truncate sets every position to validEnd and makes [validEnd, SizeBytes)
 // zeros, durably: it writes zeros over the blocks there that are not zeros
@@ -761,22 +700,16 @@ func (f *file) Release()     { f.refs.Release() }
 // before anything claims they are. A segment with room left gets a staging
 // buffer first: if none can be had, Truncate fails and changes nothing.
 func (f *file) Truncate(ctx context.Context, validEnd int64) error {
-	if !f.refs.Retain() {
-		return f.closedError("truncate")
-	}
-	defer f.refs.Release()
 	f.commitMu.Lock()
 	defer f.commitMu.Unlock()
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
-	if validEnd < 0 || validEnd > f.sizeBytes {
-		return fmt.Errorf("uring: truncate %s to %d of %d: %w", f.path, validEnd, f.sizeBytes, mappedfile.ErrOutOfRange)
+	if err := f.BeginTruncate(ctx, validEnd); err != nil {
+		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("uring: truncate %s: %w", f.path, err)
-	}
+	defer f.Release()
 	var l *lease
-	if validEnd < f.sizeBytes {
+	if validEnd < f.SizeBytes() {
 		var err error
 		if l, err = f.startLease(ctx, validEnd); err != nil {
 			return err
@@ -787,16 +720,16 @@ func (f *file) Truncate(ctx context.Context, validEnd int64) error {
 			f.backend.pool.giveBack(l.buf)
 		}
 	}
-	if _, err := zeroTail(ctx, f.readFile, validEnd, f.sizeBytes); err != nil {
+	if _, err := zeroTail(ctx, f.readFile, validEnd, f.SizeBytes()); err != nil {
 		giveBackNew()
 		if ctx.Err() != nil {
-			return fmt.Errorf("uring: truncate %s at %d: %w", f.path, validEnd, err)
+			return fmt.Errorf("%s: truncate %s at %d: %w", f.name, f.Path(), validEnd, err)
 		}
-		return f.fail(fmt.Errorf("uring: truncate %s at %d: %w", f.path, validEnd, err))
+		return f.Fail(fmt.Errorf("%s: truncate %s at %d: %w", f.name, f.Path(), validEnd, err))
 	}
-	if err := fdatasync(int(f.readFile.Fd())); err != nil {
+	if err := segfile.Fdatasync(f.Path(), int(f.readFile.Fd())); err != nil {
 		giveBackNew()
-		return f.fail(fmt.Errorf("uring: truncate %s at %d: fdatasync: %w", f.path, validEnd, err))
+		return f.Fail(fmt.Errorf("%s: truncate at %d: %w", f.name, validEnd, err))
 	}
 	if l != nil && f.direct {
 		if err := f.loadTail(l, validEnd); err != nil {
@@ -814,41 +747,24 @@ func (f *file) Truncate(ctx context.Context, validEnd int64) error {
 	}
 	f.reserved.Store(validEnd)
 	f.fileReadable.Store(low)
-	f.wrotePosition.Store(validEnd)
-	f.committedPosition.Store(validEnd)
-	f.flushedPosition.Store(validEnd)
+	f.FinishTruncate(validEnd)
 	return nil
 }
 
-// Close releases the file once the last reference is gone; it does not flush.
-func (f *file) Close() error {
-	if !f.refs.Shutdown(f.cleanup) {
-		return f.closedError("close")
-	}
-	return nil
-}
-
-// Delete closes the file and removes it now; readers holding a reference
-// keep reading through the open descriptors until they release it.
-func (f *file) Delete() error {
-	if !f.refs.Shutdown(f.cleanup) {
-		return f.closedError("delete")
-	}
-	if err := os.Remove(f.path); err != nil {
-		return fmt.Errorf("uring: delete %s: %w", f.path, err)
-	}
-	return nil
-}
-
-// cleanup runs once, when the last reference is released.
-func (f *file) cleanup() {
+// cleanup releases the staging buffer and the descriptors; it runs once,
+// at the last Release after Close or Delete.
+func (f *file) cleanup() error {
 	f.releaseLease()
-	f.closeFiles()
+	return f.closeFiles()
 }
 
-func (f *file) closeFiles() {
+func (f *file) closeFiles() error {
+	var err error
 	if f.readFile != f.writeFile {
-		_ = f.readFile.Close()
+		err = f.readFile.Close()
 	}
-	_ = f.writeFile.Close()
+	if werr := f.writeFile.Close(); werr != nil && err == nil {
+		err = werr
+	}
+	return err
 }

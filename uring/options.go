@@ -136,8 +136,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.WriteChunkBytes == 0 {
 		o.WriteChunkBytes = defaultWriteChunkBytes
 	}
-	if o.Direct && o.WriteChunkBytes%4096 != 0 {
-		return bad("uring-direct: WriteChunkBytes %d is not a multiple of 4096 (O_DIRECT requests must be whole blocks)", o.WriteChunkBytes)
+	if (o.Direct || o.PreZero) && o.WriteChunkBytes%4096 != 0 {
+		return bad("WriteChunkBytes %d is not a multiple of 4096 (O_DIRECT requests, of uring-direct and of PreZero, must be whole blocks)", o.WriteChunkBytes)
 	}
 	if o.QueueDepth == 0 {
 		o.QueueDepth = defaultQueueDepth
