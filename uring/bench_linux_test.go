@@ -17,7 +17,19 @@ var benchBackends = []struct {
 }{
 	{"uring", Options{}},
 	{"uring-direct", Options{Direct: true}},
-	{"uring-direct-prezero", Options{Direct: true, PreZero: true}},
+}
+
+// durableBackends are the ways a backend can make one commit durable.
+var durableBackends = []struct {
+	name string
+	opts Options
+}{
+	{"uring/commit+flush", Options{}},
+	{"uring/sync-at-commit/pwrite+fdatasync", Options{SyncAtCommit: true, SyncMethod: SyncSyscalls}},
+	{"uring/sync-at-commit/write-linked-fsync", Options{SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
+	{"uring-direct/commit+flush", Options{Direct: true}},
+	{"uring-direct/sync-at-commit/dsync-write", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncDSync}},
+	{"uring-direct/sync-at-commit/write-linked-fsync", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
 }
 
 // benchSegments opens segment after segment in one directory, deleting the
@@ -85,38 +97,45 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
-// BenchmarkCommitFlush measures one durable batch: append 64 KiB (64
-// records of 1 KiB), Commit(0), Flush(0).
+// BenchmarkCommitFlush measures one durable append: batch bytes appended,
+// Commit(0), Flush(0), for every way to make a commit durable, on
+// fallocated segments and on pre-written ones (PreZero):
+//
+//	go test -run '^$' -bench CommitFlush ./uring/
 func BenchmarkCommitFlush(b *testing.B) {
-	const record, batch = 1024, 64
-	for _, be := range benchBackends {
-		b.Run(be.name+"/batch=64KiB", func(b *testing.B) {
-			backend := newTestBackend(b, be.opts)
-			segs := &benchSegments{b: b, backend: backend, dir: b.TempDir(), size: 64 << 20}
-			defer segs.close()
-			var enc mappedfile.Encoder = mappedfile.Bytes(make([]byte, record))
-			ctx := context.Background()
-			mf := segs.next()
-			b.SetBytes(record * batch)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				if mf.WrotePosition()+record*batch > mf.SizeBytes() {
-					mf = segs.next()
-				}
-				for range batch {
-					if _, err := mf.Append(record, enc); err != nil {
-						b.Fatal(err)
+	for _, batch := range []int{1024, 64 << 10} {
+		for _, prezero := range []bool{false, true} {
+			for _, be := range durableBackends {
+				name := fmt.Sprintf("batch=%d/prewritten=%v/%s", batch, prezero, be.name)
+				b.Run(name, func(b *testing.B) {
+					opts := be.opts
+					opts.PreZero = prezero
+					backend := newTestBackend(b, opts)
+					segs := &benchSegments{b: b, backend: backend, dir: b.TempDir(), size: 16 << 20}
+					defer segs.close()
+					var enc mappedfile.Encoder = mappedfile.Bytes(make([]byte, batch))
+					ctx := context.Background()
+					mf := segs.next()
+					b.SetBytes(int64(batch))
+					b.ReportAllocs()
+					b.ResetTimer()
+					for range b.N {
+						if mf.WrotePosition()+int64(batch) > mf.SizeBytes() {
+							mf = segs.next()
+						}
+						if _, err := mf.Append(batch, enc); err != nil {
+							b.Fatal(err)
+						}
+						if _, err := mf.Commit(ctx, 0); err != nil {
+							b.Fatal(err)
+						}
+						if _, err := mf.Flush(ctx, 0); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
-				if _, err := mf.Commit(ctx, 0); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := mf.Flush(ctx, 0); err != nil {
-					b.Fatal(err)
-				}
+				})
 			}
-		})
+		}
 	}
 }
 

@@ -98,7 +98,6 @@ type file struct {
 	flushMu  sync.Mutex
 	tickets  [2]Ticket
 	reqs     [2]Request
-	ops      [2]segfile.Op
 	fsyncReq [1]Request
 	fsyncTk  [1]Ticket
 }

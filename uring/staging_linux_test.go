@@ -8,13 +8,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/pagecache"
+	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
@@ -543,5 +546,50 @@ func TestStagingBuffersNotClearedAtOpen(t *testing.T) {
 	}
 	if bytes.Count(buf.ring[:size], []byte{0}) == size {
 		t.Fatal("the staging buffer was cleared at Open")
+	}
+}
+
+// TestDurableCommitIsOneRequest: with SyncAtCommit a commit of uring-direct
+// is one durable write (RWF_DSYNC), or one write and one fsync linked in
+// the same submission — whatever the commit's size, a wrap of the ring or a
+// partial last block — and Flush then issues nothing.
+func TestDurableCommitIsOneRequest(t *testing.T) {
+	for _, c := range []struct {
+		method SyncMethod
+		want   []segfile.OpKind
+	}{
+		{SyncDSync, []segfile.OpKind{segfile.OpWriteDurable}},
+		{SyncLinkedFsync, []segfile.OpKind{segfile.OpPwrite, segfile.OpFdatasync}},
+	} {
+		t.Run(c.method.String(), func(t *testing.T) {
+			b := newTestBackend(t, Options{Direct: true, PreZero: true, SyncAtCommit: true, SyncMethod: c.method, StagingBytes: 64 << 10})
+			dir := t.TempDir()
+			mf := openSeg(t, b, filepath.Join(dir, "seg"), 1<<20)
+			inj := faultseam.New(t, dir)
+			ctx := context.Background()
+			for i, n := range []int{100, 5000, 4096, 30000, 1, 50000, 7} { // 50000 wraps the 64 KiB ring
+				before := len(inj.Calls())
+				if _, err := mf.Append(n, fill(byte(i))); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := mf.Commit(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := mf.Flush(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+				calls := inj.Calls()[before:]
+				var kinds []segfile.OpKind
+				for _, call := range calls {
+					kinds = append(kinds, call.Kind)
+				}
+				if !slices.Equal(kinds, c.want) {
+					t.Fatalf("commit %d (%d bytes): issued %v, want %v", i, n, calls, c.want)
+				}
+				if w := calls[0]; w.Offset%4096 != 0 || w.Length%4096 != 0 || w.Offset+w.Length < mf.WrotePosition() {
+					t.Fatalf("commit %d: the write %v does not cover whole blocks up to %d", i, w, mf.WrotePosition())
+				}
+			}
+		})
 	}
 }
