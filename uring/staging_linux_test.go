@@ -8,9 +8,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -592,4 +595,68 @@ func TestDurableCommitIsOneRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStagingOverMemlockLimit runs in a child process without CAP_IPC_LOCK
+// and with RLIMIT_MEMLOCK at 1 MiB, so the kernel refuses to pin a 4 MiB
+// staging buffer. By default the backend still works, unregistered, and
+// says why; with RequireRegistered NewBackend fails naming RLIMIT_MEMLOCK.
+func TestStagingOverMemlockLimit(t *testing.T) {
+	if os.Getenv("MQSTORE_URING_MEMLOCK_CHILD") == "1" {
+		memlockChild(t)
+		return
+	}
+	cmd := exec(t, "^TestStagingOverMemlockLimit$", "MQSTORE_URING_MEMLOCK_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("CHILD-OK")) {
+		if bytes.Contains(out, []byte("needs uring")) {
+			testenv.Skip(t, testenv.Uring, "child: %s", out)
+		}
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
+}
+
+// capsHeader and capsData are capset(2)'s arguments; package variables so
+// their addresses never move.
+var (
+	capsHeader struct{ version, pid uint32 }
+	capsData   [2]struct{ effective, permitted, inheritable uint32 }
+)
+
+func memlockChild(t *testing.T) {
+	const capIPCLock = 14
+	capsHeader.version = 0x20080522 // _LINUX_CAPABILITY_VERSION_3
+	if _, _, e := syscall.RawSyscall(unix.SYS_CAPGET, uintptr(unsafe.Pointer(&capsHeader)), uintptr(unsafe.Pointer(&capsData)), 0); e != 0 {
+		t.Fatalf("capget: %v", e)
+	}
+	capsData[0].effective &^= 1 << capIPCLock
+	capsData[0].permitted &^= 1 << capIPCLock
+	// Capabilities are per thread: drop it on this one, which creates the
+	// ring (io_uring decides at setup whether to charge RLIMIT_MEMLOCK).
+	runtime.LockOSThread()
+	if _, _, e := syscall.RawSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&capsHeader)), uintptr(unsafe.Pointer(&capsData)), 0); e != 0 {
+		t.Fatalf("capset without CAP_IPC_LOCK: %v", e)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: 1 << 20, Max: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{StagingBuffers: 2, StagingBytes: 4 << 20, SegmentSizeBytes: 64 << 20}
+	b := newTestBackend(t, opts)
+	info := b.(StagingReporter).Staging()
+	if info.Registered || !strings.Contains(info.NotRegistered, "RLIMIT_MEMLOCK") {
+		t.Fatalf("over RLIMIT_MEMLOCK: %+v; want not registered, saying RLIMIT_MEMLOCK", info)
+	}
+	mf := openSeg(t, b, filepath.Join(t.TempDir(), "seg"), 64<<20)
+	if _, err := mf.Append(5000, fill(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mf.Commit(context.Background(), 0); err != nil {
+		t.Fatalf("commit from an unregistered staging buffer: %v", err)
+	}
+	opts.RequireRegistered = true
+	if _, err := NewBackend(opts); err == nil || !strings.Contains(err.Error(), "RLIMIT_MEMLOCK") {
+		t.Fatalf("RequireRegistered over RLIMIT_MEMLOCK: %v; want an error naming RLIMIT_MEMLOCK", err)
+	}
+	fmt.Printf("CHILD-OK %s\n", info.NotRegistered)
 }
