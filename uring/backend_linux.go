@@ -283,30 +283,31 @@ func (b *backend) zeroNewFile(ctx context.Context, f *file) error {
 		return fmt.Errorf("%s: pre-zero %s: %w", f.name, f.Path(), b.zerosErr)
 	}
 	size := f.SizeBytes()
-	// The zeros go in with O_DIRECT for both backends: they must reach the
-	// disk, not sit in the page cache (a 1 GiB segment would fill it with
-	// zeros, in large folios that later small writes dirty whole).
-	fd, align := f.fd, f.align
-	if !f.direct {
-		df, err := os.OpenFile(f.Path(), os.O_WRONLY|unix.O_DIRECT, 0)
-		if err != nil {
-			return fmt.Errorf("%s: pre-zero %s: open with O_DIRECT: %w", f.name, f.Path(), err)
+	if f.direct {
+		n := (size + zeroBytes - 1) / zeroBytes
+		extents := make([]extent, 0, n)
+		for off := int64(0); off < size; off += zeroBytes {
+			extents = append(extents, extent{fileOff: off, mem: b.zeros[:min(zeroBytes, size-off)]})
 		}
-		defer df.Close()
-		fd = int32(df.Fd())
-		if align, _ = directBlock(f.Path()); size%align != 0 || align > pageSize {
-			return fmt.Errorf("%s: pre-zero %s: segment size %d is not a multiple of the O_DIRECT block %d: %w",
-				f.name, f.Path(), size, align, mappedfile.ErrInvalidArgument)
+		w := newWriter(b.ring, b.opts.QueueDepth, int64(b.opts.WriteChunkBytes))
+		if _, err := w.write(ctx, writeTarget{fd: f.fd, bufIndex: -1, align: f.align, path: f.Path()}, extents); err != nil {
+			return fmt.Errorf("%s: pre-zero %s: %w", f.name, f.Path(), err)
 		}
-	}
-	n := (size + zeroBytes - 1) / zeroBytes
-	extents := make([]extent, 0, n)
-	for off := int64(0); off < size; off += zeroBytes {
-		extents = append(extents, extent{fileOff: off, mem: b.zeros[:min(zeroBytes, size-off)]})
-	}
-	w := newWriter(b.ring, b.opts.QueueDepth, int64(b.opts.WriteChunkBytes))
-	if _, err := w.write(ctx, writeTarget{fd: fd, bufIndex: -1, align: align, path: f.Path()}, extents); err != nil {
-		return fmt.Errorf("%s: pre-zero %s: %w", f.name, f.Path(), err)
+	} else {
+		// Through the page cache, a page at a time: the pages stay cached
+		// (an append into a written block that is not cached would read it
+		// from the disk first), and in single-page folios (a small append
+		// into a large folio dirties, and the next sync writes, all of it).
+		for off := int64(0); off < size; off += pageSize {
+			if off%(64<<20) == 0 {
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("%s: pre-zero %s: %w", f.name, f.Path(), err)
+				}
+			}
+			if err := segfile.Pwrite(f.Path(), int(f.fd), b.zeros[:min(pageSize, size-off)], off); err != nil {
+				return fmt.Errorf("%s: pre-zero: %w", f.name, err)
+			}
+		}
 	}
 	if err := segfile.Fdatasync(f.Path(), int(f.fd)); err != nil {
 		return fmt.Errorf("%s: pre-zero: %w", f.name, err)

@@ -707,6 +707,13 @@ func (f *file) Truncate(ctx context.Context, validEnd int64) error {
 		return err
 	}
 	defer f.Release()
+	if f.lease.Load() != nil && validEnd > f.CommittedPosition() {
+		// Bytes below validEnd are only in the staging ring: write them
+		// first (the tail block is reloaded from the file below).
+		if _, err := f.commitLocked(ctx); err != nil {
+			return err
+		}
+	}
 	var l *lease
 	if validEnd < f.SizeBytes() {
 		var err error
