@@ -133,8 +133,10 @@ func (f *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
 		}
 	}
 	// Publish the reservation before writing into the ring (a full
-	// barrier: the ring stores must not become visible before it).
-	f.reserved.Swap(end)
+	// barrier: the ring stores must not become visible before it). It
+	// never moves back, even after an encoder failed: its clear reached
+	// the ring too.
+	f.reserved.Swap(max(end, f.reserved.Load()))
 	off := wrote % ringBytes
 	dst := l.buf.ring[off : off+int64(n) : off+int64(n)]
 	clear(dst) // the ring holds older bytes; an encoder need not fill dst
