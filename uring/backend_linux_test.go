@@ -49,6 +49,7 @@ var backendVariants = []struct {
 	{"uring-sync-at-commit", Options{SyncAtCommit: true}},
 	{"uring-sync-at-commit-linked", Options{SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
 	{"uring-direct-sync-at-commit", Options{Direct: true, SyncAtCommit: true}},
+	{"uring-direct-sync-at-commit-ring-dsync", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncDSync}},
 	{"uring-direct-sync-at-commit-linked", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
 	{"uring-prezero", Options{PreZero: true}},
 	{"uring-direct-prezero", Options{Direct: true, PreZero: true}},
@@ -254,7 +255,6 @@ func TestDirectTruncateKeepsTailBlock(t *testing.T) {
 func TestInvalidOptions(t *testing.T) {
 	for _, o := range []Options{
 		{Direct: true, WriteChunkBytes: 6000},
-		{Direct: true, SyncMethod: SyncSyscalls},
 		{SyncMethod: SyncDSync},
 		{SyncMethod: 99},
 		{StagingBytes: 5000},
@@ -274,6 +274,7 @@ func TestInvalidOptions(t *testing.T) {
 // it works even with the ring gone.
 func TestSyncAtCommitFlushWithoutIO(t *testing.T) {
 	for _, o := range []Options{{Direct: true, SyncAtCommit: true}, {Direct: true, SyncAtCommit: true, SyncMethod: SyncLinkedFsync},
+		{Direct: true, SyncAtCommit: true, SyncMethod: SyncDSync},
 		{SyncAtCommit: true}, {SyncAtCommit: true, SyncMethod: SyncLinkedFsync}} {
 		b, err := NewBackend(o)
 		if errors.Is(err, mappedfile.ErrUnsupported) {

@@ -29,6 +29,7 @@ var durableBackends = []struct {
 	{"uring/sync-at-commit/pwrite+fdatasync", Options{SyncAtCommit: true, SyncMethod: SyncSyscalls}},
 	{"uring/sync-at-commit/write-linked-fsync", Options{SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
 	{"uring-direct/commit+flush", Options{Direct: true}},
+	{"uring-direct/sync-at-commit/pwritev2-dsync", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncSyscalls}},
 	{"uring-direct/sync-at-commit/dsync-write", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncDSync}},
 	{"uring-direct/sync-at-commit/write-linked-fsync", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
 }

@@ -10,14 +10,15 @@
 // in the file are read from the ring, the rest from the file.
 //
 //   - "uring" (buffered): Commit is pwrite(2) of the pending bytes and
-//     Flush is fdatasync(2) — plain system calls, not io_uring. On ext4
-//     a buffered io_uring write never runs inline (ext4 has no
-//     non-blocking buffered write), so every WRITE goes to an io-wq worker
-//     and back: measured here 15–130 µs for 1 KiB against 1.5 µs for an
-//     inline pwrite, 34 µs against 12 µs for 64 KiB. With SyncAtCommit
-//     (set by the engine for sync flush) a commit is pwrite+fdatasync on
-//     the committing goroutine (SyncSyscalls), or a WRITE linked to an
-//     FSYNC in one io_uring submission (SyncLinkedFsync).
+//     Flush is fdatasync(2) — plain system calls, not io_uring. On ext4 a
+//     buffered io_uring write never runs inline (ext4 has no non-blocking
+//     buffered write), so every WRITE goes to an io-wq worker and back:
+//     measured here 15–130 µs for 1 KiB (median 27 µs) against 1.6 µs for
+//     an inline pwrite, 31 µs against 11 µs for 64 KiB. With SyncAtCommit
+//     (set by the engine for sync flush) a commit is pwrite+fdatasync on the
+//     committing goroutine (SyncSyscalls), or a WRITE linked to an FSYNC in
+//     one io_uring submission (SyncLinkedFsync: 30–60 µs slower per 4 KiB
+//     durable append here).
 //   - "uring-direct" (O_DIRECT): Commit is one vectored io_uring write
 //     (WRITEV_FIXED from the registered staging buffer on Linux 6.15+) of
 //     the whole blocks covering the pending bytes; a partial last block is
@@ -25,11 +26,20 @@
 //     next commit, so the file never holds a byte past the write position
 //     but zeros. The block is the largest of the O_DIRECT alignment (statx
 //     DIOALIGN), the file system block and the device's physical block.
-//     Flush is an io_uring FSYNC(DATASYNC). With SyncAtCommit the commit's
-//     one write carries RWF_DSYNC (SyncDSync, the default) or is linked to
-//     one FSYNC (SyncLinkedFsync): on a segment whose extents are written
-//     (PreZero, or pre-written by the store) that is one write and one
-//     device flush per commit, and Flush does no I/O.
+//     Flush is an io_uring FSYNC(DATASYNC). With SyncAtCommit a commit is
+//     one write of those blocks that is durable when it completes, and
+//     Flush does no I/O: on a segment whose extents are written (PreZero,
+//     or pre-written by the store) that is one write and one device flush
+//     per commit (none with FUA). By default (SyncSyscalls) that write is
+//     pwritev2(2) with RWF_DSYNC on the committing goroutine: a 4 KiB durable
+//     append measured 100–125 µs at the median that way against 130–175 µs
+//     through io_uring (SyncDSync, or SyncLinkedFsync), every method taking
+//     turns on the same device (BenchmarkDurableRoundRobin). Through io_uring
+//     the kernel runs the write's sync in a workqueue (or the FSYNC in an
+//     io-wq worker) and completes the request by task_work: more thread
+//     wake-ups than a system call that sleeps and syncs on its own thread.
+//     Waiting for the completion on the submitting thread itself
+//     (io_uring_enter with GETEVENTS) did not close the gap.
 //
 // A full ring makes an append commit first (the producer waits for the
 // disk instead of anything being overwritten). Truncate writes zeros over

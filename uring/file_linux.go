@@ -13,6 +13,7 @@ import (
 
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
+	"golang.org/x/sys/unix"
 )
 
 // lease is a staging buffer lent to one segment while it is written. Its
@@ -53,21 +54,12 @@ type lease struct {
 //
 // # Commit and Flush
 //
-// uring: Commit is pwrite(2) of the pending bytes (ext4 has no
-// non-blocking buffered write, so an io_uring WRITE of a page-cache write
-// always goes through an io-wq worker: 15–130 µs for 1 KiB against 1.5 µs
-// inline); Flush is fdatasync. With SyncAtCommit a commit is durable at
-// once, by the method in Options.SyncMethod.
-//
-// uring-direct: Commit is one WRITEV (WRITEV_FIXED from the registered
-// staging buffer on Linux 6.15+) of whole blocks covering [committed,
-// wrote): the ring's blocks and, for a partial last block, a copy in the
-// bounce page padded with zeros — so the file never holds a byte past wrote
-// other than zeros, and the partial block is written again by the next
-// commit. With SyncAtCommit that one write carries RWF_DSYNC (or is linked
-// to one FSYNC(DATASYNC) in the same submission): on a pre-written file
-// that is one write and one device flush per commit. Flush is an io_uring
-// FSYNC(DATASYNC), or nothing when commits are durable already.
+// See the package doc: uring commits with pwrite(2) and flushes with
+// fdatasync(2); uring-direct commits with one vectored io_uring write of
+// whole blocks (the partial last block through the bounce page, padded with
+// zeros) and flushes with an io_uring FSYNC(DATASYNC). With SyncAtCommit a
+// commit is durable by itself (SyncMethod) and Flush only moves the flushed
+// position.
 //
 // Errors are sticky: after a failed write or sync the file returns the same
 // error forever. A cancelled ctx is not an error of the file: the bytes
@@ -283,9 +275,60 @@ func (f *file) commitDirect(ctx context.Context, l *lease, committed, wrote int6
 		clear(bounce[n:])
 		pieces = append(pieces, bounce)
 	}
-	res := f.ringWriteSync(ctx, l, start, wrote, pieces)
+	var res writeResult
+	if f.syncCommit && f.syncMethod == SyncSyscalls {
+		res = f.pwriteDSync(start, wrote, pieces)
+	} else {
+		res = f.ringWriteSync(ctx, l, start, wrote, pieces)
+	}
 	res.end = max(res.end, committed) // a failed rewrite of the old tail block loses nothing
 	return res
+}
+
+// pwriteDSync writes pieces from start with pwritev2(RWF_DSYNC) on the
+// committing goroutine: one O_DIRECT write, durable when it returns (one
+// device flush, or FUA writes where the device has them and the write
+// needs no metadata). Measured here, a 4 KiB durable append this way takes
+// 100–125 µs at the median against 130–175 µs through io_uring: there the
+// kernel runs the write's sync in a workqueue and completes the request by
+// task_work, two more thread wake-ups than a system call that sleeps and
+// syncs on its own thread.
+func (f *file) pwriteDSync(start, logicalEnd int64, pieces [][]byte) writeResult {
+	done := start
+	noProgress := 0
+	for len(pieces) > 0 {
+		total := iovecBytes(pieces)
+		op := segfile.Op{Kind: segfile.OpWriteDurable, Path: f.Path(), Offset: done, Length: total, Via: "pwritev2"}
+		err := segfile.Begin(op)
+		var n int
+		if err == nil {
+			for {
+				n, err = unix.Pwritev2(int(f.fd), pieces, done, unix.RWF_DSYNC)
+				if err != unix.EINTR {
+					break
+				}
+			}
+		}
+		segfile.End(op, err)
+		if err != nil {
+			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("pwritev2(RWF_DSYNC) [%d,+%d): %w", done, total, err)}
+		}
+		if int64(n) >= total {
+			return writeResult{end: logicalEnd}
+		}
+		advance := int64(n) - int64(n)%f.align
+		if advance == 0 {
+			if noProgress++; noProgress > maxNoProgress {
+				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("pwritev2(RWF_DSYNC) [%d,+%d): %d short writes without progress: %w",
+					done, total, noProgress, io.ErrShortWrite)}
+			}
+		} else {
+			noProgress = 0
+		}
+		done += advance
+		pieces = skipBytes(pieces, advance)
+	}
+	return writeResult{end: logicalEnd}
 }
 
 // ringWriteSync writes pieces (memory of the lease) to the file from

@@ -17,19 +17,20 @@ var ErrUnsupported = fmt.Errorf("uring: %w", mappedfile.ErrUnsupported)
 type SyncMethod int
 
 const (
-	// SyncDefault picks the measured best for the backend: SyncDSync for
-	// uring-direct, SyncSyscalls for uring (see the package doc).
+	// SyncDefault picks the measured best: SyncSyscalls for both backends
+	// (see the package doc).
 	SyncDefault SyncMethod = iota
-	// SyncDSync (uring-direct): the commit's one O_DIRECT write carries
-	// RWF_DSYNC: the kernel flushes the device cache once after it (or
-	// writes with FUA where the device has it and the write needs no
-	// metadata).
+	// SyncDSync (uring-direct): the commit's one O_DIRECT write goes
+	// through io_uring with RWF_DSYNC: the kernel flushes the device cache
+	// once after it (or writes with FUA where the device has it and the
+	// write needs no metadata).
 	SyncDSync
 	// SyncLinkedFsync: the commit's write is linked to an
 	// FSYNC(DATASYNC) in the same io_uring submission.
 	SyncLinkedFsync
-	// SyncSyscalls (uring): pwrite(2) then fdatasync(2) on the committing
-	// goroutine, no io_uring.
+	// SyncSyscalls: system calls on the committing goroutine, no io_uring —
+	// pwrite(2) then fdatasync(2) for uring; one pwritev2(2) with
+	// RWF_DSYNC for uring-direct.
 	SyncSyscalls
 )
 
@@ -42,7 +43,7 @@ func (m SyncMethod) String() string {
 	case SyncLinkedFsync:
 		return "write-linked-fsync"
 	case SyncSyscalls:
-		return "pwrite+fdatasync"
+		return "syscalls"
 	}
 	return fmt.Sprintf("SyncMethod(%d)", int(m))
 }
@@ -60,8 +61,8 @@ type Options struct {
 	// writes and Flush syncs (fdatasync for uring, an io_uring
 	// FSYNC(DATASYNC) for uring-direct).
 	SyncAtCommit bool
-	// SyncMethod: see SyncMethod. uring-direct accepts SyncDSync and
-	// SyncLinkedFsync, uring SyncSyscalls and SyncLinkedFsync.
+	// SyncMethod: see SyncMethod. uring-direct accepts all three, uring
+	// SyncSyscalls and SyncLinkedFsync.
 	SyncMethod SyncMethod
 	// PreZero writes zeros over every new segment and fdatasyncs it (and
 	// its directory) at Open, so its extents are written before use: a
@@ -158,12 +159,8 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	switch {
-	case o.SyncMethod == SyncDefault && o.Direct:
-		o.SyncMethod = SyncDSync
 	case o.SyncMethod == SyncDefault:
 		o.SyncMethod = SyncSyscalls
-	case o.Direct && o.SyncMethod == SyncSyscalls:
-		return bad("uring-direct: SyncMethod %v is for the buffered backend; use %v or %v", o.SyncMethod, SyncDSync, SyncLinkedFsync)
 	case !o.Direct && o.SyncMethod == SyncDSync:
 		return bad("uring: SyncMethod %v is for uring-direct; use %v or %v", o.SyncMethod, SyncSyscalls, SyncLinkedFsync)
 	case o.SyncMethod < SyncDefault || o.SyncMethod > SyncSyscalls:

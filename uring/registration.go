@@ -44,7 +44,7 @@ func registration(name string) mappedfile.Registration {
 	if direct {
 		reg.Description = "O_DIRECT: appends into an off-heap staging ring, readable at once; commit is one vectored io_uring write of whole blocks " +
 			"(the partial last block padded with zeros, rewritten by the next commit); flush is an io_uring FSYNC(DATASYNC); " +
-			"with sync flush each commit is one RWF_DSYNC write (one write and one device flush on a pre-written segment)"
+			"with sync flush each commit is one pwritev2(RWF_DSYNC) of those blocks (one write and one device flush on a pre-written segment)"
 		reg.Requires += ", and a file system with O_DIRECT (not tmpfs)"
 	}
 	return reg

@@ -40,6 +40,7 @@ func TestStagingRingWrapsUnderReaders(t *testing.T) {
 		{"uring", Options{StagingBytes: 16 << 10}},
 		{"uring-direct", Options{Direct: true, StagingBytes: 16 << 10}},
 		{"uring-direct-sync-at-commit", Options{Direct: true, StagingBytes: 32 << 10, SyncAtCommit: true}},
+		{"uring-direct-sync-at-commit-ring-dsync", Options{Direct: true, StagingBytes: 32 << 10, SyncAtCommit: true, SyncMethod: SyncDSync}},
 		{"uring-sync-at-commit-linked", Options{StagingBytes: 32 << 10, SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
 	} {
 		t.Run(v.name, func(t *testing.T) {
@@ -553,14 +554,15 @@ func TestStagingBuffersNotClearedAtOpen(t *testing.T) {
 }
 
 // TestDurableCommitIsOneRequest: with SyncAtCommit a commit of uring-direct
-// is one durable write (RWF_DSYNC), or one write and one fsync linked in
-// the same submission — whatever the commit's size, a wrap of the ring or a
+// is one durable write (pwritev2 or an io_uring write, with RWF_DSYNC), or
+// one write and one fsync linked in the same submission — whatever the commit's size, a wrap of the ring or a
 // partial last block — and Flush then issues nothing.
 func TestDurableCommitIsOneRequest(t *testing.T) {
 	for _, c := range []struct {
 		method SyncMethod
 		want   []segfile.OpKind
 	}{
+		{SyncSyscalls, []segfile.OpKind{segfile.OpWriteDurable}},
 		{SyncDSync, []segfile.OpKind{segfile.OpWriteDurable}},
 		{SyncLinkedFsync, []segfile.OpKind{segfile.OpPwrite, segfile.OpFdatasync}},
 	} {

@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -296,5 +298,88 @@ func threadRingVariant(flags uint32) func(b *testing.B, f *os.File, buf []byte, 
 			})
 			off = (off + uint64(size)) % (60 << 20)
 		}
+	}
+}
+
+// BenchmarkDurableRoundRobin makes one 4 KiB append durable per method in
+// turn, every method once per iteration, on its own pre-written file, and
+// reports each method's median and 90th percentile: the methods see the
+// same moments of a shared, noisy device, which sequential sub-benchmarks
+// do not.
+//
+//	go test -run '^$' -bench DurableRoundRobin -benchtime 2000x ./uring/
+func BenchmarkDurableRoundRobin(b *testing.B) {
+	for _, direct := range []bool{false, true} {
+		b.Run(fmt.Sprintf("direct=%v", direct), func(b *testing.B) {
+			const size = 4096
+			extra := 0
+			if direct {
+				extra = unix.O_DIRECT
+			}
+			r := newTestRing(b, RingOptions{Entries: 8})
+			type method struct {
+				name string
+				do   func(fd int32, buf []byte, off uint64)
+			}
+			tk := make([]Ticket, 2)
+			linked := func(fd int32, buf []byte, off uint64) []Request {
+				return []Request{
+					{Opcode: OpWrite, Flags: FlagIOLink, Fd: fd, Offset: off, Addr: addr(buf), Len: size},
+					{Opcode: OpFsync, Fd: fd, OpFlags: FsyncDataSync},
+				}
+			}
+			defer1 := newThreadRing(b, 1<<12|1<<13)
+			methods := []method{
+				{"pwrite+fdatasync", func(fd int32, buf []byte, off uint64) {
+					if _, err := unix.Pwrite(int(fd), buf, int64(off)); err != nil {
+						b.Fatal(err)
+					}
+					if err := unix.Fdatasync(int(fd)); err != nil {
+						b.Fatal(err)
+					}
+				}},
+				{"pwritev2-dsync", func(fd int32, buf []byte, off uint64) {
+					if _, err := unix.Pwritev2(int(fd), [][]byte{buf}, int64(off), unix.RWF_DSYNC); err != nil {
+						b.Fatal(err)
+					}
+				}},
+				{"ring-write→fsync-linked", func(fd int32, buf []byte, off uint64) {
+					if err := r.Submit(context.Background(), linked(fd, buf, off), tk); err != nil {
+						b.Fatal(err)
+					}
+					if c0, c1 := r.Wait(tk[0]), r.Wait(tk[1]); c0.Res != size || c1.Res != 0 {
+						b.Fatalf("linked: %d %d", c0.Res, c1.Res)
+					}
+				}},
+				{"ring-write-dsync", func(fd int32, buf []byte, off uint64) {
+					ringDo(b, r, tk, Request{Opcode: OpWrite, Fd: fd, Offset: off, Addr: addr(buf), Len: size, OpFlags: RWFDSync})
+				}},
+				{"thread-ring-linked/single-issuer+defer-taskrun", func(fd int32, buf []byte, off uint64) {
+					defer1.do(b, linked(fd, buf, off))
+				}},
+			}
+			files := make([]*os.File, len(methods))
+			bufs := make([][]byte, len(methods))
+			for i := range methods {
+				files[i] = durableFile(b, true, extra)
+				bufs[i] = offHeap(b, size)
+				copy(bufs[i], pattern(size, byte(i)))
+			}
+			lat := make([][]time.Duration, len(methods))
+			off := uint64(0)
+			for b.Loop() {
+				for i, m := range methods {
+					start := time.Now()
+					m.do(int32(files[i].Fd()), bufs[i], off)
+					lat[i] = append(lat[i], time.Since(start))
+				}
+				off = (off + size) % (60 << 20)
+			}
+			for i, m := range methods {
+				slices.Sort(lat[i])
+				b.ReportMetric(float64(lat[i][len(lat[i])/2].Microseconds()), "p50-µs/"+m.name)
+				b.ReportMetric(float64(lat[i][len(lat[i])*9/10].Microseconds()), "p90-µs/"+m.name)
+			}
+		})
 	}
 }
