@@ -90,13 +90,24 @@ type Spec struct {
 	FromOffset int64
 	// SizeBytes is the fixed size of the segment.
 	SizeBytes int64
+	// Prewrite asks Open, when it creates the file, to write every byte of
+	// it (zeros) and sync it before the rename that makes it visible, so
+	// the file's extents are written rather than allocated-but-unwritten: a
+	// later write and fdatasync into it then commits only the data, not an
+	// extent conversion in the file system's journal (ext4, xfs). It has no
+	// effect on a file that exists (a file created with it stays written:
+	// Truncate never turns written extents back into unwritten ones), and
+	// none for backends that keep files in memory. The engine's allocation
+	// service sets it (Options.PrewriteSegments), so the cost lands there.
+	Prewrite bool
 }
 
 // Backend opens segment files of one kind.
 //
-// Open creates Path (preallocated to SizeBytes, under a temporary name, synced
-// and renamed, so a crash never leaves a half-created segment) when it does not
-// exist; the new file's positions are all 0. When Path exists, its size must
+// Open creates Path (preallocated to SizeBytes — and with Spec.Prewrite
+// written with zeros — under a temporary name, synced and renamed, so a
+// crash never leaves a half-created segment) when it does not exist; the new
+// file's positions are all 0. When Path exists, its size must
 // equal SizeBytes (else ErrSizeMismatch), and wrote, committed and flushed all
 // start at SizeBytes, as if the file were full and durable: recovery reads it
 // and then calls Truncate with the end of the valid data.
@@ -158,7 +169,9 @@ type MappedFile interface {
 
 	// Truncate sets wrote, committed and flushed to validEnd (recovery decides
 	// where valid data ends) and durably zeroes [validEnd, SizeBytes) so a later
-	// scan cannot see old bytes there. The file must not be in use.
+	// scan cannot see old bytes there, without turning written extents back
+	// into unwritten ones (a prewritten segment stays prewritten). The file
+	// must not be in use.
 	Truncate(ctx context.Context, validEnd int64) error
 
 	// Close releases the file's resources once the last reference is released;
