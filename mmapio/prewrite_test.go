@@ -29,7 +29,7 @@ func needExtents(t *testing.T, dir string) {
 	}
 }
 
-func unwrittenIn(t *testing.T, path string, off, n int64) int64 {
+func unwrittenIn(t testing.TB, path string, off, n int64) int64 {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
