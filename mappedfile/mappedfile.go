@@ -46,6 +46,9 @@ var (
 	ErrInvalidArgument = errors.New("mappedfile: invalid argument")
 	// ErrUnsupported: the backend cannot run here (no io_uring, no O_DIRECT, …).
 	ErrUnsupported = errors.New("mappedfile: unsupported on this system")
+	// ErrNoSpace: the file system has no room for a new segment (its
+	// preallocation or its prewrite); wrapped with the errno (ENOSPC).
+	ErrNoSpace = errors.New("mappedfile: no space left on the device")
 )
 
 // Encoder writes a record in place. EncodeAt must fill dst completely;

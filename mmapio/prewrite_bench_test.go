@@ -66,5 +66,5 @@ func benchmarkMakeWritten(b *testing.B, size int64, method string) {
 		}
 		b.StartTimer()
 	}
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/segment")
+	b.ReportMetric(b.Elapsed().Seconds()*1000/float64(b.N), "ms/segment")
 }

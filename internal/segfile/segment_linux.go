@@ -114,7 +114,7 @@ func Preallocate(f *os.File, size int64) error {
 		return Ftruncate(path, fd, size)
 	}
 	if errors.Is(err, unix.ENOSPC) {
-		return fmt.Errorf("fallocate %d bytes: no space left on the device: %w", size, err)
+		return fmt.Errorf("fallocate %d bytes: %w: %w", size, mappedfile.ErrNoSpace, err)
 	}
 	return fmt.Errorf("fallocate %d bytes: %w", size, err)
 }
