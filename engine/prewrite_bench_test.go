@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,26 +15,39 @@ import (
 var (
 	prewriteRounds = flag.Int("prewrite-rounds", 6, "BenchmarkPutPrewrite: A/B rounds (each times prewrite off and on once, in ABBA order)")
 	prewritePhase  = flag.Duration("prewrite-phase", time.Second, "BenchmarkPutPrewrite: length of one timed phase")
+	prewriteSizes  = flag.String("prewrite-sizes", "1024", "BenchmarkPutPrewrite: message body sizes, comma separated")
 )
 
-// BenchmarkPutPrewrite compares sync-flush Puts (1 KiB) into prewritten and
+// BenchmarkPutPrewrite compares sync-flush Puts (1 KiB bodies, or
+// -prewrite-sizes) into prewritten and
 // fallocated CommitLog segments — mmap and transient, 1 and 16 producers —
 // A/B interleaved in one process: two stores, one with PrewriteSegments off
 // and one on, both open, the allocation service idle in both (the first
 // segment and the next one made) before anything is timed; then
 // -prewrite-rounds rounds of one -prewrite-phase phase on each store, in
 // ABBA order so that a drift of the (shared) machine weighs on both alike.
-// A 256 MiB segment does not fill during the run (checked), so no prewrite
+// A 1 GiB segment (the default) does not fill during the run (checked), so no prewrite
 // runs while timing: what is timed is the Put path alone. It reports the
 // medians over the phases (msgs/s, Put p50 in µs, measured around each Put)
-// and logs every phase's figures, min and max.
+// and logs every phase's figures, min and max, and the paired view: the
+// median over rounds of each round's on/off ratio (two adjacent phases).
 //
 //	go test -run '^$' -bench PutPrewrite -benchtime 1x ./engine/ -args -prewrite-rounds 6
 func BenchmarkPutPrewrite(b *testing.B) {
-	for _, backend := range []string{"mmap", "transient"} {
-		for _, producers := range []int{1, 16} {
-			name := fmt.Sprintf("backend=%s/flush=sync/producers=%d/size=1024", backend, producers)
-			b.Run(name, func(b *testing.B) { benchPutPrewriteAB(b, backend, producers) })
+	var sizes []int
+	for _, f := range strings.Split(*prewriteSizes, ",") {
+		size, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || size <= 0 {
+			b.Fatalf("-prewrite-sizes %q: %q is not a size", *prewriteSizes, f)
+		}
+		sizes = append(sizes, size)
+	}
+	for _, size := range sizes {
+		for _, backend := range []string{"mmap", "transient"} {
+			for _, producers := range []int{1, 16} {
+				name := fmt.Sprintf("backend=%s/flush=sync/producers=%d/size=%d", backend, producers, size)
+				b.Run(name, func(b *testing.B) { benchPutPrewriteAB(b, backend, producers, size) })
+			}
 		}
 	}
 }
@@ -42,16 +57,16 @@ type prewritePhaseResult struct {
 	p50, p99      time.Duration
 }
 
-func benchPutPrewriteAB(b *testing.B, backend string, producers int) {
+func benchPutPrewriteAB(b *testing.B, backend string, producers, size int) {
 	ctx := context.Background()
 	modes := []PrewriteMode{PrewriteOff, PrewriteOn}
 	stores := make([]*Store, len(modes))
 	msgs := make([]*Message, producers)
 	for i := range msgs {
-		msgs[i] = testMessage("BenchTopic", int32(i%4), i, 1024)
+		msgs[i] = testMessage("BenchTopic", int32(i%4), i, size)
 	}
 	for i, mode := range modes {
-		o := Options{Backend: backend, FlushMode: FlushSync, SegmentSizeBytes: 256 << 20, PrewriteSegments: mode, Logger: quietLogger}
+		o := Options{Backend: backend, FlushMode: FlushSync, SegmentSizeBytes: DefaultSegmentSizeBytes, PrewriteSegments: mode, Logger: quietLogger}
 		s, err := Open(ctx, b.TempDir(), o)
 		if err != nil {
 			b.Fatal(err)
@@ -85,6 +100,21 @@ func benchPutPrewriteAB(b *testing.B, backend string, producers int) {
 			b.Fatalf("prewrite %v: %d segments: a roll (and a prewrite) happened while timing", modes[i], n)
 		}
 	}
+	// The paired view: each round's on/off ratio, from two adjacent phases,
+	// which a drift of the machine's load between rounds does not move.
+	var rateRatio, p50Ratio []prewritePhaseResult
+	for r := range results[0] {
+		off, on := results[0][r], results[1][r]
+		rateRatio = append(rateRatio, prewritePhaseResult{msgsPerSecond: on.msgsPerSecond / off.msgsPerSecond})
+		p50Ratio = append(p50Ratio, prewritePhaseResult{msgsPerSecond: float64(on.p50) / float64(off.p50)})
+	}
+	ratio := func(rs []prewritePhaseResult) [3]float64 {
+		return medianMinMax(rs, func(r prewritePhaseResult) float64 { return r.msgsPerSecond })
+	}
+	rr, pr := ratio(rateRatio), ratio(p50Ratio)
+	b.ReportMetric(rr[0], "on/off-msgs/s")
+	b.ReportMetric(pr[0], "on/off-p50")
+	b.Logf("paired on/off per round: msgs/s ×%.2f [%.2f–%.2f]  p50 ×%.2f [%.2f–%.2f]", rr[0], rr[1], rr[2], pr[0], pr[1], pr[2])
 	for i, mode := range modes {
 		rate := medianMinMax(results[i], func(r prewritePhaseResult) float64 { return r.msgsPerSecond })
 		p50 := medianMinMax(results[i], func(r prewritePhaseResult) float64 { return float64(r.p50.Microseconds()) })
