@@ -60,9 +60,11 @@ type PrewriteMode int
 
 const (
 	// PrewriteDefault: on with FlushSync (every Put waits for an fdatasync
-	// that would otherwise commit extent conversions), off with FlushAsync;
-	// always off for a backend that keeps its files in memory. Resolved at
-	// Open: Store.Options reports PrewriteOn or PrewriteOff.
+	// that would otherwise commit extent conversions), off with FlushAsync
+	// and with NoPreallocate. A named backend that keeps its files in memory
+	// (mem) is always off, whatever was asked; with BackendImpl the backend
+	// decides what Spec.Prewrite means. Resolved at Open: Store.Options
+	// reports PrewriteOn or PrewriteOff.
 	PrewriteDefault PrewriteMode = iota
 	// PrewriteOn: every segment the allocation service creates is
 	// prewritten (needs the allocation service: not with NoPreallocate).
