@@ -100,11 +100,12 @@ func writeZeros(path string, fd int, off, n int64) error {
 // append loops in the report of this change), writing them through the
 // page cache instead is worse on every count:
 //
-//   - large writes into the page cache make large folios (ext4 since Linux
-//     6.16, xfs since 5.18): a store through a shared mapping then dirties
-//     a whole folio (block_page_mkwrite marks every block of it dirty), so
-//     each msync of a 1 KiB append wrote 2 MiB — the mmap backend ran 3 to 4
-//     times slower on such a segment than on a fallocated one;
+//   - large writes into the page cache make large folios (seen on this
+//     machine's ext4, Linux 6.18; xfs has them too): a store through a
+//     shared mapping then dirties a whole folio (block_page_mkwrite marks
+//     every block of it dirty), so each msync of a 1 KiB append wrote back
+//     2 MiB — 1 KiB appends + msync ran 3 to 4 times slower on such a
+//     segment than on a fallocated one;
 //   - page-sized writes keep the folios small but cost a system call per
 //     4 KiB (about three times the time of the direct fill for 64 MiB);
 //   - both fill the page cache with a segment's worth of clean zeros, and
