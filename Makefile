@@ -6,7 +6,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all build test lint vet staticcheck fmt-check tools clean bench bench-full bench-pressure bench-sweep
+.PHONY: all build test lint vet staticcheck fmt-check tools clean bench bench-full bench-pressure bench-sweep report
 
 all: build
 
@@ -42,32 +42,42 @@ tools: $(STATICCHECK)
 clean:
 	$(GO) clean ./...
 
-## bench: the quick comparison (about 4 minutes on 2 cores): every backend at 1 KiB, async and sync,
-## throughput and latency, 3 repeats, without and with dirty-page pressure (root; skipped with the
-## reason otherwise), with the copy ceiling, device probes (and fio when on PATH) and the NATS and
-## pebble peers, in a temporary directory of the current file system. Prints the summary table;
-## writes results/<YYYYMMDD-HHMMSS>-<host>/ and profiles/<run>/. BENCH_FLAGS adds or overrides flags.
-BENCH_QUICK := --sizes 1024 --flush async,sync --workloads throughput,latency --pressure none,dirty --repeat 3 \
-	--duration 1500ms --warmup 300ms --probe-bytes 512MiB --sync-probes 500 --profile-duration 500ms
+## bench: the quick comparison (≤ 8 minutes on 2 cores; the estimate is printed at the start): every backend at 1 KiB,
+## async and sync, the closed loop at 16 producers and the open loop at one rate shared by every backend and the
+## pebble-wal peer, 5 measured repeats after a warm one, interleaved and shuffled, the A/A twin, the harness's floor,
+## each system's sustainable rate, the device limits, and the open loop again under dirty-page pressure (root;
+## skipped with the reason otherwise). 1 s windows: shorter than the automatic window on most machines (see README).
+## Writes results/<YYYYMMDD-HHMMSS>-<host>/ and profiles/<run>/. BENCH_FLAGS adds or overrides flags.
+BENCH_QUICK := --sizes 1024 --flush async,sync --workloads throughput,latency --pressure none,dirty --pressure-workloads latency \
+	--producers 16 --rates 1000 --repeat 5 --duration 1s --warmup 200ms --peers pebble-wal --search-probes 3 --search-duration 500ms \
+	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --memcpy-bytes 64MiB --fault-bytes 128MiB --profile-duration 300ms
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/mqbench run --dir . $(BENCH_QUICK) $(BENCH_FLAGS)
 
-## bench-full: the full default matrix (sizes 128, 1024, 4096; 5 s windows; about 25 minutes).
+## bench-full: the full default matrix (sizes 128, 1024, 4096; producers 1,4,16,64,256; the rate ladder
+## 1k…200k; 5 measured repeats; the automatic window; every peer). Hours on 2 cores: narrow it with BENCH_FLAGS.
 bench-full:
 	$(GO) run ./cmd/mqbench run --dir . $(BENCH_FLAGS)
 
-## bench-pressure: the pressure reference (root, about 15 minutes): every backend, 1 KiB, async and sync,
-## throughput, latency, e2e, consume and recovery, without pressure and under dirty and swap pressure,
-## on the current file system and on an emulated 7200 rpm HDD (loop device + blkio). Undoes every system
-## change at exit; after a killed run, `go run ./cmd/mqbench cleanup`.
+## bench-pressure: the pressure reference (root): every backend, 1 KiB, async and sync, throughput, latency, e2e,
+## consume and recovery, without pressure and under dirty and swap pressure, on the current file system and on an
+## emulated 7200 rpm HDD (loop device + blkio; async cells there are labelled and never recommended from). Undoes
+## every system change at exit; after a killed run, `go run ./cmd/mqbench cleanup`.
 bench-pressure:
 	$(GO) run ./cmd/mqbench run --dir . --emulate hdd --sizes 1024 --flush async,sync \
-		--workloads throughput,latency,e2e,consume,recovery --pressure none,dirty,swap --repeat 2 --duration 1s \
-		--warmup 200ms --peers "" --no-profile --probe-bytes 256MiB --sync-probes 200 --copy-bytes 128MiB \
+		--workloads throughput,latency,e2e,consume,recovery --pressure none,dirty,swap --producers 16 --rates 1000 \
+		--repeat 5 --duration 1s --warmup 200ms --peers "" --no-profile --search-probes 3 --search-duration 500ms \
+		--probe-bytes 256MiB --sync-probes 200 --memcpy-bytes 64MiB --fault-bytes 128MiB \
 		--consume-bytes 128MiB --recovery-bytes 256MiB --segment-size 64MiB $(BENCH_FLAGS)
 
-## bench-sweep: the flush-policy grid (flush interval, least pages, commit interval, group-commit timeout)
-## with its throughput / p99.9 Pareto front (about 3 minutes for two backends).
+## bench-sweep: the flush-policy grid (flush interval, least pages, commit interval where a backend commits,
+## group-commit timeout), 3 measured repeats per point, with its durable-throughput / p99.9 Pareto front.
 bench-sweep:
 	$(GO) run ./cmd/mqbench sweep --dir . --backends mmap,uring --segment-size 64MiB --duration 1s --warmup 300ms $(BENCH_FLAGS)
+
+## report: re-render a run's summary.md, plots, bench.txt and .hgrm files from its run.json.gz (results/ keeps
+## only summary.md, bench.txt and run.json.gz): make report RUN=results/<id>
+report:
+	@test -n "$(RUN)" || { echo "usage: make report RUN=results/<id>"; exit 2; }
+	$(GO) run ./cmd/mqbench report $(RUN)

@@ -3,308 +3,226 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
-	"golang.org/x/perf/benchfmt"
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
-// histogramOf records each value in µs.
-func histogramOf(us ...int) *load.Histogram {
-	h := load.NewHistogram()
-	for _, v := range us {
-		h.Record(time.Duration(v) * time.Microsecond)
-	}
-	return h
-}
-
-// fakeRun builds a run with known figures: two store cells, a peer, a
-// failed cell and limits.
-func fakeRun() *RunFile {
+// testConfig is a small run in temporary directories: one backend, 1 KiB,
+// no peers, no profiles, no limits.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	root := t.TempDir()
 	cfg := DefaultConfig()
-	cfg.Backends, cfg.Sizes, cfg.Flushes, cfg.Repeat = []string{"mmap", "transient"}, []int{1024}, []string{"async"}, 3
-	f := &RunFile{Schema: SchemaVersion, ID: "20250101-000000-test", Command: "mqbench run",
-		StartedAt: time.Unix(1735689600, 0).UTC(), FinishedAt: time.Unix(1735689660, 0).UTC(),
-		Machine: Machine{Host: "test", OS: "linux", Arch: "amd64", CPUs: 2, CPUModel: "Test CPU", Kernel: "6.1", GoVersion: "go1.26", Commit: "0123456789abcdef"},
-		Devices: []Device{{Dir: ".", Device: "vda", FSType: "ext4"}}, Config: cfg,
-		Cells: []Cell{}, Peers: []Cell{}, Limits: []Limit{}, Ratios: []Ratio{}, Profiles: []ProfileSummary{}}
-	mk := func(workload, backend string, msgsPerSec []float64) Cell {
-		c := Cell{Name: CellName(workload, backend, 1024, "async", "none"), Workload: workload, Backend: backend, SizeBytes: 1024,
-			Flush: "async", Pressure: "none", Producers: 4, FlushParams: map[string]string{"flushInterval": "500ms"}}
-		for i, rate := range msgsPerSec {
-			res := load.Result{Workload: load.Workload(workload), Messages: int64(rate), PayloadBytes: int64(rate) * 1024,
-				ElapsedNs: 1e9, CPUUserNs: 5e8, Mallocs: uint64(rate) / 10, Service: histogramOf(10*(i+1), 20, 30, 40, 1000)}
-			if workload == "latency" {
-				res.Latency, res.DispatchLag, res.Arrivals = histogramOf(15*(i+1), 25, 35, 45, 2000), histogramOf(1, 2), int64(rate)
-				c.TargetRatePerSec, c.InFlight, c.Arrival = rate, 8, "poisson"
-			}
-			c.Repeats = append(c.Repeats, Repeat{Index: i, Status: StatusOK, Result: res, Figures: figuresOf(&res)})
-		}
-		finishCell(&c)
-		return c
-	}
-	f.Cells = append(f.Cells, mk("throughput", "mmap", []float64{300e3, 100e3, 200e3}), mk("latency", "mmap", []float64{100e3, 100e3, 100e3}))
-	bad := Cell{Name: "throughput-uring-1024-async", Workload: "throughput", Backend: "uring", SizeBytes: 1024, Flush: "async", Pressure: "none",
-		Repeats: []Repeat{failedRepeat(os.ErrPermission)}}
-	finishCell(&bad)
-	f.Cells = append(f.Cells, bad)
-	f.Peers = append(f.Peers, mk("throughput", "nats", []float64{50e3, 40e3, 60e3}))
-	copyLimit := Limit{Name: LimitCopyCeiling, Tool: "mqbench", SizeBytes: 1024, Status: "",
-		Repeats: []Figures{{MBPerSec: 1000}, {MBPerSec: 2000}, {MBPerSec: 4000}}}
-	finishLimit(&copyLimit)
-	seq := Limit{Name: LimitDeviceSeq, Tool: "uring", SizeBytes: 1 << 20, Repeats: []Figures{{MBPerSec: 2048}}}
-	finishLimit(&seq)
-	f.Limits = append(f.Limits, copyLimit, seq, Limit{Name: LimitFioSeq, Status: StatusSkipped, Reason: "fio is not on PATH"})
-	f.Profiles = append(f.Profiles, ProfileSummary{Cell: "throughput-mmap-1024-async", Kind: "cpu", SampleType: "cpu", Unit: "nanoseconds",
-		Total: 1e9, Top: []FunctionCost{{Function: "runtime.memmove", Flat: 4e8, FlatPct: 40, Cum: 4e8, CumPct: 40}}})
-	ComputeRatios(f)
-	return f
+	cfg.Backends, cfg.Sizes, cfg.Flushes, cfg.Peers = []string{"mmap"}, []int{1024}, []string{"async"}, nil
+	cfg.Producers, cfg.Rates, cfg.Repeat = []int{2}, []float64{200}, 2
+	cfg.Duration, cfg.Warmup, cfg.SearchProbes, cfg.SearchDuration = 300*time.Millisecond, 50*time.Millisecond, 0, 200*time.Millisecond
+	cfg.Dir, cfg.Out, cfg.ProfilesRoot = root, filepath.Join(root, "results"), filepath.Join(root, "profiles")
+	cfg.NoLimits, cfg.Profile, cfg.ColdReads = true, false, false
+	cfg.Store.SegmentSizeBytes = 16 << 20
+	return cfg
 }
 
-func TestMedianMinMaxAndFailedCells(t *testing.T) {
-	f := fakeRun()
-	thr := f.Cells[0]
-	if thr.Status != StatusOK || thr.MsgsPerSec != 200e3 || thr.Min.MsgsPerSec != 100e3 || thr.Max.MsgsPerSec != 300e3 {
-		t.Errorf("throughput cell: status %s median %v [%v–%v], want ok 200k [100k–300k]", thr.Status, thr.MsgsPerSec, thr.Min.MsgsPerSec, thr.Max.MsgsPerSec)
+// lockedBuffer is a progress sink the test reads while the run writes.
+type lockedBuffer struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	onWrite func(string)
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	if l.onWrite != nil {
+		l.onWrite(string(p))
 	}
-	if thr.AllocsPerMsg != 0.1 || thr.CPUSecPerGiB == 0 {
-		t.Errorf("allocs/msg %v cpu %v", thr.AllocsPerMsg, thr.CPUSecPerGiB)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestEndToEndRun runs mmap async and sync through the closed loop and the
+// open loop (with floors, the A/A twin, the search and profiles) and checks
+// the schema 2 contract fields of every cell and the outputs.
+func TestEndToEndRun(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Flushes, cfg.SearchProbes, cfg.Profile, cfg.ProfileDuration = []string{"async", "sync"}, 2, true, 200*time.Millisecond
+	var progress lockedBuffer
+	f, dir, err := Run(context.Background(), cfg, RunOptions{Progress: &progress})
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
 	}
-	if Median([]float64{4, 1, 3, 2}) != 2.5 || Median([]float64{5}) != 5 {
-		t.Error("median")
+	var twin *runfile.Cell
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.TwinOf != "" {
+			twin = c
+		}
+		if !c.Measured() {
+			t.Errorf("%s: %s %s", c.Name, c.Status, c.Reason)
+			continue
+		}
+		if len(c.Repeats) != cfg.Repeat+1 || !c.Repeats[0].Warm || c.Repeats[1].Warm || c.Repeats[1].Seed == c.Repeats[2].Seed {
+			t.Errorf("%s: %d repeats (the first warm, a seed per round), want %d", c.Name, len(c.Repeats), cfg.Repeat+1)
+		}
+		if c.Repeats[1].Seed != f.Cells[0].Repeats[1].Seed {
+			t.Errorf("%s: round 1's seed differs from another cell's in the same round", c.Name)
+		}
+		if c.WrittenMBps <= 0 || c.DurableMBps <= 0 || c.DrainNs <= 0 || c.Sustained == nil || c.Options["FlushMode"] != c.Flush || c.Durability == nil {
+			t.Errorf("%s lacks durability figures or options: written %v durable %v drain %v sustained %v options %v", c.Name, c.WrittenMBps, c.DurableMBps, c.DrainNs, c.Sustained, c.Options)
+		}
+		for _, r := range c.Repeats[1:] {
+			d := r.Result.Durability
+			if d == nil || d.DurableAfterDrainBytes != d.WrittenEndBytes || d.DurableEndBytes > d.WrittenEndBytes {
+				t.Errorf("%s repeat %d: durability %+v", c.Name, r.Index, d)
+			}
+		}
+		if c.Workload == "throughput" && c.Flush == "sync" && c.MsgsPerGroupCommit < 1 {
+			t.Errorf("%s: %v messages per group commit", c.Name, c.MsgsPerGroupCommit)
+		}
 	}
-	bad := f.Cells[2]
-	if bad.Status != StatusFailed || bad.MsgsPerSec != 0 || !strings.Contains(bad.Reason, "permission") {
-		t.Errorf("failed cell: %+v", bad)
+	if twin == nil || len(f.AA) == 0 {
+		t.Errorf("no A/A twin (%v) or comparison (%d)", twin != nil, len(f.AA))
 	}
-	// One failing repeat among good ones fails the whole cell: no number.
+	if len(f.Floors) != 1 || f.Floors[0].P999Ns <= 0 || len(f.Floors[0].Repeats) != cfg.Repeat+1 {
+		t.Fatalf("floors %+v", f.Floors)
+	}
+	if f.Floors[0].Status == runfile.StatusOK {
+		lat := 0
+		for _, c := range f.Cells {
+			if c.Workload == "latency" {
+				lat++
+				if c.RatePerSec != 200 || c.FloorP999Ns != f.Floors[0].P999Ns {
+					t.Errorf("%s: rate %v, floor %v", c.Name, c.RatePerSec, c.FloorP999Ns)
+				}
+			}
+		}
+		if lat != 2 || len(f.Searches) != 2 {
+			t.Errorf("%d latency cells, %d searches; want 2 and 2", lat, len(f.Searches))
+		}
+	}
+	for _, name := range []string{runfile.FileName, "bench.txt", "summary.md", "throughput-mmap-1024-async-p2.hgrm", "throughput-async.png"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
+	}
+	back, err := runfile.Read(dir)
+	if err != nil || back.Plan.WindowNs != int64(300*time.Millisecond) || back.Machine.GOMAXPROCS == 0 || back.Machine.VM["vm.dirty_ratio"] == "" {
+		t.Errorf("run file: %v, plan %+v, machine %+v", err, back.Plan, back.Machine)
+	}
+	for _, kind := range ProfileKinds {
+		if _, err := os.Stat(filepath.Join(cfg.ProfilesRoot, f.ID, "throughput-mmap-1024-async-p2."+kind+".pprof")); err != nil {
+			t.Error(err)
+		}
+	}
+	if entries, _ := os.ReadDir(cfg.Dir); len(entries) != 2 {
+		t.Errorf("work directory left behind: %v", entries)
+	}
+	m := regexp.MustCompile(`\[(\d+)/(\d+)\] search`).FindAllStringSubmatch(progress.String(), -1)
+	if len(m) == 0 || m[len(m)-1][1] > m[len(m)-1][2] {
+		t.Errorf("progress:\n%s", progress.String())
+	}
+}
+
+// TestSaturatedCellReportsItsSustainableRate: one worker appending with
+// sync flush (one fdatasync per message) cannot keep 20 000 msgs/s; the
+// cell is saturated and the search finds a rate it sustains below it. The
+// no-op floor keeps that rate on any machine this runs on; if it does not
+// (a machine too loaded to offer the rate), the rung is dropped for every
+// system, and the run says so.
+func TestSaturatedCellReportsItsSustainableRate(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Workloads, cfg.Flushes, cfg.Rates, cfg.InFlight, cfg.Repeat = []string{"latency"}, []string{"sync"}, []float64{20000}, 1, 2
+	cfg.SearchProbes, cfg.AA = 3, false
+	f, _, err := Run(context.Background(), cfg, RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Floors) != 1 {
+		t.Fatalf("floors %+v", f.Floors)
+	}
+	if f.Floors[0].Status != runfile.StatusOK {
+		t.Logf("the floor could not keep 20000/s here: %s", f.Floors[0].Reason)
+		if len(f.Cells) != 0 || !strings.Contains(strings.Join(f.Notes, " "), "rate 20000 msgs/s not run") {
+			t.Fatalf("a saturated floor: cells %d, notes %v", len(f.Cells), f.Notes)
+		}
+		return
+	}
 	c := f.Cells[0]
-	c.Repeats = append(c.Repeats, failedRepeat(os.ErrClosed))
-	c.Status = ""
-	finishCell(&c)
-	if c.Status != StatusFailed || c.MsgsPerSec != 0 {
-		t.Errorf("a cell with a failed repeat reports %s %v", c.Status, c.MsgsPerSec)
+	if c.Status != runfile.StatusSaturated || len(c.Saturation) == 0 {
+		t.Fatalf("%s: status %s, saturation %v", c.Name, c.Status, c.Saturation)
 	}
-	lat := f.Cells[1]
-	if lat.P50Ns == 0 || lat.ServiceP50Ns == 0 || lat.CPUSecPerGiB != 0 || lat.P50Ns < lat.ServiceP50Ns {
-		t.Errorf("latency cell figures: %+v", lat.Figures)
+	for _, p := range []string{"p50Ns", "p999Ns"} {
+		if c.Figures.Figure(p) <= 0 {
+			t.Errorf("%s: no %s recorded for a saturated cell", c.Name, p)
+		}
+	}
+	s := f.Searches[0]
+	if s.SaturatedAtPerSec == 0 || s.SaturatedAtPerSec > 20000 || len(s.Probes) == 0 || s.SustainableRatePerSec >= s.SaturatedAtPerSec ||
+		c.SustainableRatePerSec != s.SustainableRatePerSec {
+		t.Errorf("search %+v, cell's sustainable rate %v", s, c.SustainableRatePerSec)
 	}
 }
 
-func TestRatiosOnKnownFigures(t *testing.T) {
-	f := fakeRun()
-	find := func(kind, against string) Ratio {
-		for _, r := range f.Ratios {
-			if r.Kind == kind && r.Against == against && r.Cell == "throughput-mmap-1024-async" {
-				return r
-			}
+func TestInterruptedRunWritesWhatFinished(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Backends, cfg.Flushes, cfg.Workloads, cfg.AA = []string{"mem"}, []string{"async", "sync"}, []string{"throughput"}, false
+	ctx, cancel := context.WithCancel(context.Background())
+	progress := &lockedBuffer{onWrite: func(s string) {
+		if strings.Contains(s, "warm round of 2 cells done") {
+			cancel() // as the first measured round starts
 		}
-		t.Fatalf("no %s ratio against %s in %+v", kind, against, f.Ratios)
-		return Ratio{}
+	}}
+	f, dir, err := Run(ctx, cfg, RunOptions{Progress: progress})
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("err = %v", err)
 	}
-	// Store MB/s: 1024 B × 200k/s = 204.8 MB/s median, [102.4–307.2].
-	// Copy ceiling 2000 [1000–4000]: 0.1024 [0.0256–0.3072].
-	r := find("copy-ceiling", LimitCopyCeiling)
-	if !near(r.Median, 0.1024) || !near(r.Low, 0.0256) || !near(r.High, 0.3072) {
-		t.Errorf("copy ratio %+v", r)
+	back, rerr := runfile.Read(dir)
+	if rerr != nil {
+		t.Fatal(rerr)
 	}
-	if r := find("device", LimitDeviceSeq); !near(r.Median, 204.8/2048) {
-		t.Errorf("device ratio %+v", r)
+	if !back.Interrupted || len(f.Cells) != 2 {
+		t.Fatalf("interrupted run file: interrupted=%v cells=%d", back.Interrupted, len(f.Cells))
 	}
-	// Peer: 200k ÷ 50k = 4, [100k/60k, 300k/40k].
-	if r := find("peer", "throughput-nats-1024-async"); !near(r.Median, 4) || !near(r.Low, 100.0/60) || !near(r.High, 7.5) {
-		t.Errorf("peer ratio %+v", r)
-	}
-}
-
-func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
-
-func TestRunFileRoundTrip(t *testing.T) {
-	dir := t.TempDir()
-	f := fakeRun()
-	if err := WriteRunFile(dir, f); err != nil {
-		t.Fatal(err)
-	}
-	back, err := ReadRunFile(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := json.Marshal(f)
-	b, _ := json.Marshal(back)
-	if !bytes.Equal(a, b) {
-		t.Fatal("run.json changed in a round trip")
-	}
-	if !back.Cells[1].Repeats[2].Result.Latency.Equal(f.Cells[1].Repeats[2].Result.Latency) {
-		t.Error("a latency histogram changed in a round trip")
-	}
-	var raw map[string]any
-	data, _ := os.ReadFile(filepath.Join(dir, "run.json"))
-	if err := json.Unmarshal(data, &raw); err != nil {
-		t.Fatal(err)
-	}
-	if raw["schema"] != float64(1) {
-		t.Errorf("schema = %v", raw["schema"])
-	}
-	cell := raw["cells"].([]any)[0].(map[string]any)
-	for _, k := range []string{"workload", "backend", "sizeBytes", "flush", "pressure", "producers", "repeats", "msgsPerSec", "mbPerSec",
-		"p50Ns", "p99Ns", "p999Ns", "p9999Ns", "maxNs", "cpuSecPerGiB", "allocsPerMsg", "min", "max", "flushParams"} {
-		if _, ok := cell[k]; !ok {
-			t.Errorf("cells[0] lacks %q", k)
-		}
-	}
-	f.Schema = 2
-	_ = WriteRunFile(dir, f)
-	if _, err := ReadRunFile(dir); err == nil {
-		t.Error("schema 2 accepted")
-	}
-}
-
-func TestBenchTxtParsesWithBenchfmt(t *testing.T) {
-	f := fakeRun()
-	var buf bytes.Buffer
-	if err := WriteBenchTxt(&buf, f); err != nil {
-		t.Fatal(err)
-	}
-	r := benchfmt.NewReader(&buf, "bench.txt")
-	results := map[string][]*benchfmt.Result{}
-	for r.Scan() {
-		switch rec := r.Result().(type) {
-		case *benchfmt.Result:
-			results[string(rec.Name.Full())] = append(results[string(rec.Name.Full())], rec.Clone())
-		case *benchfmt.SyntaxError:
-			t.Errorf("benchfmt: %v", rec)
-		}
-	}
-	if err := r.Err(); err != nil {
-		t.Fatal(err)
-	}
-	thr := results["MQBench/workload=throughput/backend=mmap/size=1024/flush=async/pressure=none"]
-	if len(thr) != 3 {
-		t.Fatalf("throughput lines %d, want one per repeat (3); have %v", len(thr), keys(results))
-	}
-	want := []float64{300e3, 100e3, 200e3}
-	for i, res := range thr {
-		if v, ok := res.Value("msgs/s"); !ok || v != want[i] {
-			t.Errorf("repeat %d msgs/s = %v, want %v", i, v, want[i])
-		}
-		if v, _ := res.Value("B/s"); !near(v/1e6, want[i]*1024/1e6) { // benchfmt tidies MB/s into B/s
-			t.Errorf("repeat %d MB/s = %v", i, v/1e6)
-		}
-		if res.Iters != int(want[i]) {
-			t.Errorf("iterations %d", res.Iters)
-		}
-		if v, ok := res.Value("sec/op"); !ok || !near(v, 1/want[i]) {
-			t.Errorf("sec/op %v (benchfmt converts ns/op)", v)
-		}
-	}
-	if lat := results["MQBench/workload=latency/backend=mmap/size=1024/flush=async/pressure=none"]; len(lat) != 3 {
-		t.Errorf("latency lines: %d", len(lat))
-	} else if v, _ := lat[0].Value("p99.9-sec"); v <= 0 || math.Abs(v*1e9/float64(f.Cells[1].Repeats[0].Figures.P999Ns)-1) > 1e-5 { // ns tidied to sec
-		t.Error("latency line lacks p99.9")
-	}
-	if len(results["MQBench/workload=throughput/backend=nats/size=1024/flush=async/pressure=none"]) != 3 {
-		t.Error("peer lines missing")
-	}
-	if len(results["MQBenchLimit/limit=copy-ceiling/size=1024"]) != 3 {
-		t.Error("limit lines missing")
-	}
-	for name := range results {
-		if strings.Contains(name, "uring") {
-			t.Errorf("failed cell written as a benchmark line: %s", name)
+	for _, c := range f.Cells {
+		if c.Measured() {
+			t.Errorf("%s reports figures although its measured repeats were interrupted", c.Name)
 		}
 	}
 }
 
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
+func TestARunThatFailsAtStartLeavesNoResults(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Dir = filepath.Join(cfg.Dir, "does-not-exist")
+	_, dir, err := Run(context.Background(), cfg, RunOptions{})
+	if err == nil || dir != "" {
+		t.Fatalf("run in a missing directory: %v, %q", err, dir)
 	}
-	return out
-}
-
-func TestReportRegeneratesIdenticalSummary(t *testing.T) {
-	dir := t.TempDir()
-	f := fakeRun()
-	if err := WriteOutputs(dir, f); err != nil {
-		t.Fatal(err)
-	}
-	first, err := os.ReadFile(filepath.Join(dir, "summary.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bench1, _ := os.ReadFile(filepath.Join(dir, "bench.txt"))
-	for _, name := range []string{"latency-async.png", "throughput-async.png", "latency-mmap-1024-async.hgrm", "throughput-nats-1024-async.hgrm"} {
-		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
-			t.Errorf("%s missing or empty: %v", name, err)
-		}
-	}
-	os.Remove(filepath.Join(dir, "summary.md"))
-	if _, err := Report(dir); err != nil {
-		t.Fatal(err)
-	}
-	second, _ := os.ReadFile(filepath.Join(dir, "summary.md"))
-	bench2, _ := os.ReadFile(filepath.Join(dir, "bench.txt"))
-	if !bytes.Equal(first, second) || !bytes.Equal(bench1, bench2) {
-		t.Fatal("report did not regenerate an identical summary.md and bench.txt")
-	}
-	s := string(first)
-	for _, want := range []string{"## Throughput", "## Latency", "200k [100k–300k]", "throughput-uring-1024-async`: **failed**",
-		"store ÷ page-cache copy ceiling", "mqstore ÷ peers", "nats (peer)", "![latency-async](latency-async.png)", "runtime.memmove 40.0%"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("summary lacks %q", want)
-		}
+	if entries, err := os.ReadDir(cfg.Out); err == nil && len(entries) > 0 {
+		t.Errorf("a results directory was left: %v", entries)
 	}
 }
 
-func TestCompareMarksOverlap(t *testing.T) {
-	a, b := fakeRun(), fakeRun()
-	for i := range b.Cells[0].Repeats {
-		b.Cells[0].Repeats[i].Figures.MsgsPerSec *= 10 // B clearly faster
-	}
-	b.Cells[0].Status = ""
-	finishCell(&b.Cells[0])
-	out := Compare(a, b)
-	if !strings.Contains(out, "| throughput-mmap-1024-async | msgsPerSec | 200k [100k–300k] | 2M [1M–3M] | 10× |  |") {
-		t.Errorf("compare row for a clear difference:\n%s", out)
-	}
-	if !strings.Contains(out, "| latency-mmap-1024-async | p50Ns |") || !strings.Contains(out, "| 1× | ~ |") {
-		t.Errorf("compare row for identical cells should be 1× and ~:\n%s", out)
-	}
-}
-
-func TestParseFio(t *testing.T) {
-	out := []byte(`note: both iodepth >= 1 and synchronous I/O engine are selected
-{"fio version": "fio-3.33", "jobs": [{"error": 0,
- "write": {"io_bytes": 4194304, "bw_bytes": 25000000, "iops": 6100.5, "runtime": 167, "lat_ns": {"N": 1024, "mean": 10000, "max": 90000, "percentile": {}}},
- "sync": {"lat_ns": {"N": 1023, "mean": 150000, "max": 621094, "percentile": {"50.000000": 154624, "90.000000": 199680, "99.000000": 246784, "99.900000": 395264, "99.990000": 618496}}}}]}`)
-	o, err := parseFio(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := fioSyncFigures(o)
-	if s.P50Ns != 154624 || s.P999Ns != 395264 || s.P9999Ns != 618496 || s.MaxNs != 621094 || !near(s.MsgsPerSec, 1e9/160000) {
-		t.Errorf("sync figures %+v", s)
-	}
-	if q := fioSeqFigures(o); q.MBPerSec != 25 {
-		t.Errorf("seq figures %+v", q)
-	}
-	if _, err := parseFio([]byte(`{"jobs": [{"error": 5}]}`)); err == nil {
-		t.Error("a failed fio job parsed")
-	}
-}
-
-// fakeProber stands in for the io_uring probes.
+// fakeProber stands in for the io_uring probes: 1000 MB/s, fdatasync
+// latencies 1..count µs.
 type fakeProber struct{}
 
 func (fakeProber) SequentialWrite(_ context.Context, _ string, total int64, _, _ int) (int64, time.Duration, error) {
-	return total, time.Duration(total), nil // 1 byte per ns = 1000 MB/s
+	return total, time.Duration(total), nil
 }
 
 func (fakeProber) SyncLatency(_ context.Context, _ string, count int) ([]time.Duration, error) {
@@ -315,114 +233,219 @@ func (fakeProber) SyncLatency(_ context.Context, _ string, count int) ([]time.Du
 	return out, nil
 }
 
-func TestDeviceLimitsWithFakeProber(t *testing.T) {
-	seq, err := deviceSeq(context.Background(), fakeProber{}, t.TempDir(), 64<<20)
-	if err != nil || !near(seq.MBPerSec, 1000) {
-		t.Errorf("seq %+v %v", seq, err)
-	}
-	sync, err := deviceSync(context.Background(), fakeProber{}, t.TempDir(), 1000)
-	if err != nil || sync.P50Ns < 499_000 || sync.P50Ns > 501_000 || sync.MaxNs < 999_000 {
-		t.Errorf("sync %+v %v", sync, err)
-	}
-}
-
-func TestCopyCeiling(t *testing.T) {
-	f, err := CopyCeiling(context.Background(), t.TempDir(), 1024, 8<<20)
+// TestLimitsAndProgressReachItsTotal: the limits with a fake prober (and
+// fio when on PATH; skipped otherwise) — the progress count reaches its
+// total either way.
+func TestLimitsAndProgressReachItsTotal(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Workloads, cfg.NoLimits, cfg.AA = []string{"throughput"}, false, false
+	cfg.MemcpyBytes, cfg.MemcpyDuration, cfg.FaultBytes, cfg.DeviceProbeBytes, cfg.SyncProbeCount = 4<<20, 20*time.Millisecond, 4<<20, 4<<20, 10
+	var progress lockedBuffer
+	f, _, err := Run(context.Background(), cfg, RunOptions{Prober: fakeProber{}, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.MBPerSec <= 0 || f.MsgsPerSec <= 0 {
-		t.Errorf("copy ceiling %+v", f)
+	names := map[string]*runfile.Limit{}
+	for i := range f.Limits {
+		names[f.Limits[i].Name] = &f.Limits[i]
 	}
-	if rb := recordBytes(1024); rb <= 1024 || rb > 1024+256 {
-		t.Errorf("record of a 1 KiB body is %d bytes", rb)
+	if l := names[LimitDeviceSeq]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 {
+		t.Errorf("device seq %+v", l)
+	}
+	if l := names[LimitDeviceSync]; l == nil || l.P50Ns < 5_000 || l.P50Ns > 6_010 {
+		t.Errorf("device sync %+v", l)
+	}
+	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(1024)) {
+		t.Errorf("memcpy %+v", l)
+	}
+	if l := names[LimitFaults]; l == nil || l.FaultsPerSec <= 0 || len(l.Repeats) != cfg.Repeat+1 || !l.Repeats[0].Warm {
+		t.Errorf("faults %+v", l)
+	}
+	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")
+	m := regexp.MustCompile(`^\[(\d+)/(\d+)\]`).FindStringSubmatch(lines[len(lines)-1])
+	if m == nil || m[1] != m[2] {
+		t.Errorf("the last progress line does not reach its total: %q", lines[len(lines)-1])
 	}
 }
 
-// TestEndToEndRun runs one backend for about a second: throughput, then
-// latency at half of it, with the profiles, and checks every output.
-func TestEndToEndRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end run skipped in -short")
+// TestStoreDurability: a real store's positions through the adapter, on a
+// buffered backend whose commit and flush lag its appends.
+func TestStoreDurability(t *testing.T) {
+	for _, c := range []struct{ backend, flush string }{{"mmap", "async"}, {"transient", "async"}, {"mmap", "sync"}} {
+		t.Run(c.backend+"-"+c.flush, func(t *testing.T) {
+			sp := load.Spec{Workload: load.Throughput, SizeBytes: 1024, Producers: 4, Duration: 200 * time.Millisecond}
+			rep, options := storeRepeat(context.Background(), StoreConfig{SegmentSizeBytes: 16 << 20}, filepath.Join(t.TempDir(), "s"), c.backend, c.flush, sp, nil)
+			if rep.Status != runfile.StatusOK {
+				t.Fatalf("%s: %s", rep.Status, rep.Reason)
+			}
+			d := rep.Result.Durability
+			recordsPerMsg := float64(d.WrittenBytes()) / float64(rep.Result.Messages)
+			if recordsPerMsg < 1024 || recordsPerMsg > 1024+200 || d.DurableAfterDrainBytes != d.WrittenEndBytes || options["Backend"] != c.backend {
+				t.Errorf("durability %+v (%.0f bytes per message), options %v", d, recordsPerMsg, options)
+			}
+			if c.flush == "sync" && (d.BacklogBytes() != 0 || rep.Store.Flushes == 0 || rep.Figures.MsgsPerGroupCommit < 1) {
+				t.Errorf("sync: backlog %d, store %+v, per commit %v", d.BacklogBytes(), rep.Store, rep.Figures.MsgsPerGroupCommit)
+			}
+		})
 	}
-	root := t.TempDir()
-	cfg := DefaultConfig()
-	cfg.Backends, cfg.Sizes, cfg.Flushes, cfg.Peers = []string{"mmap"}, []int{512}, []string{"async"}, nil
-	cfg.Duration, cfg.Warmup, cfg.Repeat, cfg.ProfileDuration = 300*time.Millisecond, 50*time.Millisecond, 1, 200*time.Millisecond
-	cfg.Dir, cfg.Out, cfg.ProfilesRoot, cfg.NoLimits = root, filepath.Join(root, "results"), filepath.Join(root, "profiles"), true
-	cfg.Store.SegmentSizeBytes = 16 << 20
-	var progress bytes.Buffer
-	f, dir, err := Run(context.Background(), cfg, RunOptions{Progress: &progress})
+}
+
+func TestSweepPoliciesApplyPerBackend(t *testing.T) {
+	pols, err := SweepPolicies([]string{"flush=async,sync", "flush-interval=100ms,500ms", "commit-interval=50ms,200ms", "sync-flush-timeout=1s,5s"},
+		StoreConfig{SegmentSizeBytes: 1 << 20}, []string{"mmap", "transient"})
 	if err != nil {
-		t.Fatalf("run: %v\n%s", err, progress.String())
+		t.Fatal(err)
 	}
-	if len(f.Cells) != 2 {
-		t.Fatalf("%d cells", len(f.Cells))
-	}
-	for _, c := range f.Cells {
-		if c.Status != StatusOK || c.MsgsPerSec <= 0 || c.P50Ns <= 0 {
-			t.Errorf("%s: %s %s msgs/s %v", c.Name, c.Status, c.Reason, c.MsgsPerSec)
+	count := map[string]int{}
+	for _, p := range pols {
+		count[p.Backend+" "+p.Flush]++
+		if p.Backend == "mmap" && strings.Contains(p.Name, "ci=") {
+			t.Errorf("mmap policy varies the commit interval (a no-op for mmap): %q", p.Name)
 		}
 	}
-	if lat := f.Cells[1]; !near(lat.TargetRatePerSec, 0.5*f.Cells[0].MsgsPerSec) {
-		t.Errorf("latency target %v, want half of %v", lat.TargetRatePerSec, f.Cells[0].MsgsPerSec)
-	}
-	for _, name := range []string{"run.json", "bench.txt", "summary.md", "throughput-mmap-512-async.hgrm", "latency-mmap-512-async.hgrm", "latency-async.png"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			t.Error(err)
+	// mmap: 2 flush intervals (async), 2 timeouts (sync); transient: ×2 commit intervals.
+	want := map[string]int{"mmap async": 2, "mmap sync": 2, "transient async": 4, "transient sync": 4}
+	for k, v := range want {
+		if count[k] != v {
+			t.Errorf("%s: %d policies, want %d (%v)", k, count[k], v, count)
 		}
 	}
-	for _, kind := range ProfileKinds {
-		if _, err := os.Stat(filepath.Join(cfg.ProfilesRoot, f.ID, "throughput-mmap-512-async."+kind+".pprof")); err != nil {
-			t.Error(err)
+	for _, bad := range []string{"flush-interval", "nope=1", "flush-least-pages=x", "flush=maybe"} {
+		if _, err := SweepPolicies([]string{bad}, StoreConfig{}, []string{"mmap"}); err == nil {
+			t.Errorf("%q accepted", bad)
 		}
-	}
-	if len(f.Profiles) != 4 || len(f.Profiles[0].Top) == 0 {
-		t.Errorf("profile summaries: %+v", f.Profiles)
-	}
-	if entries, _ := os.ReadDir(root); len(entries) != 2 {
-		t.Errorf("work directory left behind: %v", entries)
-	}
-	if !strings.Contains(progress.String(), "[2/2] latency-mmap-512-async ok") {
-		t.Errorf("progress:\n%s", progress.String())
 	}
 }
 
-func TestInterruptedRunWritesWhatFinished(t *testing.T) {
+// TestChooseWindow: the automatic window on a fake /proc/sys and a fake
+// device probe.
+func TestChooseWindow(t *testing.T) {
 	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "vm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "vm", "dirty_bytes"), []byte("3000000000"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := hostctl.Default()
+	h.ProcSys = root
 	cfg := DefaultConfig()
-	cfg.Backends, cfg.Sizes, cfg.Flushes, cfg.Peers, cfg.Workloads = []string{"mem"}, []int{256}, []string{"async", "sync"}, nil, []string{"throughput"}
-	cfg.Duration, cfg.Warmup, cfg.Repeat, cfg.Profile, cfg.NoLimits = 200*time.Millisecond, 0, 1, false, true
-	cfg.Dir, cfg.Out, cfg.Store.SegmentSizeBytes = root, filepath.Join(root, "results"), 16<<20
-	ctx, cancel := context.WithCancel(context.Background())
-	var progress syncBuffer
-	progress.onWrite = func(s string) {
-		if strings.Contains(s, "throughput-mem-256-async ok") {
-			cancel() // during the second cell
+	dev := runfile.Limit{Name: LimitDeviceSeq, Target: "vda", Status: runfile.StatusOK}
+	dev.MBPerSec = 1000
+	for _, c := range []struct {
+		name    string
+		mod     func(*Config)
+		want    time.Duration
+		whyPart string
+	}{
+		{"given", func(c *Config) { c.Duration = 1500 * time.Millisecond }, 1500 * time.Millisecond, "--duration"},
+		{"sync only", func(c *Config) { c.Flushes = []string{"sync"} }, time.Second, "nothing to absorb"},
+		{"dirty threshold", func(c *Config) {}, 3 * time.Second, "vm.dirty_bytes=3000000000"},
+		{"uring-direct staging", func(c *Config) { c.Backends, c.Store.SegmentSizeBytes = []string{"uring-direct"}, 1e9 }, 4 * time.Second, "staging buffers"},
+	} {
+		cfg := cfg
+		c.mod(&cfg)
+		w, why := chooseWindow(&cfg, h, []runfile.Limit{dev}, "vda")
+		if w != c.want || !strings.Contains(why, c.whyPart) {
+			t.Errorf("%s: %v (%s), want %v (…%s…)", c.name, w, why, c.want, c.whyPart)
 		}
 	}
-	f, dir, err := Run(ctx, cfg, RunOptions{Progress: &progress})
-	if err == nil || !strings.Contains(err.Error(), "interrupted") {
-		t.Fatalf("err = %v", err)
-	}
-	back, rerr := ReadRunFile(dir)
-	if rerr != nil {
-		t.Fatal(rerr)
-	}
-	if !back.Interrupted || len(back.Cells) == 0 || back.Cells[0].Status != StatusOK {
-		t.Fatalf("interrupted run.json: interrupted=%v cells=%d", back.Interrupted, len(back.Cells))
-	}
-	if len(f.Cells) == 2 && f.Cells[1].Status == StatusOK {
-		t.Error("the cell running at Ctrl-C reports figures")
+	if w, why := chooseWindow(&cfg, h, nil, "vda"); w != 5*time.Second || !strings.Contains(why, "not measured") {
+		t.Errorf("no device figure: %v %s", w, why)
 	}
 }
 
-type syncBuffer struct {
-	bytes.Buffer
-	onWrite func(string)
+func TestPlanCountsCells(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Backends, cfg.Sizes, cfg.Flushes, cfg.Peers, cfg.Pressures = []string{"mmap", "uring"}, []int{1024}, []string{"async", "sync"}, []string{"nats"}, []string{"none"}
+	cfg.Producers, cfg.Rates, cfg.Repeat, cfg.SearchProbes, cfg.NoLimits, cfg.Profile = []int{4, 16}, []float64{1000, 5000}, 5, 3, true, false
+	cfg.Duration, cfg.Warmup = time.Second, 200*time.Millisecond
+	p := plan(&cfg, false, 1)
+	// mqstore: 2 backends × 2 flushes × (2 producers + 2 rates) = 16, + the
+	// A/A twin; nats: 2 flushes × (2 + 2) = 8; floors 2; probes (2×2 + 2) × 3.
+	if p.Cells != 25 || p.Runs != 6*(25+2)+18 {
+		t.Errorf("plan %+v: want 25 cells, %d runs", p, 6*(25+2)+18)
+	}
+	want := 6*(17*(0.2+1+storeRunOverhead.Seconds())+8*(0.2+1+peerRunOverhead.Seconds())+2*(0.2+1+floorRunOverhead.Seconds())) + 18*(0.2+1+storeRunOverhead.Seconds())
+	if d := p.EstimatedSeconds - want; d > 1e-6 || d < -1e-6 {
+		t.Errorf("estimate %v s, want %v", p.EstimatedSeconds, want)
+	}
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.onWrite(string(p))
-	return b.Buffer.Write(p)
+func TestDeviceKind(t *testing.T) {
+	yes := true
+	for _, c := range []struct {
+		name, driver string
+		rot          *bool
+		want         string
+	}{
+		{"vda", "virtio_blk", &yes, "virtual disk (virtio-blk"},
+		{"nvme0n1", "nvme", nil, "NVMe SSD"},
+		{"sda", "sd", &yes, "rotational disk"},
+		{"loop3", "", &yes, "loop device"},
+	} {
+		if got := deviceKind(c.name, c.driver, c.rot); !strings.HasPrefix(got, c.want) {
+			t.Errorf("deviceKind(%s) = %q, want %q…", c.name, got, c.want)
+		}
+	}
+}
+
+func TestRepeatSeedsDifferAcrossRoundsOnly(t *testing.T) {
+	a, b := repeatSeed(1, 3), repeatSeed(1, 3)
+	if a != b || a == repeatSeed(1, 4) || a == repeatSeed(2, 3) {
+		t.Error("repeat seeds")
+	}
+}
+
+func TestNextProbe(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi, guess float64
+		near          bool
+		want          float64
+	}{
+		{0, 0, 0, false, 1000},
+		{0, 0, 5000, false, 5000},
+		{1000, 0, 0, false, 1500},
+		{1000, 0, 800, false, 1500}, // a guess below what was sustained is no use
+		{0, 8000, 0, false, 4000},
+		{1000, 16000, 0, false, 4000},     // geometric mean
+		{1000, 16000, 9500, false, 9500},  // the guess from a saturated run's achieved rate first
+		{1000, 16000, 20000, false, 4000}, // a guess above what saturated is no use
+		{5000, 200000, 0, true, 6250},     // just above a guess that held, not halfway to a far saturated rung
+		{5000, 5800, 0, true, math.Sqrt(5000 * 5800)},
+	} {
+		if got := nextProbe(c.lo, c.hi, c.guess, c.near); got != c.want {
+			t.Errorf("nextProbe(%v, %v, %v, %v) = %v, want %v", c.lo, c.hi, c.guess, c.near, got, c.want)
+		}
+	}
+}
+
+// TestCellSaturation: dropped arrivals in one repeat saturate a cell; a
+// shortfall of the schedule or rising latency in one repeat of five does
+// not (one stall of the machine), in most of them it does.
+func TestCellSaturation(t *testing.T) {
+	rising := []load.Percentiles{{P50Ns: 1e3}, {P50Ns: 2e3}, {P50Ns: 3e3}, {P50Ns: 4e3}}
+	flat := []load.Percentiles{{P50Ns: 1e3}, {P50Ns: 1e3}, {P50Ns: 1e3}, {P50Ns: 1e3}}
+	rep := func(unstarted int64, lateNs int64, q []load.Percentiles) *runfile.Repeat {
+		return &runfile.Repeat{Result: load.Result{Workload: load.Latency, Arrivals: 1000, Messages: 1000 - unstarted, Unstarted: unstarted,
+			LastIntendedNs: 1e9, LastStartNs: 1e9 + lateNs, Quarters: q}}
+	}
+	ok := func() *runfile.Repeat { return rep(0, 1e3, flat) }
+	for _, c := range []struct {
+		name    string
+		repeats []*runfile.Repeat
+		want    string
+	}{
+		{"every repeat keeps up", []*runfile.Repeat{ok(), ok(), ok(), ok(), ok()}, ""},
+		{"one repeat stalled at the end", []*runfile.Repeat{ok(), ok(), rep(0, 50e6, flat), ok(), ok()}, ""},
+		{"one repeat rising", []*runfile.Repeat{ok(), rep(0, 1e3, rising), ok(), ok(), ok()}, ""},
+		{"one repeat dropped arrivals", []*runfile.Repeat{ok(), ok(), ok(), rep(3, 1e3, flat), ok()}, "3 of 1000 arrivals"},
+		{"most repeats late", []*runfile.Repeat{rep(0, 50e6, flat), rep(0, 60e6, flat), rep(0, 40e6, flat), ok(), ok()}, "kept 96.2% of its schedule"},
+		{"most repeats rising", []*runfile.Repeat{rep(0, 1e3, rising), rep(0, 1e3, rising), rep(0, 1e3, rising), ok(), ok()}, "in 3 of 5 repeats"},
+	} {
+		got := strings.Join(cellSaturation(c.repeats), "; ")
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
 }

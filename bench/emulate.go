@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
 // target is one device the run measures: a user directory, or an emulated
@@ -33,7 +35,7 @@ func (r *runner) setupHDD(ctx context.Context, base *target) (*target, error) {
 	}
 	j := r.journal
 	image := filepath.Join(base.work, "hdd.img")
-	if err := j.Record(Change{Kind: ChangeFile, Path: image}); err != nil {
+	if err := j.Record(hostctl.Change{Kind: hostctl.ChangeFile, Path: image}); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(image, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -81,6 +83,11 @@ func (r *runner) setupHDD(ctx context.Context, base *target) (*target, error) {
 	t := &target{label: "hdd-emulated", work: work, emulated: true, blkio: cg}
 	t.device = DescribeDevice(work)
 	t.device.Dir, t.device.Emulated, t.device.Label, t.device.Model = mnt, true, t.label, EmulatedHDDModel
+	t.device.Kind = "EMULATED 7200 rpm HDD (loop device throttled by cgroup v1 blkio)"
+	// cgroup v1 charges the kernel's writeback to the root blkio cgroup: the
+	// throttle does not reach buffered writes that the flusher threads write
+	// back, so async cells of buffered backends here are not limited by it.
+	t.device.BufferedWritebackThrottled = false
 	t.device.Note = fmt.Sprintf("EMULATED: %s (major:minor %s, direct I/O) on a sparse %s image on %s's file system (%s), ext4, marked rotational; "+
 		"cgroup v1 blkio throttle %s: %.0f MB/s and %s IOPS each way. Not modelled: seek and rotational latency of a single request; "+
 		"writeback by the kernel's flusher threads is charged to the root blkio cgroup in cgroup v1, so only I/O the store's own threads submit "+
@@ -93,7 +100,7 @@ func runToolContext(ctx context.Context, name string, args ...string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return runTool(name, args...)
+	return hostctl.RunTool(name, args...)
 }
 
 // enter moves the harness into the target's blkio cgroup (a no-op for real
@@ -102,8 +109,8 @@ func (t *target) enter() (func(), error) {
 	if t.blkio == "" {
 		return func() {}, nil
 	}
-	if err := JoinCgroup(t.blkio, os.Getpid()); err != nil {
+	if err := hostctl.JoinCgroup(t.blkio, os.Getpid()); err != nil {
 		return func() {}, err
 	}
-	return func() { _ = JoinCgroup(filepath.Dir(t.blkio), os.Getpid()) }, nil
+	return func() { _ = hostctl.JoinCgroup(filepath.Dir(t.blkio), os.Getpid()) }, nil
 }

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
 // fioOutput is the part of fio's --output-format=json that mqbench reads.
@@ -57,18 +59,18 @@ func parseFio(out []byte) (*fioOutput, error) {
 }
 
 // fioSeqFigures: sequential write bandwidth.
-func fioSeqFigures(o *fioOutput) Figures {
+func fioSeqFigures(o *fioOutput) runfile.Figures {
 	w := o.Jobs[0].Write
-	return Figures{MBPerSec: w.BWBytes / 1e6, MsgsPerSec: w.IOPS}
+	return runfile.Figures{MBPerSec: w.BWBytes / 1e6, MsgsPerSec: w.IOPS}
 }
 
 // fioSyncFigures: fdatasync latency percentiles (fio times the fdatasync
 // alone); msgs/s is durable 4 KiB appends per second, 1 / (mean write +
 // mean fdatasync).
-func fioSyncFigures(o *fioOutput) Figures {
+func fioSyncFigures(o *fioOutput) runfile.Figures {
 	j := o.Jobs[0]
 	s := j.Sync.LatNs
-	f := Figures{P50Ns: s.at(50), P90Ns: s.at(90), P99Ns: s.at(99), P999Ns: s.at(99.9), P9999Ns: s.at(99.99), MaxNs: int64(s.Max)}
+	f := runfile.Figures{P50Ns: s.at(50), P90Ns: s.at(90), P99Ns: s.at(99), P999Ns: s.at(99.9), P9999Ns: s.at(99.99), MaxNs: int64(s.Max)}
 	if per := j.Write.LatNs.Mean + s.Mean; per > 0 {
 		f.MsgsPerSec = 1e9 / per
 		f.MBPerSec = f.MsgsPerSec * 4096 / 1e6
@@ -87,30 +89,32 @@ func (r *runner) fioLimits(ctx context.Context) {
 	for _, job := range []struct {
 		name    string
 		args    []string
-		figures func(*fioOutput) Figures
+		figures func(*fioOutput) runfile.Figures
 	}{{LimitFioSeq, seqArgs, fioSeqFigures}, {LimitFioSync, syncArgs, fioSyncFigures}} {
-		l := Limit{Name: job.name, Tool: "fio", Dir: r.work, Params: map[string]string{"args": strings.Join(job.args, " ")}}
+		l := runfile.Limit{Name: job.name, Tool: "fio", Dir: r.work, Params: map[string]string{"args": strings.Join(job.args, " ")}}
 		if job.name == LimitFioSeq {
 			l.SizeBytes = 1 << 20
 		} else {
 			l.SizeBytes = 4096
 		}
 		if err != nil {
-			l.Status, l.Reason = StatusSkipped, "fio is not on PATH"
+			l.Status, l.Reason = runfile.StatusSkipped, "fio is not on PATH"
 			r.file.Limits = append(r.file.Limits, l)
+			r.progress.advance(r.cfg.Repeat) // its planned runs
+			r.progress.cellDone("limit "+l.Name, l.Status, l.Reason)
 			continue
 		}
-		r.repeatLimit(ctx, &l, func() (Figures, error) {
+		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) {
 			out, err := exec.CommandContext(ctx, path, job.args...).Output()
 			if err != nil {
 				if ee, ok := err.(*exec.ExitError); ok {
-					return Figures{}, fmt.Errorf("fio %s: %w: %s", job.name, err, strings.TrimSpace(string(ee.Stderr)))
+					return runfile.Figures{}, fmt.Errorf("fio %s: %w: %s", job.name, err, strings.TrimSpace(string(ee.Stderr)))
 				}
-				return Figures{}, fmt.Errorf("fio %s: %w", job.name, err)
+				return runfile.Figures{}, fmt.Errorf("fio %s: %w", job.name, err)
 			}
 			o, err := parseFio(out)
 			if err != nil {
-				return Figures{}, err
+				return runfile.Figures{}, err
 			}
 			l.Params["fioVersion"] = o.FioVersion
 			return job.figures(o), nil

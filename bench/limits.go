@@ -3,26 +3,26 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/device"
 	"github.com/mqstore/mqstore/bench/load"
-	"github.com/mqstore/mqstore/internal/segfile"
-	"github.com/mqstore/mqstore/uring"
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// Limit names.
+// Limit names (runfile's).
 const (
-	LimitCopyCeiling = "copy-ceiling"
-	LimitDeviceSeq   = "device-seq-write"
-	LimitDeviceSync  = "device-fdatasync-4k"
-	LimitFioSeq      = "fio-seq-write"
-	LimitFioSync     = "fio-fdatasync-4k"
+	LimitMemcpy     = runfile.LimitMemcpy
+	LimitFaults     = runfile.LimitFaults
+	LimitDeviceSeq  = runfile.LimitDeviceSeq
+	LimitDeviceSync = runfile.LimitDeviceSync
+	LimitFioSeq     = runfile.LimitFioSeq
+	LimitFioSync    = runfile.LimitFioSync
 )
 
-// DeviceProber measures the device under a directory. The default is
-// uring's probes; tests and other platforms may substitute one.
+// DeviceProber measures the device under a directory. The default is the
+// built-in probes of bench/device; tests substitute one.
 type DeviceProber interface {
 	// SequentialWrite writes totalBytes with O_DIRECT, depth blocks of
 	// blockBytes in flight, and returns the bytes written and the time.
@@ -31,70 +31,35 @@ type DeviceProber interface {
 	SyncLatency(ctx context.Context, dir string, count int) ([]time.Duration, error)
 }
 
-// UringProber is the built-in device probe: github.com/mqstore/mqstore/uring.
-type UringProber struct{}
+// BuiltinProber is bench/device's io_uring and fdatasync probes.
+type BuiltinProber struct{}
 
-// SequentialWrite runs uring.ProbeSequentialWrite.
-func (UringProber) SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockBytes, depth int) (int64, time.Duration, error) {
-	r, err := uring.ProbeSequentialWrite(ctx, dir, totalBytes, blockBytes, depth)
+// SequentialWrite runs device.SequentialWrite.
+func (BuiltinProber) SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockBytes, depth int) (int64, time.Duration, error) {
+	r, err := device.SequentialWrite(ctx, dir, totalBytes, blockBytes, depth)
 	return r.Bytes, r.Duration, err
 }
 
-// SyncLatency runs uring.ProbeSyncLatency (plain pwrite + fdatasync).
-func (UringProber) SyncLatency(ctx context.Context, dir string, count int) ([]time.Duration, error) {
-	return uring.ProbeSyncLatency(ctx, dir, count)
-}
-
-// CopyCeiling measures the page-cache copy ceiling: the records the store
-// would write for bodies of sizeBytes, copied one after another by one
-// goroutine (the CommitLog appends under one lock) into a freshly
-// preallocated, mapped file of fileBytes — page faults included, no engine,
-// no flush. MB/s counts body bytes, like the store's figures.
-func CopyCeiling(ctx context.Context, dir string, sizeBytes int, fileBytes int64) (Figures, error) {
-	recBytes := recordBytes(sizeBytes)
-	f, err := os.CreateTemp(dir, "mqbench-copy-*")
-	if err != nil {
-		return Figures{}, fmt.Errorf("copy ceiling: %w", err)
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if err := segfile.Preallocate(f, fileBytes); err != nil {
-		return Figures{}, fmt.Errorf("copy ceiling: %w", err)
-	}
-	mem, err := segfile.Map(f, fileBytes, true)
-	if err != nil {
-		return Figures{}, fmt.Errorf("copy ceiling: %w", err)
-	}
-	defer segfile.Unmap(mem)
-	rec := Body(1, recBytes)
-	var n int64
-	start := time.Now()
-	for off := 0; off+recBytes <= len(mem); off += recBytes {
-		copy(mem[off:off+recBytes], rec)
-		if n++; n&0xffff == 0 && ctx.Err() != nil {
-			return Figures{}, ctx.Err()
-		}
-	}
-	elapsed := time.Since(start)
-	r := load.Result{Messages: n, PayloadBytes: n * int64(sizeBytes), ElapsedNs: elapsed.Nanoseconds()}
-	return Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec()}, nil
+// SyncLatency runs device.SyncLatency (plain pwrite + fdatasync).
+func (BuiltinProber) SyncLatency(ctx context.Context, dir string, count int) ([]time.Duration, error) {
+	return device.SyncLatency(ctx, dir, count)
 }
 
 // deviceSeq runs the sequential O_DIRECT probe once.
-func deviceSeq(ctx context.Context, p DeviceProber, dir string, totalBytes int64) (Figures, error) {
+func deviceSeq(ctx context.Context, p DeviceProber, dir string, totalBytes int64) (runfile.Figures, error) {
 	n, d, err := p.SequentialWrite(ctx, dir, totalBytes, 1<<20, 32)
 	if err != nil {
-		return Figures{}, err
+		return runfile.Figures{}, err
 	}
 	r := load.Result{Messages: n >> 20, PayloadBytes: n, ElapsedNs: d.Nanoseconds()}
-	return Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec()}, nil
+	return runfile.Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec()}, nil
 }
 
 // deviceSync runs the write+fdatasync probe once.
-func deviceSync(ctx context.Context, p DeviceProber, dir string, count int) (Figures, error) {
+func deviceSync(ctx context.Context, p DeviceProber, dir string, count int) (runfile.Figures, error) {
 	lat, err := p.SyncLatency(ctx, dir, count)
 	if err != nil {
-		return Figures{}, err
+		return runfile.Figures{}, err
 	}
 	h := load.NewHistogram()
 	var total time.Duration
@@ -104,51 +69,101 @@ func deviceSync(ctx context.Context, p DeviceProber, dir string, count int) (Fig
 	}
 	pc := h.Percentiles()
 	r := load.Result{Messages: int64(len(lat)), PayloadBytes: int64(len(lat)) * 4096, ElapsedNs: total.Nanoseconds()}
-	return Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec(), P50Ns: pc.P50Ns, P90Ns: pc.P90Ns, P99Ns: pc.P99Ns,
+	return runfile.Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec(), P50Ns: pc.P50Ns, P90Ns: pc.P90Ns, P99Ns: pc.P99Ns,
 		P999Ns: pc.P999Ns, P9999Ns: pc.P9999Ns, MaxNs: pc.MaxNs}, nil
 }
 
-// measureLimits runs every limit cfg asks for, repeat times each, into dir.
+// memcpyCeiling runs the memcpy ceiling once for a body size: MB/s of
+// record bytes (what the cells' writtenMBps counts), msgs/s of records.
+func memcpyCeiling(ctx context.Context, dir string, sizeBytes int, fileBytes int64, d time.Duration) (runfile.Figures, error) {
+	rec := recordBytes(sizeBytes)
+	res, err := device.MemcpyCeiling(ctx, dir, rec, fileBytes, d)
+	if err != nil {
+		return runfile.Figures{}, err
+	}
+	return runfile.Figures{MBPerSec: res.MBps(), MsgsPerSec: float64(res.Bytes/int64(rec)) / res.Duration.Seconds()}, nil
+}
+
+// faultCeiling runs the page-fault rate once: faults/s, and MB/s of the
+// pages they brought in.
+func faultCeiling(ctx context.Context, dir string, fileBytes int64) (runfile.Figures, error) {
+	pages, d, err := device.FaultRate(ctx, dir, fileBytes)
+	if err != nil {
+		return runfile.Figures{}, err
+	}
+	perSec := float64(pages) / d.Seconds()
+	return runfile.Figures{FaultsPerSec: perSec, MsgsPerSec: perSec, MBPerSec: perSec * 4096 / 1e6}, nil
+}
+
+// measureLimits runs every limit, cfg.Repeat measured times each (the
+// page-fault rate after one discarded repeat).
 func (r *runner) measureLimits(ctx context.Context) {
 	cfg := r.cfg
-	// One unmeasured pass first: the first mapped file of a process pays
-	// for page-cache and page-table set-up that later ones do not.
-	_, _ = CopyCeiling(ctx, r.work, cfg.Sizes[0], cfg.CopyCeilingBytes/4)
-	for _, size := range cfg.Sizes {
-		l := Limit{Name: LimitCopyCeiling, Tool: "mqbench (memcpy into a mapped file)", SizeBytes: size, Dir: r.work,
-			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.CopyCeilingBytes, 10), "recordBytes": strconv.Itoa(recordBytes(size)), "goroutines": "1"}}
-		r.repeatLimit(ctx, &l, func() (Figures, error) { return CopyCeiling(ctx, r.work, size, cfg.CopyCeilingBytes) })
-	}
-	seq := Limit{Name: LimitDeviceSeq, Tool: "mqbench uring probe (io_uring, O_DIRECT)", SizeBytes: 1 << 20, Dir: r.work,
+	seq := runfile.Limit{Name: LimitDeviceSeq, Tool: "mqbench device probe (io_uring, O_DIRECT)", SizeBytes: 1 << 20, Dir: r.work,
 		Params: map[string]string{"blockBytes": "1048576", "depth": "32", "totalBytes": strconv.FormatInt(cfg.DeviceProbeBytes, 10)}}
-	r.repeatLimit(ctx, &seq, func() (Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes) })
-	sync := Limit{Name: LimitDeviceSync, Tool: "mqbench probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
+	r.repeatLimit(ctx, &seq, false, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes) })
+	sync := runfile.Limit{Name: LimitDeviceSync, Tool: "mqbench device probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount)}}
-	r.repeatLimit(ctx, &sync, func() (Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount) })
+	r.repeatLimit(ctx, &sync, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount) })
+	for _, size := range cfg.Sizes {
+		l := runfile.Limit{Name: LimitMemcpy, Tool: "mqbench (memcpy into a pre-populated shared mapping, 1 goroutine)", SizeBytes: size, Dir: r.work,
+			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.MemcpyBytes, 10), "recordBytes": strconv.Itoa(recordBytes(size)),
+				"minDuration": cfg.MemcpyDuration.String()}}
+		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) {
+			return memcpyCeiling(ctx, r.work, size, cfg.MemcpyBytes, cfg.MemcpyDuration)
+		})
+	}
+	faults := runfile.Limit{Name: LimitFaults, Tool: "mqbench (first write to each page of a fresh fallocated file mapping)", SizeBytes: 4096, Dir: r.work,
+		Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.FaultBytes, 10)}}
+	r.repeatLimit(ctx, &faults, true, func() (runfile.Figures, error) { return faultCeiling(ctx, r.work, cfg.FaultBytes) })
 	r.fioLimits(ctx)
 }
 
-// repeatLimit measures l cfg.Repeat times and records it.
-func (r *runner) repeatLimit(ctx context.Context, l *Limit, measure func() (Figures, error)) {
-	for i := range r.cfg.Repeat {
+// repeatLimit measures l cfg.Repeat times (after one discarded repeat when
+// warm) and records it.
+func (r *runner) repeatLimit(ctx context.Context, l *runfile.Limit, warm bool, measure func() (runfile.Figures, error)) {
+	first := 0
+	if warm {
+		first = -1
+	}
+	for i := first; i < r.cfg.Repeat; i++ {
 		if ctx.Err() != nil {
-			l.Status, l.Reason = StatusInterrupted, "interrupted"
+			l.Status, l.Reason = runfile.StatusInterrupted, "interrupted"
 			break
 		}
-		r.progress.step(fmt.Sprintf("limit %s %s", l.Name, sizeLabel(l.SizeBytes)), i, r.cfg.Repeat, 0)
+		r.progress.step(fmt.Sprintf("limit %s %s", l.Name, sizeLabel(l.SizeBytes)), i+1, r.cfg.Repeat, 0)
 		f, err := measure()
+		r.progress.advance(1)
 		if err != nil {
 			if ctx.Err() != nil {
-				l.Status, l.Reason = StatusInterrupted, "interrupted"
+				l.Status, l.Reason = runfile.StatusInterrupted, "interrupted"
 			} else {
-				l.Status, l.Reason = StatusFailed, err.Error()
+				l.Status, l.Reason = runfile.StatusFailed, err.Error()
 			}
-			l.Repeats = nil
 			break
 		}
-		l.Repeats = append(l.Repeats, f)
+		l.Repeats = append(l.Repeats, runfile.LimitRepeat{Warm: i < 0, Figures: f})
 	}
 	finishLimit(l)
 	r.file.Limits = append(r.file.Limits, *l)
-	r.progress.done(l.Name, l.Status, l.Reason)
+	r.progress.cellDone("limit "+l.Name, l.Status, l.Reason)
+}
+
+func finishLimit(l *runfile.Limit) {
+	if l.Status != "" {
+		return
+	}
+	var fs []runfile.Figures
+	for _, rep := range l.Repeats {
+		if !rep.Warm {
+			fs = append(fs, rep.Figures)
+		}
+	}
+	if len(fs) == 0 {
+		l.Status, l.Reason = runfile.StatusFailed, "no measured repeat ran"
+		return
+	}
+	l.Status = runfile.StatusOK
+	s := runfile.Summarize(fs)
+	l.Figures, l.CILow, l.CIHigh, l.Min, l.Max, l.CILevel = s.Median, s.CILow, s.CIHigh, s.Min, s.Max, s.CILevel
 }

@@ -8,23 +8,61 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
 // peerOutput mirrors peers.Output (the mqpeer protocol: one JSON object on
 // stdout). It is declared again here because the store's module must not
-// depend on the peers' module.
+// depend on the peers' module. Label says exactly what runs, Version comes
+// from the peer's build info, Options are its settings (Params is the name
+// older mqpeers used), Durability what its acknowledgement means.
 type peerOutput struct {
-	Peer      string            `json:"peer"`
-	Flush     string            `json:"flush"`
-	Params    map[string]string `json:"params,omitempty"`
-	Result    load.Result       `json:"result"`
-	GoVersion string            `json:"goVersion"`
-	Error     string            `json:"error,omitempty"`
+	Peer       string              `json:"peer"`
+	Flush      string              `json:"flush"`
+	Label      string              `json:"label,omitempty"`
+	Version    string              `json:"version,omitempty"`
+	Options    map[string]string   `json:"options,omitempty"`
+	Params     map[string]string   `json:"params,omitempty"`
+	Durability *runfile.Durability `json:"durability,omitempty"`
+	Result     load.Result         `json:"result"`
+	GoVersion  string              `json:"goVersion"`
+	Error      string              `json:"error,omitempty"`
+}
+
+// peerInfo is what a peer said about itself.
+type peerInfo struct {
+	label, version string
+	options        map[string]string
+	durability     *runfile.Durability
+}
+
+func (p peerInfo) apply(c *runfile.Cell) {
+	if p.label != "" {
+		c.Label = p.label
+	}
+	if p.version != "" {
+		c.Version = p.version
+	}
+	if p.options != nil {
+		c.Options = p.options
+	}
+	if p.durability != nil {
+		c.Durability = p.durability
+	}
+}
+
+func (o *peerOutput) info() peerInfo {
+	opts := o.Options
+	if opts == nil {
+		opts = o.Params
+	}
+	return peerInfo{label: o.Label, version: o.Version, options: opts, durability: o.Durability}
 }
 
 // PeersModuleDir finds the bench/peers module above dir (the repository
@@ -67,8 +105,45 @@ func BuildPeerCommand(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
+// peerList is what `mqpeer --list` prints.
+type peerList []struct {
+	Name  string `json:"name"`
+	Label string `json:"label"`
+}
+
+func (l peerList) has(name string) bool {
+	return slices.ContainsFunc(l, func(p struct {
+		Name  string `json:"name"`
+		Label string `json:"label"`
+	}) bool {
+		return p.Name == name
+	})
+}
+
+func (l peerList) String() string {
+	var names []string
+	for _, p := range l {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// listPeers asks mqpeer which peers it runs (an error when it cannot say:
+// an mqpeer without --list).
+func listPeers(ctx context.Context, command string) (peerList, error) {
+	out, err := exec.CommandContext(ctx, command, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("mqpeer --list: %w", err)
+	}
+	var l peerList
+	if err := json.Unmarshal(out, &l); err != nil {
+		return nil, fmt.Errorf("mqpeer --list: %w", err)
+	}
+	return l, nil
+}
+
 // peerRepeat runs one repeat of spec on peer through the mqpeer command.
-func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load.Spec) (Repeat, map[string]string) {
+func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load.Spec) (runfile.Repeat, peerInfo) {
 	defer os.RemoveAll(dir)
 	args := []string{"--peer", peer, "--dir", dir, "--flush", flush, "--workload", string(spec.Workload),
 		"--size", strconv.Itoa(spec.SizeBytes), "--producers", strconv.Itoa(spec.Producers),
@@ -87,21 +162,19 @@ func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load
 	var out peerOutput
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		if ctx.Err() != nil {
-			return Repeat{Status: StatusInterrupted, Reason: "interrupted"}, nil
+			return runfile.Repeat{Status: runfile.StatusInterrupted, Reason: "interrupted"}, peerInfo{}
 		}
 		if runErr == nil {
 			runErr = fmt.Errorf("unreadable result: %w", err)
 		}
-		return failedRepeat(fmt.Errorf("mqpeer %s: %w; stderr: %s", peer, runErr, strings.TrimSpace(stderr.String()))), nil
+		return failedRepeat(fmt.Errorf("mqpeer %s: %w; stderr: %s", peer, runErr, strings.TrimSpace(stderr.String()))), peerInfo{}
 	}
 	if out.Error != "" {
-		return failedRepeat(fmt.Errorf("mqpeer %s: %s", peer, out.Error)), out.Params
+		return failedRepeat(fmt.Errorf("mqpeer %s: %s", peer, out.Error)), out.info()
 	}
-	rep := Repeat{Result: out.Result}
-	rep.Figures = figuresOf(&rep.Result)
-	rep.Status, rep.Reason = resultStatus(&rep.Result)
-	if rep.Status == StatusOK && runErr != nil {
-		rep.Status, rep.Reason = StatusFailed, fmt.Sprintf("mqpeer %s: %v: %s", peer, runErr, strings.TrimSpace(stderr.String()))
+	rep := repeatOf(out.Result, nil)
+	if rep.Status != runfile.StatusFailed && runErr != nil {
+		rep.Status, rep.Reason = runfile.StatusFailed, fmt.Sprintf("mqpeer %s: %v: %s", peer, runErr, strings.TrimSpace(stderr.String()))
 	}
-	return rep, out.Params
+	return rep, out.info()
 }

@@ -8,14 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-)
 
-// Pressure names.
-const (
-	PressureNone  = "none"
-	PressureDirty = "dirty"
-	PressureSwap  = "swap"
-	PressureBoth  = "both"
+	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
 // errNeedsRoot is why pressure and emulation are skipped for other users.
@@ -45,7 +39,7 @@ func (e *pressureEnv) alive() error {
 		return nil
 	}
 	for _, n := range e.neighbours {
-		if !processAlive(n.w.cmd.Process.Pid, 0) {
+		if !hostctl.ProcessAlive(n.w.cmd.Process.Pid, 0) {
 			// Reap it first: Wait returns once its stderr is copied, so the
 			// buffer is read after the last write to it.
 			n.w.kill()
@@ -59,12 +53,12 @@ func (e *pressureEnv) alive() error {
 // earlier one (the memory cgroup's OOM killer picks the biggest process,
 // often the anonymous-memory toucher): the repeat it died in failed, the
 // next ones get the pressure back instead of failing one after another.
-func (e *pressureEnv) revive(ctx context.Context, j *Journal) error {
+func (e *pressureEnv) revive(ctx context.Context, j *hostctl.Journal) error {
 	if e == nil {
 		return nil
 	}
 	for i, n := range e.neighbours {
-		if processAlive(n.w.cmd.Process.Pid, 0) {
+		if hostctl.ProcessAlive(n.w.cmd.Process.Pid, 0) {
 			continue
 		}
 		n.w.kill() // reap it
@@ -134,7 +128,7 @@ func (r *runner) startPressure(ctx context.Context, t *target, name string) (*pr
 }
 
 // stop ends the neighbours and undoes the pressure's system changes.
-func (e *pressureEnv) stop(j *Journal) error {
+func (e *pressureEnv) stop(j *hostctl.Journal) error {
 	if e == nil {
 		return nil
 	}
@@ -151,7 +145,7 @@ func (e *pressureEnv) stop(j *Journal) error {
 // ensureSwap turns a swapfile on for the rest of the run when no swap is
 // active, and describes the swap in use.
 func (r *runner) ensureSwap() (string, error) {
-	if active := ActiveSwaps(); len(active) > 0 {
+	if active := hostctl.ActiveSwaps(); len(active) > 0 {
 		return "existing " + strings.Join(active, ", "), nil
 	}
 	path := filepath.Join(r.targets[0].work, "mqbench.swap")

@@ -9,6 +9,8 @@ import (
 	"runtime/pprof"
 	"sort"
 
+	"github.com/mqstore/mqstore/bench/runfile"
+
 	"github.com/google/pprof/profile"
 )
 
@@ -17,25 +19,10 @@ var ProfileKinds = []string{"cpu", "heap", "block", "mutex"}
 
 // ProfileSummary is one profile's top functions, kept in run.json so that
 // `mqbench report` renders the same summary without the .pprof files.
-type ProfileSummary struct {
-	Cell       string         `json:"cell"`
-	Kind       string         `json:"kind"`
-	File       string         `json:"file"`
-	SampleType string         `json:"sampleType"`
-	Unit       string         `json:"unit"`
-	Total      int64          `json:"total"`
-	Top        []FunctionCost `json:"top"`
-	Error      string         `json:"error,omitempty"`
-}
+type ProfileSummary = runfile.ProfileSummary
 
 // FunctionCost is a function's flat and cumulative share of a profile.
-type FunctionCost struct {
-	Function string  `json:"function"`
-	Flat     int64   `json:"flat"`
-	FlatPct  float64 `json:"flatPct"`
-	Cum      int64   `json:"cum"`
-	CumPct   float64 `json:"cumPct"`
-}
+type FunctionCost = runfile.FunctionCost
 
 // profileTopN is how many functions a summary keeps.
 const profileTopN = 8

@@ -7,19 +7,23 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// progress prints where a run is: on a terminal one line rewritten in place
-// (with the elapsed time of the current step, refreshed every 250 ms);
-// otherwise one line per finished cell.
+// progress prints where a run is, counted in runs (one repeat of a cell, a
+// floor, a search probe or a limit): on a terminal one line rewritten in
+// place (refreshed every 250 ms) with the time left by the estimate;
+// otherwise one line per finished cell and per failure.
 type progress struct {
 	w        io.Writer
 	terminal bool
-	total    int // cells and limits planned
-	finished int
 	started  time.Time
 
 	mu        sync.Mutex
+	total     int
+	done      int
+	estimate  float64 // seconds
 	label     string
 	stepStart time.Time
 	stop      chan struct{}
@@ -32,8 +36,8 @@ func IsTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-func newProgress(w io.Writer, terminal bool, total int) *progress {
-	p := &progress{w: w, terminal: terminal, total: total, started: time.Now(), stop: make(chan struct{})}
+func newProgress(w io.Writer, terminal bool, total int, estimate float64) *progress {
+	p := &progress{w: w, terminal: terminal, total: total, estimate: estimate, started: time.Now(), stop: make(chan struct{})}
 	if w == nil {
 		p.w = io.Discard
 	}
@@ -60,21 +64,35 @@ func (p *progress) tick() {
 	}
 }
 
+// replan sets the total and the estimate once the window is known.
+func (p *progress) replan(total int, estimate float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.total, p.estimate = max(total, p.done), estimate
+}
+
 // redraw rewrites the terminal line; p.mu held.
 func (p *progress) redraw() {
 	if p.label == "" {
 		return
 	}
-	line := fmt.Sprintf("[%d/%d %s] %s (%.1fs)", p.finished+1, p.total, time.Since(p.started).Round(time.Second),
-		p.label, time.Since(p.stepStart).Seconds())
-	fmt.Fprintf(p.w, "\r\033[K%s", line)
+	elapsed := time.Since(p.started)
+	left := ""
+	if rest := time.Duration(p.estimate*float64(time.Second)) - elapsed; rest > 0 {
+		left = fmt.Sprintf(", ~%s left", rest.Round(time.Second))
+	}
+	fmt.Fprintf(p.w, "\r\033[K[%d/%d runs, %s%s] %s (%.1fs)", p.done, p.total, elapsed.Round(time.Second), left, p.label, time.Since(p.stepStart).Seconds())
 }
 
-// step says what runs now: repeat i of n of label.
+// step says what runs now: round i (0 = warm) of n of label.
 func (p *progress) step(label string, i, n int, rate float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.label = fmt.Sprintf("%s repeat %d/%d", label, i+1, n)
+	if i == 0 {
+		p.label = label + " warm repeat"
+	} else {
+		p.label = fmt.Sprintf("%s repeat %d/%d", label, i, n)
+	}
 	if rate > 0 {
 		p.label += fmt.Sprintf(" at %.0f/s", rate)
 	}
@@ -84,15 +102,32 @@ func (p *progress) step(label string, i, n int, rate float64) {
 	}
 }
 
-// done records a finished cell or limit.
-func (p *progress) done(name, status, reason string) {
+// advance counts finished runs.
+func (p *progress) advance(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.finished++
+	p.done += n
+	if p.done > p.total {
+		p.total = p.done
+	}
+}
+
+// finish sets the count to its total (what the plan counted but the run
+// skipped: rungs above a sustained rate, probes a search did not need).
+func (p *progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done = p.total
+}
+
+// cellDone records a finished cell, floor, search or limit.
+func (p *progress) cellDone(name, status, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.label = ""
-	if status == StatusOK {
+	if status == runfile.StatusOK {
 		if !p.terminal {
-			fmt.Fprintf(p.w, "[%d/%d] %s ok\n", p.finished, p.total, name)
+			fmt.Fprintf(p.w, "[%d/%d] %s ok\n", p.done, p.total, name)
 		}
 		return
 	}
@@ -100,10 +135,25 @@ func (p *progress) done(name, status, reason string) {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 	reason = strings.ReplaceAll(reason, "\n", " ")
-	if len(reason) > 160 {
-		reason = reason[:160] + "…"
+	if len(reason) > 200 {
+		reason = reason[:200] + "…"
 	}
-	fmt.Fprintf(p.w, "[%d/%d] %s %s: %s\n", p.finished, p.total, name, strings.ToUpper(status), reason)
+	fmt.Fprintf(p.w, "[%d/%d] %s %s: %s\n", p.done, p.total, name, strings.ToUpper(status), reason)
+}
+
+// roundDone says a round of repeats finished (one line; on a terminal the
+// rewritten line shows it already).
+func (p *progress) roundDone(round, rounds, cells int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.terminal {
+		return
+	}
+	what := fmt.Sprintf("measured round %d/%d", round, rounds)
+	if round == 0 {
+		what = "warm round"
+	}
+	fmt.Fprintf(p.w, "[%d/%d] %s of %d cells done (%s)\n", p.done, p.total, what, cells, time.Since(p.started).Round(time.Second))
 }
 
 // note prints a message on its own line.

@@ -9,31 +9,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
 // SampleInterval is how often the system is sampled during a cell.
 const SampleInterval = 100 * time.Millisecond
 
-// Sample is the system's state at one instant of a cell: page-cache dirt and
-// writeback (pages, gauges), swap and major-fault counts since the previous
-// sample, and pressure stall information (avg10 in %, and the growth of the
-// stall total in µs since the previous sample).
-type Sample struct {
-	UnixNs           int64   `json:"unixNs"`
-	NrDirtyPages     int64   `json:"nrDirty"`
-	NrWritebackPages int64   `json:"nrWriteback"`
-	PswpIn           int64   `json:"pswpin"`
-	PswpOut          int64   `json:"pswpout"`
-	PgMajFault       int64   `json:"pgmajfault"`
-	IOSomeAvg10      float64 `json:"ioSomeAvg10"`
-	IOFullAvg10      float64 `json:"ioFullAvg10"`
-	MemSomeAvg10     float64 `json:"memSomeAvg10"`
-	MemFullAvg10     float64 `json:"memFullAvg10"`
-	IOSomeStallUs    int64   `json:"ioSomeStallUs"`
-	IOFullStallUs    int64   `json:"ioFullStallUs"`
-	MemSomeStallUs   int64   `json:"memSomeStallUs"`
-	MemFullStallUs   int64   `json:"memFullStallUs"`
-}
+// Sample is the system at one instant of a repeat (runfile.Sample).
+type Sample = runfile.Sample
 
 // ParseVmstat reads /proc/vmstat's "name value" lines.
 func ParseVmstat(r io.Reader) (map[string]int64, error) {
@@ -113,13 +97,54 @@ type rawSample struct {
 	vm               map[string]int64
 	ioSome, ioFull   PSI
 	memSome, memFull PSI
+	load1            float64
+	cpu              CPUTimes
 }
 
 // ProcFiles are the files the sampler reads (tests point them elsewhere).
-type ProcFiles struct{ Vmstat, PressureIO, PressureMemory string }
+type ProcFiles struct{ Vmstat, PressureIO, PressureMemory, LoadAvg, Stat string }
 
 // DefaultProcFiles are the real ones.
-var DefaultProcFiles = ProcFiles{Vmstat: "/proc/vmstat", PressureIO: "/proc/pressure/io", PressureMemory: "/proc/pressure/memory"}
+var DefaultProcFiles = ProcFiles{Vmstat: "/proc/vmstat", PressureIO: "/proc/pressure/io", PressureMemory: "/proc/pressure/memory",
+	LoadAvg: "/proc/loadavg", Stat: "/proc/stat"}
+
+// CPUTimes are the first ("cpu") line of /proc/stat, in clock ticks.
+type CPUTimes struct{ Total, Steal int64 }
+
+// ParseProcStat reads the total and steal ticks of /proc/stat's cpu line.
+func ParseProcStat(r io.Reader) (CPUTimes, error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 9 || f[0] != "cpu" {
+			continue
+		}
+		var t CPUTimes
+		for i, v := range f[1:] {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return t, fmt.Errorf("/proc/stat cpu line %q: %w", sc.Text(), err)
+			}
+			if i < 8 { // user nice system idle iowait irq softirq steal; guest time is inside user
+				t.Total += n
+			}
+			if i == 7 {
+				t.Steal = n
+			}
+		}
+		return t, nil
+	}
+	return CPUTimes{}, fmt.Errorf("/proc/stat: no cpu line")
+}
+
+// ParseLoadAvg reads /proc/loadavg's 1-minute average.
+func ParseLoadAvg(b []byte) (float64, error) {
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("loadavg %q", b)
+	}
+	return strconv.ParseFloat(f[0], 64)
+}
 
 func readRaw(files ProcFiles) (rawSample, error) {
 	s := rawSample{at: time.Now()}
@@ -141,6 +166,13 @@ func readRaw(files ProcFiles) (rawSample, error) {
 		s.memSome, s.memFull, _ = ParsePressure(f)
 		f.Close()
 	}
+	if b, err := os.ReadFile(files.LoadAvg); err == nil {
+		s.load1, _ = ParseLoadAvg(b)
+	}
+	if f, err := os.Open(files.Stat); err == nil {
+		s.cpu, _ = ParseProcStat(f)
+		f.Close()
+	}
 	return s, nil
 }
 
@@ -151,7 +183,15 @@ func toSample(prev, cur rawSample) Sample {
 		PswpIn: d("pswpin"), PswpOut: d("pswpout"), PgMajFault: d("pgmajfault"),
 		IOSomeAvg10: cur.ioSome.Avg10, IOFullAvg10: cur.ioFull.Avg10, MemSomeAvg10: cur.memSome.Avg10, MemFullAvg10: cur.memFull.Avg10,
 		IOSomeStallUs: cur.ioSome.TotalUs - prev.ioSome.TotalUs, IOFullStallUs: cur.ioFull.TotalUs - prev.ioFull.TotalUs,
-		MemSomeStallUs: cur.memSome.TotalUs - prev.memSome.TotalUs, MemFullStallUs: cur.memFull.TotalUs - prev.memFull.TotalUs}
+		MemSomeStallUs: cur.memSome.TotalUs - prev.memSome.TotalUs, MemFullStallUs: cur.memFull.TotalUs - prev.memFull.TotalUs,
+		Load1: cur.load1, StealPct: stealPct(prev.cpu, cur.cpu)}
+}
+
+func stealPct(prev, cur CPUTimes) float64 {
+	if d := cur.Total - prev.Total; d > 0 {
+		return 100 * float64(cur.Steal-prev.Steal) / float64(d)
+	}
+	return 0
 }
 
 // Sampler samples the system every interval until Stop.

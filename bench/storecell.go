@@ -2,13 +2,15 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
+	"reflect"
 
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/engine/record"
 )
@@ -35,47 +37,121 @@ func Body(worker, sizeBytes int) []byte {
 }
 
 // recordBytes is the size of the CommitLog record the store writes for a
-// body of sizeBytes (what the copy ceiling copies).
+// body of sizeBytes (what the memcpy ceiling copies).
 func recordBytes(sizeBytes int) int {
-	m := benchMessage(0, sizeBytes)
-	return record.Size(m, 0)
+	return record.Size(benchMessage(0, sizeBytes), 0)
 }
 
-func (c *Config) storeOptions(backend, flush string) (engine.Options, error) {
+func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) {
 	mode, err := engine.ParseFlushMode(flush)
 	if err != nil {
 		return engine.Options{}, err
 	}
-	s := c.Store
 	return engine.Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: s.SegmentSizeBytes,
 		FlushInterval: s.FlushInterval, FlushLeastPages: s.FlushLeastPages, FlushThoroughInterval: s.FlushThoroughInterval,
 		SyncFlushTimeout: s.SyncFlushTimeout, CommitInterval: s.CommitInterval, CommitLeastPages: s.CommitLeastPages,
+		WarmSegments: s.WarmSegments, LockSegments: s.LockSegments,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 
-// flushParams records the effective flush policy of an open store.
-func flushParams(o engine.Options) map[string]string {
-	p := map[string]string{"mode": o.FlushMode.String(), "segmentSizeBytes": strconv.FormatInt(o.SegmentSizeBytes, 10)}
-	if o.FlushMode == engine.FlushSync {
-		p["groupCommit"] = "on"
-		p["syncFlushTimeout"] = o.SyncFlushTimeout.String()
-		p["groupCommitQueueSize"] = strconv.Itoa(o.GroupCommitQueueSize)
-	} else {
-		p["flushInterval"] = o.FlushInterval.String()
-		p["flushLeastPages"] = strconv.Itoa(o.FlushLeastPages)
-		p["flushThoroughInterval"] = o.FlushThoroughInterval.String()
+// optionsMap records the effective engine options of an open store: every
+// exported field that is a plain value (durations, counts, flags, names),
+// so options added to the engine later are recorded without a change here,
+// and the backend's own options as JSON (its defaults when none were
+// given).
+func optionsMap(o engine.Options) map[string]string {
+	out := map[string]string{}
+	bo := o.BackendOptions
+	if bo == nil {
+		for _, reg := range engine.Backends() {
+			if reg.Name == o.Backend && reg.NewOptions != nil {
+				bo = reg.NewOptions()
+			}
+		}
 	}
-	p["commitInterval"] = o.CommitInterval.String()
-	p["commitLeastPages"] = strconv.Itoa(o.CommitLeastPages)
-	return p
+	if bo != nil {
+		if b, err := json.Marshal(bo); err == nil {
+			out["BackendOptions"] = string(b)
+		}
+	}
+	v := reflect.ValueOf(o)
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		fv := v.Field(i)
+		switch fv.Kind() {
+		case reflect.Func, reflect.Interface, reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan:
+			continue
+		}
+		if s, ok := fv.Interface().(fmt.Stringer); ok {
+			out[f.Name] = s.String()
+		} else {
+			out[f.Name] = fmt.Sprint(fv.Interface())
+		}
+	}
+	return out
 }
 
-// storeRepeat opens a fresh store in dir, runs spec and closes it. The
-// returned params are the effective flush policy (nil when Open failed).
-func (c *Config) storeRepeat(ctx context.Context, dir, backend, flush string, spec load.Spec, hook func(func())) (Repeat, map[string]string) {
-	rep := Repeat{Status: StatusOK}
+// storeDurability is load.Durability for an mqstore cell: written is the
+// CommitLog's write offset, durable its flushed offset (engine.Stats), and
+// Drain is Close — the final flush of everything written, the dispatch of
+// what it made readable and the ConsumeQueue and index flush. It keeps the
+// Stats read at each Positions call, so the harness knows the store's
+// counters at the window's edges.
+type storeDurability struct {
+	s      *engine.Store
+	stats  []engine.Stats
+	closed bool
+	// drainedWritten is the write offset when Drain began (nothing is
+	// written after the window); after Close, Stats no longer sees the
+	// segments, and the flushed offset is read alone.
+	drainedWritten int64
+}
+
+func (d *storeDurability) Positions() (int64, int64) {
+	if d.closed {
+		return d.drainedWritten, d.s.FlushedOffset()
+	}
+	st := d.s.Stats()
+	d.stats = append(d.stats, st)
+	return st.WroteOffset, st.FlushedOffset
+}
+
+func (d *storeDurability) Drain(context.Context) error {
+	d.drainedWritten = d.s.Stats().WroteOffset
+	d.closed = true
+	return d.s.Close()
+}
+
+// close closes the store unless Drain did.
+func (d *storeDurability) close() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	return d.s.Close()
+}
+
+// counters are the engine's counters over the window: the difference of
+// the Stats taken at the window's start and end.
+func (d *storeDurability) counters() *runfile.StoreCounters {
+	if len(d.stats) < 2 {
+		return nil
+	}
+	a, b := d.stats[0], d.stats[1]
+	return &runfile.StoreCounters{Puts: b.Puts - a.Puts, Flushes: b.Flushes - a.Flushes, Commits: b.Commits - a.Commits,
+		Rolls: b.Rolls - a.Rolls, FlushDiskTimeouts: b.FlushDiskTimeouts - a.FlushDiskTimeouts}
+}
+
+// storeRepeat opens a fresh store in dir, runs spec against it with its
+// durability reported, drains it (Close) and removes it. The returned
+// options are the store's effective ones (nil when Open failed).
+func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(func())) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
-	opts, err := c.storeOptions(backend, flush)
+	opts, err := storeOptions(cfg, backend, flush)
 	if err != nil {
 		return failedRepeat(err), nil
 	}
@@ -83,9 +159,11 @@ func (c *Config) storeRepeat(ctx context.Context, dir, backend, flush string, sp
 	if err != nil {
 		return failedRepeat(fmt.Errorf("open %s: %w", backend, err)), nil
 	}
-	params := flushParams(s.Options())
+	options := optionsMap(s.Options())
+	d := &storeDurability{s: s}
+	var res load.Result
 	run := func() {
-		rep.Result = load.Run(ctx, spec, nil, func(worker int) load.Op {
+		res = load.Run(ctx, spec, nil, d, func(worker int) load.Op {
 			m := benchMessage(worker, spec.SizeBytes)
 			return func(ctx context.Context) error {
 				_, err := s.Put(ctx, m)
@@ -98,30 +176,33 @@ func (c *Config) storeRepeat(ctx context.Context, dir, backend, flush string, sp
 	} else {
 		run()
 	}
-	st := s.Stats()
-	rep.StoreFlushes, rep.StoreCommits, rep.StoreRolls, rep.StoreRecBytes = st.Flushes, st.Commits, st.Rolls, st.PutBytes
-	closeErr := s.Close()
-	rep.Figures = figuresOf(&rep.Result)
-	rep.Status, rep.Reason = resultStatus(&rep.Result)
-	if closeErr != nil && rep.Status == StatusOK {
-		rep.Status, rep.Reason = StatusFailed, "close: "+closeErr.Error()
+	closeErr := d.close()
+	rep := repeatOf(res, d.counters())
+	if closeErr != nil && rep.Status != runfile.StatusFailed {
+		rep.Status, rep.Reason = runfile.StatusFailed, "close: "+closeErr.Error()
 	}
-	return rep, params
+	return rep, options
 }
 
-func failedRepeat(err error) Repeat {
-	return Repeat{Status: StatusFailed, Reason: err.Error()}
-}
-
-// resultStatus classifies a load result.
-func resultStatus(r *load.Result) (string, string) {
+// repeatOf classifies a load result and derives its figures.
+func repeatOf(res load.Result, store *runfile.StoreCounters) runfile.Repeat {
+	rep := runfile.Repeat{Result: res, Store: store, Figures: runfile.FiguresOf(&res, store)}
 	switch {
-	case r.Interrupted:
-		return StatusInterrupted, "interrupted"
-	case r.Error != "":
-		return StatusFailed, r.Error
-	case r.Messages == 0:
-		return StatusFailed, "no message completed in the window"
+	case res.Interrupted:
+		rep.Status, rep.Reason = runfile.StatusInterrupted, "interrupted"
+	case res.Error != "":
+		rep.Status, rep.Reason = runfile.StatusFailed, res.Error
+	case res.Messages == 0 && res.Unstarted == 0:
+		rep.Status, rep.Reason = runfile.StatusFailed, "no message completed in the window"
+	default:
+		rep.Status = runfile.StatusOK
+		if sat, why := res.Saturation(); sat {
+			rep.Status, rep.Saturation = runfile.StatusSaturated, why
+		}
 	}
-	return StatusOK, ""
+	return rep
+}
+
+func failedRepeat(err error) runfile.Repeat {
+	return runfile.Repeat{Status: runfile.StatusFailed, Reason: err.Error()}
 }

@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/hostctl"
+
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/engine"
 	"golang.org/x/sys/unix"
@@ -34,20 +37,21 @@ const (
 )
 
 type workerRequest struct {
-	Kind     string    `json:"kind"`
-	Config   Config    `json:"config"`
-	Backend  string    `json:"backend,omitempty"`
-	Flush    string    `json:"flush,omitempty"`
-	Spec     load.Spec `json:"spec"`
-	Dir      string    `json:"dir,omitempty"`
-	Bytes    int64     `json:"bytes,omitempty"`
-	Workload string    `json:"workload,omitempty"`
+	Kind     string      `json:"kind"`
+	Config   Config      `json:"config"`
+	Store    StoreConfig `json:"store"`
+	Backend  string      `json:"backend,omitempty"`
+	Flush    string      `json:"flush,omitempty"`
+	Spec     load.Spec   `json:"spec"`
+	Dir      string      `json:"dir,omitempty"`
+	Bytes    int64       `json:"bytes,omitempty"`
+	Workload string      `json:"workload,omitempty"`
 }
 
 type workerReply struct {
-	Repeat Repeat            `json:"repeat"`
-	Params map[string]string `json:"params,omitempty"`
-	Error  string            `json:"error,omitempty"`
+	Repeat  runfile.Repeat    `json:"repeat"`
+	Options map[string]string `json:"options,omitempty"`
+	Error   string            `json:"error,omitempty"`
 }
 
 // MaybeWorker runs the worker and exits when WorkerEnv is set; otherwise it
@@ -73,20 +77,20 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 	switch req.Kind {
 	case workerRepeat:
-		var rep Repeat
-		var params map[string]string
+		var rep runfile.Repeat
+		var options map[string]string
 		if req.Workload == WorkloadE2E {
-			rep, params = req.Config.e2eRepeat(ctx, req.Dir, req.Backend, req.Flush, req.Spec)
+			rep, options = e2eRepeat(ctx, req.Store, req.Dir, req.Backend, req.Flush, req.Spec)
 		} else {
-			rep, params = req.Config.storeRepeat(ctx, req.Dir, req.Backend, req.Flush, req.Spec, nil)
+			rep, options = storeRepeat(ctx, req.Store, req.Dir, req.Backend, req.Flush, req.Spec, nil)
 		}
-		return json.NewEncoder(out).Encode(workerReply{Repeat: rep, Params: params})
+		return json.NewEncoder(out).Encode(workerReply{Repeat: rep, Options: options})
 	case workerDirty:
 		return dirtyNeighbour(ctx, req.Dir, req.Bytes)
 	case workerAnon:
 		return anonNeighbour(ctx, req.Bytes)
 	case workerProduceCrash:
-		if err := req.Config.fillStore(ctx, req.Dir, req.Backend, req.Spec.SizeBytes, req.Bytes, nil); err != nil {
+		if err := fillStore(ctx, req.Config.Store, req.Dir, req.Backend, req.Spec.SizeBytes, req.Bytes, nil); err != nil {
 			return err
 		}
 		fmt.Fprintln(out, "ready")
@@ -154,8 +158,8 @@ func startWorker(ctx context.Context, req workerRequest, cgroups []string) (*wor
 	w.cmd.Env = append(os.Environ(), WorkerEnv+"=1")
 	w.cmd.Cancel = func() error { return w.cmd.Process.Signal(os.Interrupt) }
 	w.cmd.WaitDelay = 10 * time.Second
-	// The worker dies with mqbench, whatever kills it.
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The worker dies with mqbench, whatever kills it (on Linux).
+	w.cmd.SysProcAttr = dieWithParent()
 	w.cmd.Stderr = &w.stderr
 	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -167,7 +171,7 @@ func startWorker(ctx context.Context, req workerRequest, cgroups []string) (*wor
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	for _, cg := range cgroups {
-		if err := JoinCgroup(cg, w.cmd.Process.Pid); err != nil {
+		if err := hostctl.JoinCgroup(cg, w.cmd.Process.Pid); err != nil {
 			w.kill()
 			return nil, err
 		}
@@ -195,9 +199,9 @@ func (w *worker) waitLine() (string, error) {
 }
 
 // workerStoreRepeat runs one store repeat in a worker placed in cgroups.
-func workerStoreRepeat(ctx context.Context, cfg Config, dir, backend, flush, workload string, spec load.Spec, cgroups []string) (Repeat, map[string]string) {
+func workerStoreRepeat(ctx context.Context, cfg Config, store StoreConfig, dir, backend, flush, workload string, spec load.Spec, cgroups []string) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
-	w, err := startWorker(ctx, workerRequest{Kind: workerRepeat, Config: cfg, Backend: backend, Flush: flush, Spec: spec, Dir: dir, Workload: workload}, cgroups)
+	w, err := startWorker(ctx, workerRequest{Kind: workerRepeat, Config: cfg, Store: store, Backend: backend, Flush: flush, Spec: spec, Dir: dir, Workload: workload}, cgroups)
 	if err != nil {
 		return failedRepeat(err), nil
 	}
@@ -207,11 +211,11 @@ func workerStoreRepeat(ctx context.Context, cfg Config, dir, backend, flush, wor
 	var reply workerReply
 	if err := json.Unmarshal(out, &reply); err != nil {
 		if ctx.Err() != nil {
-			return Repeat{Status: StatusInterrupted, Reason: "interrupted"}, nil
+			return runfile.Repeat{Status: runfile.StatusInterrupted, Reason: "interrupted"}, nil
 		}
 		return failedRepeat(fmt.Errorf("worker: %v (%v): %s%s", runErr, err, strings.TrimSpace(w.stderr.String()), oomNote(cgroups))), nil
 	}
-	return reply.Repeat, reply.Params
+	return reply.Repeat, reply.Options
 }
 
 // oomNote says when a memory cgroup among cgroups has OOM-killed a process.
@@ -239,7 +243,7 @@ type neighbour struct {
 	cgroups []string
 }
 
-func startNeighbour(ctx context.Context, j *Journal, req workerRequest, what string, cgroups []string) (*neighbour, error) {
+func startNeighbour(ctx context.Context, j *hostctl.Journal, req workerRequest, what string, cgroups []string) (*neighbour, error) {
 	w, err := startWorker(context.WithoutCancel(ctx), req, cgroups)
 	if err != nil {
 		return nil, err
@@ -251,9 +255,9 @@ func startNeighbour(ctx context.Context, j *Journal, req workerRequest, what str
 	return &neighbour{w: w, what: what, req: req, cgroups: cgroups}, nil
 }
 
-// storeOpen is engine.Open with the cell's options.
-func (c *Config) storeOpen(ctx context.Context, dir, backend, flush string) (*engine.Store, error) {
-	opts, err := c.storeOptions(backend, flush)
+// storeOpen is engine.Open with a cell's options.
+func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {
+	opts, err := storeOptions(store, backend, flush)
 	if err != nil {
 		return nil, err
 	}

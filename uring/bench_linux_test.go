@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/mqstore/mqstore/mappedfile"
@@ -118,32 +117,4 @@ func BenchmarkCommitFlush(b *testing.B) {
 			}
 		})
 	}
-}
-
-// BenchmarkDirectProbe is the device probe: sequential O_DIRECT writes of
-// 1 MiB at queue depth 32, 1 GiB per iteration, to a file in the test's
-// temporary directory (run with -benchtime=Nx).
-func BenchmarkDirectProbe(b *testing.B) {
-	const total, block, depth = 1 << 30, 1 << 20, 32
-	if _, err := NewRing(RingOptions{Entries: 4}); errors.Is(err, mappedfile.ErrUnsupported) {
-		b.Skipf("needs io_uring: %v", err)
-	}
-	b.Run("bs=1MiB/depth=32", func(b *testing.B) {
-		dir := b.TempDir()
-		b.SetBytes(total)
-		var rates []float64
-		for range b.N {
-			r, err := ProbeSequentialWrite(context.Background(), dir, total, block, depth)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rates = append(rates, r.MBps)
-		}
-		slices.Sort(rates)
-		// ns/op also counts creating and preallocating the file; these are
-		// the probe's own figures (first submission to last completion).
-		b.ReportMetric(rates[0], "min-MB/s")
-		b.ReportMetric(rates[len(rates)/2], "median-MB/s")
-		b.ReportMetric(rates[len(rates)-1], "max-MB/s")
-	})
 }

@@ -2,7 +2,6 @@ package uring
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/mqstore/mqstore/mappedfile"
 )
@@ -73,21 +72,3 @@ const (
 	NameBuffered = "uring"
 	NameDirect   = "uring-direct"
 )
-
-// ProbeResult is the outcome of ProbeSequentialWrite.
-type ProbeResult struct {
-	Bytes    int64
-	Duration time.Duration
-	// MBps is Bytes / 10^6 / seconds; MiBps the same in 2^20 bytes.
-	MBps  float64
-	MiBps float64
-}
-
-func newProbeResult(bytes int64, d time.Duration) ProbeResult {
-	r := ProbeResult{Bytes: bytes, Duration: d}
-	if s := d.Seconds(); s > 0 {
-		r.MBps = float64(bytes) / 1e6 / s
-		r.MiBps = float64(bytes) / (1 << 20) / s
-	}
-	return r
-}

@@ -1,9 +1,3 @@
-// Package load drives a workload against an operation and measures it: the
-// closed loop (P producers appending as fast as they can) and the open loop
-// (arrivals at a target rate, latency measured from the intended start so
-// that a slow operation cannot hide the requests it delayed). It is a leaf
-// package (the standard library and hdrhistogram-go only) so that the peers'
-// own module can run the very same workload definition.
 package load
 
 import (

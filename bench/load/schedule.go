@@ -30,34 +30,49 @@ func ParseArrival(s string) (Arrival, error) {
 }
 
 // Schedule yields the intended start of each request as an offset from the
-// start of the run. It is a pure function of (arrival, rate, seed).
+// start of the run. It is a pure function of (arrival, rate, seed, stream).
 type Schedule struct {
 	arrival  Arrival
 	gapNs    float64 // mean gap
+	phaseNs  float64 // constant arrivals: the first one's offset
 	rng      *rand.Rand
 	sum      float64 // ns, kept in float so constant gaps do not drift
 	sequence int64
 }
 
-// NewSchedule returns the schedule of requests at ratePerSec.
+// NewSchedule returns the schedule of requests at ratePerSec (one stream).
 func NewSchedule(arrival Arrival, ratePerSec float64, seed uint64) (*Schedule, error) {
+	return NewWorkerSchedule(arrival, ratePerSec, seed, 0, 1)
+}
+
+// NewWorkerSchedule returns worker's share of the schedule of requests at
+// ratePerSec split among workers: constant arrivals are interleaved (worker
+// w takes arrivals w, w+workers, w+2·workers, … of the single constant
+// schedule), Poisson arrivals are independent Poisson streams of
+// ratePerSec/workers each, seeded (seed, w) — their superposition is a
+// Poisson process of ratePerSec.
+func NewWorkerSchedule(arrival Arrival, ratePerSec float64, seed uint64, worker, workers int) (*Schedule, error) {
 	if !(ratePerSec > 0) || math.IsInf(ratePerSec, 0) {
 		return nil, fmt.Errorf("schedule: rate %v per second: want a positive rate", ratePerSec)
 	}
 	if _, err := ParseArrival(string(arrival)); err != nil {
 		return nil, fmt.Errorf("schedule: %w", err)
 	}
-	return &Schedule{arrival: arrival, gapNs: 1e9 / ratePerSec, rng: rand.New(rand.NewPCG(seed, 0x6d7162656e6368))}, nil
+	if workers <= 0 || worker < 0 || worker >= workers {
+		return nil, fmt.Errorf("schedule: worker %d of %d", worker, workers)
+	}
+	return &Schedule{arrival: arrival, gapNs: float64(workers) * 1e9 / ratePerSec, phaseNs: float64(worker) * 1e9 / ratePerSec,
+		rng: rand.New(rand.NewPCG(seed, 0x6d7162656e6368+uint64(worker)))}, nil
 }
 
 // Next returns the intended start of the next request. Constant arrivals are
-// at i/rate exactly (the first at 0); Poisson arrivals start after a first
-// exponential gap.
+// at phase + i·gap exactly (worker 0's first at 0); Poisson arrivals start
+// after a first exponential gap.
 func (s *Schedule) Next() time.Duration {
 	if s.arrival == Poisson {
 		s.sum += s.rng.ExpFloat64() * s.gapNs
 	} else {
-		s.sum = float64(s.sequence) * s.gapNs
+		s.sum = s.phaseNs + float64(s.sequence)*s.gapNs
 	}
 	s.sequence++
 	return time.Duration(s.sum)
@@ -81,7 +96,7 @@ type sleeper interface {
 }
 
 // RealClock is the wall clock (monotonic). Its own SleepUntil uses Go's
-// timers; the open loop's dispatcher replaces it with a timerfd where the
+// timers; each open-loop worker sleeps on its own timerfd instead where the
 // platform has one (see timerfdSleeper), because Go's timers can wake a
 // millisecond late and that lateness would count in every latency.
 type RealClock struct{}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -23,11 +25,16 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"run", "--workloads", "bogus"}, 2, `workload "bogus"`},
 		{[]string{"run", "--pressure", "heavy"}, 2, `pressure "heavy"`},
 		{[]string{"run", "--emulate", "tape"}, 2, `emulate "tape"`},
+		{[]string{"run", "--rates", "10k,fast"}, 2, `rate "fast"`},
+		{[]string{"run", "--producers", "4,0"}, 2, `producers "0"`},
+		{[]string{"run", "--duration", "soon"}, 2, `duration "soon"`},
+		{[]string{"run", "--lock-segments"}, 2, "add --warm-segments"},
+		{[]string{"run", "--workloads", "latency", "--rates", ""}, 2, "need a --rates ladder"},
 		{[]string{"sweep", "--vary", "nope=1"}, 2, "unknown option"},
 		{[]string{"sweep", "-h"}, 0, "--vary"},
 		{[]string{"cleanup", "extra"}, 2, "want 0 argument"},
 		{[]string{"run", "extra"}, 2, "want 0 argument"},
-		{[]string{"run", "-h"}, 0, "--producers"},
+		{[]string{"run", "-h"}, 0, "-producers"},
 		{[]string{"device"}, 2, "--dir is required"},
 		{[]string{"report"}, 2, "want 1 argument"},
 		{[]string{"compare", "a"}, 2, "want 2 argument"},
@@ -39,10 +46,29 @@ func TestCommandLine(t *testing.T) {
 		if code != c.code || !strings.Contains(stderr.String(), c.stderrIn) {
 			t.Errorf("mqbench %q: exit %d, want %d; stderr lacks %q:\n%s", c.args, code, c.code, c.stderrIn, stderr.String())
 		}
+		// A bad flag's error is the last line, after a short usage.
+		if c.code == 2 && len(c.args) > 1 && c.args[0] != "bogus" {
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			if last := lines[len(lines)-1]; !strings.Contains(last, c.stderrIn) || len(lines) > 6 {
+				t.Errorf("mqbench %q: the error is not last after a short usage (%d lines, last %q)", c.args, len(lines), last)
+			}
+		}
 	}
 }
 
-func TestParseBytes(t *testing.T) {
+func TestReportRefusesSchema1(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "run.json"), []byte(`{"schema": 1, "cells": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"report", dir}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "schema 1") ||
+		!strings.Contains(stderr.String(), "run the benchmark again") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+func TestParseBytesAndRates(t *testing.T) {
 	for in, want := range map[string]int64{"1024": 1024, "4k": 4096, "4KiB": 4096, "1MiB": 1 << 20, "2g": 2 << 30, "16m": 16 << 20} {
 		if got, err := parseBytes(in); err != nil || got != want {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
@@ -52,6 +78,10 @@ func TestParseBytes(t *testing.T) {
 		if _, err := parseBytes(bad); err == nil {
 			t.Errorf("parseBytes(%q) accepted", bad)
 		}
+	}
+	rates, err := splitRates("1000, 50k,1.5M")
+	if err != nil || len(rates) != 3 || rates[0] != 1000 || rates[1] != 50000 || rates[2] != 1.5e6 {
+		t.Errorf("splitRates = %v, %v", rates, err)
 	}
 }
 

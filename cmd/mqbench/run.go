@@ -2,18 +2,39 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/bench"
-	"github.com/mqstore/mqstore/internal/cli"
+	"github.com/mqstore/mqstore/bench/report"
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runMatrix(ctx, "run", args, stdout, stderr)
+}
+
+func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runMatrix(ctx, "sweep", args, stdout, stderr)
+}
+
+func joinFloats(xs []float64) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprintf("%.0f", x))
+	}
+	return strings.Join(s, ",")
+}
+
+func joinInts(xs []int) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprint(x))
+	}
+	return strings.Join(s, ",")
 }
 
 // runMatrix is run and sweep: the same flags; sweep adds --vary and
@@ -21,18 +42,28 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func runMatrix(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
 	sweep := name == "sweep"
-	defWorkloads, defPeers, defSizes := "throughput,latency", "nats,pebble", "128,1024,4096"
+	defWorkloads, defPeers, defSizes := "throughput,latency", strings.Join(bench.DefaultPeers(), ","), "128,1024,4096"
+	defProducers, defRates := joinInts(cfg.Producers), joinFloats(cfg.Rates)
 	if sweep {
-		defWorkloads, defPeers, defSizes = "throughput,latency", "", "1024"
-		cfg.Repeat, cfg.Duration, cfg.Warmup, cfg.Profile, cfg.NoLimits = 1, 2*time.Second, 500*time.Millisecond, false, true
+		defPeers, defSizes, defProducers, defRates = "", "1024", "16", "5000"
+		cfg.Repeat, cfg.Duration, cfg.Warmup, cfg.Profile, cfg.NoLimits, cfg.SearchProbes = 3, 2*time.Second, 500*time.Millisecond, false, true, 0
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	c := newCommand(name, "mqbench "+name+" [--backends a,b] [--sizes 1024] [--flush async,sync] [--workloads throughput,latency] [--producers 1,4,16] [--rates 1000,10000] [--duration D|auto] [--repeat N] [--dir DIR] [--peers a,b] [flags]",
+		"Runs every backend × size × flush policy (and the peers) through the closed loop at each producer count and the open loop at each rate of one shared ladder, with interleaved shuffled repeats after an unmeasured warm one; measures the device limits and the harness's own floor in the same run; writes results/<id>/ (summary.md, run.json.gz, bench.txt, plots, .hgrm).")
+	if sweep {
+		c.synopsis = "mqbench sweep [--backends a,b] [--vary option=v1,v2 …] [--pressure none,dirty] [--dir DIR …] [run's flags]"
+		c.about = "Runs throughput and latency for every flush policy of the grid (only options that apply to each backend are varied) and plots durable throughput against p99.9 with the Pareto front."
+	}
+	fs := c.fs
 	backends := fs.String("backends", strings.Join(cfg.Backends, ","), "backends, comma-separated (mem is allowed when named)")
 	sizes := fs.String("sizes", defSizes, "message body sizes in bytes, comma-separated (4k, 1MiB accepted)")
 	flushes := fs.String("flush", "async,sync", "flush policies: async, sync")
 	workloads := fs.String("workloads", defWorkloads, "workloads: throughput (closed loop), latency (open loop), consume (catch-up reads, copy and sendfile), e2e (producers + long-polling consumers), recovery (reopen after SIGKILL)")
-	peers := fs.String("peers", defPeers, "peer stores run with the same workloads (empty: none)")
+	peers := fs.String("peers", defPeers, "peers passed to mqpeer --peer (mqpeer --list names them; empty: none)")
 	pressures := fs.String("pressure", "none", "pressures, comma-separated: none, dirty (dirty-page writeback), swap (memory cgroup + swap), both; all but none need root")
+	pressureWorkloads := fs.String("pressure-workloads", "", "workloads run under a pressure other than none (empty: all of --workloads)")
+	producers := fs.String("producers", defProducers, "closed-loop producer counts, comma-separated: one throughput cell each")
+	rates := fs.String("rates", defRates, "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
 	var dirs multiFlag
 	fs.Var(&dirs, "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
 	emulate := fs.String("emulate", "", "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
@@ -41,6 +72,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.IntVar(&cfg.HDDIOPS, "hdd-iops", cfg.HDDIOPS, "emulated HDD IOPS per direction")
 	fs.Var(bytesFlag{&cfg.ConsumeBytes}, "consume-bytes", "CommitLog the consume workload writes and reads back")
 	fs.Var(bytesFlag{&cfg.RecoveryBytes}, "recovery-bytes", "CommitLog size a recovery cell reopens after SIGKILL")
+	fs.BoolVar(&cfg.ColdReads, "cold-reads", cfg.ColdReads, "add the cold consume and recovery variants (root: they drop the page cache)")
 	fs.Var(bytesFlag{&cfg.DirtyBytes}, "dirty-bytes", "vm.dirty_bytes during dirty pressure")
 	fs.Var(bytesFlag{&cfg.DirtyBackgroundBytes}, "dirty-background-bytes", "vm.dirty_background_bytes during dirty pressure")
 	fs.Var(bytesFlag{&cfg.DirtyFileBytes}, "dirty-file-bytes", "file the dirty neighbour overwrites")
@@ -52,21 +84,23 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	if sweep {
 		fs.Var(&vary, "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
 	}
-	fs.IntVar(&cfg.Producers, "producers", cfg.Producers, "closed-loop producer goroutines")
-	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers (requests in flight at most)")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured window of each repeat")
-	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each repeat")
-	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "repeats of each cell (median and min–max are reported)")
-	fs.Float64Var(&cfg.RateFraction, "rate-fraction", cfg.RateFraction, "latency target rate as a fraction of the cell's median throughput")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "fixed latency target rate in msgs/s for every cell (overrides --rate-fraction)")
+	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers, each owning its share of the schedule (requests in flight at most)")
+	fs.Var(windowFlag{&cfg.Duration}, "duration", "measured window of each repeat, or auto: long enough for the device to absorb the largest buffer an async cell can fill (see summary.md)")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each repeat's window")
+	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each cell (one more, unmeasured, runs first); ≥ 5 for intervals at ~94 %, ≥ 6 for 95 %")
 	fs.StringVar(&cfg.Arrival, "arrival", cfg.Arrival, "open-loop arrivals: constant or poisson")
-	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the Poisson arrivals")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the arrivals (with the repeat index) and of the order of the cells")
+	fs.IntVar(&cfg.SearchProbes, "search-probes", cfg.SearchProbes, "probes of each system's sustainable-rate search (0: no search)")
+	fs.DurationVar(&cfg.SearchDuration, "search-duration", cfg.SearchDuration, "window of each search probe")
+	noAA := fs.Bool("no-aa", !cfg.AA, "skip the A/A check (one cell measured twice)")
 	fs.StringVar(&cfg.Out, "out", cfg.Out, "results root: the run writes OUT/<YYYYMMDD-HHMMSS>-<host>/")
 	fs.StringVar(&cfg.ProfilesRoot, "profiles", cfg.ProfilesRoot, "profiles root: PROFILES/<run>/<cell>.{cpu,heap,block,mutex}.pprof")
 	noProfile := fs.Bool("no-profile", !cfg.Profile, "skip the profiled extra run of each throughput cell")
 	fs.DurationVar(&cfg.ProfileDuration, "profile-duration", cfg.ProfileDuration, "length of each profiled run")
-	fs.BoolVar(&cfg.NoLimits, "no-limits", cfg.NoLimits, "skip the copy ceiling, device probes and fio")
-	fs.Var(bytesFlag{&cfg.CopyCeilingBytes}, "copy-bytes", "mapped file size of the copy ceiling")
+	fs.BoolVar(&cfg.NoLimits, "no-limits", cfg.NoLimits, "skip the memcpy and fault ceilings, device probes and fio")
+	fs.Var(bytesFlag{&cfg.MemcpyBytes}, "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
+	fs.DurationVar(&cfg.MemcpyDuration, "memcpy-duration", cfg.MemcpyDuration, "least time of each memcpy-ceiling repeat")
+	fs.Var(bytesFlag{&cfg.FaultBytes}, "fault-bytes", "fresh file the page-fault ceiling touches")
 	fs.Var(bytesFlag{&cfg.DeviceProbeBytes}, "probe-bytes", "bytes written by the O_DIRECT device probe and fio")
 	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat")
 	fs.StringVar(&cfg.PeerCommand, "peer-cmd", "", "a built mqpeer binary (default: build it from bench/peers)")
@@ -77,147 +111,128 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.DurationVar(&cfg.Store.SyncFlushTimeout, "sync-flush-timeout", 0, "group-commit timeout (0: engine default 5s)")
 	fs.DurationVar(&cfg.Store.CommitInterval, "commit-interval", 0, "commit interval of buffered backends (0: engine default 200ms)")
 	fs.IntVar(&cfg.Store.CommitLeastPages, "commit-least-pages", 0, "commit least pages (0: engine default 4)")
-	quiet := fs.Bool("quiet", false, "do not print the summary table at the end")
-	fs.Usage = func() {
-		if sweep {
-			fmt.Fprintln(fs.Output(), "usage: mqbench sweep [--backends a,b] [--vary option=v1,v2 …] [--pressure none,dirty] [--dir DIR …] [run's flags]\n\n"+
-				"Runs throughput and latency for every flush policy of the grid and plots throughput against p99.9 with the Pareto front.")
-			fs.PrintDefaults()
-			return
-		}
-		fmt.Fprintln(fs.Output(), "usage: mqbench run [--backends a,b] [--sizes 128,1024,4096] [--flush async,sync] [--workloads throughput,latency]\n"+
-			"                  [--producers N] [--duration D] [--repeat N] [--dir DIR] [--out DIR] [--peers nats,pebble] [--no-limits] [more flags below]")
-		fs.PrintDefaults()
-	}
-	if err := cli.Parse(fs, args, stderr, 0); err != nil {
+	fs.BoolVar(&cfg.Store.WarmSegments, "warm-segments", false, "pre-touch new segments in the allocation service (RocketMQ's warmMapedFileEnable)")
+	fs.BoolVar(&cfg.Store.LockSegments, "lock-segments", false, "mlock warmed segments (with --warm-segments)")
+	quiet := fs.Bool("quiet", false, "do not print the summary tables at the end")
+	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
 	cfg.Backends, cfg.Flushes, cfg.Workloads, cfg.Peers = splitList(*backends), splitList(*flushes), splitList(*workloads), splitList(*peers)
-	cfg.Pressures, cfg.Emulate = splitList(*pressures), splitList(*emulate)
+	cfg.Pressures, cfg.PressureWorkloads, cfg.Emulate, cfg.AA = splitList(*pressures), splitList(*pressureWorkloads), splitList(*emulate), !*noAA
 	if len(dirs) > 0 {
 		cfg.Dir, cfg.Dirs = dirs[0], dirs
+	}
+	var err error
+	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
+		return c.bad(stderr, "%v", err)
+	}
+	if cfg.Producers, err = splitInts(*producers, "producers"); err != nil {
+		return c.bad(stderr, "%v", err)
+	}
+	if cfg.Rates, err = splitRates(*rates); err != nil {
+		return c.bad(stderr, "%v", err)
+	}
+	if cfg.Store.LockSegments && !cfg.Store.WarmSegments {
+		return c.bad(stderr, "--lock-segments locks warmed segments: add --warm-segments")
 	}
 	if sweep {
 		grid := []string(vary)
 		if len(grid) == 0 {
 			grid = bench.DefaultSweepGrid()
 		}
-		pols, err := bench.SweepPolicies(grid, cfg.Store)
+		pols, err := bench.SweepPolicies(grid, cfg.Store, cfg.Backends)
 		if err != nil {
-			return cli.BadFlag(fs, "%v", err)
+			return c.bad(stderr, "%v", err)
 		}
 		cfg.Policies = pols
 	}
-	var err error
-	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
-		return cli.BadFlag(fs, "%v", err)
-	}
 	cfg.Profile = !*noProfile
-	if err := cfg.Validate(); err != nil {
-		return cli.BadFlag(fs, "%v", err)
+	if err := bench.Validate(&cfg); err != nil {
+		return c.bad(stderr, "%v", err)
 	}
 	f, dir, err := bench.Run(ctx, cfg, progressOptions(stderr))
 	if f != nil && !*quiet {
-		fmt.Fprint(stdout, bench.SummaryTables(f))
+		fmt.Fprint(stdout, report.SummaryTables(f))
 	}
 	if dir != "" {
-		fmt.Fprintf(stdout, "results: %s (summary.md, run.json, bench.txt, *.hgrm, plots)\n", dir)
+		fmt.Fprintf(stdout, "results: %s (summary.md, run.json.gz, bench.txt, *.hgrm, plots)\n", dir)
 	}
 	return err
 }
 
 func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
-	fs := flag.NewFlagSet("device", flag.ContinueOnError)
+	c := newCommand("device", "mqbench device --dir DIR [--sizes 1024] [--repeat N] [--probe-bytes 1GiB] [--sync-probes N]",
+		"Measures the limits of DIR's device with no engine: the memcpy ceiling (records into a pre-populated mapping), the page-fault ceiling (first writes into a fresh mapping), sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync, and fio's equivalents when fio is on PATH.")
+	fs := c.fs
 	fs.StringVar(&cfg.Dir, "dir", "", "directory whose device is measured (required)")
-	sizes := fs.String("sizes", "1024", "record body sizes of the copy ceiling")
-	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "repeats of each probe")
-	fs.Var(bytesFlag{&cfg.CopyCeilingBytes}, "copy-bytes", "mapped file size of the copy ceiling")
+	sizes := fs.String("sizes", "1024", "body sizes of the memcpy ceiling's records")
+	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each probe")
+	fs.Var(bytesFlag{&cfg.MemcpyBytes}, "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
+	fs.DurationVar(&cfg.MemcpyDuration, "memcpy-duration", cfg.MemcpyDuration, "least time of each memcpy-ceiling repeat")
+	fs.Var(bytesFlag{&cfg.FaultBytes}, "fault-bytes", "fresh file the page-fault ceiling touches")
 	fs.Var(bytesFlag{&cfg.DeviceProbeBytes}, "probe-bytes", "bytes written by the O_DIRECT probe and fio")
 	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mqbench device --dir DIR [--sizes 1024] [--repeat N] [--probe-bytes 1GiB] [--sync-probes N]")
-		fs.PrintDefaults()
-	}
-	if err := cli.Parse(fs, args, stderr, 0); err != nil {
+	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
 	var err error
 	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
-		return cli.BadFlag(fs, "%v", err)
+		return c.bad(stderr, "%v", err)
 	}
 	if cfg.Dir == "" || cfg.Repeat < 1 || cfg.SyncProbeCount < 1 {
-		return cli.BadFlag(fs, "%v", fmt.Errorf("--dir is required; --repeat and --sync-probes must be ≥ 1"))
+		return c.bad(stderr, "--dir is required; --repeat and --sync-probes must be ≥ 1")
 	}
 	f, err := bench.MeasureDevice(ctx, cfg, progressOptions(stderr))
 	if f != nil {
-		fmt.Fprint(stdout, bench.DeviceReport(f))
+		fmt.Fprint(stdout, report.DeviceReport(f))
 	}
 	return err
 }
 
 func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mqbench report RUN_DIR\n\nRe-renders RUN_DIR/summary.md, plots, bench.txt and .hgrm files from RUN_DIR/run.json and prints the tables.")
-	}
-	if err := cli.Parse(fs, args, stderr, 1); err != nil {
+	c := newCommand("report", "mqbench report RUN_DIR",
+		"Re-renders RUN_DIR/summary.md, the plots, bench.txt and the .hgrm files from RUN_DIR/run.json.gz (or run.json) and prints the tables. A run file of another schema is refused, with the reason it cannot be converted.")
+	if err := c.parse(args, stderr, 1); err != nil {
 		return err
 	}
-	f, err := bench.Report(fs.Arg(0))
+	f, err := report.Report(c.fs.Arg(0))
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(stdout, bench.SummaryTables(f))
+	fmt.Fprint(stdout, report.SummaryTables(f))
 	return nil
 }
 
 func runCompare(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mqbench compare RUN_A RUN_B\n\nEvery cell of both runs: A and B as median [min–max], B ÷ A, ~ when the ranges overlap.")
-	}
-	if err := cli.Parse(fs, args, stderr, 2); err != nil {
+	c := newCommand("compare", "mqbench compare RUN_A RUN_B",
+		"Every cell of both runs: A and B as median [interval], B ÷ A, and a verdict only where the intervals separate (\"no significant difference\" otherwise). Open-loop cells are matched by system and rate; rates that differ by more than 1 % are not comparable.")
+	if err := c.parse(args, stderr, 2); err != nil {
 		return err
 	}
-	a, err := bench.ReadRunFile(fs.Arg(0))
+	a, err := runfile.Read(c.fs.Arg(0))
 	if err != nil {
 		return err
 	}
-	b, err := bench.ReadRunFile(fs.Arg(1))
+	b, err := runfile.Read(c.fs.Arg(1))
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(stdout, bench.Compare(a, b))
+	report.Analyze(a)
+	report.Analyze(b)
+	fmt.Fprint(stdout, report.Compare(a, b))
 	return nil
-}
-
-// multiFlag is a repeatable string flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string { return strings.Join(*m, " ") }
-
-func (m *multiFlag) Set(s string) error {
-	*m = append(*m, s)
-	return nil
-}
-
-func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runMatrix(ctx, "sweep", args, stdout, stderr)
 }
 
 func runCleanup(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
-	stateDir := fs.String("state-dir", bench.DefaultStateDir, "the state directory runs record their system changes in")
-	force := fs.Bool("force", false, "also undo the changes of runs that still seem alive")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mqbench cleanup [--state-dir DIR] [--force]\n\nUndoes what killed runs left: sysctls, swapfiles, cgroups, loop devices, mounts, neighbour processes.")
-		fs.PrintDefaults()
-	}
-	if err := cli.Parse(fs, args, stderr, 0); err != nil {
+	c := newCommand("cleanup", "mqbench cleanup [--state-dir DIR] [--force]",
+		"Undoes what killed runs left: sysctls, swapfiles, cgroups, loop devices, mounts, neighbour processes.")
+	stateDir := c.fs.String("state-dir", hostctl.DefaultStateDir, "the state directory runs record their system changes in")
+	force := c.fs.Bool("force", false, "also undo the changes of runs that still seem alive")
+	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
-	reports, err := bench.Cleanup(*stateDir, *force)
+	reports, err := hostctl.Cleanup(*stateDir, *force)
 	if err != nil {
 		return err
 	}
@@ -233,8 +248,8 @@ func runCleanup(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		case rep.Err != nil:
 			failed = append(failed, fmt.Sprintf("%s: %v", rep.File, rep.Err))
 		}
-		for _, c := range rep.Undone {
-			fmt.Fprintf(stdout, "%s: undone: %s\n", rep.File, c)
+		for _, ch := range rep.Undone {
+			fmt.Fprintf(stdout, "%s: undone: %s\n", rep.File, ch)
 		}
 	}
 	if len(failed) > 0 {

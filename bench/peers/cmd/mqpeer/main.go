@@ -90,7 +90,11 @@ func run(ctx context.Context, args []string) int {
 		_ = p.Close()
 		return emit(out, 1)
 	}
-	out.Result = load.Run(ctx, spec, nil, func(worker int) load.Op { return p.NewOp(worker, *size) })
+	var dur load.Durability
+	if d, ok := p.(load.Durability); ok {
+		dur = d
+	}
+	out.Result = load.Run(ctx, spec, nil, dur, func(worker int) load.Op { return p.NewOp(worker, *size) })
 	if err := stopProfiles(); err != nil && out.Result.Error == "" {
 		out.Result.Error = err.Error()
 	}

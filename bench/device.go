@@ -1,0 +1,39 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/hostctl"
+)
+
+// MeasureDevice measures the limits alone (the memcpy ceiling for
+// cfg.Sizes, the page-fault rate, the device probes, fio) in a temporary
+// directory inside cfg.Dir (mqbench device).
+func MeasureDevice(ctx context.Context, cfg Config, o RunOptions) (*runfile.RunFile, error) {
+	work, err := os.MkdirTemp(cfg.Dir, "mqbench-device-")
+	if err != nil {
+		return nil, fmt.Errorf("work directory in %s: %w", cfg.Dir, err)
+	}
+	defer os.RemoveAll(work)
+	if work, err = filepath.Abs(work); err != nil {
+		return nil, err
+	}
+	host := hostctl.Default()
+	r := &runner{cfg: cfg, host: host, work: work, prober: o.Prober}
+	if r.prober == nil {
+		r.prober = BuiltinProber{}
+	}
+	dev := DescribeDevice(cfg.Dir)
+	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, Machine: DescribeMachine(host), Devices: []runfile.Device{dev}, Config: cfg}
+	r.progress = newProgress(o.Progress, o.Terminal, limitRuns(&cfg, 1), limitSeconds(&cfg))
+	r.measureLimits(ctx)
+	r.progress.close()
+	if ctx.Err() != nil {
+		return r.file, fmt.Errorf("%w", ErrInterrupted)
+	}
+	return r.file, nil
+}

@@ -1,0 +1,121 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/internal/testenv"
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+func noFilesLeft(t *testing.T, dir string) {
+	t.Helper()
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("the probe left %d files behind", len(left))
+	}
+}
+
+func TestSequentialWrite(t *testing.T) {
+	dir := t.TempDir()
+	r, err := SequentialWrite(context.Background(), dir, 8<<20+12345, 1<<20, 4)
+	if errors.Is(err, mappedfile.ErrUnsupported) {
+		testenv.Skip(t, testenv.Uring, "io_uring and O_DIRECT on the temporary directory: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Bytes != 8<<20 || r.Duration <= 0 || r.MBps() <= 0 {
+		t.Fatalf("result %+v: want 8 MiB (whole blocks) with a positive rate", r)
+	}
+	noFilesLeft(t, dir)
+	for _, bad := range []struct {
+		total        int64
+		block, depth int
+	}{{1 << 20, 1000, 4}, {1 << 20, 4096, 0}, {100, 4096, 1}} {
+		if _, err := SequentialWrite(context.Background(), dir, bad.total, bad.block, bad.depth); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%+v: %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+}
+
+func TestSyncLatency(t *testing.T) {
+	dir := t.TempDir()
+	lat, err := SyncLatency(context.Background(), dir, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lat) != 20 {
+		t.Fatalf("%d latencies, want 20", len(lat))
+	}
+	for i, d := range lat {
+		if d <= 0 {
+			t.Fatalf("latency %d is %v", i, d)
+		}
+	}
+	noFilesLeft(t, dir)
+	if _, err := SyncLatency(context.Background(), dir, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("0 writes: %v", err)
+	}
+}
+
+func TestMemcpyCeilingRunsItsDuration(t *testing.T) {
+	dir := t.TempDir()
+	r, err := MemcpyCeiling(context.Background(), dir, 1100, 4<<20, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Duration < 50*time.Millisecond || r.Bytes%1100 != 0 || r.Bytes < 4<<20 {
+		t.Errorf("%+v: want ≥ 50 ms of whole records, more than one pass over the mapping", r)
+	}
+	noFilesLeft(t, dir)
+	if _, err := MemcpyCeiling(context.Background(), dir, 1100, 100, time.Second); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("a mapping smaller than a record: %v", err)
+	}
+}
+
+func TestFaultRateTouchesEveryPage(t *testing.T) {
+	dir := t.TempDir()
+	pages, d, err := FaultRate(context.Background(), dir, 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages != int64(8<<20/os.Getpagesize()) || d <= 0 {
+		t.Errorf("%d pages in %v", pages, d)
+	}
+	noFilesLeft(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := FaultRate(ctx, dir, 64<<20); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// BenchmarkSequentialWrite is the device probe: sequential O_DIRECT writes
+// of 1 MiB at queue depth 32, 1 GiB per iteration, to a file in the test's
+// temporary directory (run with -benchtime=Nx).
+func BenchmarkSequentialWrite(b *testing.B) {
+	const total, block, depth = 1 << 30, 1 << 20, 32
+	dir := b.TempDir()
+	b.SetBytes(total)
+	var rates []float64
+	for range b.N {
+		r, err := SequentialWrite(context.Background(), dir, total, block, depth)
+		if errors.Is(err, mappedfile.ErrUnsupported) {
+			testenv.Skip(b, testenv.Uring, "io_uring and O_DIRECT on the temporary directory: %v", err)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		rates = append(rates, r.MBps())
+	}
+	slices.Sort(rates)
+	// ns/op also counts creating and preallocating the file; these are the
+	// probe's own figures (first submission to last completion).
+	b.ReportMetric(rates[0], "min-MB/s")
+	b.ReportMetric(rates[len(rates)/2], "median-MB/s")
+	b.ReportMetric(rates[len(rates)-1], "max-MB/s")
+}

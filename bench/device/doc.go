@@ -1,0 +1,13 @@
+// Package device measures the limits beside the store, with no engine in
+// the way: the device's sequential O_DIRECT write bandwidth (io_uring at a
+// queue depth, fio's --rw=write --direct=1 --ioengine=io_uring), the
+// latency of one durable 4 KiB append (pwrite + fdatasync), the memcpy
+// ceiling of an append into a pre-populated shared mapping, and the
+// page-fault rate of first writes into a fresh file mapping.
+//
+// The io_uring probe drives the uring package's exported ring (NewRing,
+// RegisterBuffers, Submit, Wait); everything else is plain system calls.
+//
+// Files: probe_linux.go (SequentialWrite, SyncLatency), probe_other.go,
+// ceiling.go (MemcpyCeiling, FaultRate), file_*.go (probe files).
+package device

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package device
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+var errNotLinux = fmt.Errorf("device: the io_uring and fdatasync probes need Linux: %w", ErrUnsupported)
+
+// SequentialWrite returns an error wrapping ErrUnsupported: io_uring is Linux only.
+func SequentialWrite(context.Context, string, int64, int, int) (Result, error) {
+	return Result{}, errNotLinux
+}
+
+// SyncLatency returns an error wrapping ErrUnsupported outside Linux.
+func SyncLatency(context.Context, string, int) ([]time.Duration, error) {
+	return nil, errNotLinux
+}

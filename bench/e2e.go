@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+
+	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/engine"
+)
+
+// --- e2e ---
+
+// e2eRepeat runs producers (the open loop of spec; each message's body
+// carries the wall-clock time of its *intended* start) and one long-polling
+// consumer per queue; the store-to-delivery latency is the consumer's clock
+// when it has decoded the message minus that stamp, so a producer that
+// starts late does not hide the wait. Arrivals the producers never started
+// are in the producers' latency (load.Result.Unstarted), not in delivery.
+func e2eRepeat(ctx context.Context, store StoreConfig, dir, backend, flush string, spec load.Spec) (runfile.Repeat, map[string]string) {
+	defer os.RemoveAll(dir)
+	if spec.SizeBytes < 8 {
+		return failedRepeat(fmt.Errorf("e2e needs bodies of at least 8 bytes (the timestamp), got %d", spec.SizeBytes)), nil
+	}
+	s, err := storeOpen(ctx, store, dir, backend, flush)
+	if err != nil {
+		return failedRepeat(err), nil
+	}
+	options := optionsMap(s.Options())
+	queues := min(spec.Workers(), 8)
+	produced := make([]atomic.Int64, queues)
+	windowStart := time.Now().Add(spec.Warmup).UnixNano()
+	windowEnd := windowStart + spec.Duration.Nanoseconds()
+	cctx, stopConsumers := context.WithCancel(ctx)
+	defer stopConsumers()
+	var producing atomic.Bool
+	producing.Store(true)
+	hists := make([]*load.Histogram, queues)
+	delivered := make([]int64, queues)
+	errs := make([]error, queues)
+	var wg sync.WaitGroup
+	for q := range queues {
+		hists[q] = load.NewHistogram()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[q] = consumeQueue(cctx, s, int32(q), &produced[q], &producing, windowStart, windowEnd, hists[q], &delivered[q])
+		}()
+	}
+	res := load.RunTimed(ctx, spec, nil, nil, func(worker int) load.TimedOp {
+		q := worker % queues
+		m := &engine.Message{Topic: benchTopic, QueueID: int32(q), Body: Body(worker, spec.SizeBytes)}
+		return func(ctx context.Context, intended time.Time) error {
+			binary.LittleEndian.PutUint64(m.Body, uint64(intended.UnixNano()))
+			if _, err := s.Put(ctx, m); err != nil {
+				return err
+			}
+			produced[q].Add(1)
+			return nil
+		}
+	})
+	producing.Store(false)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		stopConsumers()
+		<-done
+		var behind []string
+		for q := range queues {
+			behind = append(behind, fmt.Sprintf("q%d produced %d", q, produced[q].Load()))
+		}
+		errs = append(errs, fmt.Errorf("consumers did not receive every message within 10 s of the producers' end (%s; store max offset %d, dispatched %d)",
+			strings.Join(behind, ", "), s.MaxOffset(), s.DispatchedOffset()))
+	}
+	closeErr := s.Close()
+	res.Workload = WorkloadE2E
+	res.Delivery = load.Merged(hists...)
+	for _, d := range delivered {
+		res.Delivered += d
+	}
+	rep := repeatOf(res, nil)
+	if err := errors.Join(errs...); err != nil && rep.Status != runfile.StatusFailed {
+		rep.Status, rep.Reason = runfile.StatusFailed, err.Error()
+	}
+	if closeErr != nil && rep.Status != runfile.StatusFailed {
+		rep.Status, rep.Reason = runfile.StatusFailed, "close: "+closeErr.Error()
+	}
+	return rep, options
+}
+
+// consumeQueue long-polls queue q until the producers are done and it has
+// read everything they produced there.
+func consumeQueue(ctx context.Context, s *engine.Store, q int32, produced *atomic.Int64, producing *atomic.Bool,
+	windowStart, windowEnd int64, h *load.Histogram, delivered *int64) error {
+	var offset int64
+	for {
+		if !producing.Load() && offset >= produced.Load() {
+			return nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		res, err := s.GetLongPoll(pctx, consumeGroup, benchTopic, q, offset, 64, nil)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("consumer %d: %w", q, err)
+		}
+		if ctx.Err() != nil {
+			res.Release()
+			return nil
+		}
+		for i := range res.Messages {
+			rec, err := res.Message(i)
+			if err != nil {
+				res.Release()
+				return fmt.Errorf("consumer %d: %w", q, err)
+			}
+			now := time.Now().UnixNano()
+			stamp := int64(binary.LittleEndian.Uint64(rec.Body))
+			if stamp >= windowStart && stamp < windowEnd {
+				h.Record(time.Duration(now - stamp))
+				*delivered++
+			}
+		}
+		offset = res.NextBeginOffset
+		res.Release()
+	}
+}

@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/hostctl"
+)
+
+// Machine describes where a run ran (runfile.Machine).
+type Machine = runfile.Machine
+
+// Device describes a target's block device (runfile.Device).
+type Device = runfile.Device
+
+// vmSettings are the sysctls recorded at the start of every run.
+var vmSettings = []string{"vm.dirty_bytes", "vm.dirty_background_bytes", "vm.dirty_ratio", "vm.dirty_background_ratio",
+	"vm.dirty_expire_centisecs", "vm.dirty_writeback_centisecs", "vm.swappiness"}
+
+// DescribeMachine collects the machine's description as it is now.
+func DescribeMachine(h hostctl.Host) Machine {
+	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC"), VM: map[string]string{}}
+	m.Host, _ = os.Hostname()
+	m.CPUModel = procField("/proc/cpuinfo", "model name")
+	if kb, err := strconv.ParseInt(strings.Fields(procField("/proc/meminfo", "MemTotal") + " 0")[0], 10, 64); err == nil {
+		m.MemTotalBytes = kb << 10
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
+		m.Clocksource = strings.TrimSpace(string(b))
+	}
+	for _, name := range vmSettings {
+		if v, err := h.ReadSysctl(name); err == nil {
+			m.VM[name] = v
+		}
+	}
+	m.LoadAvgStart = loadAvg()
+	m.Commit, m.CommitDirty, m.CommitSource = commit()
+	return m
+}
+
+// loadAvg is /proc/loadavg's three averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return ""
+}
+
+// commit is the build's VCS revision (vcs.revision, vcs.modified), or the
+// working directory's git HEAD when the binary carries none (go run, or
+// GOFLAGS=-buildvcs=false).
+func commit() (rev string, dirty bool, source string) {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			return rev, dirty, "build info"
+		}
+	}
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown (no VCS stamp in the build and not in a git checkout)", false, "none"
+	}
+	rev = strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil {
+		dirty = len(strings.TrimSpace(string(st))) > 0
+	}
+	return rev, dirty, "git rev-parse HEAD (the build carries no VCS stamp)"
+}
+
+// procField returns the value of the first "key: value" line of a /proc file.
+func procField(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// DescribeDevice describes the device holding dir (best effort: fields it
+// cannot read stay empty).
+func DescribeDevice(dir string) Device {
+	abs, _ := filepath.Abs(dir)
+	d := Device{Dir: abs}
+	d.MountSource, d.FSType, d.MountOptions = mountOf(abs)
+	var st syscall.Stat_t
+	if err := syscall.Stat(abs, &st); err != nil {
+		return d
+	}
+	major, minor := (uint64(st.Dev)>>8)&0xfff|(uint64(st.Dev)>>32)&^0xfff, uint64(st.Dev)&0xff|(uint64(st.Dev)>>12)&^0xff
+	sys, err := filepath.EvalSymlinks(filepath.Join("/sys/dev/block", strconv.FormatUint(major, 10)+":"+strconv.FormatUint(minor, 10)))
+	if err != nil {
+		return d
+	}
+	if _, err := os.Stat(filepath.Join(sys, "partition")); err == nil {
+		sys = filepath.Dir(sys) // a partition: the queue is its disk's
+	}
+	d.Device = filepath.Base(sys)
+	read := func(rel string) string {
+		b, _ := os.ReadFile(filepath.Join(sys, rel))
+		return strings.TrimSpace(string(b))
+	}
+	d.Model = read("device/model")
+	if r := read("queue/rotational"); r != "" {
+		rot := r == "1"
+		d.Rotational = &rot
+	}
+	d.Scheduler = read("queue/scheduler")
+	d.LogicalBlockBytes, _ = strconv.Atoi(read("queue/logical_block_size"))
+	d.PhysicalBlockBytes, _ = strconv.Atoi(read("queue/physical_block_size"))
+	d.WriteCache = read("queue/write_cache")
+	if f := read("queue/fua"); f != "" {
+		fua := f == "1"
+		d.FUA = &fua
+	}
+	driver, _ := filepath.EvalSymlinks(filepath.Join(sys, "device", "driver"))
+	d.Kind = deviceKind(d.Device, filepath.Base(driver), d.Rotational)
+	d.BufferedWritebackThrottled = true
+	return d
+}
+
+// deviceKind says what a device is. A virtual disk's rotational flag is
+// whatever the hypervisor advertises (virtio-blk reports 1 by default): it
+// says nothing about the host's storage, so the kind names the virtual
+// disk rather than calling it rotational.
+func deviceKind(name, driver string, rotational *bool) string {
+	switch {
+	case driver == "virtio_blk" || strings.HasPrefix(name, "vd"):
+		return "virtual disk (virtio-blk; its rotational flag says nothing about the host's storage)"
+	case driver == "xen-blkfront" || strings.HasPrefix(name, "xvd"):
+		return "virtual disk (Xen; its rotational flag says nothing about the host's storage)"
+	case strings.HasPrefix(name, "nvme"):
+		return "NVMe SSD"
+	case strings.HasPrefix(name, "loop"):
+		return "loop device"
+	case rotational == nil:
+		return "unknown"
+	case *rotational:
+		return "rotational disk"
+	}
+	return "SSD"
+}
+
+// mountOf returns the source, file system type and mount options of the
+// mount holding path.
+func mountOf(path string) (source, fsType, options string) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", ""
+	}
+	defer f.Close()
+	best := -1
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 6 || len(tail) < 2 {
+			continue
+		}
+		mnt := fields[4]
+		if (path == mnt || strings.HasPrefix(path, strings.TrimSuffix(mnt, "/")+"/")) && len(mnt) > best {
+			best, fsType, source = len(mnt), tail[0], tail[1]
+			options = fields[5]
+			if len(tail) > 2 {
+				options += " (super: " + tail[2] + ")"
+			}
+		}
+	}
+	return source, fsType, options
+}

@@ -1,0 +1,230 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mqstore/mqstore/transientpool"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/hostctl"
+)
+
+// Time model of the estimate: what a repeat costs beyond its warm-up and
+// window (opening a fresh store, draining and closing it, removing it;
+// starting mqpeer), measured on a 2-core VM.
+const (
+	storeRunOverhead = 600 * time.Millisecond
+	peerRunOverhead  = 1200 * time.Millisecond
+	floorRunOverhead = 50 * time.Millisecond
+	// minWindow is the shortest automatic window; maxWindow the longest.
+	minWindow = time.Second
+	maxWindow = 20 * time.Second
+)
+
+// planCounts counts what a run will do. Open-loop cells count every rung
+// (an upper bound: rungs above a system's sustained rate but the first are
+// skipped), searches their maximum probes.
+type planCounts struct {
+	storeCells, peerCells, floors, probes, profiles int
+}
+
+func countPlan(c *Config, root bool, targets int) planCounts {
+	var n planCounts
+	for ti := 0; ti < targets; ti++ {
+		for _, pressure := range c.Pressures {
+			if pressure != PressureNone && !root {
+				continue
+			}
+			thr, open := runsUnder(c, "throughput", pressure), 0
+			for _, w := range []string{"latency", WorkloadE2E} {
+				if runsUnder(c, w, pressure) {
+					open++
+				}
+			}
+			for _, b := range c.Backends {
+				pols := len(policiesFor(c, b)) * len(c.Sizes)
+				if thr {
+					n.storeCells += pols * len(c.Producers)
+				}
+				n.storeCells += pols * len(c.Rates) * open
+				if pressure == PressureNone && hasWorkload(c, "latency") {
+					n.probes += pols * c.SearchProbes
+				}
+				if pressure == PressureNone && ti == 0 && thr && c.Profile && len(c.Policies) == 0 {
+					n.profiles += pols
+				}
+			}
+			if pressure == PressureNone {
+				peers := len(c.Peers) * len(c.Sizes) * len(c.Flushes)
+				if thr {
+					n.peerCells += peers * len(c.Producers)
+				}
+				if hasWorkload(c, "latency") {
+					n.peerCells += peers * len(c.Rates)
+					n.probes += peers * c.SearchProbes
+				}
+				if c.AA && ti == 0 {
+					n.storeCells++
+				}
+			}
+			if open > 0 {
+				n.floors += len(c.Rates)
+			}
+		}
+	}
+	return n
+}
+
+// plan estimates the run before the window is known (the automatic window
+// is counted at its minimum).
+func plan(c *Config, root bool, targets int) runfile.Plan {
+	p := runfile.Plan{WindowNs: c.Duration.Nanoseconds(), WindowWhy: "--duration"}
+	if c.Duration == 0 {
+		p.WindowNs, p.WindowWhy = minWindow.Nanoseconds(), "automatic (chosen after the device probe; estimated at its minimum)"
+	}
+	return replan(p, c, root, targets)
+}
+
+// replan recomputes the plan's counts and estimate with its window.
+func replan(p runfile.Plan, c *Config, root bool, targets int) runfile.Plan {
+	n := countPlan(c, root, targets)
+	window := time.Duration(p.WindowNs)
+	rounds := float64(c.Repeat + 1)
+	store := (c.Warmup + window + storeRunOverhead).Seconds()
+	peer := (c.Warmup + window + peerRunOverhead).Seconds()
+	floor := (c.Warmup + window + floorRunOverhead).Seconds()
+	probe := (c.Warmup + c.SearchDuration + storeRunOverhead).Seconds()
+	p.Cells = n.storeCells + n.peerCells
+	p.Runs = int(rounds)*(p.Cells+n.floors) + n.probes
+	p.EstimatedSeconds = rounds*(float64(n.storeCells)*store+float64(n.peerCells)*peer+float64(n.floors)*floor) +
+		float64(n.probes)*probe + float64(n.profiles)*c.ProfileDuration.Seconds() + limitSeconds(c)*float64(targets)
+	if hasWorkload(c, WorkloadConsume) || hasWorkload(c, WorkloadRecovery) {
+		// Consume and recovery: filling their stores dominates (~300 MB/s).
+		bytes := float64(c.ConsumeBytes+c.RecoveryBytes) * float64(len(c.Backends)*len(c.Sizes)*targets)
+		p.EstimatedSeconds += bytes/300e6 + float64(c.Repeat)*bytes/1e9
+	}
+	return p
+}
+
+// limitSeconds estimates the limits of one target.
+func limitSeconds(c *Config) float64 {
+	if c.NoLimits {
+		return 0
+	}
+	r := float64(c.Repeat)
+	seq := float64(c.DeviceProbeBytes) / 1e9 * 2 // probe and fio at ~1 GB/s
+	sync := float64(c.SyncProbeCount) * 200e-6 * 2
+	memcpy := c.MemcpyDuration.Seconds() * float64(len(c.Sizes))
+	fault := float64(c.FaultBytes) / 4096 * 1e-6
+	return r*(seq+sync+memcpy) + (r+1)*fault
+}
+
+// limitRuns is the progress units of the limits.
+func limitRuns(c *Config, targets int) int {
+	if c.NoLimits {
+		return 0
+	}
+	return targets * (c.Repeat*(2+len(c.Sizes)+2) + c.Repeat + 1)
+}
+
+func planLine(p *runfile.Plan, c *Config) string {
+	return fmt.Sprintf("plan: %d cells × (1 warm + %d measured) repeats, %d runs with floors and search probes (rungs above a system's sustained rate are skipped: an upper bound), window %s (%s), warm-up %s — estimated %s%s",
+		p.Cells, c.Repeat, p.Runs, time.Duration(p.WindowNs), p.WindowWhy, c.Warmup, (time.Duration(p.EstimatedSeconds) * time.Second).Round(time.Second),
+		map[bool]string{true: " plus the peers' build (about a minute the first time)", false: ""}[len(c.Peers) > 0 && c.PeerCommand == ""])
+}
+
+// chooseWindow picks every cell's measured window. A given --duration is
+// used as it is. Otherwise: sync cells acknowledge only durable data, so
+// nothing is buffered and minWindow suffices; an async cell can accept
+// into buffers — the kernel's dirty page cache (mmap, uring, the
+// transient pool's fallback), the transient pool, uring's staging buffers
+// — faster than the device drains them, so the window is at least as long
+// as the device takes to absorb the largest of those buffers at its
+// measured sequential rate (clamped to [minWindow, maxWindow]).
+func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target string) (time.Duration, string) {
+	if c.Duration > 0 {
+		return c.Duration, "given with --duration"
+	}
+	async := false
+	for _, f := range c.Flushes {
+		async = async || f == "async"
+	}
+	for _, p := range c.Policies {
+		async = async || p.Flush == "async"
+	}
+	if !async {
+		return minWindow, "automatic: no async cell, and a sync acknowledgement is durable — nothing to absorb"
+	}
+	var devMBps float64
+	for _, l := range limits {
+		if l.Name == LimitDeviceSeq && l.Target == target && l.Status == runfile.StatusOK {
+			devMBps = l.MBPerSec
+		}
+	}
+	bufBytes, bufWhat := largestBuffer(c, h)
+	if devMBps <= 0 {
+		return 5 * time.Second, fmt.Sprintf("automatic: the device's rate was not measured (--no-limits or a failed probe), so 5 s; the largest buffer is %s (%s)",
+			fmtBytes(bufBytes), bufWhat)
+	}
+	absorb := time.Duration(float64(bufBytes) / (devMBps * 1e6) * float64(time.Second))
+	w := min(max(absorb, minWindow), maxWindow)
+	w = (w + 499*time.Millisecond).Truncate(500 * time.Millisecond)
+	return w, fmt.Sprintf("automatic: the largest buffer an async cell can fill is %s (%s); the device absorbs it at %.0f MB/s in %s; window = that, within [%s, %s], rounded up to 0.5 s",
+		fmtBytes(bufBytes), bufWhat, devMBps, absorb.Round(time.Millisecond), minWindow, maxWindow)
+}
+
+// uringStagingBuffers is uring.Options.StagingBuffers' default.
+const uringStagingBuffers = 4
+
+// largestBuffer is the largest amount of accepted data the run's async
+// backends can hold before the device limits them.
+func largestBuffer(c *Config, h hostctl.Host) (int64, string) {
+	dirty, dirtyWhat := dirtyThreshold(h)
+	best, what := int64(0), ""
+	seg := c.Store.SegmentSizeBytes
+	for _, b := range c.Backends {
+		var n int64
+		var w string
+		switch b {
+		case "mmap", "uring", "transient":
+			n, w = dirty, "the kernel's dirty threshold, "+dirtyWhat
+			if b == "transient" {
+				if pool := int64(transientpool.DefaultPoolSize) * seg; pool > n {
+					n, w = pool, fmt.Sprintf("the transient pool, %d segments", transientpool.DefaultPoolSize)
+				}
+			}
+		case "uring-direct":
+			n, w = uringStagingBuffers*seg, fmt.Sprintf("uring-direct's %d staging buffers of one segment", uringStagingBuffers)
+		}
+		if n > best {
+			best, what = n, w
+		}
+	}
+	return best, what
+}
+
+// dirtyThreshold is where the kernel starts throttling writers: vm.dirty_bytes,
+// or vm.dirty_ratio of the available memory.
+func dirtyThreshold(h hostctl.Host) (int64, string) {
+	if v, err := h.ReadSysctl("vm.dirty_bytes"); err == nil && v != "0" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n, "vm.dirty_bytes=" + v
+		}
+	}
+	ratio := 20.0
+	if v, err := h.ReadSysctl("vm.dirty_ratio"); err == nil {
+		if r, err := strconv.ParseFloat(v, 64); err == nil {
+			ratio = r
+		}
+	}
+	avail := int64(0)
+	if f := strings.Fields(procField("/proc/meminfo", "MemAvailable") + " 0"); len(f) > 0 {
+		kb, _ := strconv.ParseInt(f[0], 10, 64)
+		avail = kb << 10
+	}
+	return int64(math.Round(float64(avail) * ratio / 100)), fmt.Sprintf("vm.dirty_ratio=%.0f%% of %s available", ratio, fmtBytes(avail))
+}

@@ -1,0 +1,157 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+// WriteBenchTxt writes the run in Go's benchmark format, one line per
+// repeat (the repeats are the samples benchstat needs to judge noise):
+//
+//	BenchmarkMQBench/workload=throughput/backend=mmap/size=1024/flush=async/pressure=none  N  … ns/op  … MB/s  … msgs/s …
+//
+// N is the messages of the repeat. Compare two runs with
+// `benchstat -col .file A/bench.txt B/bench.txt` (or -row /backend …).
+// Failed cells are comment lines, which benchstat ignores.
+func WriteBenchTxt(w io.Writer, f *runfile.RunFile) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "goos: %s\ngoarch: %s\npkg: github.com/mqstore/mqstore/bench\n", f.Machine.OS, f.Machine.Arch)
+	if f.Machine.CPUModel != "" {
+		fmt.Fprintf(&b, "cpu: %s\n", f.Machine.CPUModel)
+	}
+	// The run id and commit differ between runs: as configuration lines they
+	// would put each run in a table of its own, so they are comments.
+	fmt.Fprintf(&b, "# mqbench run %s, commit %s, kernel %s\n", f.ID, f.Machine.Commit, f.Machine.Kernel)
+	for _, c := range allCells(f) {
+		writeCellLines(&b, c, len(f.Devices) > 1)
+	}
+	for _, l := range f.Limits {
+		if l.Status != runfile.StatusOK {
+			fmt.Fprintf(&b, "# limit %s %s: %s\n", l.Name, l.Status, l.Reason)
+			continue
+		}
+		for _, r := range l.Repeats {
+			if r.Warm {
+				continue
+			}
+			target := ""
+			if len(f.Devices) > 1 && l.Target != "" {
+				target = "/target=" + runfile.SafeName(l.Target)
+			}
+			fmt.Fprintf(&b, "BenchmarkMQBenchLimit/limit=%s/size=%d%s 1%s\n", l.Name, l.SizeBytes, target, limitValues(&r.Figures))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeCellLines writes one line per measured repeat of a measured cell.
+// Saturated and generator-bound cells are comments: their figures are not
+// the system's, and benchstat must not compare them.
+func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
+	switch {
+	case !c.Measured():
+		fmt.Fprintf(b, "# %s %s: %s\n", c.Name, c.Status, strings.ReplaceAll(c.Reason, "\n", " "))
+		return
+	case c.Status == runfile.StatusSaturated:
+		fmt.Fprintf(b, "# %s saturated (not comparable): %s\n", c.Name, strings.Join(c.Saturation, " | "))
+		return
+	case c.GeneratorBound:
+		fmt.Fprintf(b, "# %s generator-bound (p99.9 below 3x the floor's %dns): not comparable\n", c.Name, c.FloorP999Ns)
+		return
+	}
+	name := fmt.Sprintf("BenchmarkMQBench/workload=%s/backend=%s/size=%d/flush=%s/pressure=%s", c.Workload, c.Backend, c.SizeBytes, c.Flush, c.Pressure)
+	switch {
+	case c.RatePerSec > 0:
+		name += fmt.Sprintf("/rate=%.0f", c.RatePerSec)
+	case c.Producers > 0:
+		name += fmt.Sprintf("/producers=%d", c.Producers)
+	}
+	if c.Variant != "" {
+		name += "/variant=" + c.Variant
+	}
+	if c.Policy != "" {
+		name += "/policy=" + runfile.SafeName(c.Policy)
+	}
+	if c.TwinOf != "" {
+		name += "/aa=twin"
+	}
+	if withTarget && c.Target != "" {
+		name += "/target=" + runfile.SafeName(c.Target)
+	}
+	for _, r := range c.Repeats {
+		if r.Warm {
+			continue
+		}
+		f := r.Figures
+		var v valueList
+		switch c.Workload {
+		case "consume":
+			v.add(f.MBPerSec, "MB/s")
+			v.add(f.MsgsPerSec, "msgs/s")
+			v.add(f.CPUSecPerGiB, "sender-cpu-sec/GiB")
+			v.add(f.ProcessCPUSecPerGiB, "cpu-sec/GiB")
+			fmt.Fprintf(b, "%s %d%s\n", name, max(1, r.Result.Messages), v.String())
+			continue
+		case "recovery":
+			v.add(float64(f.OpenNs), "ns/op")
+			v.add(f.MBPerSec, "MB/s")
+			fmt.Fprintf(b, "%s 1%s\n", name, v.String())
+			continue
+		}
+		if c.Workload == "throughput" {
+			v.add(float64(r.Result.ElapsedNs)/float64(max(r.Result.Messages, 1)), "ns/op")
+			v.add(f.MBPerSec, "MB/s")
+			v.add(f.MsgsPerSec, "msgs/s")
+			if r.Result.Durability != nil {
+				v.add(f.DurableMBps, "durable-MB/s")
+				v.add(f.BacklogBytes, "backlog-B")
+				v.add(float64(f.DrainNs), "drain-ns")
+			}
+			v.add(f.CPUSecPerGiB, "cpu-sec/GiB")
+		} else {
+			v.add(f.MsgsPerSec, "msgs/s")
+		}
+		v.add(float64(f.P50Ns), "p50-ns")
+		v.add(float64(f.P99Ns), "p99-ns")
+		v.add(float64(f.P999Ns), "p99.9-ns")
+		v.add(float64(f.P9999Ns), "p99.99-ns")
+		v.add(float64(f.MaxNs), "max-ns")
+		if c.Workload == "latency" {
+			v.add(float64(f.ServiceP999Ns), "service-p99.9-ns")
+		}
+		v.add(f.AllocsPerMsg, "allocs/msg")
+		fmt.Fprintf(b, "%s %d%s\n", name, max(r.Result.Messages, 1), v.String())
+	}
+}
+
+func limitValues(f *runfile.Figures) string {
+	var v valueList
+	v.add(f.MBPerSec, "MB/s")
+	v.add(f.MsgsPerSec, "ops/s")
+	if f.P50Ns > 0 {
+		v.add(float64(f.P50Ns), "p50-ns")
+		v.add(float64(f.P99Ns), "p99-ns")
+		v.add(float64(f.P999Ns), "p99.9-ns")
+	}
+	return v.String()
+}
+
+type valueList []string
+
+func (v *valueList) add(x float64, unit string) {
+	*v = append(*v, strconv.FormatFloat(x, 'g', 6, 64)+" "+unit)
+}
+
+func (v valueList) String() string {
+	var b strings.Builder
+	for _, s := range v {
+		b.WriteString("\t")
+		b.WriteString(s)
+	}
+	return b.String()
+}

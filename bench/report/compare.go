@@ -1,0 +1,158 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+// compareFigures are the figures compare shows per workload.
+var compareFigures = map[string][]string{
+	"throughput": {"msgsPerSec", "durableMBps", "p99Ns", "cpuSecPerGiB"},
+	"latency":    {"p50Ns", "p99Ns", "p999Ns"},
+	"e2e":        {"p50Ns", "p99Ns", "p999Ns"},
+	"consume":    {"mbPerSec", "cpuSecPerGiB"},
+	"recovery":   {"openNs"},
+}
+
+// pointKey identifies a cell across runs up to its open-loop rate.
+func pointKey(c *runfile.Cell) string {
+	return fmt.Sprintf("%s|%s|%s|%v|%d|%s|%s|%s|%s|%d|%s", c.Workload, c.Variant, c.Backend, c.Peer, c.SizeBytes, c.Flush, c.Pressure, c.Policy,
+		c.Target, c.Producers, c.TwinOf)
+}
+
+// Compare renders two runs side by side: every cell present in both (open-
+// loop cells matched by system and rate: cells whose target rates differ by
+// more than 1 % are "not comparable"), each figure as A and B median
+// [interval], B ÷ A, and a verdict that calls a difference only when the
+// intervals separate. Saturated and generator-bound cells get no verdict.
+func Compare(a, b *runfile.RunFile) string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "A: %s (commit %s, %d measured repeats, %s)\nB: %s (commit %s, %d measured repeats, %s)\n\n", a.ID, shortCommit(a.Machine.Commit), a.Config.Repeat,
+		ciLevelText(a.Config.Repeat), b.ID, shortCommit(b.Machine.Commit), b.Config.Repeat, ciLevelText(b.Config.Repeat))
+	s.WriteString("| cell | figure | A | B | B ÷ A | verdict |\n|---|---|---:|---:|---:|---|\n")
+	byKey := map[string][]*runfile.Cell{}
+	for _, c := range allCells(b) {
+		byKey[pointKey(c)] = append(byKey[pointKey(c)], c)
+	}
+	matched := map[*runfile.Cell]bool{}
+	var onlyA []string
+	for _, ca := range allCells(a) {
+		cb := closestRate(byKey[pointKey(ca)], ca.RatePerSec, matched)
+		if cb == nil {
+			onlyA = append(onlyA, ca.Name)
+			continue
+		}
+		matched[cb] = true
+		name := ca.Name
+		if ca.RatePerSec > 0 || cb.RatePerSec > 0 {
+			name = fmt.Sprintf("%s (A at %s/s, B at %s/s)", ca.Name, fmtCount(ca.RatePerSec), fmtCount(cb.RatePerSec))
+			if math.Abs(cb.RatePerSec-ca.RatePerSec) > 0.01*math.Max(ca.RatePerSec, cb.RatePerSec) {
+				fmt.Fprintf(&s, "| %s | | | | | not comparable: the offered rates differ by more than 1 %% |\n", name)
+				continue
+			}
+		}
+		if why := notComparable(ca, "A", cb, "B"); why != "" {
+			fmt.Fprintf(&s, "| %s | | %s | %s | | not compared: %s |\n", name, ca.Status, cb.Status, why)
+			continue
+		}
+		for _, figName := range compareFigures[ca.Workload] {
+			if ca.Figures.Figure(figName) == 0 && cb.Figures.Figure(figName) == 0 {
+				continue
+			}
+			s.WriteString(compareRow(name, figName, ca.Interval(figName), cb.Interval(figName)))
+		}
+	}
+	limits := map[string]*runfile.Limit{}
+	for i := range b.Limits {
+		limits[limitKey(&b.Limits[i])] = &b.Limits[i]
+	}
+	for i := range a.Limits {
+		la := &a.Limits[i]
+		lb, ok := limits[limitKey(la)]
+		if !ok || la.Status != runfile.StatusOK || lb.Status != runfile.StatusOK {
+			continue
+		}
+		figName := "mbPerSec"
+		if la.P50Ns > 0 {
+			figName = "p50Ns"
+		}
+		s.WriteString(compareRow("limit "+limitKey(la), figName, la.Interval(figName), lb.Interval(figName)))
+	}
+	s.WriteString("\nA verdict names a difference only when the two confidence intervals of the median do not overlap; otherwise there is no significant difference between the runs. For a rank test on the repeats: `benchstat A/bench.txt B/bench.txt` (bench.txt has one line per measured repeat).\n")
+	if len(onlyA) > 0 {
+		fmt.Fprintf(&s, "\nOnly in A: %s\n", strings.Join(onlyA, ", "))
+	}
+	var onlyB []string
+	for _, c := range allCells(b) {
+		if !matched[c] {
+			onlyB = append(onlyB, c.Name)
+		}
+	}
+	if len(onlyB) > 0 {
+		fmt.Fprintf(&s, "Only in B: %s\n", strings.Join(onlyB, ", "))
+	}
+	return s.String()
+}
+
+// closestRate is the unmatched cell of cs whose rate is nearest rate.
+func closestRate(cs []*runfile.Cell, rate float64, matched map[*runfile.Cell]bool) *runfile.Cell {
+	var best *runfile.Cell
+	for _, c := range cs {
+		if matched[c] {
+			continue
+		}
+		if best == nil || math.Abs(c.RatePerSec-rate) < math.Abs(best.RatePerSec-rate) {
+			best = c
+		}
+	}
+	return best
+}
+
+// notComparable says why two cells get no verdict ("" when they do).
+func notComparable(a *runfile.Cell, an string, b *runfile.Cell, bn string) string {
+	var why []string
+	for _, x := range []struct {
+		c    *runfile.Cell
+		name string
+	}{{a, an}, {b, bn}} {
+		switch {
+		case !x.c.Measured():
+			why = append(why, fmt.Sprintf("%s is %s", x.name, x.c.Status))
+		case x.c.Status == runfile.StatusSaturated:
+			why = append(why, x.name+" is saturated")
+		case x.c.GeneratorBound:
+			why = append(why, x.name+" is generator-bound")
+		}
+	}
+	return strings.Join(why, ", ")
+}
+
+func limitKey(l *runfile.Limit) string { return fmt.Sprintf("%s-%d", l.Name, l.SizeBytes) }
+
+// higherIsBetter says which way a figure improves.
+func higherIsBetter(figure string) bool {
+	return figure == "msgsPerSec" || figure == "mbPerSec" || figure == "durableMBps" || figure == "writtenMBps" || figure == "timeToDurableMBps"
+}
+
+func compareRow(name, figure string, a, b runfile.Interval) string {
+	f := fmtFloat
+	switch {
+	case strings.HasSuffix(figure, "Ns"):
+		f = fmtNsF
+	case figure == "msgsPerSec":
+		f = fmtCount
+	}
+	ratio := "—"
+	if a.Median != 0 {
+		ratio = fmtFloat(b.Median/a.Median) + "×"
+	}
+	verdict := "no significant difference"
+	if runfile.Separated(a, b) {
+		better := (b.Median > a.Median) == higherIsBetter(figure)
+		verdict = map[bool]string{true: "B better", false: "B worse"}[better] + " (intervals separate)"
+	}
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s |\n", name, figure, ci(a, f), ci(b, f), ratio, verdict)
+}

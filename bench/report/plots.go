@@ -1,0 +1,534 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// mergedHistogram merges a cell's measured repeats: latency for open-loop
+// cells, delivery for e2e, service time for closed-loop ones. Nil when the
+// cell has none.
+func mergedHistogram(c *runfile.Cell) *load.Histogram {
+	var hs []*load.Histogram
+	for i := range c.Repeats {
+		r := &c.Repeats[i]
+		if r.Warm || (r.Status != runfile.StatusOK && r.Status != runfile.StatusSaturated) {
+			continue
+		}
+		h := r.Result.Service
+		switch c.Workload {
+		case "latency":
+			h = r.Result.Latency
+		case "e2e":
+			h = r.Result.Delivery
+		}
+		if h != nil {
+			hs = append(hs, h)
+		}
+	}
+	if len(hs) == 0 {
+		return nil
+	}
+	return load.Merged(hs...)
+}
+
+// unpressured is the measured cells of a workload and flush without
+// pressure (mqstore's and the peers').
+func unpressured(f *runfile.RunFile, workload, flush string) []*runfile.Cell {
+	var out []*runfile.Cell
+	for _, c := range allCells(f) {
+		if c.Workload == workload && c.Flush == flush && c.Pressure == "none" && c.Measured() && c.Policy == "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// spectrumRates are the rates with a latency cell of flush.
+func spectrumRates(f *runfile.RunFile, flush string) []float64 {
+	var rates []float64
+	for _, c := range unpressured(f, "latency", flush) {
+		if !slices.Contains(rates, c.RatePerSec) {
+			rates = append(rates, c.RatePerSec)
+		}
+	}
+	sort.Float64s(rates)
+	return rates
+}
+
+func spectrumName(flush string, rate float64) string {
+	return fmt.Sprintf("latency-%s-r%.0f.png", flush, rate)
+}
+
+// PlotNames lists the plot files the run has data for.
+func PlotNames(f *runfile.RunFile) []string {
+	var names []string
+	for _, fl := range f.Config.Flushes {
+		for _, rate := range spectrumRates(f, fl) {
+			names = append(names, spectrumName(fl, rate))
+		}
+		if len(spectrumRates(f, fl)) > 1 {
+			names = append(names, "latency-vs-rate-"+fl+".png")
+		}
+		if len(unpressured(f, "throughput", fl)) > 0 {
+			names = append(names, "throughput-"+fl+".png")
+		}
+	}
+	for _, c := range pressurePlotCells(f) {
+		names = append(names, pressurePlotName(c))
+	}
+	for i := range sweepOf(f) {
+		names = append(names, paretoPlotName(i))
+	}
+	return names
+}
+
+// WritePlots draws every plot PlotNames lists into dir.
+func WritePlots(dir string, f *runfile.RunFile) error {
+	for _, fl := range f.Config.Flushes {
+		rates := spectrumRates(f, fl)
+		for _, rate := range rates {
+			if err := spectrumPlot(filepath.Join(dir, spectrumName(fl, rate)), f, fl, rate); err != nil {
+				return err
+			}
+		}
+		if len(rates) > 1 { // a curve needs two rates
+			if err := latencyRatePlot(filepath.Join(dir, "latency-vs-rate-"+fl+".png"), f, fl); err != nil {
+				return err
+			}
+		}
+		if len(unpressured(f, "throughput", fl)) > 0 {
+			if err := throughputPlot(filepath.Join(dir, "throughput-"+fl+".png"), f, fl); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range pressurePlotCells(f) {
+		if err := timeSeriesPlot(filepath.Join(dir, pressurePlotName(c)), c); err != nil {
+			return err
+		}
+	}
+	for i, s := range sweepOf(f) {
+		if err := paretoPlot(filepath.Join(dir, paretoPlotName(i)), s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// percentileTicks label the 1/(1−p) axis with percentiles.
+var percentileTicks = plot.ConstantTicks{
+	{Value: 1, Label: "0%"}, {Value: 2, Label: "50%"}, {Value: 10, Label: "90%"}, {Value: 100, Label: "99%"},
+	{Value: 1e3, Label: "99.9%"}, {Value: 1e4, Label: "99.99%"}, {Value: 1e5, Label: "99.999%"}, {Value: 1e6, Label: "99.9999%"},
+}
+
+func usTicks() logTicks {
+	return logTicks{format: func(v float64) string { return fmtNs(int64(v * 1e3)) }}
+}
+
+func msTicks() logTicks {
+	return logTicks{format: func(v float64) string { return fmtNs(int64(v * 1e6)) }}
+}
+
+func newLine(xys plotter.XYs, i int) (*plotter.Line, error) {
+	line, err := plotter.NewLine(xys)
+	if err != nil {
+		return nil, err
+	}
+	line.Color = plotutil.Color(i)
+	line.Dashes = plotutil.Dashes(i / 7)
+	line.Width = vg.Points(1.5)
+	return line, nil
+}
+
+// spectrumPlot draws the latency percentile spectrum of every system at
+// one rate, the floor's included.
+func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Latency by percentile, flush=%s at %s msgs/s (open loop, from the intended start; measured repeats merged)", flush, fmtCount(rate))
+	p.X.Label.Text, p.Y.Label.Text = "percentile", "latency (log)"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = percentileTicks, usTicks()
+	p.Legend.Top, p.Legend.Left = true, true
+	i := 0
+	add := func(name string, h *load.Histogram) error {
+		var xys plotter.XYs
+		for _, pt := range h.Spectrum(5) {
+			if pt.Percentile < 100 {
+				xys = append(xys, plotter.XY{X: 1 / (1 - pt.Percentile/100), Y: math.Max(float64(pt.ValueNs)/1e3, 0.001)})
+			}
+		}
+		if len(xys) == 0 {
+			return nil
+		}
+		line, err := newLine(xys, i)
+		if err != nil {
+			return err
+		}
+		p.Add(line)
+		p.Legend.Add(name, line)
+		i++
+		return nil
+	}
+	for _, c := range unpressured(f, "latency", flush) {
+		if c.RatePerSec != rate {
+			continue
+		}
+		if h := mergedHistogram(c); h != nil {
+			name := fmt.Sprintf("%s %s", label(f, c), sizeLabel(c.SizeBytes))
+			if c.Status == runfile.StatusSaturated {
+				name += " (saturated)"
+			} else if c.GeneratorBound {
+				name += " (generator-bound)"
+			}
+			if err := add(name, h); err != nil {
+				return fmt.Errorf("plot %s: %w", path, err)
+			}
+		}
+	}
+	for _, fl := range f.Floors {
+		if fl.RatePerSec == rate && fl.Pressure == "none" {
+			var hs []*load.Histogram
+			for _, r := range fl.Repeats {
+				if !r.Warm && r.Result.Latency != nil {
+					hs = append(hs, r.Result.Latency)
+				}
+			}
+			if len(hs) > 0 {
+				if err := add("floor (no-op)", load.Merged(hs...)); err != nil {
+					return fmt.Errorf("plot %s: %w", path, err)
+				}
+			}
+		}
+	}
+	p.Add(plotter.NewGrid())
+	if err := p.Save(9*vg.Inch, 5.5*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// latencyRatePlot draws each system's p99.9 against the rate it achieved,
+// one point per rung (saturated rungs at their achieved rate, their p99.9
+// a lower bound), with the floor.
+func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)", flush)
+	p.X.Label.Text, p.Y.Label.Text = "achieved msgs/s (log)", "p99.9 (log)"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker = logTicks{format: fmtCount}
+	p.Y.Tick.Marker = usTicks()
+	p.Legend.Top, p.Legend.Left = true, true
+	series := map[string]plotter.XYs{}
+	saturated := plotter.XYs{}
+	var order []string
+	for _, c := range unpressured(f, "latency", flush) {
+		if c.TwinOf != "" {
+			continue
+		}
+		name := fmt.Sprintf("%s %s", label(f, c), sizeLabel(c.SizeBytes))
+		pt := plotter.XY{X: math.Max(c.MsgsPerSec, 1), Y: math.Max(float64(c.P999Ns)/1e3, 0.001)}
+		if c.Status == runfile.StatusSaturated {
+			saturated = append(saturated, pt)
+			continue
+		}
+		if _, ok := series[name]; !ok {
+			order = append(order, name)
+		}
+		series[name] = append(series[name], pt)
+	}
+	var floor plotter.XYs
+	for _, fl := range f.Floors {
+		if fl.Pressure == "none" && fl.Status == runfile.StatusOK {
+			floor = append(floor, plotter.XY{X: fl.RatePerSec, Y: math.Max(float64(fl.P999Ns)/1e3, 0.001)})
+		}
+	}
+	for i, name := range order {
+		xys := series[name]
+		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
+		line, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+		line.Color, pts.Color, line.Width = plotutil.Color(i), plotutil.Color(i), vg.Points(1.5)
+		line.Dashes = plotutil.Dashes(i / 7)
+		p.Add(line, pts)
+		p.Legend.Add(name, line, pts)
+	}
+	if len(floor) > 0 {
+		sort.Slice(floor, func(a, b int) bool { return floor[a].X < floor[b].X })
+		line, err := plotter.NewLine(floor)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+		line.Color, line.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(line)
+		p.Legend.Add("floor (no-op) p99.9", line)
+	}
+	if len(saturated) > 0 {
+		sc, err := plotter.NewScatter(saturated)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+		sc.Shape, sc.Color = draw.CrossGlyph{}, color.Black
+		p.Add(sc)
+		p.Legend.Add("saturated", sc)
+	}
+	p.Add(plotter.NewGrid())
+	if err := p.Save(9*vg.Inch, 5.5*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// throughputPlot draws each system's accepted and durable MB/s (best
+// producer count), with their intervals.
+func throughputPlot(path string, f *runfile.RunFile, flush string) error {
+	best := map[string]*runfile.Cell{}
+	var names []string
+	for _, c := range unpressured(f, "throughput", flush) {
+		if c.TwinOf != "" {
+			continue
+		}
+		name := fmt.Sprintf("%s %s", label(f, c), sizeLabel(c.SizeBytes))
+		if prev, ok := best[name]; !ok || c.DurableMBps > prev.DurableMBps || (c.DurableMBps == prev.DurableMBps && c.MBPerSec > prev.MBPerSec) {
+			if !ok {
+				names = append(names, name)
+			}
+			best[name] = c
+		}
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Throughput, flush=%s (closed loop, best producer count; median, whiskers the interval)", flush)
+	p.Y.Label.Text = "MB/s (records)"
+	p.Legend.Top = true
+	width := vg.Points(22)
+	for k, figure := range []string{"writtenMBps", "durableMBps"} {
+		shift := 0.2 * (2*float64(k) - 1)
+		vals := make(plotter.Values, len(names))
+		errs := make(plotter.YErrors, len(names))
+		xys := make(plotter.XYs, len(names))
+		for i, name := range names {
+			c := best[name]
+			iv := c.Interval(figure)
+			if figure == "writtenMBps" && c.WrittenMBps == 0 {
+				iv = c.Interval("mbPerSec")
+			}
+			vals[i] = iv.Median
+			errs[i].Low, errs[i].High = iv.Median-iv.Lo, iv.Hi-iv.Median
+			xys[i] = plotter.XY{X: float64(i) + shift, Y: iv.Median}
+		}
+		bars, err := plotter.NewBarChart(vals, width)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+		// The pair of bars sits at ±shift in data units, where the
+		// whiskers are (an Offset in points would not line up with them).
+		bars.Color, bars.XMin = plotutil.Color(k), shift
+		p.Add(bars)
+		p.Legend.Add(map[string]string{"writtenMBps": "accepted", "durableMBps": "durable"}[figure], bars)
+		whiskers, err := plotter.NewYErrorBars(struct {
+			plotter.XYs
+			plotter.YErrors
+		}{xys, errs})
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+		p.Add(whiskers)
+	}
+	p.NominalX(names...)
+	if err := p.Save(vg.Length(max(9, len(names)))*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// pressurePlotCells are the cells drawn as time series: every latency cell
+// under pressure, and its unpressured twin.
+func pressurePlotCells(f *runfile.RunFile) []*runfile.Cell {
+	var out []*runfile.Cell
+	seen := map[string]bool{}
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Workload != "latency" || c.Pressure == "none" || !c.Measured() || len(firstMeasured(c).Samples) == 0 {
+			continue
+		}
+		for j := range f.Cells {
+			b := &f.Cells[j]
+			if b.Pressure == "none" && samePoint(c, b) && b.Measured() && !seen[b.Name] && len(firstMeasured(b).Samples) > 0 {
+				seen[b.Name] = true
+				out = append(out, b)
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func firstMeasured(c *runfile.Cell) *runfile.Repeat {
+	for i := range c.Repeats {
+		if !c.Repeats[i].Warm {
+			return &c.Repeats[i]
+		}
+	}
+	return &runfile.Repeat{}
+}
+
+func pressurePlotName(c *runfile.Cell) string { return "pressure-" + c.Name + ".png" }
+
+func paretoPlotName(i int) string { return fmt.Sprintf("pareto-%d.png", i) }
+
+// timeSeriesPlot draws a cell's first measured repeat: latency per 100 ms
+// (p99 and max) above dirty/writeback pages, swap traffic and major faults,
+// and PSI, on one time axis.
+func timeSeriesPlot(path string, c *runfile.Cell) error {
+	rep := firstMeasured(c)
+	var t0 int64
+	if len(rep.Result.Series) > 0 {
+		t0 = rep.Result.Series[0].StartUnixNs
+	} else if len(rep.Samples) > 0 {
+		t0 = rep.Samples[0].UnixNs
+	}
+	sec := func(ns int64) float64 { return float64(ns-t0) / 1e9 }
+	mk := func(title, ylabel string) *plot.Plot {
+		p := plot.New()
+		p.Title.Text, p.Y.Label.Text, p.X.Label.Text = title, ylabel, "seconds into the measured window"
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Add(plotter.NewGrid())
+		return p
+	}
+	addLine := func(p *plot.Plot, name string, i int, xys plotter.XYs) error {
+		if len(xys) == 0 {
+			return nil
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return err
+		}
+		l.Color, l.Width = plotutil.Color(i), vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(name, l)
+		return nil
+	}
+	lat := mk(fmt.Sprintf("%s, repeat %d: latency per 100 ms (from the intended start)", c.Name, rep.Index), "latency (log)")
+	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, msTicks()
+	var p99, mx plotter.XYs
+	for _, s := range rep.Result.Series {
+		if s.Count > 0 {
+			x := sec(s.StartUnixNs + s.IntervalNs)
+			p99 = append(p99, plotter.XY{X: x, Y: math.Max(float64(s.P99Ns)/1e6, 1e-3)})
+			mx = append(mx, plotter.XY{X: x, Y: math.Max(float64(s.MaxNs)/1e6, 1e-3)})
+		}
+	}
+	dirty := mk("page cache: dirty and under writeback", "MiB")
+	swap := mk("swap-ins, swap-outs, major faults per 100 ms", "pages / faults")
+	psi := mk("pressure stall (share of the 100 ms some task stalled); CPU steal", "%")
+	var nd, nw, si, so, mf, io, mem, steal plotter.XYs
+	for _, s := range rep.Samples {
+		x := sec(s.UnixNs)
+		nd = append(nd, plotter.XY{X: x, Y: float64(s.NrDirtyPages) * 4096 / (1 << 20)})
+		nw = append(nw, plotter.XY{X: x, Y: float64(s.NrWritebackPages) * 4096 / (1 << 20)})
+		si = append(si, plotter.XY{X: x, Y: float64(s.PswpIn)})
+		so = append(so, plotter.XY{X: x, Y: float64(s.PswpOut)})
+		mf = append(mf, plotter.XY{X: x, Y: float64(s.PgMajFault)})
+		io = append(io, plotter.XY{X: x, Y: float64(s.IOSomeStallUs) / 1e3})
+		mem = append(mem, plotter.XY{X: x, Y: float64(s.MemSomeStallUs) / 1e3})
+		steal = append(steal, plotter.XY{X: x, Y: s.StealPct})
+	}
+	for _, step := range []struct {
+		p    *plot.Plot
+		name string
+		i    int
+		xys  plotter.XYs
+	}{{lat, "p99", 0, p99}, {lat, "max", 1, mx}, {dirty, "nr_dirty", 0, nd}, {dirty, "nr_writeback", 1, nw},
+		{swap, "pswpin", 0, si}, {swap, "pswpout", 1, so}, {swap, "pgmajfault", 2, mf}, {psi, "io some", 0, io}, {psi, "memory some", 1, mem},
+		{psi, "CPU steal", 2, steal}} {
+		if err := addLine(step.p, step.name, step.i, step.xys); err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+	}
+	plots := [][]*plot.Plot{{lat}, {dirty}, {swap}, {psi}}
+	xmin, xmax := math.Inf(1), math.Inf(-1)
+	for _, xys := range []plotter.XYs{p99, nd} {
+		for _, xy := range xys {
+			xmin, xmax = math.Min(xmin, xy.X), math.Max(xmax, xy.X)
+		}
+	}
+	if xmin < xmax {
+		for _, row := range plots {
+			row[0].X.Min, row[0].X.Max = xmin, xmax
+		}
+	}
+	img := vgimg.New(9*vg.Inch, 11*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 4, Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4)}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
+		out.Close()
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return out.Close()
+}
+
+// paretoPlot draws a sweep series: every policy, the front joined and
+// labelled.
+func paretoPlot(path string, s sweepSeries) error {
+	p := plot.New()
+	p.Title.Text = "Flush-policy sweep, " + s.key + " (★ Pareto front)"
+	p.X.Label.Text, p.Y.Label.Text = "durable msgs/s", "p99.9 (log)"
+	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, msTicks()
+	p.Add(plotter.NewGrid())
+	var all, front plotter.XYs
+	var labels []string
+	for _, pt := range s.points {
+		all = append(all, plotter.XY{X: pt.Thr.Median, Y: math.Max(pt.P999.Median/1e6, 1e-3)})
+	}
+	for _, i := range s.front {
+		front = append(front, all[i])
+		labels = append(labels, s.points[i].Label)
+	}
+	sc, err := plotter.NewScatter(all)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	sc.Color = color.Gray{Y: 120}
+	p.Add(sc)
+	p.Legend.Add("policy", sc)
+	if len(front) > 0 {
+		line, pts, err := plotter.NewLinePoints(front)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+		line.Color, pts.Color, pts.Shape, pts.Radius = plotutil.Color(0), plotutil.Color(0), draw.PyramidGlyph{}, vg.Points(4)
+		p.Add(line, pts)
+		p.Legend.Add("Pareto front", line, pts)
+		if lbl, err := plotter.NewLabels(plotter.XYLabels{XYs: front, Labels: labels}); err == nil {
+			p.Add(lbl)
+		}
+	}
+	if err := p.Save(9*vg.Inch, 6*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}

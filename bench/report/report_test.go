@@ -1,0 +1,382 @@
+package report
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
+	"golang.org/x/perf/benchfmt"
+	"gonum.org/v1/plot"
+)
+
+func histogramOf(us ...int) *load.Histogram {
+	h := load.NewHistogram()
+	for _, v := range us {
+		h.Record(time.Duration(v) * time.Microsecond)
+	}
+	return h
+}
+
+// mkCell builds a cell with one measured repeat per value of each figure
+// list (plus a warm one), summarized like the harness does.
+func mkCell(name, workload, backend, flush string, msgs, durable []float64, p999us []int) runfile.Cell {
+	c := runfile.Cell{Name: name, Workload: workload, Backend: backend, SizeBytes: 1024, Flush: flush, Pressure: "none", Target: "vda", Status: runfile.StatusOK,
+		Producers: 4, Options: map[string]string{"FlushInterval": "500ms"}}
+	if workload == "latency" {
+		c.Producers, c.RatePerSec, c.InFlight = 0, 1000, 8
+	}
+	c.Repeats = append(c.Repeats, runfile.Repeat{Index: 0, Warm: true, Status: runfile.StatusOK})
+	var fs []runfile.Figures
+	for i := range msgs {
+		res := load.Result{Workload: load.Workload(workload), Messages: int64(msgs[i]), PayloadBytes: int64(msgs[i]) * 1024, ElapsedNs: 1e9, WindowNs: 1e9,
+			Service: histogramOf(10, 20, p999us[i])}
+		if workload == "latency" {
+			res.Latency, res.Arrivals, res.DispatchLag = histogramOf(15, 25, p999us[i]), int64(msgs[i]), histogramOf(1)
+		}
+		written := int64(msgs[i] * 1100)
+		res.Durability = &load.DurabilityResult{WrittenEndBytes: written, DurableEndBytes: int64(durable[i] * 1e6), WrittenAfterDrainBytes: written, DurableAfterDrainBytes: written, DrainNs: 1e6}
+		rep := runfile.Repeat{Index: i + 1, Status: runfile.StatusOK, Result: res, Figures: runfile.FiguresOf(&res, nil)}
+		c.Repeats = append(c.Repeats, rep)
+		fs = append(fs, rep.Figures)
+	}
+	s := runfile.Summarize(fs)
+	c.Figures, c.CILow, c.CIHigh, c.Min, c.Max, c.CILevel = s.Median, s.CILow, s.CIHigh, s.Min, s.Max, s.CILevel
+	ok := c.BacklogShare <= load.SustainedBacklogShare
+	c.Sustained = &ok
+	return c
+}
+
+// fakeRun is a run with known figures: mmap async clearly fastest, transient
+// async tied with it? no — transient async not sustained; uring async tied
+// with mmap; two sync backends whose intervals overlap; a peer; a floor that
+// makes one latency cell generator-bound; an A/A twin; limits.
+func fakeRun() *runfile.RunFile {
+	f := &runfile.RunFile{Schema: runfile.SchemaVersion, ID: "20250101-000000-test", Command: "mqbench run",
+		StartedAt: time.Unix(1735689600, 0).UTC(), FinishedAt: time.Unix(1735689660, 0).UTC(),
+		Machine: runfile.Machine{Host: "test", OS: "linux", Arch: "amd64", CPUs: 2, Kernel: "6.1", GoVersion: "go1.26", Commit: "0123456789abcdef",
+			VM: map[string]string{"vm.dirty_ratio": "20"}},
+		Devices: []runfile.Device{{Dir: ".", Device: "vda", FSType: "ext4", Label: "vda", Kind: "virtual disk (virtio-blk)"}},
+		Config:  runfile.Config{Flushes: []string{"async", "sync"}, Sizes: []int{1024}, Repeat: 5, Producers: []int{4}, Rates: []float64{1000}, Arrival: "poisson", InFlight: 8, Pressures: []string{"none"}},
+		Plan:    runfile.Plan{WindowNs: 1e9, WindowWhy: "given with --duration"}}
+	five := func(v float64) []float64 { return []float64{v * 0.98, v * 0.99, v, v * 1.01, v * 1.02} }
+	p := []int{100, 110, 120, 130, 140}
+	mmap := mkCell("throughput-mmap-1024-async-p4", "throughput", "mmap", "async", five(400e3), five(440), p)
+	uring := mkCell("throughput-uring-1024-async-p4", "throughput", "uring", "async", five(395e3), five(435), p)
+	transient := mkCell("throughput-transient-1024-async-p4", "throughput", "transient", "async", five(900e3), five(20), p)
+	s1 := mkCell("throughput-mmap-1024-sync-p4", "throughput", "mmap", "sync", five(10e3), five(11), p)
+	s2 := mkCell("throughput-uring-1024-sync-p4", "throughput", "uring", "sync", []float64{9.5e3, 9.9e3, 10.1e3, 10.3e3, 10.6e3}, []float64{10.4, 10.9, 11.1, 11.3, 11.7}, p)
+	twin := mmap
+	twin.Name, twin.TwinOf = "throughput-mmap-1024-async-p4-aa", mmap.Name
+	latFast := mkCell("latency-mmap-1024-async-r1000", "latency", "mmap", "async", five(1000), five(1.1), []int{20, 21, 22, 23, 24})
+	latSync := mkCell("latency-mmap-1024-sync-r1000", "latency", "mmap", "sync", five(1000), five(1.1), []int{2000, 2100, 2200, 2300, 2400})
+	sat := mkCell("latency-uring-1024-sync-r1000", "latency", "uring", "sync", five(800), five(0.9), []int{50000, 51000, 52000, 53000, 54000})
+	sat.Status, sat.Saturation = runfile.StatusSaturated, []string{"repeat 1: 80 of 1000 arrivals never started"}
+	f.Cells = []runfile.Cell{mmap, uring, transient, s1, s2, twin, latFast, latSync, sat}
+	peer := mkCell("throughput-nats-1024-async-p4", "throughput", "nats", "async", five(100e3), five(110), p)
+	peer.Peer, peer.Label, peer.Durability = true, "nats-server v2.15.2 JetStream file store", &runfile.Durability{Ack: "after the PubAck", ProcessCrash: "nothing", PowerLoss: "up to the sync interval", Mechanism: "fsync every 2 min"}
+	f.Peers = []runfile.Cell{peer}
+	f.Floors = []runfile.Floor{{RatePerSec: 1000, Pressure: "none", Target: "vda", Status: runfile.StatusOK, P50Ns: 5000, P99Ns: 9000, P999Ns: 10_000}}
+	seq := runfile.Limit{Name: runfile.LimitDeviceSeq, Target: "vda", Tool: "probe", SizeBytes: 1 << 20, Status: runfile.StatusOK}
+	seq.Figures.MBPerSec, seq.CILow.MBPerSec, seq.CIHigh.MBPerSec = 1000, 900, 1100
+	faults := runfile.Limit{Name: runfile.LimitFaults, Target: "vda", Tool: "probe", SizeBytes: 4096, Status: runfile.StatusOK}
+	faults.Figures.MBPerSec, faults.CILow.MBPerSec, faults.CIHigh.MBPerSec = 800, 800, 800
+	f.Limits = []runfile.Limit{seq, faults, {Name: runfile.LimitFioSeq, Status: runfile.StatusSkipped, Reason: "fio is not on PATH"}}
+	return f
+}
+
+func find[T any](t *testing.T, xs []T, ok func(T) bool) T {
+	t.Helper()
+	for _, x := range xs {
+		if ok(x) {
+			return x
+		}
+	}
+	var zero T
+	t.Fatalf("not found in %+v", xs)
+	return zero
+}
+
+func TestGeneratorBoundFromTheFloor(t *testing.T) {
+	f := fakeRun()
+	Analyze(f)
+	// The floor's p99.9 is 10 µs: 22 µs < 30 µs is generator-bound, 2.2 ms is not.
+	if c := f.Cells[6]; !c.GeneratorBound || c.FloorP999Ns != 10_000 {
+		t.Errorf("%s: generatorBound %v floor %d, want true, 10µs", c.Name, c.GeneratorBound, c.FloorP999Ns)
+	}
+	if c := f.Cells[7]; c.GeneratorBound {
+		t.Errorf("%s (p99.9 2.2 ms) called generator-bound", c.Name)
+	}
+	for _, r := range f.Ratios {
+		if r.Cell == f.Cells[6].Name || r.Cell == f.Cells[8].Name {
+			t.Errorf("a generator-bound or saturated cell has a ratio: %+v", r)
+		}
+	}
+}
+
+func TestRatiosOnKnownFigures(t *testing.T) {
+	f := fakeRun()
+	Analyze(f)
+	// mmap durable 440 [431.2–448.8] ÷ device 1000 [900–1100].
+	r := find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "device" && r.Cell == "throughput-mmap-1024-async-p4" })
+	if !near(r.Median, 0.44) || !near(r.Low, 431.2/1100) || !near(r.High, 448.8/900) {
+		t.Errorf("device ratio %+v", r)
+	}
+	// mmap without warmed segments is bounded by the fault ceiling, on the
+	// accepted record bytes: 400k × 1100 B = 440 MB/s ÷ 800.
+	r = find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "fault-ceiling" })
+	if r.Cell != "throughput-mmap-1024-async-p4" || !near(r.Median, 0.55) {
+		t.Errorf("fault ratio %+v", r)
+	}
+	r = find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "peer" && r.Figure == "msgsPerSec" })
+	if !near(r.Median, 4) || !near(r.Low, 392e3/102e3) {
+		t.Errorf("peer ratio %+v", r)
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-6*max(1, b) && b-a < 1e-6*max(1, b) }
+
+func TestAAComparison(t *testing.T) {
+	f := fakeRun()
+	Analyze(f)
+	if len(f.AA) != 3 {
+		t.Fatalf("A/A comparisons %+v", f.AA)
+	}
+	for _, c := range f.AA {
+		if c.Different {
+			t.Errorf("identical twin called different on %s", c.Figure)
+		}
+	}
+	// A twin whose figures all moved up by half is called different.
+	f.Cells[5].Figures.MsgsPerSec *= 1.5
+	f.Cells[5].CILow.MsgsPerSec *= 1.5
+	f.Cells[5].CIHigh.MsgsPerSec *= 1.5
+	Analyze(f)
+	if c := find(t, f.AA, func(c runfile.Comparison) bool { return c.Figure == "msgsPerSec" }); !c.Different {
+		t.Errorf("a 1.5× twin not called different: %+v", c)
+	}
+}
+
+func TestRecommendation(t *testing.T) {
+	f := fakeRun()
+	Analyze(f)
+	rec := func(d string) runfile.Recommendation {
+		return find(t, f.Recommendations, func(r runfile.Recommendation) bool { return r.Durability == d })
+	}
+	// async: mmap (440) and uring (435) overlap: no significant difference;
+	// transient accepted the most but is not sustained and never picked.
+	a := rec("async")
+	if a.Pick != "mmap async" || len(a.Tied) != 1 || a.Tied[0] != "uring async" || !strings.Contains(a.Text, "no significant difference") {
+		t.Errorf("async: %+v", a)
+	}
+	if !strings.Contains(strings.Join(a.Excluded, " "), "transient async: not sustained") {
+		t.Errorf("transient not excluded as unsustained: %v", a.Excluded)
+	}
+	// sync: uring's pressure check is not run (no pressure), both sustained,
+	// intervals overlap.
+	if s := rec("sync"); !strings.Contains(s.Text, "no significant difference") {
+		t.Errorf("sync: %+v", s)
+	}
+	// any: the async pair separates from the sync cells; still tied with each other.
+	if an := rec("any"); an.Pick != "mmap async" || len(an.Tied) != 1 {
+		t.Errorf("any: %+v", an)
+	}
+	// uring async clearly slower: mmap is picked alone, significantly.
+	for i := range f.Cells[1].Repeats {
+		f.Cells[1].Repeats[i].Figures.DurableMBps /= 2
+	}
+	f.Cells[1].DurableMBps, f.Cells[1].CILow.DurableMBps, f.Cells[1].CIHigh.DurableMBps = 217, 213, 221
+	Analyze(f)
+	if a := rec("async"); len(a.Tied) != 0 || !strings.Contains(a.Text, "significantly above the next, uring async") {
+		t.Errorf("async after the change: %+v", a)
+	}
+}
+
+// TestRecommendationUndeterminedSustain: a backend whose backlog interval
+// straddles the 10 % bar is never picked alone, even when it is fastest.
+func TestRecommendationUndeterminedSustain(t *testing.T) {
+	f := fakeRun()
+	tr := &f.Cells[2] // transient async: fastest
+	tr.DurableMBps, tr.CILow.DurableMBps, tr.CIHigh.DurableMBps = 900, 880, 920
+	tr.BacklogShare, tr.CILow.BacklogShare, tr.CIHigh.BacklogShare = 0.08, 0.05, 0.2
+	yes := true
+	tr.Sustained = &yes
+	Analyze(f)
+	a := find(t, f.Recommendations, func(r runfile.Recommendation) bool { return r.Durability == "async" })
+	if a.Pick != "transient async" || len(a.Tied) != 1 || a.Tied[0] != "mmap async" ||
+		!strings.Contains(a.Text, "whether it sustains is undetermined") || !strings.Contains(a.Text, "of those that clearly sustain, the best is mmap async") {
+		t.Errorf("async with an undetermined fastest: %+v", a)
+	}
+	// Clearly sustained: picked alone.
+	tr.CIHigh.BacklogShare = 0.09
+	Analyze(f)
+	a = find(t, f.Recommendations, func(r runfile.Recommendation) bool { return r.Durability == "async" })
+	if a.Pick != "transient async" || len(a.Tied) != 0 || !strings.Contains(a.Text, "significantly above the next") {
+		t.Errorf("async with a clearly sustained fastest: %+v", a)
+	}
+}
+
+func TestRecommendationPressureRules(t *testing.T) {
+	f := fakeRun()
+	f.Config.Pressures = []string{"none", "dirty"}
+	// mmap sync at 1000/s under dirty pressure: saturated → excluded.
+	p := f.Cells[7]
+	p.Name, p.Pressure, p.Status = p.Name+"-dirty", "dirty", runfile.StatusSaturated
+	f.Cells = append(f.Cells, p)
+	Analyze(f)
+	s := find(t, f.Recommendations, func(r runfile.Recommendation) bool { return r.Durability == "sync" })
+	if s.Pick != "uring sync" || !strings.Contains(strings.Join(s.Excluded, " "), "mmap sync: saturated under dirty pressure at 1000 msgs/s") {
+		t.Errorf("sync with mmap saturated under pressure: %+v", s)
+	}
+	// Instead 3× slower at the tail, clearly: excluded for the 2× bar.
+	last := &f.Cells[len(f.Cells)-1]
+	last.Status = runfile.StatusOK
+	last.P999Ns, last.CILow.P999Ns, last.CIHigh.P999Ns = 3*2200_000, 3*2100_000, 3*2300_000
+	Analyze(f)
+	s = find(t, f.Recommendations, func(r runfile.Recommendation) bool { return r.Durability == "sync" })
+	if !strings.Contains(strings.Join(s.Excluded, " "), "above 2× at the run's confidence") {
+		t.Errorf("sync with mmap 3× slower under pressure: %+v", s)
+	}
+}
+
+func TestReportRegeneratesIdenticalFiles(t *testing.T) {
+	dir := t.TempDir()
+	f := fakeRun()
+	if err := WriteOutputs(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	first, err := os.ReadFile(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bench1, _ := os.ReadFile(filepath.Join(dir, "bench.txt"))
+	for _, name := range []string{"latency-async-r1000.png", "latency-vs-rate-async.png", "throughput-async.png", "throughput-mmap-1024-async-p4.hgrm", "run.json.gz"} {
+		if name == "latency-vs-rate-async.png" {
+			continue // one rate: no curve to draw
+		}
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
+			t.Errorf("%s missing or empty: %v", name, err)
+		}
+	}
+	for _, name := range []string{"summary.md", "bench.txt", "throughput-async.png"} {
+		os.Remove(filepath.Join(dir, name))
+	}
+	if _, err := Report(dir); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(filepath.Join(dir, "summary.md"))
+	bench2, _ := os.ReadFile(filepath.Join(dir, "bench.txt"))
+	if !bytes.Equal(first, second) || !bytes.Equal(bench1, bench2) {
+		t.Fatal("report did not regenerate an identical summary.md and bench.txt")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "throughput-async.png")); err != nil {
+		t.Error("report did not redraw the plots")
+	}
+	s := string(first)
+	for _, want := range []string{"## Recommendation per device", "no significant difference between mmap async", "## A/A check", "no significant difference ✓",
+		"## Throughput (closed loop)", "durable MB/s", "**no**", "† generator-bound", "≥ 52", "## Durability: what an acknowledgement means",
+		"nats (peer: nats-server v2.15.2 JetStream file store)", "fio-seq-write`: **skipped**", "store ÷ device"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+}
+
+func TestBenchTxtParsesWithBenchfmt(t *testing.T) {
+	f := fakeRun()
+	Analyze(f)
+	var buf bytes.Buffer
+	if err := WriteBenchTxt(&buf, f); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	r := benchfmt.NewReader(&buf, "bench.txt")
+	results := map[string][]*benchfmt.Result{}
+	for r.Scan() {
+		switch rec := r.Result().(type) {
+		case *benchfmt.Result:
+			results[string(rec.Name.Full())] = append(results[string(rec.Name.Full())], rec.Clone())
+		case *benchfmt.SyntaxError:
+			t.Errorf("benchfmt: %v", rec)
+		}
+	}
+	thr := results["MQBench/workload=throughput/backend=mmap/size=1024/flush=async/pressure=none/producers=4"]
+	if len(thr) != 5 {
+		t.Fatalf("throughput lines %d, want one per measured repeat (5, the warm one left out)", len(thr))
+	}
+	if v, ok := thr[2].Value("durable-B/s"); !ok || !near(v, 440e6) {
+		t.Errorf("durable MB/s %v %v", v, ok)
+	}
+	for name := range results {
+		if strings.Contains(name, "backend=uring/size=1024/flush=sync/pressure=none/rate") || strings.Contains(name, "latency-mmap-1024-async") {
+			t.Errorf("a saturated or generator-bound cell is a benchmark line: %s", name)
+		}
+	}
+	if !strings.Contains(text, "# latency-uring-1024-sync-r1000 saturated") || !strings.Contains(text, "# latency-mmap-1024-async-r1000 generator-bound") {
+		t.Errorf("bench.txt lacks the comments for the saturated and generator-bound cells:\n%s", text)
+	}
+}
+
+func TestCompareSaysNoSignificantDifference(t *testing.T) {
+	a, b := fakeRun(), fakeRun()
+	Analyze(a)
+	Analyze(b)
+	out := Compare(a, b)
+	if !strings.Contains(out, "| throughput-mmap-1024-async-p4 | msgsPerSec | 400k [392k–408k] | 400k [392k–408k] | 1× | no significant difference |") {
+		t.Errorf("identical runs:\n%s", out)
+	}
+	if !strings.Contains(out, "not compared: A is saturated, B is saturated") || !strings.Contains(out, "A is generator-bound") {
+		t.Errorf("saturated / generator-bound cells compared:\n%s", out)
+	}
+	// B 10× faster: a separated verdict.
+	for _, iv := range []*runfile.Figures{&b.Cells[0].Figures, &b.Cells[0].CILow, &b.Cells[0].CIHigh} {
+		iv.MsgsPerSec *= 10
+	}
+	if out := Compare(a, b); !strings.Contains(out, "| 10× | B better (intervals separate) |") {
+		t.Errorf("10× faster B:\n%s", out)
+	}
+	// B ran its latency cells at another rate: not comparable.
+	b.Cells[7].RatePerSec = 1100
+	if out := Compare(a, b); !strings.Contains(out, "A at 1k/s, B at 1.1k/s) | | | | | not comparable") {
+		t.Errorf("different rates:\n%s", out)
+	}
+}
+
+func TestLogTicksLabelShortRanges(t *testing.T) {
+	for _, r := range [][2]float64{{2, 8}, {1.2, 1.9}, {3e3, 4e5}, {0.5, 700}} {
+		var labelled int
+		for _, tk := range (logTicks{}).Ticks(r[0], r[1]) {
+			if tk.Label != "" {
+				labelled++
+			}
+		}
+		if labelled < 2 {
+			t.Errorf("range %v: %d labelled ticks", r, labelled)
+		}
+	}
+	var _ plot.Ticker = logTicks{}
+}
+
+func TestParetoFrontNeedsSeparation(t *testing.T) {
+	iv := func(m, lo, hi float64) runfile.Interval {
+		return runfile.Interval{Median: m, Lo: lo, Hi: hi, Level: 0.94}
+	}
+	pts := []ParetoPoint{
+		{"a", iv(100, 90, 110), iv(50, 45, 55)},  // dominated by c, clearly
+		{"b", iv(50, 45, 55), iv(10, 9, 11)},     // front: lowest tail
+		{"c", iv(120, 115, 125), iv(40, 38, 42)}, // front
+		{"d", iv(200, 190, 210), iv(90, 85, 95)}, // front: fastest
+		{"e", iv(199, 189, 209), iv(91, 84, 96)}, // d is better on medians, not measurably: stays
+	}
+	var labels []string
+	for _, i := range ParetoFront(pts) {
+		labels = append(labels, pts[i].Label)
+	}
+	if strings.Join(labels, ",") != "b,c,e,d" {
+		t.Fatalf("front %v, want b,c,e,d", labels)
+	}
+}

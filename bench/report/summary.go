@@ -1,0 +1,248 @@
+// Package report renders a run file: summary.md (tables, the durability
+// table, the recommendation, plots, profile tops), bench.txt (Go benchmark
+// format for benchstat), the .hgrm percentile distributions, and the
+// comparison of two runs. It is pure: everything it writes is derived from
+// run.json (Analyze recomputes the derived parts), so `mqbench report`
+// regenerates a run's files byte for byte.
+//
+// Files: summary.go (summary.md's frame), tables.go (its tables),
+// analyze.go (generator-bound flags, ratios, A/A, recommendations),
+// plots.go and ticks.go (PNG plots), files.go (writing a run's files),
+// benchtxt.go, compare.go, sweep.go (the Pareto front), format.go.
+package report
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+// Summary renders summary.md from the run alone.
+func Summary(f *runfile.RunFile) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# mqbench run %s\n\n", f.ID)
+	writeContext(&b, f)
+	b.WriteString(SummaryTables(f))
+	writePlotsSection(&b, f)
+	writeProfiles(&b, f)
+	writeSystemChanges(&b, f)
+	b.WriteString(howToRead)
+	return b.String()
+}
+
+func writeContext(b *strings.Builder, f *runfile.RunFile) {
+	m, c := f.Machine, f.Config
+	dirty := ""
+	if m.CommitDirty {
+		dirty = " (with uncommitted changes)"
+	}
+	fmt.Fprintf(b, "- machine: %s, %d CPUs (%s), %.1f GiB RAM, %s %s, kernel %s, %s, GOMAXPROCS %d, GOGC %s, clocksource %s, commit %s%s (%s)\n",
+		m.Host, m.CPUs, m.CPUModel, float64(m.MemTotalBytes)/(1<<30), m.OS, m.Arch, m.Kernel, m.GoVersion, m.GOMAXPROCS, orDefault(m.GOGC, "default"),
+		m.Clocksource, shortCommit(m.Commit), dirty, m.CommitSource)
+	if len(m.VM) > 0 {
+		var kv []string
+		for _, k := range sortedKeys(m.VM) {
+			kv = append(kv, strings.TrimPrefix(k, "vm.")+"="+m.VM[k])
+		}
+		fmt.Fprintf(b, "- vm at the start: %s; load average %s at the start, %s at the end\n", strings.Join(kv, ", "), m.LoadAvgStart, m.LoadAvgEnd)
+	}
+	for _, d := range f.Devices {
+		label := ""
+		if d.Label != "" {
+			label = "`" + d.Label + "`: "
+		}
+		if d.Emulated {
+			label += "**EMULATED** "
+		}
+		fmt.Fprintf(b, "- target %s%s on %s (%s, mount options %s), %s, device %s, model %q, scheduler %q, blocks %d/%d B, write cache %q, FUA %s\n",
+			label, d.Dir, d.MountSource, d.FSType, orDefault(d.MountOptions, "?"), orDefault(d.Kind, "unknown kind"), d.Device, d.Model,
+			d.Scheduler, d.LogicalBlockBytes, d.PhysicalBlockBytes, d.WriteCache, boolOr(d.FUA))
+		if d.Note != "" {
+			fmt.Fprintf(b, "  - %s\n", d.Note)
+		}
+	}
+	fmt.Fprintf(b, "- started %s, took %s (estimated %s)", f.StartedAt.Format(time.RFC3339), f.FinishedAt.Sub(f.StartedAt).Round(time.Second),
+		(time.Duration(f.Plan.EstimatedSeconds) * time.Second).Round(time.Second))
+	if f.Interrupted {
+		b.WriteString(" — **interrupted (Ctrl-C): only the cells that finished are shown**")
+	}
+	b.WriteString("\n")
+	if f.Command != "" {
+		fmt.Fprintf(b, "- command: `%s`\n", f.Command)
+	}
+	fmt.Fprintf(b, "- each cell: one unmeasured warm repeat, then %d measured repeats of %s after a %s warm-up, each in a fresh store; repeats run round-robin over the cells in a shuffled order, every system on the same arrivals in a round (seed %d + the round). Figures are **median [confidence interval of the median]**: order statistics, %s\n",
+		c.Repeat, time.Duration(f.Plan.WindowNs), c.Warmup, c.Seed, ciLevelText(c.Repeat))
+	fmt.Fprintf(b, "- window %s: %s\n", time.Duration(f.Plan.WindowNs), f.Plan.WindowWhy)
+	fmt.Fprintf(b, "- throughput: closed loop at %s producers; latency: open loop, %s arrivals at the absolute rates %s msgs/s (the same for every system), %d workers each owning its share of the schedule, latency from the *intended* start\n",
+		joinInts(c.Producers), c.Arrival, joinRates(c.Rates), c.InFlight)
+	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n\n", sizeLabel(int(c.Store.SegmentSizeBytes)))
+}
+
+func ciLevelText(n int) string {
+	_, _, _, level := runfile.MedianCI(make([]float64, n))
+	if n < 6 {
+		return fmt.Sprintf("with %d repeats the interval is the min–max range, at %.1f%% confidence", n, 100*level)
+	}
+	return fmt.Sprintf("at ≥ %.0f%% confidence (%.1f%% with %d repeats)", 100*runfile.CILevel, 100*level, n)
+}
+
+func boolOr(b *bool) string {
+	if b == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(*b)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// SummaryTables is the part of the summary `mqbench run` prints: the
+// recommendation, the A/A check, the cell tables, failures, limits and
+// ratios.
+func SummaryTables(f *runfile.RunFile) string {
+	var b strings.Builder
+	writeRecommendations(&b, f)
+	writeAA(&b, f)
+	writeThroughput(&b, f)
+	writeLatency(&b, f)
+	writeSearches(&b, f)
+	writeFloors(&b, f)
+	writeDurability(&b, f)
+	writePressure(&b, f)
+	writeE2E(&b, f)
+	writeConsume(&b, f)
+	writeRecovery(&b, f)
+	writeSweep(&b, f)
+	writeFailures(&b, f)
+	writeLimits(&b, f)
+	writeRatios(&b, f)
+	writeNotes(&b, f)
+	return b.String()
+}
+
+func writePlotsSection(b *strings.Builder, f *runfile.RunFile) {
+	names := PlotNames(f)
+	if len(names) == 0 {
+		return
+	}
+	b.WriteString("## Plots\n\n(PNG files are regenerated by `mqbench report " + filepath.Join(f.Config.Out, f.ID) + "`; results/ keeps only summary.md, bench.txt and run.json.gz.)\n\n")
+	for _, n := range names {
+		fmt.Fprintf(b, "![%s](%s)\n\n", strings.TrimSuffix(n, filepath.Ext(n)), n)
+	}
+}
+
+func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
+	if len(f.Profiles) == 0 {
+		return
+	}
+	b.WriteString("## Profiles (top functions by flat share; an extra unmeasured run of each throughput cell)\n\n")
+	fmt.Fprintf(b, "Files: `%s/%s/<cell>.{cpu,heap,block,mutex}.pprof` — open with `go tool pprof -top FILE` (see profiles/README.md).\n\n", f.Config.ProfilesRoot, f.ID)
+	cells := map[string][]runfile.ProfileSummary{}
+	var order []string
+	for _, p := range f.Profiles {
+		if _, ok := cells[p.Cell]; !ok {
+			order = append(order, p.Cell)
+		}
+		cells[p.Cell] = append(cells[p.Cell], p)
+	}
+	for _, cell := range order {
+		fmt.Fprintf(b, "### %s\n\n", cell)
+		for _, p := range cells[cell] {
+			if p.Error != "" {
+				fmt.Fprintf(b, "- %s: %s\n", p.Kind, oneLine(p.Error))
+				continue
+			}
+			var tops []string
+			for _, t := range p.Top[:min(5, len(p.Top))] {
+				tops = append(tops, fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct))
+			}
+			fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), strings.Join(tops, ", "))
+		}
+		b.WriteString("\n")
+	}
+}
+
+func shortFunc(name string) string {
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+func fmtTotal(v int64, unit string) string {
+	switch unit {
+	case "nanoseconds":
+		return fmtNs(v)
+	case "bytes":
+		return fmt.Sprintf("%.3g MB", float64(v)/1e6)
+	}
+	return fmt.Sprintf("%d %s", v, unit)
+}
+
+func writeSystemChanges(b *strings.Builder, f *runfile.RunFile) {
+	if len(f.SystemChanges) == 0 {
+		return
+	}
+	b.WriteString("## System changes\n\n")
+	for _, c := range f.SystemChanges {
+		state := "undone"
+		if !c.Undone {
+			state = "**NOT undone** (" + c.UndoError + ") — run `mqbench cleanup`"
+		}
+		fmt.Fprintf(b, "- %s: %s\n", c.What, state)
+	}
+	b.WriteString("\n")
+}
+
+func writeNotes(b *strings.Builder, f *runfile.RunFile) {
+	if len(f.Notes) == 0 {
+		return
+	}
+	b.WriteString("## Notes\n\n")
+	for _, n := range f.Notes {
+		fmt.Fprintf(b, "- %s\n", n)
+	}
+	b.WriteString("\n")
+}
+
+const howToRead = `## How to read this
+
+- **Intervals decide.** Every figure is the median of the measured repeats with a confidence interval of that median. A difference is called only when two intervals do not overlap; otherwise the answer is "no significant difference" — also in the recommendation and in ` + "`mqbench compare`" + `. The A/A check measures one cell twice as if it were two systems: the harness must not call them different.
+- **Throughput is what became durable.** *accepted* is what the producers got acknowledged; *durable* is what the store made durable during the window (its flushed position, record bytes); *backlog* is accepted but not yet durable at the window's end, *drain* how long Close then took to make it durable, *time-to-durable* the window's bytes ÷ (window + drain). A cell whose backlog exceeds 10 % of what it wrote is **not sustained** — it filled buffers — and is never recommended.
+- **The floor** is the load generator's own latency at each rate (the same schedule against an operation that does nothing). A cell whose p99.9 is below 3× the floor is **generator-bound** (†): its tail is the harness's, so it is shown but kept out of ratios, comparisons and the recommendation.
+- **Saturated** cells could not keep their offered rate (arrivals never started by the window's end + a tenth, less than 98 % of the offered rate achieved, or latency rising through the window). Every arrival is either served or recorded, so their percentiles are lower bounds (≥) of a queue that grows with the window, not figures of the system; the sustainable-rate search gives the rate they do keep up with.
+- **Equal loads**: open-loop cells run at absolute rates shared by every backend and peer, so latencies are compared at the same offered load; closed-loop cells at the same producer count.
+- **async** acknowledges from memory, **sync** after a group-commit flush: read the durability table before comparing them.
+`
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sortStrings(out)
+	return out
+}
+
+func joinInts(xs []int) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprint(x))
+	}
+	return strings.Join(s, ",")
+}
+
+func joinRates(xs []float64) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmtCount(x))
+	}
+	return strings.Join(s, ", ")
+}

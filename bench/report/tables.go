@@ -1,0 +1,507 @@
+package report
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+func sortStrings(s []string) { sort.Strings(s) }
+
+// label names a cell's system in tables: backend (peer), policy, pressure,
+// target, A/A.
+func label(f *runfile.RunFile, c *runfile.Cell) string {
+	l := c.Backend
+	if c.Peer {
+		l += " (peer)"
+	}
+	if c.Policy != "" {
+		l += " [" + c.Policy + "]"
+	}
+	if c.Pressure != "" && c.Pressure != "none" {
+		l += " · pressure " + c.Pressure
+	}
+	if c.TwinOf != "" {
+		l += " (A/A twin)"
+	}
+	if c.Target != "" && c.Emulated {
+		l += " @" + c.Target + " (EMULATED)"
+	} else if c.Target != "" && len(f.Devices) > 1 {
+		l += " @" + c.Target
+	}
+	return l
+}
+
+func cellsOf(f *runfile.RunFile, workload string, peers bool) []*runfile.Cell {
+	var out []*runfile.Cell
+	lists := [][]runfile.Cell{f.Cells}
+	if peers {
+		lists = append(lists, f.Peers)
+	}
+	for _, cells := range lists {
+		for i := range cells {
+			if c := &cells[i]; c.Workload == workload && c.Measured() {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// fig shows a figure of a cell as median [interval].
+func fig(c *runfile.Cell, name string, f func(float64) string) string {
+	return ci(c.Interval(name), f)
+}
+
+// latencyFig shows a latency percentile of a cell; a saturated cell's as
+// "≥ x" (every percentile of a growing queue is a lower bound).
+func latencyFig(c *runfile.Cell, name string) string {
+	s := fig(c, name, fmtNsF)
+	if c.Status == runfile.StatusSaturated {
+		return "≥ " + s
+	}
+	return s
+}
+
+func writeRecommendations(b *strings.Builder, f *runfile.RunFile) {
+	if len(f.Recommendations) == 0 {
+		return
+	}
+	b.WriteString("## Recommendation per device\n\n")
+	b.WriteString("Rule: the highest **durable** throughput among backend/flush policies that are sustained (backlog ≤ 10 % of what they wrote; one whose backlog interval straddles 10 % is undetermined and never picked alone), not saturated under pressure at a rate they sustain without it, and whose p99.9 under pressure is not above 2× their own unpressured p99.9 at the run's confidence; async cells on an emulated device whose throttle misses the kernel's writeback never qualify. A pick is called only when its interval separates from the others'. async and sync acknowledge different things (see the durability table): choose the durability you need first.\n\n")
+	last := ""
+	for _, r := range f.Recommendations {
+		if k := r.Target + fmt.Sprint(r.SizeBytes); k != last {
+			fmt.Fprintf(b, "- **%s**, %s bodies:\n", orDefault(deviceLabel(f, r.Target), "target"), sizeLabel(r.SizeBytes))
+			last = k
+		}
+		fmt.Fprintf(b, "  - %s: %s\n", r.Durability, r.Text)
+		for _, e := range r.Excluded {
+			fmt.Fprintf(b, "    - excluded %s\n", e)
+		}
+	}
+	b.WriteString("\n")
+}
+
+func deviceLabel(f *runfile.RunFile, target string) string {
+	for _, d := range f.Devices {
+		if d.Label == target && d.Emulated {
+			return target + " (EMULATED)"
+		}
+	}
+	return target
+}
+
+func writeAA(b *strings.Builder, f *runfile.RunFile) {
+	if len(f.AA) == 0 {
+		return
+	}
+	b.WriteString("## A/A check (one cell measured twice, as if two systems)\n\n| cell | figure | A | A again | verdict |\n|---|---|---:|---:|---|\n")
+	different := 0
+	for _, c := range f.AA {
+		f := fmtFloat
+		if strings.HasSuffix(c.Figure, "Ns") {
+			f = fmtNsF
+		} else if c.Figure == "msgsPerSec" {
+			f = fmtCount
+		}
+		verdict := "no significant difference ✓"
+		if c.Different {
+			verdict = "**called different ✗**"
+			different++
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", c.A, c.Figure, ci(c.AInterval, f), ci(c.BInterval, f), verdict)
+	}
+	if different > 0 {
+		fmt.Fprintf(b, "\n**The harness called an identical cell different in %d figure(s)**: this run's separations of that size are not to be trusted (a noisy machine, or drift across the run).\n\n", different)
+	} else {
+		b.WriteString("\nThe harness does not call the twin different: separations in this run are not noise of that size.\n\n")
+	}
+}
+
+func sustainedText(c *runfile.Cell) string {
+	switch {
+	case c.Sustained == nil:
+		return "—"
+	case *c.Sustained:
+		return "yes"
+	}
+	return "**no**"
+}
+
+func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
+	rows := cellsOf(f, "throughput", true)
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## Throughput (closed loop)\n\n")
+	b.WriteString("| backend | size | flush | producers | msgs/s | accepted MB/s | durable MB/s | backlog | drain | time-to-durable MB/s | msgs/group commit | sustained | p50 | p99 | p99.9 | CPU s/GiB | allocs/msg |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range rows {
+		durable, backlog, drain, ttd := "—", "—", "—", "—"
+		if c.Sustained != nil {
+			durable, backlog, drain, ttd = fig(c, "durableMBps", fmtFloat), fig(c, "backlogBytes", fmtBytes), fig(c, "drainNs", fmtNsF), fig(c, "timeToDurableMBps", fmtFloat)
+		}
+		perCommit := "—"
+		if c.MsgsPerGroupCommit > 0 && c.Flush == "sync" {
+			perCommit = fig(c, "msgsPerGroupCommit", fmtFloat)
+		}
+		accepted := fig(c, "writtenMBps", fmtFloat)
+		if c.WrittenMBps == 0 {
+			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, c.Producers,
+			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, sustainedText(c),
+			fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
+	}
+	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Close for mqstore (final flush, dispatch, ConsumeQueue and index flush).\n\n")
+}
+
+func writeLatency(b *strings.Builder, f *runfile.RunFile) {
+	rows := cellsOf(f, "latency", true)
+	if len(rows) == 0 {
+		return
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].RatePerSec < rows[j].RatePerSec })
+	fmt.Fprintf(b, "## Latency (open loop, %s arrivals at absolute rates; completion − intended start)\n\n", f.Config.Arrival)
+	b.WriteString("| backend | size | flush | rate | status | achieved msgs/s | p50 | p99 | p99.9 | p99.99 | max | floor p99.9 | service p99.9 | unstarted | sustained | sustainable rate |\n")
+	b.WriteString("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	for _, c := range rows {
+		status := c.Status
+		if c.GeneratorBound {
+			status += " † generator-bound"
+		}
+		floor, sustainable := "—", "—"
+		if c.FloorP999Ns > 0 {
+			floor = fmtNs(c.FloorP999Ns)
+		}
+		if c.SustainableRatePerSec > 0 {
+			sustainable = fmtCount(c.SustainableRatePerSec)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush,
+			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"),
+			latencyFig(c, "p9999Ns"), latencyFig(c, "maxNs"), floor, fig(c, "serviceP999Ns", fmtNsF), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
+	}
+	b.WriteString("\n*unstarted*: the worst repeat's share of arrivals never started by the window's end + a tenth (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below 3× the floor's — the load generator's tail, not the store's. *saturated* cells show lower bounds (≥).\n\n")
+	for _, c := range rows {
+		if c.Status == runfile.StatusSaturated {
+			fmt.Fprintf(b, "- `%s` saturated: %s\n", c.Name, strings.Join(c.Saturation, " | "))
+		}
+	}
+	b.WriteString("\n")
+}
+
+func writeSearches(b *strings.Builder, f *runfile.RunFile) {
+	if len(f.Searches) == 0 {
+		return
+	}
+	b.WriteString("## Highest sustainable rate (open loop; probes of one repeat each)\n\n| system | sustainable msgs/s | saturated at | probes (rate: status) |\n|---|---:|---:|---|\n")
+	for _, s := range f.Searches {
+		var probes []string
+		for _, p := range s.Probes {
+			probes = append(probes, fmt.Sprintf("%s: %s", fmtCount(p.RatePerSec), p.Status))
+		}
+		name := s.Backend
+		if s.Peer {
+			name += " (peer)"
+		}
+		sat, sus := "—", "none found"
+		if s.SaturatedAtPerSec > 0 {
+			sat = fmtCount(s.SaturatedAtPerSec)
+		}
+		if s.SustainableRatePerSec > 0 {
+			sus = fmtCount(s.SustainableRatePerSec)
+		}
+		if s.Reason != "" {
+			sus += " (" + oneLine(s.Reason) + ")"
+		}
+		fmt.Fprintf(b, "| %s %s %s | %s | %s | %s |\n", name, sizeLabel(s.Size), s.Flush, sus, sat, strings.Join(probes, ", "))
+	}
+	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %.\n\n")
+}
+
+func writeFloors(b *strings.Builder, f *runfile.RunFile) {
+	if len(f.Floors) == 0 {
+		return
+	}
+	b.WriteString("## The harness's floor (the same schedule against a no-op)\n\n| rate | pressure | status | p50 | p99 | p99.9 |\n|---:|---|---|---:|---:|---:|\n")
+	for _, fl := range f.Floors {
+		iv := func(name string) string {
+			return ci(runfile.Interval{Median: float64(pick(fl, name)), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", fmtCount(fl.RatePerSec), fl.Pressure, fl.Status, iv("p50Ns"), iv("p99Ns"), iv("p999Ns"))
+	}
+	b.WriteString("\n")
+}
+
+func pick(fl runfile.Floor, name string) int64 {
+	switch name {
+	case "p50Ns":
+		return fl.P50Ns
+	case "p99Ns":
+		return fl.P99Ns
+	}
+	return fl.P999Ns
+}
+
+// writeDurability is the table of what an acknowledgement means, a row
+// for every system and flush mode that appears in the run.
+func writeDurability(b *strings.Builder, f *runfile.RunFile) {
+	type row struct{ name, flush string }
+	seen := map[row]bool{}
+	var rows []*runfile.Cell
+	for _, c := range allCells(f) {
+		if c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery" {
+			continue
+		}
+		k := row{c.Backend, c.Flush}
+		if !seen[k] {
+			seen[k] = true
+			rows = append(rows, c)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## Durability: what an acknowledgement means\n\n| system | flush | ack is sent | a process crash loses | a power loss loses | mechanism |\n|---|---|---|---|---|---|\n")
+	for _, c := range rows {
+		name := c.Backend
+		if c.Peer {
+			name = c.Backend + " (peer: " + orDefault(c.Label, c.Backend)
+			if c.Version != "" && !strings.Contains(c.Label, c.Version) {
+				name += ", " + c.Version
+			}
+			name += ")"
+		}
+		d := c.Durability
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", name, c.Flush, d.Ack, d.ProcessCrash, d.PowerLoss, d.Mechanism)
+	}
+	b.WriteString("\nmqstore's rows follow its backends and flush policies (DESIGN.md); the peers' rows are what each peer reports about itself.\n\n")
+}
+
+func writePressure(b *strings.Builder, f *runfile.RunFile) {
+	type row struct {
+		base *runfile.Cell
+		by   map[string]*runfile.Cell
+	}
+	var rows []row
+	var ps []string
+	for _, p := range f.Config.Pressures {
+		if p != "none" {
+			ps = append(ps, p)
+		}
+	}
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Workload != "latency" || c.Pressure != "none" || !c.Measured() || c.TwinOf != "" {
+			continue
+		}
+		r := row{base: c, by: map[string]*runfile.Cell{}}
+		for j := range f.Cells {
+			p := &f.Cells[j]
+			if p.Pressure != "none" && samePoint(c, p) {
+				r.by[p.Pressure] = p
+			}
+		}
+		if len(r.by) > 0 {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## Under pressure (open loop at the same rates; p99.9 and its ratio to the unpressured p99.9)\n\n| backend | size | flush | rate | none p99.9 |")
+	for _, p := range ps {
+		fmt.Fprintf(b, " %s p99.9 (÷ none) |", p)
+	}
+	b.WriteString("\n|---|---:|---|---:|---:|" + strings.Repeat("---:|", len(ps)) + "\n")
+	for _, r := range rows {
+		c := r.base
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), latencyFig(c, "p999Ns"))
+		for _, p := range ps {
+			pc := r.by[p]
+			switch {
+			case pc == nil:
+				b.WriteString(" — |")
+			case !pc.Measured():
+				fmt.Fprintf(b, " %s |", pc.Status)
+			case !pc.Comparable() || !c.Comparable():
+				fmt.Fprintf(b, " %s (not compared: %s) |", latencyFig(pc, "p999Ns"), whyNot(c, pc))
+			default:
+				rt := ratioOf("pressure", pc, c.Name, "p999Ns", c.Interval("p999Ns"), "")
+				fmt.Fprintf(b, " %s (%s×) |", latencyFig(pc, "p999Ns"), withRange(rt.Median, rt.Low, rt.High, fmtFloat))
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nThe pressures, as applied in this run:\n\n")
+	for _, n := range f.Notes {
+		if strings.HasPrefix(n, "pressure ") {
+			fmt.Fprintf(b, "- %s\n", n)
+		}
+	}
+	b.WriteString("\nThe system was sampled every 100 ms in every repeat (run.json `repeats[].samples`: dirty and writeback pages, swap, major faults, PSI, load average, CPU steal).\n\n")
+}
+
+func whyNot(cs ...*runfile.Cell) string {
+	var out []string
+	for _, c := range cs {
+		switch {
+		case c.Status == runfile.StatusSaturated:
+			out = append(out, c.Pressure+" saturated")
+		case c.GeneratorBound:
+			out = append(out, c.Pressure+" generator-bound")
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func writeE2E(b *strings.Builder, f *runfile.RunFile) {
+	rows := cellsOf(f, "e2e", false)
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## End to end (open-loop producers, one long-polling consumer per queue; store-to-delivery latency)\n\n")
+	b.WriteString("| backend | size | flush | rate | status | delivered msgs/s | p50 | p99 | p99.9 | max | Put latency p99.9 | unstarted |\n|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, c := range rows {
+		status := c.Status
+		if c.GeneratorBound {
+			status += " †"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
+			fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), latencyFig(c, "maxNs"),
+			fig(c, "serviceP999Ns", fmtNsF), fmtPct(c.Max.UnstartedFraction))
+	}
+	b.WriteString("\nLatency = the consumer's clock once it has decoded the message − the message's *intended* start (stamped in the body), so a producer that started late does not hide the wait. Messages become visible after dispatch to the ConsumeQueue — for the buffered backends (transient, uring) only after a commit, so their end-to-end latency follows the commit interval. *Put latency*: the producers' service time.\n\n")
+}
+
+func writeConsume(b *strings.Builder, f *runfile.RunFile) {
+	rows := cellsOf(f, "consume", false)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## Consume (catch-up read of a %s CommitLog through the ConsumeQueue, one queue, to a loopback TCP reader)\n\n", sizeLabel(int(f.Config.ConsumeBytes)))
+	b.WriteString("| backend | size | variant | msgs/s | GB/s | sender CPU s/GiB | process CPU s/GiB | resident after drop |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range rows {
+		resident := "—"
+		if strings.HasPrefix(c.Variant, "cold") {
+			resident = fmtPct(c.ResidentFraction)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Variant,
+			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }),
+			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
+	}
+	b.WriteString("\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n")
+}
+
+func writeRecovery(b *strings.Builder, f *runfile.RunFile) {
+	rows := cellsOf(f, "recovery", false)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## Recovery (engine.Open after SIGKILL of a producer holding a %s CommitLog)\n\n", sizeLabel(int(f.Config.RecoveryBytes)))
+	b.WriteString("| backend | size | variant | CommitLog scanned | open time | GB/s scanned |\n|---|---:|---|---:|---:|---:|\n")
+	for _, c := range rows {
+		scanned := int64(0)
+		if len(c.Repeats) > 0 {
+			scanned = c.Repeats[0].Result.PayloadBytes
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.0f MB | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Variant, float64(scanned)/1e6,
+			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }))
+	}
+	b.WriteString("\nA child process fills the store (async) and is killed with SIGKILL holding it; engine.Open then recovers it. MB/s counts the CommitLog bytes recovery scanned.\n\n")
+}
+
+func writeFailures(b *strings.Builder, f *runfile.RunFile) {
+	var lines []string
+	for _, c := range allCells(f) {
+		if !c.Measured() {
+			lines = append(lines, fmt.Sprintf("- `%s`: **%s** — %s\n", c.Name, c.Status, oneLine(c.Reason)))
+		}
+	}
+	for _, l := range f.Limits {
+		if l.Status != runfile.StatusOK {
+			lines = append(lines, fmt.Sprintf("- limit `%s`: **%s** — %s\n", l.Name, l.Status, oneLine(l.Reason)))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	b.WriteString("## Failed, skipped or interrupted (no figures)\n\n")
+	for _, l := range lines {
+		b.WriteString(l)
+	}
+	b.WriteString("\n")
+}
+
+func limitLabel(f *runfile.RunFile, l *runfile.Limit) string {
+	if l.Target == "" {
+		return l.Name
+	}
+	for _, d := range f.Devices {
+		if d.Label == l.Target && d.Emulated {
+			return l.Name + " @" + l.Target + " (EMULATED)"
+		}
+	}
+	if len(f.Devices) > 1 {
+		return l.Name + " @" + l.Target
+	}
+	return l.Name
+}
+
+func writeLimits(b *strings.Builder, f *runfile.RunFile) {
+	var ok []*runfile.Limit
+	for i := range f.Limits {
+		if f.Limits[i].Status == runfile.StatusOK {
+			ok = append(ok, &f.Limits[i])
+		}
+	}
+	if len(ok) == 0 {
+		return
+	}
+	b.WriteString("## Limits (same run, same directory, no engine)\n\n| limit | tool | block/record | MB/s | ops/s | p50 | p99 | p99.9 |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, l := range ok {
+		lat := func(name string) string {
+			if l.Figures.Figure(name) == 0 {
+				return "—"
+			}
+			return ci(l.Interval(name), fmtNsF)
+		}
+		size := sizeLabel(l.SizeBytes)
+		if l.Name == runfile.LimitMemcpy {
+			size = l.Params["recordBytes"] + " B record (" + sizeLabel(l.SizeBytes) + " body)"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.Tool, size,
+			ci(l.Interval("mbPerSec"), fmtFloat), ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
+	}
+	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time; fio's fdatasync figures time the fdatasync alone.\n\n")
+}
+
+func writeRatios(b *strings.Builder, f *runfile.RunFile) {
+	if len(f.Ratios) == 0 {
+		return
+	}
+	b.WriteString("## Ratios (median [the widest the intervals allow]; only comparable cells: not saturated, not generator-bound)\n\n")
+	titles := map[string]string{"memcpy-ceiling": "store ÷ memcpy ceiling (appends into present pages)", "fault-ceiling": "store ÷ page-fault ceiling (mmap appends into cold pages)",
+		"device": "store ÷ device", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
+		"sendfile": "consume: sendfile ÷ copy"}
+	for _, kind := range []string{"pressure", "sendfile", "memcpy-ceiling", "fault-ceiling", "device", "peer"} {
+		var rows []runfile.Ratio
+		for _, r := range f.Ratios {
+			if r.Kind == kind {
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "### %s\n\n| cell | against | figure | ratio | note |\n|---|---|---|---:|---|\n", titles[kind])
+		for _, r := range rows {
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", r.Cell, r.Against, r.Figure,
+				withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" }), r.Note)
+		}
+		b.WriteString("\n")
+	}
+}

@@ -1,0 +1,126 @@
+package runfile
+
+import "time"
+
+// Config is a run's full configuration, recorded in run.json.
+type Config struct {
+	Backends  []string `json:"backends"`
+	Sizes     []int    `json:"sizes"`
+	Flushes   []string `json:"flushes"`
+	Workloads []string `json:"workloads"`
+	// Pressures: none, dirty, swap, both (dirty and swap at once); every
+	// but none needs root.
+	Pressures []string `json:"pressures"`
+	// PressureWorkloads are the workloads run under a pressure other than
+	// none (empty: Workloads).
+	PressureWorkloads []string `json:"pressureWorkloads,omitempty"`
+	// Peers are passed to mqpeer --peer as they are.
+	Peers []string `json:"peers"`
+	// Producers are the closed-loop producer counts: one throughput cell
+	// each.
+	Producers []int `json:"producers"`
+	// InFlight is the open loop's worker count.
+	InFlight int `json:"inFlight"`
+	// Duration is each repeat's measured window; 0 chooses it per flush
+	// mode (RunFile.Plan.Windows says how).
+	Duration time.Duration `json:"durationNs"`
+	Warmup   time.Duration `json:"warmupNs"`
+	// Repeat is the measured repeats of each cell; one more, unmeasured,
+	// runs first (Repeat index 0).
+	Repeat int `json:"repeat"`
+	// Rates is the open-loop ladder of absolute rates shared by every
+	// backend and peer (msgs/s); rungs above a system's sustained rate and
+	// rates the load generator cannot offer are skipped (RunFile.Notes).
+	Rates   []float64 `json:"rates"`
+	Arrival string    `json:"arrival"`
+	// Seed, with the repeat index, seeds the arrivals: every system gets the
+	// same arrivals in the same repeat.
+	Seed uint64 `json:"seed"`
+	// SearchProbes bounds the runs of each sustainable-rate search (0: no
+	// search); SearchDuration is their window.
+	SearchProbes   int           `json:"searchProbes"`
+	SearchDuration time.Duration `json:"searchDurationNs"`
+	// AA measures one cell twice, as if it were two systems (the A/A check).
+	AA bool `json:"aa"`
+
+	// Dir is where stores and probe files are created (a fresh temporary
+	// directory inside it, removed at the end). Dirs lists every target
+	// directory (--dir repeated); Dir is the first.
+	Dir  string   `json:"dir"`
+	Dirs []string `json:"dirs,omitempty"`
+	// Emulate adds emulated devices: "hdd" is a loop-device ext4 file system
+	// whose I/O is throttled with cgroup v1 blkio limits to HDDBandwidthBytes
+	// per second and HDDIOPS, in an image of EmulateImageBytes. Root only.
+	Emulate           []string `json:"emulate,omitempty"`
+	EmulateImageBytes int64    `json:"emulateImageBytes,omitempty"`
+	HDDBandwidthBytes int64    `json:"hddBandwidthBytes,omitempty"`
+	HDDIOPS           int      `json:"hddIops,omitempty"`
+
+	ConsumeBytes  int64 `json:"consumeBytes,omitempty"`
+	RecoveryBytes int64 `json:"recoveryBytes,omitempty"`
+	// ColdReads adds the cold consume and recovery variants (root: they drop
+	// the page cache).
+	ColdReads bool `json:"coldReads"`
+
+	DirtyBytes           int64  `json:"dirtyBytes,omitempty"`
+	DirtyBackgroundBytes int64  `json:"dirtyBackgroundBytes,omitempty"`
+	DirtyFileBytes       int64  `json:"dirtyFileBytes,omitempty"`
+	SwapFileBytes        int64  `json:"swapFileBytes,omitempty"`
+	SwapLimitBytes       int64  `json:"swapLimitBytes,omitempty"`
+	SwapNeighbourBytes   int64  `json:"swapNeighbourBytes,omitempty"`
+	StateDir             string `json:"stateDir,omitempty"`
+
+	// Policies, when set, replaces Flushes × Store by a sweep's flush
+	// policies (each for one backend, or every backend when Backend is "").
+	Policies []Policy `json:"policies,omitempty"`
+	Out      string   `json:"out"`
+	// ProfilesRoot: the run writes ProfilesRoot/<id>/.
+	ProfilesRoot    string        `json:"profilesRoot"`
+	Profile         bool          `json:"profile"`
+	ProfileDuration time.Duration `json:"profileDurationNs"`
+
+	NoLimits bool `json:"noLimits"`
+	// MemcpyBytes is the pre-populated mapping the memcpy ceiling copies
+	// into, for at least MemcpyDuration per repeat; FaultBytes the fresh
+	// file the page-fault rate touches; DeviceProbeBytes what the O_DIRECT
+	// probe writes; SyncProbeCount the 4 KiB write+fdatasync samples.
+	MemcpyBytes      int64         `json:"memcpyBytes"`
+	MemcpyDuration   time.Duration `json:"memcpyDurationNs"`
+	FaultBytes       int64         `json:"faultBytes"`
+	DeviceProbeBytes int64         `json:"deviceProbeBytes"`
+	SyncProbeCount   int           `json:"syncProbeCount"`
+	PeerCommand      string        `json:"peerCommand,omitempty"`
+
+	Store StoreConfig `json:"store"`
+}
+
+// StoreConfig are the engine options every store cell uses (zero: the
+// engine's RocketMQ defaults).
+type StoreConfig struct {
+	SegmentSizeBytes      int64         `json:"segmentSizeBytes"`
+	FlushInterval         time.Duration `json:"flushIntervalNs,omitempty"`
+	FlushLeastPages       int           `json:"flushLeastPages,omitempty"`
+	FlushThoroughInterval time.Duration `json:"flushThoroughIntervalNs,omitempty"`
+	SyncFlushTimeout      time.Duration `json:"syncFlushTimeoutNs,omitempty"`
+	CommitInterval        time.Duration `json:"commitIntervalNs,omitempty"`
+	CommitLeastPages      int           `json:"commitLeastPages,omitempty"`
+	WarmSegments          bool          `json:"warmSegments,omitempty"`
+	LockSegments          bool          `json:"lockSegments,omitempty"`
+}
+
+// Policy is one flush policy of a sweep.
+type Policy struct {
+	Name string `json:"name"`
+	// Backend is the backend the policy is for ("" for every backend).
+	Backend string      `json:"backend,omitempty"`
+	Flush   string      `json:"flush"`
+	Store   StoreConfig `json:"store"`
+}
+
+// TargetDirs is every target directory.
+func (c *Config) TargetDirs() []string {
+	if len(c.Dirs) > 0 {
+		return c.Dirs
+	}
+	return []string{c.Dir}
+}

@@ -1,0 +1,211 @@
+package runfile
+
+import (
+	"slices"
+
+	"github.com/mqstore/mqstore/bench/load"
+)
+
+// Figures are one measurement's numbers (or the median, an interval bound,
+// the min or the max of a cell's repeats, figure by figure). MB are 10^6
+// bytes. Latency percentiles: open loop, completion − intended start with
+// unstarted arrivals at (deadline − intended); closed loop, the service
+// time; e2e, store-to-delivery latency.
+type Figures struct {
+	// MsgsPerSec: completed messages per second of the window (e2e:
+	// delivered). MBPerSec: their body bytes.
+	MsgsPerSec float64 `json:"msgsPerSec"`
+	MBPerSec   float64 `json:"mbPerSec"`
+	// WrittenMBps is record bytes the system accepted per second and
+	// DurableMBps record bytes that became durable per second of the window
+	// (both from load.Durability; 0 when the system does not report it).
+	// BacklogBytes is written − durable at the window's end, BacklogShare
+	// that over the bytes written in the window; DrainNs how long Drain (for
+	// mqstore: Close) took to make the backlog durable; TimeToDurableMBps
+	// is the window's written bytes ÷ (window + drain).
+	WrittenMBps       float64 `json:"writtenMBps"`
+	DurableMBps       float64 `json:"durableMBps"`
+	BacklogBytes      float64 `json:"backlogBytes"`
+	BacklogShare      float64 `json:"backlogShare"`
+	DrainNs           int64   `json:"drainNs"`
+	TimeToDurableMBps float64 `json:"timeToDurableMBps"`
+	// MsgsPerGroupCommit is Puts ÷ flushes in the window (mqstore sync).
+	MsgsPerGroupCommit float64 `json:"msgsPerGroupCommit,omitempty"`
+	P50Ns              int64   `json:"p50Ns"`
+	P90Ns              int64   `json:"p90Ns"`
+	P99Ns              int64   `json:"p99Ns"`
+	P999Ns             int64   `json:"p999Ns"`
+	P9999Ns            int64   `json:"p9999Ns"`
+	MaxNs              int64   `json:"maxNs"`
+	CPUSecPerGiB       float64 `json:"cpuSecPerGiB"`
+	AllocsPerMsg       float64 `json:"allocsPerMsg"`
+	// Open loop: service time (completion − actual start), the rate really
+	// offered (arrivals in the window ÷ window), the share of arrivals
+	// never started, the generator's wake-up lag p99.
+	ServiceP50Ns      int64   `json:"serviceP50Ns,omitempty"`
+	ServiceP99Ns      int64   `json:"serviceP99Ns,omitempty"`
+	ServiceP999Ns     int64   `json:"serviceP999Ns,omitempty"`
+	OfferedPerSec     float64 `json:"offeredPerSec,omitempty"`
+	UnstartedFraction float64 `json:"unstartedFraction,omitempty"`
+	DispatchLagP99    int64   `json:"dispatchLagP99Ns,omitempty"`
+	// Consume: the whole process's CPU per GiB sent (CPUSecPerGiB is the
+	// sending thread's). Cold variants: the share of the store's pages still
+	// cached after the drop.
+	ProcessCPUSecPerGiB float64 `json:"processCpuSecPerGiB,omitempty"`
+	ResidentFraction    float64 `json:"residentFraction,omitempty"`
+	// Recovery: how long engine.Open of the crashed store took.
+	OpenNs int64 `json:"openNs,omitempty"`
+	// Limits: the page-fault ceiling's faults per second.
+	FaultsPerSec float64 `json:"faultsPerSec,omitempty"`
+}
+
+// FiguresOf turns one load result (and the store's counters over its
+// window, when known) into figures.
+func FiguresOf(r *load.Result, store *StoreCounters) Figures {
+	f := Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec(), AllocsPerMsg: r.AllocsPerMsg()}
+	lat := r.Service
+	switch r.Workload {
+	case load.Latency, "e2e":
+		lat = r.Latency
+		s := r.Service.Percentiles()
+		f.ServiceP50Ns, f.ServiceP99Ns, f.ServiceP999Ns = s.P50Ns, s.P99Ns, s.P999Ns
+		f.OfferedPerSec = r.OfferedPerSec()
+		if r.Arrivals > 0 {
+			f.UnstartedFraction = float64(r.Unstarted) / float64(r.Arrivals)
+		}
+		if r.DispatchLag != nil {
+			f.DispatchLagP99 = r.DispatchLag.Quantile(0.99)
+		}
+	default:
+		// CPU per GiB only in the closed loop: in the open loop the load
+		// generator's idle workers would be counted too.
+		f.CPUSecPerGiB = r.CPUSecPerGiB()
+	}
+	if r.Workload == "e2e" {
+		lat = r.Delivery
+		f.MsgsPerSec = perSec(float64(r.Delivered), r.WindowNs)
+	}
+	if lat != nil {
+		p := lat.Percentiles()
+		f.P50Ns, f.P90Ns, f.P99Ns, f.P999Ns, f.P9999Ns, f.MaxNs = p.P50Ns, p.P90Ns, p.P99Ns, p.P999Ns, p.P9999Ns, p.MaxNs
+	}
+	if d := r.Durability; d != nil {
+		f.WrittenMBps = perSec(float64(d.WrittenBytes())/1e6, r.ElapsedNs)
+		f.DurableMBps = perSec(float64(d.DurableBytes())/1e6, r.ElapsedNs)
+		f.BacklogBytes = float64(d.BacklogBytes())
+		if w := d.WrittenBytes(); w > 0 {
+			f.BacklogShare = float64(d.BacklogBytes()) / float64(w)
+		}
+		f.DrainNs = d.DrainNs
+		f.TimeToDurableMBps = perSec(float64(d.WrittenBytes())/1e6, r.ElapsedNs+d.DrainNs)
+	}
+	if store != nil && store.Flushes > 0 {
+		f.MsgsPerGroupCommit = float64(store.Puts) / float64(store.Flushes)
+	}
+	return f
+}
+
+func perSec(v float64, ns int64) float64 {
+	if ns <= 0 {
+		return 0
+	}
+	return v / (float64(ns) / 1e9)
+}
+
+// figureFields lists every figure with its accessor, so medians and
+// intervals are computed field by field.
+var figureFields = []struct {
+	name string
+	get  func(*Figures) *float64
+	geti func(*Figures) *int64
+}{
+	{name: "msgsPerSec", get: func(f *Figures) *float64 { return &f.MsgsPerSec }},
+	{name: "mbPerSec", get: func(f *Figures) *float64 { return &f.MBPerSec }},
+	{name: "writtenMBps", get: func(f *Figures) *float64 { return &f.WrittenMBps }},
+	{name: "durableMBps", get: func(f *Figures) *float64 { return &f.DurableMBps }},
+	{name: "backlogBytes", get: func(f *Figures) *float64 { return &f.BacklogBytes }},
+	{name: "backlogShare", get: func(f *Figures) *float64 { return &f.BacklogShare }},
+	{name: "drainNs", geti: func(f *Figures) *int64 { return &f.DrainNs }},
+	{name: "timeToDurableMBps", get: func(f *Figures) *float64 { return &f.TimeToDurableMBps }},
+	{name: "msgsPerGroupCommit", get: func(f *Figures) *float64 { return &f.MsgsPerGroupCommit }},
+	{name: "p50Ns", geti: func(f *Figures) *int64 { return &f.P50Ns }},
+	{name: "p90Ns", geti: func(f *Figures) *int64 { return &f.P90Ns }},
+	{name: "p99Ns", geti: func(f *Figures) *int64 { return &f.P99Ns }},
+	{name: "p999Ns", geti: func(f *Figures) *int64 { return &f.P999Ns }},
+	{name: "p9999Ns", geti: func(f *Figures) *int64 { return &f.P9999Ns }},
+	{name: "maxNs", geti: func(f *Figures) *int64 { return &f.MaxNs }},
+	{name: "cpuSecPerGiB", get: func(f *Figures) *float64 { return &f.CPUSecPerGiB }},
+	{name: "allocsPerMsg", get: func(f *Figures) *float64 { return &f.AllocsPerMsg }},
+	{name: "serviceP50Ns", geti: func(f *Figures) *int64 { return &f.ServiceP50Ns }},
+	{name: "serviceP99Ns", geti: func(f *Figures) *int64 { return &f.ServiceP99Ns }},
+	{name: "serviceP999Ns", geti: func(f *Figures) *int64 { return &f.ServiceP999Ns }},
+	{name: "offeredPerSec", get: func(f *Figures) *float64 { return &f.OfferedPerSec }},
+	{name: "unstartedFraction", get: func(f *Figures) *float64 { return &f.UnstartedFraction }},
+	{name: "dispatchLagP99Ns", geti: func(f *Figures) *int64 { return &f.DispatchLagP99 }},
+	{name: "processCpuSecPerGiB", get: func(f *Figures) *float64 { return &f.ProcessCPUSecPerGiB }},
+	{name: "residentFraction", get: func(f *Figures) *float64 { return &f.ResidentFraction }},
+	{name: "openNs", geti: func(f *Figures) *int64 { return &f.OpenNs }},
+	{name: "faultsPerSec", get: func(f *Figures) *float64 { return &f.FaultsPerSec }},
+}
+
+// FigureNames lists every figure's JSON name.
+func FigureNames() []string {
+	out := make([]string, len(figureFields))
+	for i, f := range figureFields {
+		out[i] = f.name
+	}
+	return out
+}
+
+// Figure returns the named figure as a float; it panics on a name that is
+// not a figure (a programming error).
+func (f *Figures) Figure(name string) float64 {
+	for _, fld := range figureFields {
+		if fld.name == name {
+			if fld.get != nil {
+				return *fld.get(f)
+			}
+			return float64(*fld.geti(f))
+		}
+	}
+	panic("runfile: unknown figure " + name)
+}
+
+// Summary is the median, interval and range of each figure over repeats.
+type Summary struct {
+	Median, CILow, CIHigh, Min, Max Figures
+	CILevel                         float64
+}
+
+// Summarize computes, figure by figure, the median of fs, its confidence
+// interval (MedianCI) and the min and max.
+func Summarize(fs []Figures) Summary {
+	var s Summary
+	if len(fs) == 0 {
+		return s
+	}
+	for _, fld := range figureFields {
+		xs := make([]float64, len(fs))
+		for i := range fs {
+			if fld.get != nil {
+				xs[i] = *fld.get(&fs[i])
+			} else {
+				xs[i] = float64(*fld.geti(&fs[i]))
+			}
+		}
+		m, lo, hi, level := MedianCI(xs)
+		s.CILevel = level
+		mn, mx := slices.Min(xs), slices.Max(xs)
+		for _, dst := range []struct {
+			f *Figures
+			v float64
+		}{{&s.Median, m}, {&s.CILow, lo}, {&s.CIHigh, hi}, {&s.Min, mn}, {&s.Max, mx}} {
+			if fld.get != nil {
+				*fld.get(dst.f) = dst.v
+			} else {
+				*fld.geti(dst.f) = int64(dst.v)
+			}
+		}
+	}
+	return s
+}

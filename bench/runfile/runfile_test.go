@@ -1,0 +1,154 @@
+package runfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/bench/load"
+)
+
+func TestMedianCI(t *testing.T) {
+	for _, c := range []struct {
+		xs             []float64
+		med, lo, hi    float64
+		level          float64
+		levelTolerance float64
+	}{
+		{[]float64{5}, 5, 5, 5, 0, 0},
+		{[]float64{3, 1, 2, 5, 4}, 3, 1, 5, 0.9375, 1e-12},            // n=5: only min–max, 93.75 %
+		{[]float64{6, 1, 2, 5, 4, 3}, 3.5, 1, 6, 0.96875, 1e-12},      // n=6: min–max, 96.9 %
+		{[]float64{9, 1, 2, 5, 4, 3, 7, 8, 6}, 5, 2, 8, 0.9609, 1e-4}, // n=9: the 2nd and 8th, 96.1 %
+	} {
+		med, lo, hi, level := MedianCI(c.xs)
+		if med != c.med || lo != c.lo || hi != c.hi || math.Abs(level-c.level) > c.levelTolerance {
+			t.Errorf("MedianCI(%v) = %v [%v, %v] at %v; want %v [%v, %v] at %v", c.xs, med, lo, hi, level, c.med, c.lo, c.hi, c.level)
+		}
+	}
+	// The stated coverage is the true one: draw 5 samples from a known
+	// distribution many times and count how often [min, max] holds its median.
+	seed := uint64(1)
+	next := func() float64 {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return float64(seed>>11) / (1 << 53)
+	}
+	hits := 0
+	const trials = 20000
+	for range trials {
+		xs := []float64{next(), next(), next(), next(), next()}
+		if _, lo, hi, _ := MedianCI(xs); lo <= 0.5 && 0.5 <= hi {
+			hits++
+		}
+	}
+	if got := float64(hits) / trials; math.Abs(got-0.9375) > 0.01 {
+		t.Errorf("empirical coverage %.4f, want 0.9375 ±0.01", got)
+	}
+}
+
+func TestSeparated(t *testing.T) {
+	if !Separated(Interval{10, 9, 11, 0.9}, Interval{20, 12, 25, 0.9}) || Separated(Interval{10, 9, 12, 0.9}, Interval{20, 12, 25, 0.9}) {
+		t.Error("separation")
+	}
+	if Separated(Interval{10, 10, 10, 0}, Interval{20, 20, 20, 0}) {
+		t.Error("two single measurements called different")
+	}
+}
+
+func histogramOf(us ...int) *load.Histogram {
+	h := load.NewHistogram()
+	for _, v := range us {
+		h.Record(time.Duration(v) * time.Microsecond)
+	}
+	return h
+}
+
+func TestFiguresOfDurability(t *testing.T) {
+	r := load.Result{Workload: load.Throughput, Messages: 1000, PayloadBytes: 1000 * 1000, ElapsedNs: 2e9, WindowNs: 2e9,
+		Service: histogramOf(1, 2, 3),
+		Durability: &load.DurabilityResult{WrittenStartBytes: 100, DurableStartBytes: 100, WrittenEndBytes: 100 + 4e6, DurableEndBytes: 100 + 3e6,
+			DrainNs: 2e9, WrittenAfterDrainBytes: 100 + 4e6, DurableAfterDrainBytes: 100 + 4e6}}
+	f := FiguresOf(&r, &StoreCounters{Puts: 1000, Flushes: 40})
+	want := Figures{MsgsPerSec: 500, MBPerSec: 0.5, WrittenMBps: 2, DurableMBps: 1.5, BacklogBytes: 1e6, BacklogShare: 0.25, DrainNs: 2e9,
+		TimeToDurableMBps: 1, MsgsPerGroupCommit: 25}
+	for _, name := range []string{"msgsPerSec", "mbPerSec", "writtenMBps", "durableMBps", "backlogBytes", "backlogShare", "drainNs", "timeToDurableMBps", "msgsPerGroupCommit"} {
+		if got, w := f.Figure(name), want.Figure(name); math.Abs(got-w) > 1e-9 {
+			t.Errorf("%s = %v, want %v", name, got, w)
+		}
+	}
+}
+
+func TestFiguresOfOpenLoop(t *testing.T) {
+	r := load.Result{Workload: load.Latency, Messages: 8, Arrivals: 10, Unstarted: 2, ElapsedNs: 1e9, WindowNs: 1e9,
+		Service: histogramOf(1, 1, 1, 1, 1, 1, 1, 1), Latency: histogramOf(1, 1, 1, 1, 1, 1, 1, 1, 900, 1000), DispatchLag: histogramOf(3)}
+	f := FiguresOf(&r, nil)
+	if f.OfferedPerSec != 10 || f.UnstartedFraction != 0.2 || f.ServiceP50Ns == 0 || f.P99Ns < 900_000 || f.CPUSecPerGiB != 0 {
+		t.Errorf("open-loop figures %+v", f)
+	}
+	e := r
+	e.Workload, e.Delivery, e.Delivered = "e2e", histogramOf(50, 60), 5
+	if f := FiguresOf(&e, nil); f.MsgsPerSec != 5 || f.P50Ns > 51_000 || f.UnstartedFraction != 0.2 {
+		t.Errorf("e2e is an open loop with delivery latency: %+v", f)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	var fs []Figures
+	for _, v := range []float64{300, 100, 200, 500, 400} {
+		fs = append(fs, Figures{MsgsPerSec: v, P99Ns: int64(v)})
+	}
+	s := Summarize(fs)
+	if s.Median.MsgsPerSec != 300 || s.CILow.MsgsPerSec != 100 || s.CIHigh.MsgsPerSec != 500 || s.Min.P99Ns != 100 || s.Max.P99Ns != 500 || s.CILevel != 0.9375 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+func TestWriteReadAndOldSchemas(t *testing.T) {
+	dir := t.TempDir()
+	f := &RunFile{Schema: SchemaVersion, ID: "x", Cells: []Cell{{Name: "c", Repeats: []Repeat{{Result: load.Result{Service: histogramOf(1, 2)}}}}}}
+	if err := Write(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(f)
+	b, _ := json.Marshal(back)
+	if !bytes.Equal(a, b) {
+		t.Fatal("run file changed in a round trip")
+	}
+	for _, c := range []struct {
+		schema int
+		want   string
+	}{{1, "bytes accepted into buffers"}, {3, "newer than this mqbench"}, {0, "schema 0"}} {
+		p := filepath.Join(t.TempDir(), "run.json")
+		if err := os.WriteFile(p, []byte(`{"schema": `+string(rune('0'+c.schema))+`, "cells": []}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Read(filepath.Dir(p))
+		if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("schema %d: %v, want ErrSchema saying %q", c.schema, err, c.want)
+		}
+	}
+}
+
+func TestCellNames(t *testing.T) {
+	for _, c := range []struct {
+		cell Cell
+		want string
+	}{
+		{Cell{Workload: "throughput", Backend: "mmap", SizeBytes: 1024, Flush: "sync", Producers: 16, Pressure: "none"}, "throughput-mmap-1024-sync-p16"},
+		{Cell{Workload: "latency", Backend: "nats", SizeBytes: 128, Flush: "async", RatePerSec: 50000, Pressure: "dirty", Target: "vda"}, "latency-nats-128-async-r50000-dirty@vda"},
+		{Cell{Workload: "throughput", Backend: "mmap", SizeBytes: 1024, Flush: "async", Producers: 4, TwinOf: "x", Policy: "async fi=50ms"}, "throughput-mmap-1024-async-p4-async_fi=50ms-aa"},
+	} {
+		if got := CellName(&c.cell, true); got != c.want {
+			t.Errorf("CellName = %q, want %q", got, c.want)
+		}
+	}
+}

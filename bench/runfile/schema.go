@@ -1,0 +1,487 @@
+package runfile
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mqstore/mqstore/bench/load"
+)
+
+// SchemaVersion is run.json's "schema". Schema 2 changed what figures mean
+// (throughput beside what became durable; open-loop percentiles include
+// every arrival; absolute rates; intervals): readers refuse schema 1.
+const SchemaVersion = 2
+
+// Status of a cell, floor or limit.
+const (
+	StatusOK = "ok"
+	// StatusSaturated: an open-loop cell that could not keep its offered
+	// rate (see load.Result.Saturation); its percentiles are lower bounds.
+	StatusSaturated   = "saturated"
+	StatusFailed      = "failed"
+	StatusSkipped     = "skipped"
+	StatusInterrupted = "interrupted"
+)
+
+// RunFile is run.json.
+type RunFile struct {
+	Schema      int       `json:"schema"`
+	ID          string    `json:"id"`
+	Command     string    `json:"command"`
+	StartedAt   time.Time `json:"startedAt"`
+	FinishedAt  time.Time `json:"finishedAt"`
+	Interrupted bool      `json:"interrupted,omitempty"`
+	Machine     Machine   `json:"machine"`
+	Devices     []Device  `json:"devices"`
+	Config      Config    `json:"config"`
+	Plan        Plan      `json:"plan"`
+	// Cells are mqstore's; Peers the same workloads on other stores.
+	Cells []Cell `json:"cells"`
+	Peers []Cell `json:"peers"`
+	// Floors are the load generator's own latency at each open-loop rate:
+	// the same schedule against an operation that does nothing.
+	Floors   []Floor          `json:"floors"`
+	Limits   []Limit          `json:"limits"`
+	Searches []RateSearch     `json:"searches"`
+	Profiles []ProfileSummary `json:"profiles"`
+	// Derived from the above by report.Analyze (recomputed by `mqbench
+	// report`): ratios, the A/A check, the recommendations.
+	Ratios          []Ratio          `json:"ratios"`
+	AA              []Comparison     `json:"aa"`
+	Recommendations []Recommendation `json:"recommendations"`
+	// SystemChanges is what the run changed (sysctls, swap, cgroups, loop
+	// devices, mounts, neighbour processes) and whether each was undone.
+	SystemChanges []SystemChange `json:"systemChanges,omitempty"`
+	// Notes are run-level remarks (skipped pressures, devices, rungs).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Machine describes where a run ran, as it was when the run started.
+type Machine struct {
+	Host          string `json:"host"`
+	OS            string `json:"os"`
+	Arch          string `json:"arch"`
+	CPUs          int    `json:"cpus"`
+	CPUModel      string `json:"cpuModel"`
+	MemTotalBytes int64  `json:"memTotalBytes"`
+	Kernel        string `json:"kernel"`
+	GoVersion     string `json:"goVersion"`
+	// Commit is vcs.revision from the build info, or git rev-parse HEAD of
+	// the working directory when the binary was built without it
+	// (CommitSource says which).
+	Commit       string `json:"commit"`
+	CommitDirty  bool   `json:"commitDirty"`
+	CommitSource string `json:"commitSource"`
+	GOMAXPROCS   int    `json:"gomaxprocs"`
+	// GOGC is the GOGC environment variable ("" is the default, 100).
+	GOGC        string `json:"gogc"`
+	Clocksource string `json:"clocksource"`
+	// VM holds vm.dirty_*, dirty_expire/writeback_centisecs and swappiness
+	// at the start of the run (sysctl name → value).
+	VM map[string]string `json:"vm"`
+	// LoadAvgStart and LoadAvgEnd are /proc/loadavg's first three fields.
+	LoadAvgStart string `json:"loadAvgStart"`
+	LoadAvgEnd   string `json:"loadAvgEnd"`
+}
+
+// Device describes the block device under a target directory.
+type Device struct {
+	Dir          string `json:"dir"`
+	Device       string `json:"device"`
+	FSType       string `json:"fsType"`
+	MountSource  string `json:"mountSource"`
+	MountOptions string `json:"mountOptions"`
+	// Kind says what the device is: "virtual disk (virtio-blk)", "NVMe SSD",
+	// "SSD", "rotational disk", "loop device", "EMULATED …".
+	Kind  string `json:"kind"`
+	Model string `json:"model,omitempty"`
+	// Rotational is the kernel's queue/rotational flag. On a virtual disk it
+	// says nothing about the host's storage (Kind says so).
+	Rotational         *bool  `json:"rotational,omitempty"`
+	Scheduler          string `json:"scheduler,omitempty"`
+	LogicalBlockBytes  int    `json:"logicalBlockBytes,omitempty"`
+	PhysicalBlockBytes int    `json:"physicalBlockBytes,omitempty"`
+	WriteCache         string `json:"writeCache,omitempty"`
+	FUA                *bool  `json:"fua,omitempty"`
+	Emulated           bool   `json:"emulated"`
+	// BufferedWritebackThrottled is false on an emulated device whose
+	// throttle does not reach the kernel's writeback (cgroup v1 blkio): its
+	// async cells of buffered backends are not limited by the emulation.
+	BufferedWritebackThrottled bool   `json:"bufferedWritebackThrottled"`
+	Label                      string `json:"label,omitempty"`
+	Note                       string `json:"note,omitempty"`
+}
+
+// Plan is what the run set out to do, and its time estimate.
+type Plan struct {
+	// Cells and Runs (repeats, warm ones included, of cells and floors) as
+	// planned before the run; open-loop rungs above a system's sustained
+	// rate are counted although they may be skipped.
+	Cells            int     `json:"cells"`
+	Runs             int     `json:"runs"`
+	EstimatedSeconds float64 `json:"estimatedSeconds"`
+	// WindowNs is every cell's and floor's measured window; WindowWhy says
+	// how it was chosen (given, or derived from the buffers and the device).
+	WindowNs  int64  `json:"windowNs"`
+	WindowWhy string `json:"windowWhy"`
+}
+
+// Cell is one point of the matrix: a workload on a backend (or peer) at a
+// message size, flush policy, producer count or offered rate, repeated.
+type Cell struct {
+	Name     string `json:"name"`
+	Workload string `json:"workload"`
+	Backend  string `json:"backend"`
+	Peer     bool   `json:"peer,omitempty"`
+	// TwinOf names the cell this one measures again (the A/A check).
+	TwinOf    string `json:"twinOf,omitempty"`
+	SizeBytes int    `json:"sizeBytes"`
+	Flush     string `json:"flush"`
+	// Options are the effective engine options (mqstore) or the peer's
+	// options, as it reported them.
+	Options map[string]string `json:"options,omitempty"`
+	// Label and Version say exactly what runs (peers); Durability what its
+	// acknowledgement means.
+	Label      string      `json:"label,omitempty"`
+	Version    string      `json:"version,omitempty"`
+	Durability *Durability `json:"durability,omitempty"`
+	Policy     string      `json:"policy,omitempty"`
+	Variant    string      `json:"variant,omitempty"`
+	Pressure   string      `json:"pressure"`
+	Target     string      `json:"target,omitempty"`
+	Emulated   bool        `json:"emulated,omitempty"`
+	Producers  int         `json:"producers,omitempty"`
+	InFlight   int         `json:"inFlight,omitempty"`
+	Dir        string      `json:"dir"`
+	// Open loop: the offered rate (a rung of Config.Rates) and arrivals.
+	RatePerSec float64 `json:"ratePerSec,omitempty"`
+	Arrival    string  `json:"arrival,omitempty"`
+	// WindowNs is the measured window of each repeat.
+	WindowNs int64  `json:"windowNs"`
+	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
+	// Saturation says why a saturated cell is (per repeat that was).
+	Saturation []string `json:"saturation,omitempty"`
+	// Sustained: the median backlog at the window's end is at most 10 % of
+	// what was written in it (nil: the system does not report durability).
+	Sustained *bool `json:"sustained,omitempty"`
+	// GeneratorBound: the cell's p99.9 is below GeneratorBoundFactor × the
+	// floor's p99.9 at its rate — the tail is the load generator's.
+	GeneratorBound bool  `json:"generatorBound,omitempty"`
+	FloorP999Ns    int64 `json:"floorP999Ns,omitempty"`
+	// SustainableRatePerSec is the highest rate the search found unsaturated
+	// (open-loop cells of a searched group).
+	SustainableRatePerSec float64 `json:"sustainableRatePerSec,omitempty"`
+	// Repeats: index 0 is the unmeasured warm repeat.
+	Repeats []Repeat `json:"repeats"`
+	// Medians over the measured repeats, their confidence intervals
+	// (CILevel is their coverage), and min and max.
+	Figures
+	CILow   Figures `json:"ciLow"`
+	CIHigh  Figures `json:"ciHigh"`
+	CILevel float64 `json:"ciLevel"`
+	Min     Figures `json:"min"`
+	Max     Figures `json:"max"`
+}
+
+// GeneratorBoundFactor: a cell whose p99.9 is below this multiple of the
+// floor's p99.9 at the same rate is generator-bound.
+const GeneratorBoundFactor = 3
+
+// Durability is what an acknowledgement means for a system and flush mode:
+// when the ack is sent, what a process crash and a power loss lose, and by
+// what mechanism data becomes durable.
+type Durability struct {
+	Ack          string `json:"ack"`
+	ProcessCrash string `json:"processCrash"`
+	PowerLoss    string `json:"powerLoss"`
+	Mechanism    string `json:"mechanism"`
+}
+
+// Measured reports whether a cell has figures (ok or saturated).
+func (c *Cell) Measured() bool { return c.Status == StatusOK || c.Status == StatusSaturated }
+
+// Interval returns a figure's median and confidence interval.
+func (c *Cell) Interval(figure string) Interval {
+	return Interval{Median: c.Figures.Figure(figure), Lo: c.CILow.Figure(figure), Hi: c.CIHigh.Figure(figure), Level: c.CILevel}
+}
+
+// Comparable reports whether the cell's figures may enter ratios, verdicts
+// and recommendations: measured, not saturated, not generator-bound.
+func (c *Cell) Comparable() bool { return c.Status == StatusOK && !c.GeneratorBound }
+
+// Repeat is one run of a cell.
+type Repeat struct {
+	Index int `json:"index"`
+	// Warm marks the unmeasured first repeat.
+	Warm   bool   `json:"warm,omitempty"`
+	Seed   uint64 `json:"seed"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	// Saturation lists why the repeat was saturated (open loop).
+	Saturation []string `json:"saturation,omitempty"`
+	Figures    Figures  `json:"figures"`
+	// Result keeps the raw counts and the histograms (HdrHistogram V2
+	// compressed, base64).
+	Result load.Result `json:"result"`
+	// Store is the engine's counters over the window (mqstore cells).
+	Store *StoreCounters `json:"store,omitempty"`
+	// Samples: the system every 100 ms during the repeat.
+	Samples []Sample `json:"samples,omitempty"`
+}
+
+// StoreCounters are the engine's Stats differences over the window.
+type StoreCounters struct {
+	Puts    uint64 `json:"puts"`
+	Flushes uint64 `json:"flushes"`
+	Commits uint64 `json:"commits"`
+	Rolls   uint64 `json:"rolls"`
+	// FlushDiskTimeouts counts sync Puts whose group commit timed out.
+	FlushDiskTimeouts uint64 `json:"flushDiskTimeouts"`
+}
+
+// Sample is the system at one instant of a repeat: dirty and writeback
+// pages (gauges), swap and major-fault counts since the previous sample,
+// PSI avg10 (%) and stall growth (µs), the 1-minute load average and the
+// share of CPU time stolen by the hypervisor since the previous sample.
+type Sample struct {
+	UnixNs           int64   `json:"unixNs"`
+	NrDirtyPages     int64   `json:"nrDirty"`
+	NrWritebackPages int64   `json:"nrWriteback"`
+	PswpIn           int64   `json:"pswpin"`
+	PswpOut          int64   `json:"pswpout"`
+	PgMajFault       int64   `json:"pgmajfault"`
+	IOSomeAvg10      float64 `json:"ioSomeAvg10"`
+	IOFullAvg10      float64 `json:"ioFullAvg10"`
+	MemSomeAvg10     float64 `json:"memSomeAvg10"`
+	MemFullAvg10     float64 `json:"memFullAvg10"`
+	IOSomeStallUs    int64   `json:"ioSomeStallUs"`
+	IOFullStallUs    int64   `json:"ioFullStallUs"`
+	MemSomeStallUs   int64   `json:"memSomeStallUs"`
+	MemFullStallUs   int64   `json:"memFullStallUs"`
+	Load1            float64 `json:"load1"`
+	StealPct         float64 `json:"stealPct"`
+}
+
+// Floor is the load generator's latency at one open-loop rate: the run's
+// schedule (same rate, arrivals, workers, window, seeds) against an
+// operation that does nothing.
+type Floor struct {
+	RatePerSec float64 `json:"ratePerSec"`
+	Pressure   string  `json:"pressure"`
+	Target     string  `json:"target,omitempty"`
+	Arrival    string  `json:"arrival"`
+	InFlight   int     `json:"inFlight"`
+	WindowNs   int64   `json:"windowNs"`
+	Status     string  `json:"status"`
+	Reason     string  `json:"reason,omitempty"`
+	// Medians over the measured repeats, and their intervals.
+	P50Ns   int64    `json:"p50Ns"`
+	P99Ns   int64    `json:"p99Ns"`
+	P999Ns  int64    `json:"p999Ns"`
+	CILow   Figures  `json:"ciLow"`
+	CIHigh  Figures  `json:"ciHigh"`
+	Repeats []Repeat `json:"repeats"`
+}
+
+// Limit is a reference figure measured without the store.
+type Limit struct {
+	Name      string            `json:"name"`
+	Target    string            `json:"target,omitempty"`
+	Tool      string            `json:"tool"`
+	SizeBytes int               `json:"sizeBytes,omitempty"`
+	Dir       string            `json:"dir"`
+	Params    map[string]string `json:"params,omitempty"`
+	Status    string            `json:"status"`
+	Reason    string            `json:"reason,omitempty"`
+	// Repeats: the first repeat of a limit that discards one is Warm.
+	Repeats []LimitRepeat `json:"repeats"`
+	Figures
+	CILow   Figures `json:"ciLow"`
+	CIHigh  Figures `json:"ciHigh"`
+	CILevel float64 `json:"ciLevel"`
+	Min     Figures `json:"min"`
+	Max     Figures `json:"max"`
+}
+
+// Limit names.
+const (
+	// LimitMemcpy: records memcpy'd into a pre-populated mapping; bounds
+	// the accepted MB/s of appends into present pages (transient, uring,
+	// uring-direct, and mmap with warmed segments).
+	LimitMemcpy = "memcpy-ceiling"
+	// LimitFaults: first writes into a fresh file mapping, one page fault
+	// each; bounds the accepted MB/s of mmap without warmed segments.
+	LimitFaults     = "fault-ceiling"
+	LimitDeviceSeq  = "device-seq-write"
+	LimitDeviceSync = "device-fdatasync-4k"
+	LimitFioSeq     = "fio-seq-write"
+	LimitFioSync    = "fio-fdatasync-4k"
+)
+
+// LimitRepeat is one measurement of a limit.
+type LimitRepeat struct {
+	Warm    bool    `json:"warm,omitempty"`
+	Figures Figures `json:"figures"`
+}
+
+// Interval returns a limit figure's median and confidence interval.
+func (l *Limit) Interval(figure string) Interval {
+	return Interval{Median: l.Figures.Figure(figure), Lo: l.CILow.Figure(figure), Hi: l.CIHigh.Figure(figure), Level: l.CILevel}
+}
+
+// RateSearch is the search for the highest rate a system sustains in the
+// open loop: probes of one repeat each, bisecting between a rate that was
+// sustained and one that saturated.
+type RateSearch struct {
+	Group    string  `json:"group"`
+	Backend  string  `json:"backend"`
+	Peer     bool    `json:"peer,omitempty"`
+	Flush    string  `json:"flush"`
+	Size     int     `json:"sizeBytes"`
+	Target   string  `json:"target,omitempty"`
+	Pressure string  `json:"pressure"`
+	Probes   []Probe `json:"probes"`
+	// SustainableRatePerSec is the highest probed rate that did not
+	// saturate (0: none did); SaturatedAtPerSec the lowest that did (0: none).
+	SustainableRatePerSec float64 `json:"sustainableRatePerSec"`
+	SaturatedAtPerSec     float64 `json:"saturatedAtPerSec"`
+	Reason                string  `json:"reason,omitempty"`
+}
+
+// Probe is one run of a rate search.
+type Probe struct {
+	RatePerSec     float64  `json:"ratePerSec"`
+	Status         string   `json:"status"`
+	Saturation     []string `json:"saturation,omitempty"`
+	AchievedPerSec float64  `json:"achievedPerSec"`
+	P999Ns         int64    `json:"p999Ns"`
+	Reason         string   `json:"reason,omitempty"`
+}
+
+// Ratio is cell ÷ reference for one figure: the ratio of the medians and
+// the widest ratio their confidence intervals allow.
+type Ratio struct {
+	Kind    string  `json:"kind"` // memcpy-ceiling, fault-ceiling, device, peer, pressure, sendfile
+	Cell    string  `json:"cell"`
+	Against string  `json:"against"`
+	Figure  string  `json:"figure"`
+	Median  float64 `json:"median"`
+	Low     float64 `json:"low"`
+	High    float64 `json:"high"`
+	Note    string  `json:"note,omitempty"`
+}
+
+// Comparison is one figure of two cells with the verdict their intervals
+// allow (the A/A check).
+type Comparison struct {
+	A         string   `json:"a"`
+	B         string   `json:"b"`
+	Figure    string   `json:"figure"`
+	AInterval Interval `json:"aInterval"`
+	BInterval Interval `json:"bInterval"`
+	// Different is true when the intervals separate.
+	Different bool `json:"different"`
+}
+
+// Recommendation is the pick for one device, size and durability class.
+type Recommendation struct {
+	Target     string `json:"target"`
+	SizeBytes  int    `json:"sizeBytes"`
+	Durability string `json:"durability"` // async, sync, any
+	// Pick is the best cell's backend and policy; Tied lists those whose
+	// interval overlaps the pick's (no significant difference); empty Pick
+	// when nothing qualified.
+	Pick     string   `json:"pick"`
+	Cell     string   `json:"cell,omitempty"`
+	Figure   string   `json:"figure"`
+	Interval Interval `json:"interval"`
+	Tied     []string `json:"tied,omitempty"`
+	Text     string   `json:"text"`
+	Excluded []string `json:"excluded,omitempty"`
+}
+
+// ProfileSummary is one profile's top functions.
+type ProfileSummary struct {
+	Cell       string         `json:"cell"`
+	Kind       string         `json:"kind"`
+	File       string         `json:"file"`
+	SampleType string         `json:"sampleType"`
+	Unit       string         `json:"unit"`
+	Total      int64          `json:"total"`
+	Top        []FunctionCost `json:"top"`
+	Error      string         `json:"error,omitempty"`
+}
+
+// FunctionCost is a function's flat and cumulative share of a profile.
+type FunctionCost struct {
+	Function string  `json:"function"`
+	Flat     int64   `json:"flat"`
+	FlatPct  float64 `json:"flatPct"`
+	Cum      int64   `json:"cum"`
+	CumPct   float64 `json:"cumPct"`
+}
+
+// SystemChange is one modification of the system a run made (recorded by
+// internal/hostctl before it was made) and whether it was undone.
+type SystemChange struct {
+	Kind       string `json:"kind"`
+	Path       string `json:"path"`
+	Original   string `json:"original,omitempty"`
+	Value      string `json:"value,omitempty"`
+	Backing    string `json:"backing,omitempty"`
+	PID        int    `json:"pid,omitempty"`
+	StartTicks uint64 `json:"startTicks,omitempty"`
+	Undone     bool   `json:"undone"`
+	UndoError  string `json:"undoError,omitempty"`
+	What       string `json:"what"`
+}
+
+// CellName is the cell's file-name-safe key: workload[-variant]-backend-
+// size-flush, then -p<producers> (closed loop) or -r<rate> (open loop),
+// -<pressure> when not none, -<policy>, -aa for the A/A twin, @<target>.
+func CellName(c *Cell, withTarget bool) string {
+	w := c.Workload
+	if c.Variant != "" {
+		w += "-" + c.Variant
+	}
+	name := fmt.Sprintf("%s-%s-%d-%s", w, c.Backend, c.SizeBytes, c.Flush)
+	switch {
+	case c.RatePerSec > 0:
+		name += fmt.Sprintf("-r%.0f", c.RatePerSec)
+	case c.Producers > 0:
+		name += fmt.Sprintf("-p%d", c.Producers)
+	}
+	if c.Pressure != "" && c.Pressure != "none" {
+		name += "-" + c.Pressure
+	}
+	if c.Policy != "" {
+		name += "-" + SafeName(c.Policy)
+	}
+	if c.TwinOf != "" {
+		name += "-aa"
+	}
+	if withTarget && c.Target != "" {
+		name += "@" + SafeName(c.Target)
+	}
+	return name
+}
+
+// SafeName replaces what a file name should not hold.
+func SafeName(s string) string {
+	out := []rune{}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '=', r == '-':
+			out = append(out, r)
+		default:
+			if len(out) == 0 || out[len(out)-1] != '_' {
+				out = append(out, '_')
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "host"
+	}
+	return string(out)
+}
