@@ -105,11 +105,13 @@ func TestCommitLogSegmentsArePrewritten(t *testing.T) {
 				}
 				checkSegmentsWritten(t, filepath.Join(dir, commitLogDirName), prewrite != PrewriteOff, 3)
 				s = openStore(t, dir, o)
-				put(s, 400, 100)
+				put(s, 400, 10) // the truncated tail of the last segment stays mostly unused
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
-				checkSegmentsWritten(t, filepath.Join(dir, commitLogDirName), prewrite != PrewriteOff, 3)
+				// The segment made ahead was dropped by recovery (it starts
+				// past the end) and no roll asked for another.
+				checkSegmentsWritten(t, filepath.Join(dir, commitLogDirName), prewrite != PrewriteOff, 2)
 			})
 		}
 	}
