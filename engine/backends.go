@@ -43,7 +43,7 @@ func newBackend(o Options) (mappedfile.Backend, error) {
 	if o.BackendImpl != nil {
 		return o.BackendImpl, nil
 	}
-	b, err := backends.New(o.Backend, mappedfile.Config{SegmentSizeBytes: o.SegmentSizeBytes, Logger: o.Logger}, o.BackendOptions)
+	b, err := backends.New(o.Backend, mappedfile.Config{SegmentSizeBytes: o.SegmentSizeBytes, Logger: o.Logger, SyncFlush: o.FlushMode == FlushSync}, o.BackendOptions)
 	if err != nil {
 		return nil, backendError(o.Backend, err)
 	}

@@ -18,7 +18,14 @@
 //	              the 8-byte BLANK, reads by physical offset
 //	allocate.go   the allocation service: next and next-next segment
 //	flush.go      flush policies: the async flusher, the commit service for
-//	              buffered backends, the sync group committer
+//	              buffered backends, and offsetWaiters, the one "wait until
+//	              a position reaches an offset" primitive behind the sync
+//	              group committer and the SYNC_MASTER wait
+//	logreader.go  the CommitLogReader the HA master streams from (ranges
+//	              within a segment, sendfile, a wait for the log to grow)
+//	replicate.go  roles (ASYNC_MASTER, SYNC_MASTER, SLAVE), the replicated
+//	              position SYNC_MASTER Puts wait on, AppendReplicated (a
+//	              slave appends the master's bytes), TruncateCommitLog
 //	dispatch.go   dispatch (reput): ConsumeQueue units and index entries built
 //	              from the readable CommitLog, and the logics flusher
 //	consume.go    reads by queue (Get, long polling, sendfile)

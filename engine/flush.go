@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -97,106 +98,259 @@ func (c *committer) run() {
 			s.stats.recordCommit(time.Since(start))
 			s.flusher.Wakeup()
 			s.dispatcher.Wakeup() // committed bytes are readable now
+			s.repl.growth.notify()
 		}
 	})
 }
 
-// groupCommitter is the sync flush service (RocketMQ's GroupCommitService):
-// one owner goroutine and a bounded queue of waiters.
-type groupCommitter struct {
+// offsetWaiters is the engine's one "wait until a position reaches an
+// offset" primitive: a bounded queue of waiting producers and one owner
+// goroutine that answers each of them exactly once. Two positions use it:
+//
+//   - flushed (the sync flush service, RocketMQ's GroupCommitService): the
+//     owner is active — it takes the queued waiters, flushes once, and hands
+//     every waiter it took the same result;
+//   - replicated (SYNC_MASTER, RocketMQ's GroupTransferService): the owner is
+//     passive — the position moves when a slave acknowledges bytes (see
+//     Store.ReportSlaves), and the owner releases every waiter the position
+//     has passed, keeping the others until it passes them or their deadline.
+//
+// A producer queues a waiter with begin and collects the answer with end;
+// between the two it may queue a waiter on the other position, so a Put on a
+// SYNC_MASTER with sync flush waits for both at once, as RocketMQ's does.
+type offsetWaiters struct {
 	service
-	store *Store
+	// position is the offset the waiters wait on (it only moves forward).
+	position func() int64
+	// advance, when set, makes the owner active: it is called with the
+	// largest offset of the waiters just taken, moves the position (the
+	// flush) and returns where it got; waiters it did not reach are
+	// answered behind. When nil the position moves by itself and moved is
+	// signalled when it does.
+	advance func(target int64) (int64, error)
+	behind  error
+	// nudge, when set on a passive owner, is called with the largest offset
+	// of newly taken waiters before the owner waits (the replication waiter
+	// commits buffered bytes so the HA sender can read them).
+	nudge func(target int64)
+	moved chan struct{} // capacity 1, like wake
+	// timeout is how long a producer waits; timeoutErr what it gets then.
+	timeout    time.Duration
+	timeoutErr error
+	fullErr    error // the queue is full
 
-	mu      sync.Mutex
-	waiters []*flushWaiter // queued, not yet taken by the owner
-	limit   int
+	mu       sync.Mutex
+	queued   []*offsetWaiter // queued, not yet taken by the owner
+	inFlight int             // queued plus taken and not yet answered
+	limit    int
 }
 
-// flushWaiter is one producer waiting until flushed ≥ offset.
-type flushWaiter struct {
-	offset int64
-	done   chan error // capacity 1: the owner never blocks on a waiter
+// offsetWaiter is one producer waiting until the position reaches offset.
+type offsetWaiter struct {
+	offset   int64
+	deadline time.Time  // a passive owner answers timeoutErr after it
+	done     chan error // capacity 1: the owner never blocks on a waiter
 }
 
-var flushWaiters = sync.Pool{New: func() any { return &flushWaiter{done: make(chan error, 1)} }}
+var offsetWaiterPool = sync.Pool{New: func() any { return &offsetWaiter{done: make(chan error, 1)} }}
 
-// enqueue adds a waiter; false when the queue is full.
-func (g *groupCommitter) enqueue(w *flushWaiter) bool {
-	g.mu.Lock()
-	if len(g.waiters) >= g.limit {
-		g.mu.Unlock()
-		return false
+// passiveRecheck is how often a passive owner with waiters answers those
+// whose deadline passed (their producers stopped listening at the deadline;
+// this only keeps the queue bounded).
+const passiveRecheck = 100 * time.Millisecond
+
+// newGroupCommitter returns the sync flush service of s.
+func newGroupCommitter(s *Store) *offsetWaiters {
+	return &offsetWaiters{
+		service:  newService(),
+		position: s.log.flushedOffset.Load,
+		advance: func(target int64) (int64, error) {
+			// Twice, as RocketMQ does: a waiter whose record rolled into a
+			// new segment may need a second pass.
+			var flushed int64
+			var err error
+			for pass := 0; pass < 2; pass++ {
+				flushed, err = s.flushOnce(context.Background(), 0, true)
+				if err != nil || flushed >= target {
+					break
+				}
+			}
+			return flushed, err
+		},
+		behind:     errFlushBehind,
+		timeout:    s.opts.SyncFlushTimeout,
+		timeoutErr: fmt.Errorf("not flushed after %v: %w", s.opts.SyncFlushTimeout, ErrFlushDiskTimeout),
+		fullErr:    errGroupCommitQueueFull,
+		limit:      s.opts.GroupCommitQueueSize,
 	}
-	g.waiters = append(g.waiters, w)
-	g.mu.Unlock()
-	g.Wakeup()
-	return true
+}
+
+// begin queues a waiter for offset and returns it; nil (and no error) when
+// the position is already there; fullErr when the queue is full.
+func (q *offsetWaiters) begin(offset int64) (*offsetWaiter, error) {
+	if q.position() >= offset {
+		return nil, nil
+	}
+	w := offsetWaiterPool.Get().(*offsetWaiter)
+	w.offset = offset
+	w.deadline = time.Now().Add(q.timeout)
+	q.mu.Lock()
+	if q.inFlight >= q.limit {
+		q.mu.Unlock()
+		offsetWaiterPool.Put(w)
+		return nil, q.fullErr
+	}
+	q.queued = append(q.queued, w)
+	q.inFlight++
+	q.mu.Unlock()
+	q.Wakeup()
+	return w, nil
+}
+
+// end waits for w's answer: nil when the position reached its offset,
+// timeoutErr at its deadline, ctx's error when ctx ends first. A nil w
+// (begin found the position there) returns nil.
+func (q *offsetWaiters) end(ctx context.Context, w *offsetWaiter) error {
+	if w == nil {
+		return nil
+	}
+	timer := time.NewTimer(time.Until(w.deadline))
+	defer timer.Stop()
+	select {
+	case err := <-w.done:
+		offsetWaiterPool.Put(w) // answered: safe to reuse
+		return err
+	case <-timer.C:
+		// w stays with the owner, which will still answer it: not reused.
+		return q.timeoutErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// signalMoved tells a passive owner that the position moved; it never blocks.
+func (q *offsetWaiters) signalMoved() {
+	select {
+	case q.moved <- struct{}{}:
+	default:
+	}
 }
 
 // run is the owner loop.
 //
-// Why one flush serves every waiter taken before it: a producer enqueues its
-// waiter only after its append returned, so its record ends at or below the
-// CommitLog's write position at that moment. The loop takes the waiters
-// first, and only then flushes, and the flush covers everything written up
-// to the moment it reads the write position — which is after the waiters
-// were taken, hence after every taken producer's append. Positions only move
-// forward, so flushed ≥ every taken waiter's offset when the flush succeeds;
-// each waiter is still checked against the flushed offset (twice, as
-// RocketMQ does, because a waiter whose record rolled into a new segment
-// may need a second pass) before it is released. Waiters that arrive while
+// Why, for the active owner (the group commit), one flush serves every
+// waiter taken before it: a producer enqueues its waiter only after its
+// append returned, so its record ends at or below the CommitLog's write
+// position at that moment. The loop takes the waiters first, and only then
+// flushes, and the flush covers everything written up to the moment it reads
+// the write position — which is after the waiters were taken, hence after
+// every taken producer's append. Positions only move forward, so flushed ≥
+// every taken waiter's offset when the flush succeeds; each waiter is still
+// checked against the position the flush returned (advance runs two passes,
+// as RocketMQ does, because a waiter whose record rolled into a new segment
+// may need a second one) before it is released. Waiters that arrive while
 // the flush runs wait for the next one: they are never acknowledged by a
 // flush that may have read the position before their append.
-func (g *groupCommitter) run() {
-	defer close(g.done)
-	s := g.store
-	var taken []*flushWaiter
+//
+// The passive owner needs no such argument: it compares each waiter with a
+// position that is itself a fact (an offset a slave acknowledged), read
+// after the waiter was taken.
+func (q *offsetWaiters) run() {
+	defer close(q.done)
+	var taken []*offsetWaiter
+	var recheck <-chan time.Time
+	if q.advance == nil {
+		ticker := time.NewTicker(passiveRecheck)
+		defer ticker.Stop()
+		recheck = ticker.C
+	}
 	for {
-		select {
-		case <-g.stop:
-			g.failAll(ErrClosed)
-			return
-		case <-g.wake:
+		var tick <-chan time.Time
+		if len(taken) > 0 {
+			tick = recheck // nil for the active owner: it never keeps waiters
 		}
-		g.mu.Lock()
-		taken, g.waiters = g.waiters, taken[:0]
-		g.mu.Unlock()
+		select {
+		case <-q.stop:
+			q.failAll(taken, ErrClosed)
+			return
+		case <-q.wake:
+		case <-q.moved:
+		case <-tick:
+		}
+		fresh := int64(-1) // the largest offset among newly taken waiters
+		q.mu.Lock()
+		for _, w := range q.queued {
+			fresh = max(fresh, w.offset)
+		}
+		if len(taken) == 0 {
+			taken, q.queued = q.queued, taken[:0]
+		} else {
+			taken = append(taken, q.queued...)
+			clear(q.queued)
+			q.queued = q.queued[:0]
+		}
+		q.mu.Unlock()
 		if len(taken) == 0 {
 			continue
 		}
-		target := int64(0)
-		for _, w := range taken {
-			target = max(target, w.offset)
-		}
+		var reached int64
 		var err error
-		var flushed int64
-		for pass := 0; pass < 2; pass++ {
-			flushed, err = s.flushOnce(context.Background(), 0, true)
-			if err != nil || flushed >= target {
-				break
+		if q.advance != nil {
+			target := int64(0)
+			for _, w := range taken {
+				target = max(target, w.offset)
 			}
-		}
-		for _, w := range taken {
-			switch {
-			case err != nil:
-				w.done <- err
-			case flushed >= w.offset:
-				w.done <- nil
-			default:
-				w.done <- errFlushBehind
+			reached, err = q.advance(target)
+		} else {
+			if fresh >= 0 && q.nudge != nil {
+				q.nudge(fresh)
 			}
+			reached = q.position()
 		}
-		clear(taken)
+		taken = q.answer(taken, reached, err)
 	}
 }
 
-func (g *groupCommitter) failAll(err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, w := range g.waiters {
+// answer answers every waiter it can and returns those left waiting (only a
+// passive owner leaves any).
+func (q *offsetWaiters) answer(taken []*offsetWaiter, reached int64, err error) []*offsetWaiter {
+	now := time.Now()
+	keep := taken[:0]
+	answered := 0
+	for _, w := range taken {
+		switch {
+		case err != nil:
+			w.done <- err
+		case reached >= w.offset:
+			w.done <- nil
+		case q.advance != nil:
+			w.done <- q.behind
+		case !now.Before(w.deadline):
+			w.done <- q.timeoutErr
+		default:
+			keep = append(keep, w)
+			continue
+		}
+		answered++
+	}
+	clear(taken[len(keep):])
+	q.mu.Lock()
+	q.inFlight -= answered
+	q.mu.Unlock()
+	return keep
+}
+
+func (q *offsetWaiters) failAll(taken []*offsetWaiter, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, w := range taken {
 		w.done <- err
 	}
-	g.waiters = nil
+	for _, w := range q.queued {
+		w.done <- err
+	}
+	q.queued = nil
+	q.inFlight = 0
 }
 
 // errFlushBehind: a flush succeeded but did not reach the waiter's record
@@ -212,6 +366,7 @@ func (s *Store) flushOnce(ctx context.Context, leastPages int, commitFirst bool)
 	flushed, err := s.log.flush(ctx, leastPages, commitFirst)
 	if commitFirst {
 		s.dispatcher.Wakeup() // the commit may have made records readable
+		s.repl.growth.notify()
 	}
 	if err != nil {
 		s.writeFailed("flush", err)

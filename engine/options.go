@@ -144,6 +144,8 @@ const (
 	DefaultAllocationTimeout      = 5 * time.Second
 	DefaultOSPageCacheBusyTimeout = time.Second
 	DefaultGroupCommitQueueSize   = 16384
+	DefaultSlaveTimeout           = 3 * time.Second // slaveTimeout
+	DefaultHASlaveFallbehindMax   = 256 << 20       // haSlaveFallbehindMax
 )
 
 // Options configure a Store. The zero value of every field means its
@@ -228,6 +230,20 @@ type Options struct {
 	DiskMaxUsedRatio int
 	CleanInterval    time.Duration
 
+	// Role is the store's part in replication (RocketMQ's brokerRole):
+	// AsyncMaster (the default), SyncMaster (a Put waits for a slave) or
+	// Slave (no Puts; package ha appends what the master sends).
+	Role BrokerRole
+	// SlaveTimeout: how long a SYNC_MASTER Put waits for a slave's
+	// acknowledgement before FlushSlaveTimeout (3 s; RocketMQ's
+	// slaveTimeout, which the issue calls haSlaveTimeout).
+	SlaveTimeout time.Duration
+	// HASlaveFallbehindMax: a SYNC_MASTER Put answers SlaveNotAvailable
+	// without waiting when the best connected slave is this many bytes or
+	// more behind the record's end (256 MiB; RocketMQ's
+	// haSlaveFallbehindMax).
+	HASlaveFallbehindMax int64
+
 	// OnCorruption: what Open does with a corrupt record in durable data.
 	OnCorruption CorruptionPolicy
 
@@ -244,6 +260,9 @@ type Options struct {
 
 	// now is the clock (tests inject it through withClock).
 	now func() time.Time
+	// truncateAt, when set, cuts the CommitLog there before recovery
+	// (TruncateCommitLog).
+	truncateAt *truncateRequest
 }
 
 func (o Options) withDefaults() Options {
@@ -305,6 +324,12 @@ func (o Options) withDefaults() Options {
 	if o.CleanInterval == 0 {
 		o.CleanInterval = DefaultCleanInterval
 	}
+	if o.SlaveTimeout == 0 {
+		o.SlaveTimeout = DefaultSlaveTimeout
+	}
+	if o.HASlaveFallbehindMax == 0 {
+		o.HASlaveFallbehindMax = DefaultHASlaveFallbehindMax
+	}
 	if o.GetMaxBytes == 0 {
 		o.GetMaxBytes = 256 << 10
 	}
@@ -361,6 +386,9 @@ func (o Options) validate() error {
 		{o.GetMaxBytes < 0, "GetMaxBytes is negative"},
 		{o.FileReservedTime < 0 || o.CleanInterval < 0, "a retention duration is negative"},
 		{o.DiskMaxUsedRatio < 0 || o.DiskMaxUsedRatio > 100, fmt.Sprintf("DiskMaxUsedRatio %d is not a percentage", o.DiskMaxUsedRatio)},
+		{o.Role != AsyncMaster && o.Role != SyncMaster && o.Role != Slave, fmt.Sprintf("Role %d is unknown", o.Role)},
+		{o.SlaveTimeout < 0, fmt.Sprintf("SlaveTimeout %v is negative", o.SlaveTimeout)},
+		{o.HASlaveFallbehindMax < 0, fmt.Sprintf("HASlaveFallbehindMax %d is negative", o.HASlaveFallbehindMax)},
 	} {
 		if c.bad {
 			return fmt.Errorf("options: %s: %w", c.what, ErrInvalidOption)

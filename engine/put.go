@@ -36,6 +36,9 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 	if s.closed {
 		return fail(ServiceNotAvailable, ErrClosed)
 	}
+	if s.opts.Role == Slave {
+		return fail(ServiceNotAvailable, ErrSlaveReadOnly) // RocketMQ's answer too
+	}
 	if p := s.writeErr.Load(); p != nil {
 		return fail(ServiceNotAvailable, *p)
 	}
@@ -92,43 +95,71 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 	res := PutResult{Status: PutOK, PhysicalOffset: ar.physicalOffset, Size: ar.size, QueueOffset: ar.queueOffset, StoreTimestamp: ar.storeTimestamp}
 	s.committer.Wakeup()
 	s.dispatcher.Wakeup()
-	if s.group == nil {
+	s.repl.growth.notify()
+	if s.group == nil && s.repl.waiters == nil {
 		s.flusher.Wakeup()
 		return res, nil
 	}
-	if err := s.waitFlushed(ctx, ar.physicalOffset+int64(ar.size)); err != nil {
-		res.Status = FlushDiskTimeout
-		s.stats.flushDiskTimeouts.Add(1)
-		if errors.Is(err, ErrFlushDiskTimeout) {
-			return res, fmt.Errorf("put to %s/%d at offset %d: %w", m.Topic, m.QueueID, res.PhysicalOffset, err)
-		}
-		return res, fmt.Errorf("put to %s/%d at offset %d: %w: %w", m.Topic, m.QueueID, res.PhysicalOffset, ErrFlushDiskTimeout, err)
+	if err := s.waitDurable(ctx, &res); err != nil {
+		return res, fmt.Errorf("put to %s/%d at offset %d: %w", m.Topic, m.QueueID, res.PhysicalOffset, err)
 	}
 	return res, nil
 }
 
-// waitFlushed queues a group-commit waiter for offset and waits for it, at
-// most SyncFlushTimeout.
-func (s *Store) waitFlushed(ctx context.Context, offset int64) error {
-	if s.log.flushedOffset.Load() >= offset {
+// waitDurable waits until the record is flushed (sync flush) and
+// acknowledged by a slave (SYNC_MASTER), both at once, and sets the
+// status as RocketMQ does: a replication failure wins over a flush one.
+// The record stays in the CommitLog whatever the outcome.
+func (s *Store) waitDurable(ctx context.Context, res *PutResult) error {
+	end := res.PhysicalOffset + int64(res.Size)
+	var flushW, replW *offsetWaiter
+	var flushErr, replErr error
+	if s.group != nil {
+		flushW, flushErr = s.group.begin(end)
+	} else {
+		s.flusher.Wakeup()
+	}
+	if r := s.repl.waiters; r != nil {
+		if replErr = s.slaveAvailable(end); replErr == nil {
+			replW, replErr = r.begin(end)
+		}
+	}
+	if flushErr == nil && s.group != nil {
+		flushErr = s.group.end(ctx, flushW)
+	}
+	if replErr == nil && s.repl.waiters != nil {
+		replErr = s.repl.waiters.end(ctx, replW)
+	}
+	var errs []error
+	if replErr != nil {
+		switch {
+		case errors.Is(replErr, ErrSlaveNotAvailable):
+			res.Status = SlaveNotAvailable
+			s.repl.slaveNotAvailable.Add(1)
+		default:
+			res.Status = FlushSlaveTimeout
+			s.repl.flushSlaveTimeouts.Add(1)
+			if !errors.Is(replErr, ErrFlushSlaveTimeout) { // ctx ended
+				replErr = fmt.Errorf("%w: %w", ErrFlushSlaveTimeout, replErr)
+			}
+		}
+		errs = append(errs, replErr)
+	}
+	if flushErr != nil {
+		if res.Status == PutOK {
+			res.Status = FlushDiskTimeout
+		}
+		s.stats.flushDiskTimeouts.Add(1)
+		if !errors.Is(flushErr, ErrFlushDiskTimeout) {
+			flushErr = fmt.Errorf("%w: %w", ErrFlushDiskTimeout, flushErr)
+		}
+		errs = append(errs, flushErr)
+	}
+	switch len(errs) {
+	case 0:
 		return nil
+	case 1:
+		return errs[0]
 	}
-	w := flushWaiters.Get().(*flushWaiter)
-	w.offset = offset
-	if !s.group.enqueue(w) {
-		flushWaiters.Put(w)
-		return errGroupCommitQueueFull
-	}
-	timer := time.NewTimer(s.opts.SyncFlushTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-w.done:
-		flushWaiters.Put(w) // answered: safe to reuse
-		return err
-	case <-timer.C:
-		// w stays with the owner, which will still answer it: not reused.
-		return fmt.Errorf("not flushed after %v: %w", s.opts.SyncFlushTimeout, ErrFlushDiskTimeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return fmt.Errorf("%w; and %w", errs[0], errs[1])
 }

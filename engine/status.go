@@ -28,6 +28,14 @@ const (
 	OSPageCacheBusy
 	// UnknownError: anything else.
 	UnknownError
+	// FlushSlaveTimeout: SYNC_MASTER: appended (and flushed as the flush
+	// mode asks), but no slave acknowledged the record within SlaveTimeout.
+	// The record stays on the master and may still reach a slave.
+	FlushSlaveTimeout
+	// SlaveNotAvailable: SYNC_MASTER: appended, but no slave is connected,
+	// or the best one is more than HASlaveFallbehindMax behind, so the Put
+	// did not wait. The record stays on the master.
+	SlaveNotAvailable
 )
 
 func (s PutStatus) String() string {
@@ -48,6 +56,10 @@ func (s PutStatus) String() string {
 		return "OS_PAGE_CACHE_BUSY"
 	case UnknownError:
 		return "UNKNOWN_ERROR"
+	case FlushSlaveTimeout:
+		return "FLUSH_SLAVE_TIMEOUT"
+	case SlaveNotAvailable:
+		return "SLAVE_NOT_AVAILABLE"
 	}
 	return fmt.Sprintf("PutStatus(%d)", int(s))
 }
@@ -70,6 +82,25 @@ var (
 	ErrNotFound             = errors.New("engine: not found")
 	errAllocationTimeout    = errors.New("engine: segment allocation timed out")
 	errGroupCommitQueueFull = errors.New("engine: group commit queue full")
+
+	// Replication (see replicate.go and package ha).
+	ErrFlushSlaveTimeout = errors.New("engine: no slave acknowledged the message in time; it is stored on the master")
+	ErrSlaveNotAvailable = errors.New("engine: no slave available (none connected, or too far behind); the message is stored on the master")
+	ErrSlaveReadOnly     = errors.New("engine: the store is a slave: it takes only what its master replicates; put to the master")
+	ErrNotSlave          = errors.New("engine: replicated bytes can only be appended to a slave store")
+	// ErrReplicaOffset: replicated bytes for an offset other than where the
+	// slave's CommitLog ends.
+	ErrReplicaOffset = errors.New("engine: replicated bytes are not for the end of the slave's CommitLog")
+	// ErrReplicaData: replicated bytes that are not valid records (bad CRC,
+	// length or position, a queue offset out of sequence).
+	ErrReplicaData = errors.New("engine: replicated bytes are not valid CommitLog records")
+	// ErrReplicaMismatch: the master's records do not fit this slave's
+	// configuration (segment size, maximum message size).
+	ErrReplicaMismatch = errors.New("engine: the master's CommitLog does not fit this slave's configuration")
+	// ErrOffsetDeleted: a CommitLog offset below the first one still stored.
+	ErrOffsetDeleted = errors.New("engine: CommitLog offset no longer stored")
+	// ErrOffsetBeyondEnd: a CommitLog offset past the readable end.
+	ErrOffsetBeyondEnd = errors.New("engine: CommitLog offset past the end")
 )
 
 func statusError(s PutStatus) error {
@@ -88,6 +119,10 @@ func statusError(s PutStatus) error {
 		return ErrServiceNotAvailable
 	case OSPageCacheBusy:
 		return ErrOSPageCacheBusy
+	case FlushSlaveTimeout:
+		return ErrFlushSlaveTimeout
+	case SlaveNotAvailable:
+		return ErrSlaveNotAvailable
 	}
 	return errors.New("engine: unknown put error")
 }

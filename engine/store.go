@@ -50,12 +50,13 @@ type Store struct {
 	deleteHours   map[int]bool
 
 	committer *committer
-	flusher   interface{ Wakeup() } // asyncFlusher or groupCommitter
+	flusher   interface{ Wakeup() } // asyncFlusher or the group committer
 	async     *asyncFlusher
-	group     *groupCommitter
+	group     *offsetWaiters // the group committer (sync flush)
 
 	stats    storeStats
 	writeErr atomic.Pointer[error]
+	repl     replication // replicate.go
 
 	// closeMu: Put holds it shared, Close exclusively, so Close waits for
 	// Puts in flight and no Put starts on a closed store.
@@ -142,6 +143,11 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
 		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]int64)}
+	if o.truncateAt != nil { // TruncateCommitLog
+		if err := s.cutCommitLog(ctx, o.truncateAt); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
+	}
 	if s.rebuildLogics, err = s.logicsMissing(); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
@@ -165,7 +171,7 @@ func (s *Store) startServices() {
 	s.committer = &committer{service: newService(), store: s}
 	s.cleaner = &cleaner{service: newService(), store: s}
 	if s.opts.FlushMode == FlushSync {
-		s.group = &groupCommitter{service: newService(), store: s, limit: s.opts.GroupCommitQueueSize}
+		s.group = newGroupCommitter(s)
 		s.flusher = s.group
 		go s.group.run()
 	} else {
@@ -173,6 +179,7 @@ func (s *Store) startServices() {
 		s.flusher = s.async
 		go s.async.run()
 	}
+	s.startReplication()
 	go s.dispatcher.run()
 	go s.logicsFlusher.run()
 	go s.committer.run()
@@ -297,6 +304,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.closeMu.Unlock()
 	s.logics.wakeAll()
+	s.stopReplication()
 
 	s.cleaner.shutdown()
 	s.committer.shutdown()

@@ -22,6 +22,10 @@ type Config struct {
 	SegmentSizeBytes int64
 	// Logger receives what a backend cannot return (nil: slog.Default()).
 	Logger *slog.Logger
+	// SyncFlush: the store acknowledges a write only once it is durable
+	// (sync flush), so each of its Commit calls is followed by a Flush; a
+	// backend may then make every commit durable in the same I/O.
+	SyncFlush bool
 }
 
 // Registration describes one backend to a Registry: its name, what a user

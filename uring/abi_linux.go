@@ -48,6 +48,9 @@ const (
 	OpWrite         uint8 = 23
 	OpSend          uint8 = 26
 	OpSplice        uint8 = 30
+	// OpWritevFixed (Linux 6.15) is WRITEV whose iovecs all lie in the
+	// registered buffer BufIndex.
+	OpWritevFixed uint8 = 61
 )
 
 // SQE flags (IOSQE_*).

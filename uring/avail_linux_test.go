@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
@@ -44,36 +45,38 @@ func TestClassifySetupError(t *testing.T) {
 	}
 }
 
-// TestDisabledBySysctl really turns io_uring off (kernel.io_uring_disabled=2)
-// for the moment it takes to create one ring, then restores the old value.
-func TestDisabledBySysctl(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to set kernel.io_uring_disabled")
+// TestUnavailableReported makes io_uring_setup fail inside this process
+// (the seam sysSetup, instead of a machine-wide sysctl other processes would
+// see) and checks what NewRing and NewBackend report: ErrUnsupported, the
+// reason, and the backends to use instead.
+func TestUnavailableReported(t *testing.T) {
+	cases := []struct {
+		errno unix.Errno
+		want  string
+	}{
+		{unix.ENOSYS, "ENOSYS"},
+		{unix.EPERM, "io_uring_disabled"}, // names the sysctl's value, whatever it is here
+		{unix.ENOMEM, "RLIMIT_MEMLOCK"},
 	}
-	old, err := os.ReadFile(sysctlIOUringDisabled)
+	real := sysSetup
+	t.Cleanup(func() { sysSetup = real })
+	for _, c := range cases {
+		sysSetup = func(uint32, *params) (int, unix.Errno) { return -1, c.errno }
+		_, ringErr := NewRing(RingOptions{Entries: 4})
+		_, backendErr := NewBackend(Options{})
+		for _, err := range []error{ringErr, backendErr} {
+			if !errors.Is(err, mappedfile.ErrUnsupported) || !errors.Is(err, c.errno) ||
+				!strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "use the mmap or transient backend") {
+				t.Errorf("setup failing with %v: %v; want ErrUnsupported, the errno, %q and the other backends", c.errno, err, c.want)
+			}
+		}
+	}
+	sysSetup = real
+	r, err := NewRing(RingOptions{Entries: 4})
 	if err != nil {
-		t.Skipf("needs the sysctl kernel.io_uring_disabled (Linux 6.6+): %v", err)
+		testenv.Skip(t, testenv.Uring, "%v", err)
 	}
-	restore := func() {
-		if err := os.WriteFile(sysctlIOUringDisabled, old, 0o644); err != nil {
-			t.Errorf("RESTORE kernel.io_uring_disabled=%s BY HAND: %v", strings.TrimSpace(string(old)), err)
-		}
-	}
-	t.Cleanup(restore) // in case of a panic below
-	if err := os.WriteFile(sysctlIOUringDisabled, []byte("2"), 0o644); err != nil {
-		t.Skipf("cannot set kernel.io_uring_disabled (read-only /proc/sys in a container?): %v", err)
-	}
-	_, ringErr := NewRing(RingOptions{Entries: 4})
-	_, backendErr := NewBackend(Options{})
-	restore()
-	for _, err := range []error{ringErr, backendErr} {
-		if !errors.Is(err, mappedfile.ErrUnsupported) || !strings.Contains(err.Error(), "io_uring_disabled=2") ||
-			!strings.Contains(err.Error(), "use the mmap or transient backend") {
-			t.Fatalf("with io_uring disabled: %v; want ErrUnsupported naming the sysctl and the other backends", err)
-		}
-	}
-	t.Logf("reported: %v", ringErr)
-	if b, _ := os.ReadFile(sysctlIOUringDisabled); string(b) != string(old) {
-		t.Fatalf("kernel.io_uring_disabled is %q, was %q", b, old)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

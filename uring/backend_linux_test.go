@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/faultseam"
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mappedfile/conformance"
 	"golang.org/x/sys/unix"
@@ -25,7 +27,7 @@ func newTestBackend(t testing.TB, opts Options) mappedfile.Backend {
 	t.Helper()
 	b, err := NewBackend(opts)
 	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("needs io_uring: %v", err)
+		testenv.Skip(t, testenv.Uring, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -44,10 +46,15 @@ var backendVariants = []struct {
 }{
 	{"uring", Options{}},
 	{"uring-direct", Options{Direct: true}},
+	{"uring-sync-at-commit", Options{SyncAtCommit: true}},
+	{"uring-sync-at-commit-linked", Options{SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
+	{"uring-direct-sync-at-commit", Options{Direct: true, SyncAtCommit: true}},
+	{"uring-direct-sync-at-commit-ring-dsync", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncDSync}},
+	{"uring-direct-sync-at-commit-linked", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
+	{"uring-prezero", Options{PreZero: true}},
 	{"uring-direct-prezero", Options{Direct: true, PreZero: true}},
-	// Small requests and a shallow queue: many batches and full windows.
-	{"uring-small-chunks", Options{WriteChunkBytes: 8192, QueueDepth: 3}},
-	{"uring-direct-small-chunks", Options{Direct: true, WriteChunkBytes: 8192, QueueDepth: 3}},
+	// A segment-sized staging ring mapped at NewBackend.
+	{"uring-direct-prepared", Options{Direct: true, SegmentSizeBytes: conformance.SegmentSizeBytes}},
 }
 
 func TestConformance(t *testing.T) {
@@ -59,7 +66,7 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("Name() = %q, want %q", b.Name(), want)
 				}
 				return b
-			})
+			}, conformance.WithInjector(faultseam.ForConformance))
 		})
 	}
 }
@@ -246,45 +253,59 @@ func TestDirectTruncateKeepsTailBlock(t *testing.T) {
 }
 
 func TestInvalidOptions(t *testing.T) {
-	for _, o := range []Options{{PreZero: true}, {Direct: true, WriteChunkBytes: 6000}} {
+	for _, o := range []Options{
+		{Direct: true, WriteChunkBytes: 6000},
+		{SyncMethod: SyncDSync},
+		{SyncMethod: 99},
+		{StagingBytes: 5000},
+		{StagingBytes: 2 << 30},
+		{StagingBuffers: -1},
+		{StagingBytes: 1 << 20, MaxAppendBytes: 1 << 20},
+		{SegmentSizeBytes: 64 << 10, MaxAppendBytes: 64 << 10},
+	} {
 		if _, err := NewBackend(o); !errors.Is(err, mappedfile.ErrInvalidArgument) {
 			t.Errorf("%+v: %v, want ErrInvalidArgument", o, err)
 		}
 	}
 }
 
-// TestPreZeroFlushWithoutIO: with PreZero the writes are RWF_DSYNC, so
-// Flush only moves the flushed position; it works even with the ring gone.
-func TestPreZeroFlushWithoutIO(t *testing.T) {
-	b, err := NewBackend(Options{Direct: true, PreZero: true})
-	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("needs io_uring: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	mf, err := b.Open(context.Background(), mappedfile.Spec{Path: filepath.Join(t.TempDir(), "seg"), SizeBytes: 8 * 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mf.Append(5000, fill(2)); err != nil {
-		t.Fatal(err)
-	}
-	if c, err := mf.Commit(context.Background(), 0); err != nil || c != 5000 {
-		t.Fatalf("commit: %d, %v", c, err)
-	}
-	ring := b.(*backend).ring
-	if err := ring.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if fl, err := mf.Flush(context.Background(), 0); err != nil || fl != 5000 {
-		t.Fatalf("flush without a ring: %d, %v; want 5000", fl, err)
-	}
-	if err := mf.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.(*backend).pool.close(); err != nil {
-		t.Fatal(err)
+// TestSyncAtCommitFlushWithoutIO: with SyncAtCommit the commit is durable
+// (RWF_DSYNC or a linked fsync), so Flush only moves the flushed position;
+// it works even with the ring gone.
+func TestSyncAtCommitFlushWithoutIO(t *testing.T) {
+	for _, o := range []Options{{Direct: true, SyncAtCommit: true}, {Direct: true, SyncAtCommit: true, SyncMethod: SyncLinkedFsync},
+		{Direct: true, SyncAtCommit: true, SyncMethod: SyncDSync},
+		{SyncAtCommit: true}, {SyncAtCommit: true, SyncMethod: SyncLinkedFsync}} {
+		b, err := NewBackend(o)
+		if errors.Is(err, mappedfile.ErrUnsupported) {
+			testenv.Skip(t, testenv.Uring, "%v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		mf, err := b.Open(context.Background(), mappedfile.Spec{Path: filepath.Join(t.TempDir(), "seg"), SizeBytes: 8 * 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mf.Append(5000, fill(2)); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := mf.Commit(context.Background(), 0); err != nil || c != 5000 {
+			t.Fatalf("%+v: commit: %d, %v", o, c, err)
+		}
+		ring := b.(*backend).ring
+		if err := ring.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if fl, err := mf.Flush(context.Background(), 0); err != nil || fl != 5000 {
+			t.Fatalf("%+v: flush without a ring: %d, %v; want 5000", o, fl, err)
+		}
+		if err := mf.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.(*backend).pool.close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -394,11 +415,11 @@ func TestBackendCloseWhileFileOpen(t *testing.T) {
 func TestDirectOnTmpfs(t *testing.T) {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
-		t.Skip("needs a tmpfs at /dev/shm")
+		testenv.Skip(t, testenv.Uring, "a tmpfs at /dev/shm to check O_DIRECT there")
 	}
 	dir, err := os.MkdirTemp("/dev/shm", "mqstore-uring-test-")
 	if err != nil {
-		t.Skipf("needs a writable /dev/shm: %v", err)
+		testenv.Skip(t, testenv.Uring, "a writable /dev/shm: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	b := newTestBackend(t, Options{Direct: true})

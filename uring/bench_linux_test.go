@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mqstore/mqstore/mappedfile"
+	"golang.org/x/sys/unix"
 )
 
 var benchBackends = []struct {
@@ -16,7 +17,20 @@ var benchBackends = []struct {
 }{
 	{"uring", Options{}},
 	{"uring-direct", Options{Direct: true}},
-	{"uring-direct-prezero", Options{Direct: true, PreZero: true}},
+}
+
+// durableBackends are the ways a backend can make one commit durable.
+var durableBackends = []struct {
+	name string
+	opts Options
+}{
+	{"uring/commit+flush", Options{}},
+	{"uring/sync-at-commit/pwrite+fdatasync", Options{SyncAtCommit: true, SyncMethod: SyncSyscalls}},
+	{"uring/sync-at-commit/write-linked-fsync", Options{SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
+	{"uring-direct/commit+flush", Options{Direct: true}},
+	{"uring-direct/sync-at-commit/pwritev2-dsync", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncSyscalls}},
+	{"uring-direct/sync-at-commit/dsync-write", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncDSync}},
+	{"uring-direct/sync-at-commit/write-linked-fsync", Options{Direct: true, SyncAtCommit: true, SyncMethod: SyncLinkedFsync}},
 }
 
 // benchSegments opens segment after segment in one directory, deleting the
@@ -84,35 +98,77 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
-// BenchmarkCommitFlush measures one durable batch: append 64 KiB (64
-// records of 1 KiB), Commit(0), Flush(0).
+// BenchmarkCommitFlush measures one durable append: batch bytes appended,
+// Commit(0), Flush(0), for every way to make a commit durable, on
+// fallocated segments and on pre-written ones (PreZero):
+//
+//	go test -run '^$' -bench CommitFlush ./uring/
 func BenchmarkCommitFlush(b *testing.B) {
-	const record, batch = 1024, 64
-	for _, be := range benchBackends {
-		b.Run(be.name+"/batch=64KiB", func(b *testing.B) {
-			backend := newTestBackend(b, be.opts)
-			segs := &benchSegments{b: b, backend: backend, dir: b.TempDir(), size: 64 << 20}
-			defer segs.close()
-			var enc mappedfile.Encoder = mappedfile.Bytes(make([]byte, record))
-			ctx := context.Background()
-			mf := segs.next()
-			b.SetBytes(record * batch)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				if mf.WrotePosition()+record*batch > mf.SizeBytes() {
-					mf = segs.next()
-				}
-				for range batch {
-					if _, err := mf.Append(record, enc); err != nil {
-						b.Fatal(err)
+	for _, batch := range []int{1024, 64 << 10} {
+		for _, prezero := range []bool{false, true} {
+			for _, be := range durableBackends {
+				name := fmt.Sprintf("batch=%d/prewritten=%v/%s", batch, prezero, be.name)
+				b.Run(name, func(b *testing.B) {
+					opts := be.opts
+					opts.PreZero = prezero
+					backend := newTestBackend(b, opts)
+					segs := &benchSegments{b: b, backend: backend, dir: b.TempDir(), size: 16 << 20}
+					defer segs.close()
+					var enc mappedfile.Encoder = mappedfile.Bytes(make([]byte, batch))
+					ctx := context.Background()
+					mf := segs.next()
+					b.SetBytes(int64(batch))
+					b.ReportAllocs()
+					b.ResetTimer()
+					for range b.N {
+						if mf.WrotePosition()+int64(batch) > mf.SizeBytes() {
+							mf = segs.next()
+						}
+						if _, err := mf.Append(batch, enc); err != nil {
+							b.Fatal(err)
+						}
+						if _, err := mf.Commit(ctx, 0); err != nil {
+							b.Fatal(err)
+						}
+						if _, err := mf.Flush(ctx, 0); err != nil {
+							b.Fatal(err)
+						}
 					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkRingRoundTrip measures one request through the ring and back to
+// its waiter: a NOP (the ring's own cost: submit, the reaper's wake-up and
+// hand-off), and a 4 KiB O_DIRECT write to a pre-written file, plain and
+// with RWF_DSYNC (the device's cost added).
+//
+//	go test -run '^$' -bench RingRoundTrip ./uring/
+func BenchmarkRingRoundTrip(b *testing.B) {
+	for _, op := range []string{"nop", "write-4k-direct", "dsync-write-4k-direct"} {
+		b.Run("op="+op, func(b *testing.B) {
+			r := newTestRing(b, RingOptions{Entries: 8})
+			q := Request{Opcode: OpNop}
+			if op != "nop" {
+				f := durableFile(b, true, unix.O_DIRECT)
+				buf := offHeap(b, 4096)
+				q = Request{Opcode: OpWrite, Fd: int32(f.Fd()), Addr: addr(buf), Len: 4096}
+				if op == "dsync-write-4k-direct" {
+					q.OpFlags = RWFDSync
 				}
-				if _, err := mf.Commit(ctx, 0); err != nil {
+			}
+			tickets := make([]Ticket, 1)
+			i := 0
+			for b.Loop() {
+				q.Offset = uint64(i%4096) * 4096
+				i++
+				if err := r.Submit(context.Background(), []Request{q}, tickets); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := mf.Flush(ctx, 0); err != nil {
-					b.Fatal(err)
+				if c := r.Wait(tickets[0]); c.Res < 0 {
+					b.Fatal(c.Err())
 				}
 			}
 		})

@@ -2,298 +2,543 @@ package uring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
+	"golang.org/x/sys/unix"
 )
 
 // lease is a staging buffer lent to one segment while it is written. Its
-// refs count the readers serving bytes from it (uring-direct); Shutdown
-// returns the buffer to the pool once the last of them is done, so a buffer
-// is never reused under a reader.
+// refs count the readers copying from it; release returns the buffer to
+// the pool once the last of them is done, so a buffer is never reused
+// under a reader.
 type lease struct {
-	buf *stagingBuffer
-	// fromPosition: bytes below it are read from the file, not the buffer
-	// (a segment truncated at recovery holds only its tail block).
-	fromPosition int64
-	refs         mappedfile.RefCount
-	locked       atomic.Bool
+	buf    *stagingBuffer
+	refs   mappedfile.RefCount
+	locked atomic.Bool
 }
 
 // file is one segment of the uring or uring-direct backend.
 //
-// Appends encode in place into the lease's off-heap buffer at the segment
-// position. Commit writes [committed, wrote) to the file through the ring
-// (uring: buffered WRITE_FIXED; uring-direct: O_DIRECT writes of whole
-// blocks, the partial tail block padded with zeros from a bounce block and
-// rewritten by the next commit). Flush is an io_uring FSYNC(DATASYNC).
+// # Where the bytes are
 //
-// The buffer goes back to the pool when nothing needs it any more: for
-// uring when the full segment is committed (reads come from the page cache),
-// for uring-direct when it is committed and flushed (until then reads are
-// served from the buffer, since O_DIRECT writes drop the page cache).
+// Appends encode in place into the lease's staging ring at position mod
+// ringBytes (the mirror after the ring keeps a wrapping append contiguous).
+// The ring holds the segment's bytes from fileReadable to wrote; below
+// fileReadable they are read from the file. Commit writes the pending bytes
+// to the file and moves fileReadable up: to committed for uring (the bytes
+// are in the page cache), to the start of the block holding committed for
+// uring-direct (that block is written again, padded, by the next commit;
+// reading it through the page cache while O_DIRECT rewrites it could leave
+// a stale page there). Records are readable at wrote, from the ring.
+//
+// An append needs wrote+n − fileReadable ≤ ringBytes. When the ring is full
+// (the commit service fell behind) the append commits the pending bytes
+// itself first: the producer waits for the disk, as it would in the page
+// cache's dirty throttling, and no byte is ever lost or overwritten.
+//
+// Readers copy from the ring without a lock: the appender publishes the
+// end of what it is about to write (reserved) before it writes, and a
+// reader, after copying, checks that the appender has not come round the
+// ring to the bytes it copied (reserved − ringBytes ≤ the first copied
+// position); if it has, those bytes are in the file by then and the reader
+// reads them again from there.
+//
+// # Commit and Flush
+//
+// See the package doc: uring commits with pwrite(2) and flushes with
+// fdatasync(2); uring-direct commits with one vectored io_uring write of
+// whole blocks (the partial last block through the bounce page, padded with
+// zeros) and flushes with an io_uring FSYNC(DATASYNC). With SyncAtCommit a
+// commit is durable by itself (SyncMethod) and Flush only moves the flushed
+// position.
+//
+// Errors are sticky: after a failed write or sync the file returns the same
+// error forever. A cancelled ctx is not an error of the file: the bytes
+// written before it still count, and a real I/O error seen at the same
+// time still becomes sticky.
 type file struct {
+	mappedfile.Base // path, size, positions, sticky error, references
+
 	backend    *backend
-	path       string
-	fromOffset int64
-	sizeBytes  int64
+	name       string // "uring" or "uring-direct", for errors
 	direct     bool
-	preZero    bool
 	align      int64 // O_DIRECT block (1 for buffered)
+	syncCommit bool  // commits are durable (Options.SyncAtCommit)
+	syncMethod SyncMethod
 
 	writeFile *os.File // O_DIRECT for uring-direct
 	readFile  *os.File // buffered reads (the same file for uring)
 	fd        int32
 
-	wrotePosition     atomic.Int64
-	committedPosition atomic.Int64
-	flushedPosition   atomic.Int64
-	stickyErr         atomic.Pointer[error]
-	refs              mappedfile.RefCount
-	lease             atomic.Pointer[lease]
+	fileReadable atomic.Int64          // bytes below it are read from the file
+	reserved     atomic.Int64          // end of the append being encoded
+	readFence    atomic.Int64          // readers' barrier (see lapped)
+	lease        atomic.Pointer[lease] // nil when the file has no staging buffer
 
-	// syncMu serializes Commit, Flush and Truncate (the contract already
-	// has one goroutine call them; the lock makes a mistake harmless).
-	syncMu  sync.Mutex
-	writer  *writer
-	extents [2]extent
-	fsync   [1]Request
-	tickets [1]Ticket
+	// commitMu serializes Commit, Truncate and an append's own commit;
+	// flushMu serializes Flush. Neither is held across the other's I/O.
+	commitMu sync.Mutex
+	flushMu  sync.Mutex
+	tickets  [2]Ticket
+	reqs     [2]Request
+	fsyncReq [1]Request
+	fsyncTk  [1]Ticket
 }
 
 func dirOf(path string) string { return filepath.Dir(path) }
 
-func (f *file) Path() string             { return f.path }
-func (f *file) FromOffset() int64        { return f.fromOffset }
-func (f *file) SizeBytes() int64         { return f.sizeBytes }
-func (f *file) WrotePosition() int64     { return f.wrotePosition.Load() }
-func (f *file) CommittedPosition() int64 { return f.committedPosition.Load() }
-func (f *file) FlushedPosition() int64   { return f.flushedPosition.Load() }
-
-// ReadablePosition is committed for uring and wrote for uring-direct
-// (whose unflushed bytes are served from the staging buffer).
-func (f *file) ReadablePosition() int64 {
-	if f.direct {
-		return f.wrotePosition.Load()
-	}
-	return f.committedPosition.Load()
-}
-
-// Err returns the sticky error.
-func (f *file) Err() error {
-	if p := f.stickyErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// fail records err as the sticky error (the first one wins) and returns
-// the sticky error.
-func (f *file) fail(err error) error {
-	f.stickyErr.CompareAndSwap(nil, &err)
-	return f.Err()
-}
-
-func (f *file) closedError(op string) error {
-	return fmt.Errorf("uring: %s %s: %w", op, f.path, mappedfile.ErrClosed)
-}
+// ErrNoStagingBuffer: an append to a file that has no staging buffer (a
+// Truncate that could not get one failed; truncate again).
+var ErrNoStagingBuffer = errors.New("uring: the file has no staging buffer")
 
 // Append reserves n bytes at the write position and encodes into the
-// staging buffer in place. It does not allocate.
+// staging ring in place. It does not allocate. When the ring is full it
+// commits the pending bytes first (see file).
 func (f *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
-	if !f.refs.Retain() {
-		return 0, f.closedError("append")
-	}
-	defer f.refs.Release()
-	if err := f.Err(); err != nil {
+	wrote, err := f.BeginAppend(n, enc)
+	if err != nil {
 		return 0, err
 	}
-	wrote := f.wrotePosition.Load()
-	if n <= 0 {
-		return 0, fmt.Errorf("uring: %s: append of %d bytes: %w", f.path, n, mappedfile.ErrInvalidArgument)
+	defer f.Release()
+	l := f.lease.Load()
+	if l == nil || l.refs.Closing() {
+		return 0, fmt.Errorf("%s: %s: append at %d: %w", f.name, f.Path(), wrote, ErrNoStagingBuffer)
 	}
-	if int64(n) > f.sizeBytes-wrote {
-		return 0, fmt.Errorf("uring: %s: append of %d bytes at %d of %d: %w", f.path, n, wrote, f.sizeBytes, mappedfile.ErrFull)
-	}
-	// A lease is held whenever wrote < sizeBytes.
+	ringBytes := l.buf.ringBytes
 	end := wrote + int64(n)
-	dst := f.lease.Load().buf.mem[wrote:end:end]
+	if end-f.fileReadable.Load() > ringBytes {
+		if int64(n) > ringBytes-f.align {
+			return 0, fmt.Errorf("%s: %s: append of %d bytes is larger than the staging ring (%d bytes; Options.StagingBytes): %w",
+				f.name, f.Path(), n, ringBytes, mappedfile.ErrInvalidArgument)
+		}
+		if err := f.makeRoom(end, ringBytes); err != nil {
+			return 0, err
+		}
+	}
+	// Publish the reservation before writing into the ring (a full
+	// barrier: the ring stores must not become visible before it). It
+	// never moves back, even after an encoder failed: its clear reached
+	// the ring too.
+	f.reserved.Swap(max(end, f.reserved.Load()))
+	off := wrote % ringBytes
+	dst := l.buf.ring[off : off+int64(n) : off+int64(n)]
+	clear(dst) // the ring holds older bytes; an encoder need not fill dst
 	if err := enc.EncodeAt(dst, wrote); err != nil {
 		clear(dst)
-		return 0, fmt.Errorf("uring: %s: encode at %d: %w", f.path, wrote, err)
+		return 0, fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)
 	}
-	f.wrotePosition.Store(end)
+	f.PublishWrote(end)
 	return wrote, nil
 }
 
-// Commit writes [committed, wrote) through the ring and waits for it. A
-// failed write is sticky; a cancelled ctx is not (the bytes written before
-// it still count).
-func (f *file) Commit(ctx context.Context, leastPages int) (int64, error) {
-	if !f.refs.Retain() {
-		return f.committedPosition.Load(), f.closedError("commit")
+// makeRoom commits the pending bytes so that the ring can take an append
+// ending at end. It runs on the appender's goroutine, under commitMu (after
+// a commit already under way, which may have made room).
+func (f *file) makeRoom(end, ringBytes int64) error {
+	f.commitMu.Lock()
+	defer f.commitMu.Unlock()
+	if end-f.fileReadable.Load() <= ringBytes {
+		return nil
 	}
-	defer f.refs.Release()
-	f.syncMu.Lock()
-	defer f.syncMu.Unlock()
-	committed := f.committedPosition.Load()
-	if err := f.Err(); err != nil {
-		return committed, err
+	if _, err := f.commitLocked(context.Background()); err != nil {
+		return err
 	}
-	wrote := f.wrotePosition.Load()
-	if !mappedfile.AbleTo(committed, wrote, f.sizeBytes, leastPages) {
-		return committed, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return committed, fmt.Errorf("uring: commit %s: %w", f.path, err)
-	}
-	l := f.lease.Load()
-	var end int64
-	var err error
-	if f.direct {
-		end, err = f.commitDirectLocked(ctx, l, committed, wrote)
-	} else {
-		f.extents[0] = extent{fileOff: committed, mem: l.buf.mem[committed:wrote]}
-		end, err = f.writer.write(ctx, f.target(l, 0), f.extents[:1])
-	}
-	if end = min(end, wrote); end > committed {
-		committed = end
-		f.committedPosition.Store(committed)
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			err = f.fail(fmt.Errorf("uring: commit %s: %w", f.path, err))
-		}
-		return committed, err
-	}
-	if committed == f.sizeBytes && !f.direct {
-		f.releaseLease()
-	}
-	return committed, nil
-}
-
-// commitDirectLocked writes whole blocks from the block holding committed
-// up to wrote; the partial tail block goes through the lease's bounce block,
-// copied from the buffer and padded with zeros, so the file never holds a
-// byte past wrote other than zeros. The previous commit's tail block is
-// rewritten here; this commit waits for all its writes, so two writes to one
-// block are never in flight together.
-func (f *file) commitDirectLocked(ctx context.Context, l *lease, committed, wrote int64) (int64, error) {
-	start := committed - committed%f.align
-	tailStart := wrote - wrote%f.align
-	mem := l.buf.mem
-	ext := f.extents[:0]
-	if tailStart > start {
-		ext = append(ext, extent{fileOff: start, mem: mem[start:tailStart]})
-	}
-	if wrote > tailStart {
-		bounce := mem[f.sizeBytes : f.sizeBytes+f.align] // the bounce block
-		n := copy(bounce, mem[tailStart:wrote])
-		clear(bounce[n:])
-		ext = append(ext, extent{fileOff: tailStart, mem: bounce})
-	}
-	var flags uint32
-	if f.preZero {
-		flags = RWFDSync
-	}
-	end, err := f.writer.write(ctx, f.target(l, flags), ext)
-	if end < committed {
-		end = committed // the rewrite of the old tail block failed: nothing new
-	}
-	return end, err
-}
-
-func (f *file) target(l *lease, rwFlags uint32) writeTarget {
-	t := writeTarget{fd: f.fd, bufIndex: -1, rwFlags: rwFlags, align: f.align}
-	if l.buf.fixed {
-		t.bufIndex = l.buf.index
-	}
-	return t
-}
-
-// Flush makes committed bytes durable with an io_uring FSYNC(DATASYNC) and
-// advances the flushed position (least-pages rule against it). With PreZero
-// the committed bytes were written with RWF_DSYNC and are durable already:
-// Flush only advances the position, without I/O. A failure is sticky and
-// never retried.
-func (f *file) Flush(ctx context.Context, leastPages int) (int64, error) {
-	if !f.refs.Retain() {
-		return f.flushedPosition.Load(), f.closedError("flush")
-	}
-	defer f.refs.Release()
-	f.syncMu.Lock()
-	defer f.syncMu.Unlock()
-	flushed := f.flushedPosition.Load()
-	if err := f.Err(); err != nil {
-		return flushed, err
-	}
-	// Read committed before the fsync: only bytes written before it started
-	// are covered by it.
-	committed := f.committedPosition.Load()
-	if !mappedfile.AbleTo(flushed, committed, f.sizeBytes, leastPages) {
-		return flushed, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return flushed, fmt.Errorf("uring: flush %s: %w", f.path, err)
-	}
-	if !f.preZero {
-		if err := f.fdatasync(ctx); err != nil {
-			return flushed, err
-		}
-	}
-	f.flushedPosition.Store(committed)
-	if committed == f.sizeBytes {
-		f.releaseLease()
-	}
-	return committed, nil
-}
-
-// fdatasync runs FSYNC(DATASYNC) through the ring; a failure is sticky.
-func (f *file) fdatasync(ctx context.Context) error {
-	f.fsync[0] = Request{Opcode: OpFsync, Fd: f.fd, OpFlags: FsyncDataSync}
-	if err := f.backend.ring.Submit(ctx, f.fsync[:], f.tickets[:]); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("uring: flush %s: %w", f.path, err)
-		}
-		return f.fail(fmt.Errorf("uring: flush %s: %w", f.path, err))
-	}
-	if c := f.backend.ring.Wait(f.tickets[0]); c.Res < 0 {
-		return f.fail(fmt.Errorf("uring: flush %s: fdatasync: %w", f.path, c.Err()))
+	if end-f.fileReadable.Load() > ringBytes {
+		return fmt.Errorf("%s: %s: staging ring still full after a commit (readable from the file up to %d, append to %d, ring %d bytes): %w",
+			f.name, f.Path(), f.fileReadable.Load(), end, ringBytes, mappedfile.ErrInvalidArgument)
 	}
 	return nil
 }
 
-// startLease borrows a staging buffer for writing from position from on.
-// uring-direct also loads the block holding from (its head is valid data
-// that the next commit rewrites) and reads bytes below it from the file.
-func (f *file) startLease(ctx context.Context, from int64) error {
-	buf, err := f.backend.pool.borrow(ctx, f.backend.bufferBytes(f.sizeBytes), f.direct)
+// Commit writes [committed, wrote) to the file (see file).
+func (f *file) Commit(ctx context.Context, leastPages int) (int64, error) {
+	f.commitMu.Lock()
+	defer f.commitMu.Unlock()
+	from, _, able, err := f.BeginCommit(leastPages)
 	if err != nil {
-		return fmt.Errorf("uring: %s: %w", f.path, err)
+		return from, err
+	}
+	defer f.Release()
+	if !able {
+		return from, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return from, fmt.Errorf("%s: commit %s: %w", f.name, f.Path(), err)
+	}
+	return f.commitLocked(ctx)
+}
+
+// commitLocked commits everything written. commitMu is held.
+func (f *file) commitLocked(ctx context.Context) (int64, error) {
+	committed := f.CommittedPosition()
+	wrote := f.WrotePosition()
+	if wrote <= committed {
+		return committed, nil
+	}
+	l := f.lease.Load() // held while anything is uncommitted
+	var res writeResult
+	if f.direct {
+		res = f.commitDirect(ctx, l, committed, wrote)
+	} else {
+		res = f.commitBuffered(ctx, l, committed, wrote)
+	}
+	if res.end > committed {
+		committed = res.end
+		f.PublishCommitted(committed)
+		if f.direct {
+			f.fileReadable.Store(committed - committed%f.align)
+		} else {
+			f.fileReadable.Store(committed)
+		}
+	}
+	if res.ioErr != nil {
+		return committed, f.Fail(fmt.Errorf("%s: commit %s: %w", f.name, f.Path(), res.ioErr))
+	}
+	if res.ctxErr != nil {
+		return committed, fmt.Errorf("%s: commit %s: %w", f.name, f.Path(), res.ctxErr)
+	}
+	if committed == f.SizeBytes() {
+		f.releaseLease() // everything is in the file
+	}
+	return committed, nil
+}
+
+// writeResult is how far a commit got: end is the file offset up to which
+// every byte is written (and durable, for a durable commit); ioErr is a
+// failed write or sync (sticky); ctxErr a cancellation before anything
+// failed (not sticky).
+type writeResult struct {
+	end    int64
+	ioErr  error
+	ctxErr error
+}
+
+// ringPieces appends to dst the memory of segment range [from, to) in the
+// ring, split where it wraps (the registered span does not include the
+// mirror).
+func ringPieces(dst [][]byte, ring []byte, ringBytes, from, to int64) [][]byte {
+	off := from % ringBytes
+	n := to - from
+	if off+n <= ringBytes {
+		return append(dst, ring[off:off+n])
+	}
+	return append(dst, ring[off:ringBytes], ring[:off+n-ringBytes])
+}
+
+// commitBuffered writes [committed, wrote) into the page cache with
+// pwrite(2), or, with SyncAtCommit, durably (see SyncMethod).
+func (f *file) commitBuffered(ctx context.Context, l *lease, committed, wrote int64) writeResult {
+	var piecesArr [2][]byte
+	pieces := ringPieces(piecesArr[:0], l.buf.ring, l.buf.ringBytes, committed, wrote)
+	if f.syncCommit && f.syncMethod == SyncLinkedFsync {
+		return f.ringWriteSync(ctx, l, committed, wrote, pieces)
+	}
+	off := committed
+	for _, p := range pieces {
+		if err := segfile.Pwrite(f.Path(), int(f.fd), p, off); err != nil {
+			return writeResult{end: committed, ioErr: err}
+		}
+		off += int64(len(p))
+	}
+	if f.syncCommit {
+		if err := segfile.Fdatasync(f.Path(), int(f.fd)); err != nil {
+			return writeResult{end: committed, ioErr: err}
+		}
+	}
+	return writeResult{end: wrote}
+}
+
+// commitDirect writes the whole blocks covering [committed, wrote) in one
+// vectored request: the ring's blocks, and the partial last block through
+// the bounce page, padded with zeros.
+func (f *file) commitDirect(ctx context.Context, l *lease, committed, wrote int64) writeResult {
+	start := committed - committed%f.align
+	tailStart := wrote - wrote%f.align
+	var piecesArr [3][]byte
+	pieces := piecesArr[:0]
+	if tailStart > start {
+		pieces = ringPieces(pieces, l.buf.ring, l.buf.ringBytes, start, tailStart)
+	}
+	if wrote > tailStart {
+		bounce := l.buf.bounce[:f.align]
+		off := tailStart % l.buf.ringBytes
+		n := copy(bounce, l.buf.ring[off:off+wrote-tailStart])
+		clear(bounce[n:])
+		pieces = append(pieces, bounce)
+	}
+	var res writeResult
+	if f.syncCommit && f.syncMethod == SyncSyscalls {
+		res = f.pwriteDSync(start, wrote, pieces)
+	} else {
+		res = f.ringWriteSync(ctx, l, start, wrote, pieces)
+	}
+	res.end = max(res.end, committed) // a failed rewrite of the old tail block loses nothing
+	return res
+}
+
+// pwriteDSync writes pieces from start with pwritev2(RWF_DSYNC) on the
+// committing goroutine: one O_DIRECT write, durable when it returns (one
+// device flush, or FUA writes where the device has them and the write
+// needs no metadata). Measured here, a 4 KiB durable append this way takes
+// 100–125 µs at the median against 130–175 µs through io_uring: there the
+// kernel runs the write's sync in a workqueue and completes the request by
+// task_work, two more thread wake-ups than a system call that sleeps and
+// syncs on its own thread.
+func (f *file) pwriteDSync(start, logicalEnd int64, pieces [][]byte) writeResult {
+	done := start
+	noProgress := 0
+	for len(pieces) > 0 {
+		total := iovecBytes(pieces)
+		op := segfile.Op{Kind: segfile.OpWriteDurable, Path: f.Path(), Offset: done, Length: total, Via: "pwritev2"}
+		err := segfile.Begin(op)
+		var n int
+		if err == nil {
+			for {
+				n, err = unix.Pwritev2(int(f.fd), pieces, done, unix.RWF_DSYNC)
+				if err != unix.EINTR {
+					break
+				}
+			}
+		}
+		segfile.End(op, err)
+		if err != nil {
+			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("pwritev2(RWF_DSYNC) [%d,+%d): %w", done, total, err)}
+		}
+		if int64(n) >= total {
+			return writeResult{end: logicalEnd}
+		}
+		advance := int64(n) - int64(n)%f.align
+		if advance == 0 {
+			if noProgress++; noProgress > maxNoProgress {
+				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("pwritev2(RWF_DSYNC) [%d,+%d): %d short writes without progress: %w",
+					done, total, noProgress, io.ErrShortWrite)}
+			}
+		} else {
+			noProgress = 0
+		}
+		done += advance
+		pieces = skipBytes(pieces, advance)
+	}
+	return writeResult{end: logicalEnd}
+}
+
+// ringWriteSync writes pieces (memory of the lease) to the file from
+// offset start through the ring as one vectored write — with RWF_DSYNC, or
+// linked to an FSYNC(DATASYNC), when commits are durable — and resubmits
+// the rest after a short write. logicalEnd is where the segment's data
+// ends (the last piece may be padding beyond it).
+func (f *file) ringWriteSync(ctx context.Context, l *lease, start, logicalEnd int64, pieces [][]byte) writeResult {
+	r := f.backend.ring
+	done := start // file offset written so far
+	noProgress := 0
+	for len(pieces) > 0 {
+		total := iovecBytes(pieces)
+		nv := f.putIovecs(l, pieces)
+		q := Request{Opcode: OpWritev, Fd: f.fd, Offset: uint64(done), Addr: uint64(uintptr(unsafe.Pointer(&l.buf.iovecs[0]))), Len: uint32(nv)}
+		if l.buf.fixed && r.Supports(OpWritevFixed) {
+			q.Opcode, q.BufIndex = OpWritevFixed, uint16(l.buf.index)
+		}
+		write := segfile.Op{Kind: segfile.OpPwrite, Path: f.Path(), Offset: done, Length: total, Via: viaRing}
+		linked := f.syncCommit && f.syncMethod == SyncLinkedFsync
+		if f.syncCommit && !linked {
+			q.OpFlags |= RWFDSync
+			write.Kind = segfile.OpWriteDurable
+		}
+		sync := segfile.Op{Kind: segfile.OpFdatasync, Path: f.Path(), Via: viaRing}
+		if err := segfile.Begin(write); err != nil {
+			segfile.End(write, err) // the linked fsync was never issued
+			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %w", done, total, err)}
+		}
+		var syncErr error
+		reqs := f.reqs[:1]
+		if linked {
+			if syncErr = segfile.Begin(sync); syncErr == nil {
+				q.Flags |= FlagIOLink
+				f.reqs[1] = Request{Opcode: OpFsync, Fd: f.fd, OpFlags: FsyncDataSync}
+				reqs = f.reqs[:2]
+			}
+		}
+		f.reqs[0] = q
+		tickets := f.tickets[:len(reqs)]
+		if err := r.Submit(ctx, reqs, tickets); err != nil {
+			segfile.End(write, err)
+			if linked {
+				segfile.End(sync, err)
+			}
+			if ctx.Err() != nil && !errors.Is(err, ErrRingBroken) {
+				return writeResult{end: min(done, logicalEnd), ctxErr: err}
+			}
+			return writeResult{end: min(done, logicalEnd), ioErr: err}
+		}
+		cw := r.Wait(tickets[0])
+		segfile.End(write, cw.Err())
+		if linked {
+			if len(reqs) == 2 {
+				syncErr = r.Wait(tickets[1]).Err()
+			}
+			segfile.End(sync, syncErr)
+		}
+		if cw.Res < 0 {
+			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %w", done, total, cw.Err())}
+		}
+		written := int64(cw.Res)
+		if written >= total {
+			if syncErr != nil {
+				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring fdatasync: %w", syncErr)}
+			}
+			return writeResult{end: logicalEnd}
+		}
+		// A short write: go on from the last whole block written (a linked
+		// fsync was cancelled or ran early; it is issued again with the rest).
+		advance := written - written%f.align
+		if advance == 0 {
+			if noProgress++; noProgress > maxNoProgress {
+				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %d short writes without progress: %w",
+					done, total, noProgress, io.ErrShortWrite)}
+			}
+		} else {
+			noProgress = 0
+		}
+		done += advance
+		pieces = skipBytes(pieces, advance)
+		if err := ctx.Err(); err != nil {
+			return writeResult{end: min(done, logicalEnd), ctxErr: err}
+		}
+	}
+	return writeResult{end: logicalEnd}
+}
+
+// putIovecs writes the iovec array for pieces into the lease's iovec page
+// (off-heap: the kernel reads it during the submission).
+func (f *file) putIovecs(l *lease, pieces [][]byte) int {
+	iovs := unsafe.Slice((*iovec)(unsafe.Pointer(&l.buf.iovecs[0])), len(l.buf.iovecs)/int(unsafe.Sizeof(iovec{})))
+	for i, p := range pieces {
+		iovs[i] = iovec{base: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p)))), len: uint64(len(p))}
+	}
+	return len(pieces)
+}
+
+func iovecBytes(pieces [][]byte) int64 {
+	var n int64
+	for _, p := range pieces {
+		n += int64(len(p))
+	}
+	return n
+}
+
+// skipBytes drops the first n bytes of pieces.
+func skipBytes(pieces [][]byte, n int64) [][]byte {
+	for n > 0 && len(pieces) > 0 {
+		if n >= int64(len(pieces[0])) {
+			n -= int64(len(pieces[0]))
+			pieces = pieces[1:]
+			continue
+		}
+		pieces[0] = pieces[0][n:]
+		n = 0
+	}
+	return pieces
+}
+
+// Flush makes committed bytes durable and advances the flushed position
+// (least-pages rule against it): fdatasync for uring, an io_uring
+// FSYNC(DATASYNC) for uring-direct, nothing when commits are durable
+// already. It reads committed before syncing, so the sync covers every byte
+// it reports. A failure is sticky and never retried. Commits go on while a
+// Flush syncs.
+func (f *file) Flush(ctx context.Context, leastPages int) (int64, error) {
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	from, to, able, err := f.BeginFlush(ctx, leastPages)
+	if err != nil {
+		return from, err
+	}
+	defer f.Release()
+	if !able {
+		return from, nil
+	}
+	if !f.syncCommit {
+		if err := f.sync(ctx); err != nil {
+			return from, err
+		}
+	}
+	f.PublishFlushed(to)
+	return to, nil
+}
+
+// sync makes everything written so far durable; a failure is sticky.
+func (f *file) sync(ctx context.Context) error {
+	if !f.direct {
+		if err := segfile.Fdatasync(f.Path(), int(f.fd)); err != nil {
+			return f.Fail(fmt.Errorf("%s: flush: %w", f.name, err))
+		}
+		return nil
+	}
+	r := f.backend.ring
+	op := segfile.Op{Kind: segfile.OpFdatasync, Path: f.Path(), Via: viaRing}
+	if err := segfile.Begin(op); err != nil {
+		segfile.End(op, err)
+		return f.Fail(fmt.Errorf("%s: flush %s: io_uring fdatasync: %w", f.name, f.Path(), err))
+	}
+	f.fsyncReq[0] = Request{Opcode: OpFsync, Fd: f.fd, OpFlags: FsyncDataSync}
+	if err := r.Submit(ctx, f.fsyncReq[:], f.fsyncTk[:]); err != nil {
+		segfile.End(op, err)
+		if ctx.Err() != nil && !errors.Is(err, ErrRingBroken) {
+			return fmt.Errorf("%s: flush %s: %w", f.name, f.Path(), err)
+		}
+		return f.Fail(fmt.Errorf("%s: flush %s: %w", f.name, f.Path(), err))
+	}
+	c := r.Wait(f.fsyncTk[0])
+	segfile.End(op, c.Err())
+	if c.Res < 0 {
+		return f.Fail(fmt.Errorf("%s: flush %s: io_uring fdatasync: %w", f.name, f.Path(), c.Err()))
+	}
+	return nil
+}
+
+// viaRing names io_uring requests to the fault seam.
+const viaRing = "io_uring"
+
+// startLease gives the file a staging buffer for writing from position
+// from on: lease is the file's own, still live, or one borrowed now. For
+// uring-direct the block holding from is loaded from the file (its head is
+// valid data the next commit writes again).
+func (f *file) startLease(ctx context.Context, from int64) (*lease, error) {
+	if l := f.lease.Load(); l != nil && !l.refs.Closing() {
+		return l, nil
+	}
+	buf, err := f.backend.pool.borrow(ctx, f.backend.pool.ringBytesFor(f.SizeBytes()))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", f.name, f.Path(), err)
 	}
 	l := &lease{buf: buf}
 	l.refs.Init()
-	if f.direct {
-		l.fromPosition = from - from%f.align
-		if from > l.fromPosition {
-			if _, err := f.readFile.ReadAt(buf.mem[l.fromPosition:from], l.fromPosition); err != nil {
-				f.backend.pool.giveBack(buf)
-				return fmt.Errorf("uring-direct: %s: load the tail block at %d: %w", f.path, l.fromPosition, err)
-			}
-		}
+	return l, nil
+}
+
+// loadTail copies [blockStart(from), from) from the file into the ring.
+func (f *file) loadTail(l *lease, from int64) error {
+	head := from - from%f.align
+	if from == head {
+		return nil
 	}
-	f.lease.Store(l)
+	off := head % l.buf.ringBytes
+	if _, err := f.readFile.ReadAt(l.buf.ring[off:off+from-head], head); err != nil {
+		return fmt.Errorf("%s: %s: load the tail block at %d: %w", f.name, f.Path(), head, err)
+	}
 	return nil
 }
 
-// releaseLease gives the buffer back once its readers are done; the lease
-// pointer stays (Retain on it fails from now on).
+// releaseLease gives the buffer back once its readers are done.
 func (f *file) releaseLease() {
 	l := f.lease.Load()
 	if l == nil {
@@ -301,7 +546,7 @@ func (f *file) releaseLease() {
 	}
 	l.refs.Shutdown(func() {
 		if l.locked.Load() {
-			_ = segfile.Unlock(l.buf.mem[:f.sizeBytes])
+			_ = segfile.Unlock(l.buf.ring[:l.buf.ringBytes])
 		}
 		f.backend.pool.giveBack(l.buf)
 	})
@@ -316,99 +561,140 @@ func (f *file) retainLease() *lease {
 	return l
 }
 
-// ReadAt copies readable bytes: from the file (the page cache) for uring
-// and for sealed uring-direct segments, from the staging buffer for the
-// part of an unsealed uring-direct segment that O_DIRECT writes.
+// ReadAt copies readable bytes: from the file below fileReadable, from the
+// staging ring above it.
 func (f *file) ReadAt(dst []byte, filePos int64) (int, error) {
-	if !f.refs.Acquire() {
-		return 0, f.closedError("read")
+	if !f.Acquire() {
+		return 0, f.ClosedError("read")
 	}
-	defer f.refs.Release()
+	defer f.Release()
 	n, err := mappedfile.CheckRead(filePos, len(dst), f.ReadablePosition())
 	if n == 0 {
 		return 0, err
 	}
-	fromFile := int64(n)
-	var l *lease
-	if f.direct {
-		if l = f.retainLease(); l != nil {
-			defer l.refs.Release()
-			fromFile = min(max(l.fromPosition-filePos, 0), int64(n))
-		}
-	}
-	if fromFile > 0 {
-		if m, rerr := f.readFile.ReadAt(dst[:fromFile], filePos); rerr != nil {
-			return m, fmt.Errorf("uring: read %s at %d: %w", f.path, filePos, rerr)
-		}
-	}
-	if fromFile < int64(n) {
-		copy(dst[fromFile:n], l.buf.mem[filePos+fromFile:])
+	if rerr := f.read(dst[:n], filePos); rerr != nil {
+		return 0, rerr
 	}
 	return n, err
 }
 
-// SendRange writes readable bytes to w: sendfile(2) from the page cache
-// where the bytes are in the file, a plain write from the staging buffer
-// for the part of an unsealed uring-direct segment.
-func (f *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (int64, error) {
-	if !f.refs.Acquire() {
-		return 0, f.closedError("send")
-	}
-	defer f.refs.Release()
-	if readable := f.ReadablePosition(); filePos < 0 || n < 0 || filePos+n > readable {
-		return 0, fmt.Errorf("uring: send %s [%d,%d) past readable %d: %w", f.path, filePos, filePos+n, readable, mappedfile.ErrOutOfRange)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	fromFile := n
-	var l *lease
-	if f.direct {
-		if l = f.retainLease(); l != nil {
-			defer l.refs.Release()
-			fromFile = min(max(l.fromPosition-filePos, 0), n)
+// read fills dst with the bytes at filePos, all below wrote.
+func (f *file) read(dst []byte, filePos int64) error {
+	for len(dst) > 0 {
+		fromFile := int64(len(dst))
+		var l *lease
+		if low := f.fileReadable.Load(); filePos+fromFile > low {
+			if l = f.retainLease(); l != nil {
+				fromFile = max(min(low-filePos, fromFile), 0)
+			}
 		}
+		if fromFile > 0 {
+			if m, err := f.readFile.ReadAt(dst[:fromFile], filePos); err != nil {
+				if l != nil {
+					l.refs.Release()
+				}
+				return fmt.Errorf("%s: read %s at %d (%d of %d bytes): %w", f.name, f.Path(), filePos, m, fromFile, err)
+			}
+			dst, filePos = dst[fromFile:], filePos+fromFile
+		}
+		if l == nil || len(dst) == 0 {
+			if l != nil {
+				l.refs.Release()
+			}
+			continue
+		}
+		off := filePos % l.buf.ringBytes
+		copy(dst, l.buf.ring[off:off+int64(len(dst))])
+		lapped := f.lapped(l, filePos)
+		l.refs.Release()
+		if !lapped {
+			return nil
+		}
+		// The appender came round the ring: these bytes are in the file
+		// now; the next round reads them from there.
+	}
+	return nil
+}
+
+// lapped reports whether the appender may have overwritten the ring bytes
+// of positions ≥ from that a reader just copied. The atomic add is a full
+// barrier, so the copy's loads happen before the reservation is read.
+func (f *file) lapped(l *lease, from int64) bool {
+	f.readFence.Add(1)
+	return f.reserved.Load()-l.buf.ringBytes > from
+}
+
+// sendBuffers holds the bounce buffers SendRange copies ring bytes through
+// (a ring byte may be overwritten after a check; a socket cannot take it
+// back).
+var sendBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// SendRange writes readable bytes to w: sendfile(2) from the page cache for
+// the part in the file, a copy out of the staging ring (checked as ReadAt
+// does) for the rest.
+func (f *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (int64, error) {
+	if !f.Acquire() {
+		return 0, f.ClosedError("send")
+	}
+	defer f.Release()
+	if readable := f.ReadablePosition(); filePos < 0 || n < 0 || filePos+n > readable {
+		return 0, fmt.Errorf("%s: send %s [%d,%d) past readable %d: %w", f.name, f.Path(), filePos, filePos+n, readable, mappedfile.ErrOutOfRange)
 	}
 	var sent int64
-	if fromFile > 0 {
-		m, err := segfile.SendFile(ctx, w, f.readFile, filePos, fromFile)
-		sent += m
-		if err != nil {
-			return sent, fmt.Errorf("uring: send %s: %w", f.path, err)
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			sendBuffers.Put(bp)
 		}
-	}
-	if fromFile < n {
+	}()
+	for sent < n {
 		if err := ctx.Err(); err != nil {
-			return sent, fmt.Errorf("uring: send %s: %w", f.path, err)
+			return sent, fmt.Errorf("%s: send %s: %w", f.name, f.Path(), err)
 		}
-		m, err := w.Write(l.buf.mem[filePos+fromFile : filePos+n])
+		pos := filePos + sent
+		if low := f.fileReadable.Load(); pos < low {
+			m, err := segfile.SendFile(ctx, w, f.readFile, pos, min(low-pos, n-sent))
+			sent += m
+			if err != nil {
+				return sent, fmt.Errorf("%s: send %s: %w", f.name, f.Path(), err)
+			}
+			continue
+		}
+		if bp == nil {
+			bp = sendBuffers.Get().(*[]byte)
+		}
+		chunk := (*bp)[:min(int64(len(*bp)), n-sent)]
+		if err := f.read(chunk, pos); err != nil {
+			return sent, err
+		}
+		m, err := w.Write(chunk)
 		sent += int64(m)
 		if err != nil {
-			return sent, fmt.Errorf("uring: send %s from the buffer: %w", f.path, err)
+			return sent, fmt.Errorf("%s: send %s from the staging buffer: %w", f.name, f.Path(), err)
 		}
 	}
 	return sent, nil
 }
 
-// Warm touches and locks the staging buffer (the memory appends write).
-// FlushEveryPages does not apply: the buffer is not file backed. Advise
+// Warm touches and locks the staging ring (the memory appends write).
+// FlushEveryPages does not apply: the ring is not file backed. Advise
 // applies madvise(WILLNEED, SEQUENTIAL) to it.
 func (f *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
-	if !f.refs.Retain() {
-		return f.closedError("warm")
+	if !f.Retain() {
+		return f.ClosedError("warm")
 	}
-	defer f.refs.Release()
+	defer f.Release()
 	l := f.retainLease()
 	if l == nil {
 		return nil // full and committed: no buffer to warm
 	}
 	defer l.refs.Release()
-	mem := l.buf.mem[:f.sizeBytes]
-	if opts.Touch && f.wrotePosition.Load() == 0 {
+	mem := l.buf.ring[:l.buf.ringBytes]
+	if opts.Touch && f.WrotePosition() == 0 {
 		for i := 0; i < len(mem); i += mappedfile.PageSize {
 			if i%(1<<20) == 0 {
 				if err := ctx.Err(); err != nil {
-					return fmt.Errorf("uring: warm %s: %w", f.path, err)
+					return fmt.Errorf("%s: warm %s: %w", f.name, f.Path(), err)
 				}
 			}
 			mem[i] = 0
@@ -416,99 +702,120 @@ func (f *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
 	}
 	if opts.Advise {
 		if err := segfile.AdviseWrite(mem); err != nil {
-			return fmt.Errorf("uring: warm %s: %w", f.path, err)
+			return fmt.Errorf("%s: warm %s: %w", f.name, f.Path(), err)
 		}
 	}
-	if opts.Lock && !l.locked.Load() {
-		if err := segfile.Lock("uring: warm "+f.path, mem); err != nil {
+	if opts.Lock && l.locked.CompareAndSwap(false, true) {
+		if err := segfile.Lock(f.name+": warm "+f.Path(), mem); err != nil {
+			l.locked.Store(false)
 			return err
 		}
-		l.locked.Store(true)
 	}
 	return nil
 }
 
-// Cool munlocks the staging buffer. It never madvise(DONTNEED)s it: the
-// buffer is registered with the ring, its pages pinned, and dropping them
-// would split the mapping from what the kernel writes.
+// Cool munlocks the staging ring. It never madvise(DONTNEED)s it: the
+// buffer may be registered with the ring, its pages pinned, and dropping
+// them would split the mapping from what the kernel writes.
 func (f *file) Cool() error {
-	if !f.refs.Retain() {
-		return f.closedError("cool")
+	if !f.Retain() {
+		return f.ClosedError("cool")
 	}
-	defer f.refs.Release()
+	defer f.Release()
 	l := f.retainLease()
 	if l == nil {
 		return nil
 	}
 	defer l.refs.Release()
 	if l.locked.CompareAndSwap(true, false) {
-		if err := segfile.Unlock(l.buf.mem[:f.sizeBytes]); err != nil {
-			return fmt.Errorf("uring: cool %s: %w", f.path, err)
+		if err := segfile.Unlock(l.buf.ring[:l.buf.ringBytes]); err != nil {
+			return fmt.Errorf("%s: cool %s: %w", f.name, f.Path(), err)
 		}
 	}
 	return nil
 }
 
-func (f *file) Retain() bool { return f.refs.Retain() }
-func (f *file) Release()     { f.refs.Release() }
-
-// Truncate sets every position to validEnd and durably zeroes the rest of
-// the file. A segment with room left gets a staging buffer again.
+// Truncate sets every position to validEnd and makes [validEnd, SizeBytes)
+// zeros, durably: it writes zeros over the blocks there that are not zeros
+// already (never FALLOC_FL_ZERO_RANGE or PUNCH_HOLE, which would turn
+// written extents back into unwritten ones and cost every later durable
+// write a journal commit), then fdatasyncs the file — always, so bytes
+// below validEnd left in the page cache by a crashed process become durable
+// before anything claims they are. A segment with room left gets a staging
+// buffer first: if none can be had, Truncate fails and changes nothing.
 func (f *file) Truncate(ctx context.Context, validEnd int64) error {
-	if !f.refs.Retain() {
-		return f.closedError("truncate")
+	f.commitMu.Lock()
+	defer f.commitMu.Unlock()
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	if err := f.BeginTruncate(ctx, validEnd); err != nil {
+		return err
 	}
-	defer f.refs.Release()
-	f.syncMu.Lock()
-	defer f.syncMu.Unlock()
-	if validEnd < 0 || validEnd > f.sizeBytes {
-		return fmt.Errorf("uring: truncate %s to %d of %d: %w", f.path, validEnd, f.sizeBytes, mappedfile.ErrOutOfRange)
+	defer f.Release()
+	if f.lease.Load() != nil && validEnd > f.CommittedPosition() {
+		// Bytes below validEnd are only in the staging ring: write them
+		// first (the tail block is reloaded from the file below).
+		if _, err := f.commitLocked(ctx); err != nil {
+			return err
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("uring: truncate %s: %w", f.path, err)
+	var l *lease
+	if validEnd < f.SizeBytes() {
+		var err error
+		if l, err = f.startLease(ctx, validEnd); err != nil {
+			return err
+		}
 	}
-	if err := segfile.ZeroRange(f.readFile, validEnd, f.sizeBytes-validEnd); err != nil {
-		return f.fail(fmt.Errorf("uring: truncate %s at %d: %w", f.path, validEnd, err))
+	giveBackNew := func() {
+		if l != nil && l != f.lease.Load() {
+			f.backend.pool.giveBack(l.buf)
+		}
 	}
+	if _, err := zeroTail(ctx, f.readFile, validEnd, f.SizeBytes()); err != nil {
+		giveBackNew()
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: truncate %s at %d: %w", f.name, f.Path(), validEnd, err)
+		}
+		return f.Fail(fmt.Errorf("%s: truncate %s at %d: %w", f.name, f.Path(), validEnd, err))
+	}
+	if err := segfile.Fdatasync(f.Path(), int(f.readFile.Fd())); err != nil {
+		giveBackNew()
+		return f.Fail(fmt.Errorf("%s: truncate at %d: %w", f.name, validEnd, err))
+	}
+	if l != nil && f.direct {
+		if err := f.loadTail(l, validEnd); err != nil {
+			giveBackNew()
+			return err
+		}
+	}
+	if old := f.lease.Load(); old != l {
+		f.releaseLease()
+		f.lease.Store(l)
+	}
+	low := validEnd
+	if f.direct {
+		low -= validEnd % f.align
+	}
+	f.reserved.Store(validEnd)
+	f.fileReadable.Store(low)
+	f.FinishTruncate(validEnd)
+	return nil
+}
+
+// cleanup releases the staging buffer and the descriptors; it runs once,
+// at the last Release after Close or Delete.
+func (f *file) cleanup() error {
 	f.releaseLease()
-	f.wrotePosition.Store(validEnd)
-	f.committedPosition.Store(validEnd)
-	f.flushedPosition.Store(validEnd)
-	if validEnd < f.sizeBytes {
-		return f.startLease(ctx, validEnd)
-	}
-	return nil
+	return f.closeFiles()
 }
 
-// Close releases the file once the last reference is gone; it does not flush.
-func (f *file) Close() error {
-	if !f.refs.Shutdown(f.cleanup) {
-		return f.closedError("close")
-	}
-	return nil
-}
-
-// Delete closes the file and removes it now; readers holding a reference
-// keep reading through the open descriptors until they release it.
-func (f *file) Delete() error {
-	if !f.refs.Shutdown(f.cleanup) {
-		return f.closedError("delete")
-	}
-	if err := os.Remove(f.path); err != nil {
-		return fmt.Errorf("uring: delete %s: %w", f.path, err)
-	}
-	return nil
-}
-
-// cleanup runs once, when the last reference is released.
-func (f *file) cleanup() {
-	f.releaseLease()
-	f.closeFiles()
-}
-
-func (f *file) closeFiles() {
+func (f *file) closeFiles() error {
+	var err error
 	if f.readFile != f.writeFile {
-		_ = f.readFile.Close()
+		err = f.readFile.Close()
 	}
-	_ = f.writeFile.Close()
+	if werr := f.writeFile.Close(); werr != nil && err == nil {
+		err = werr
+	}
+	return err
 }

@@ -4,57 +4,161 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
+	"unsafe"
 
-	"github.com/mqstore/mqstore/internal/segfile"
+	"golang.org/x/sys/unix"
 )
 
-// stagingBuffer is off-heap memory a segment appends into. Its index is
-// its slot in the ring's registered-buffer table (fixed, when the pool
-// registered it).
+// pageSize is the memory page size: staging rings and their pieces are
+// mapped in whole pages.
+var pageSize = int64(os.Getpagesize())
+
+// stagingBuffer is the off-heap memory one segment appends into while it is
+// written: a ring of ringBytes holding the segment's bytes that are not yet
+// readable from the file, followed by a mirror of itself (the same pages
+// mapped again right after), so any range of up to ringBytes starting in
+// the ring is contiguous in memory — an append is encoded in place even
+// where it wraps. Before the ring sit a bounce page (the zero-padded tail
+// block of an O_DIRECT commit) and an iovec page (the iovec arrays of
+// vectored writes). Layout, each piece page aligned:
+//
+//	[bounce][iovecs][ring ……………][mirror ……………]
+//
+// The bounce page, the iovec page and the ring (not the mirror) are one
+// registered buffer when the kernel allows it.
 type stagingBuffer struct {
-	mem   []byte
-	index int
-	fixed bool // registered: write it with WRITE_FIXED
+	all       []byte // the whole mapping
+	bounce    []byte
+	iovecs    []byte
+	ring      []byte // 2 × ringBytes: ring and mirror
+	ringBytes int64
+	index     int  // slot in the ring's buffer table
+	fixed     bool // registered: usable with the *_FIXED opcodes
 }
 
-// stagingPool lends segment-sized, off-heap buffers (RocketMQ's
-// TransientStorePool). It holds at most maxBuffers, so the memory is
-// bounded by maxBuffers × the largest segment size; a buffer is mapped
-// (MAP_POPULATE) the first time it is needed and reused after, and replaced
-// only when a larger segment needs it. Borrowing blocks while all are lent.
+// registered returns the registered span (bounce, iovecs, ring).
+func (b *stagingBuffer) registered() []byte {
+	return b.all[:2*pageSize+b.ringBytes]
+}
+
+// mapStaging maps a staging buffer with a ring of ringBytes (a multiple of
+// the page size). The ring pages come from a memfd (they must be mappable
+// twice); they are populated now, so appends do not fault.
+func mapStaging(ringBytes int64) (*stagingBuffer, error) {
+	if ringBytes <= 0 || ringBytes%pageSize != 0 {
+		return nil, fmt.Errorf("uring: staging ring of %d bytes: not a positive multiple of the page size %d", ringBytes, pageSize)
+	}
+	total := 2*pageSize + 2*ringBytes
+	all, err := unix.Mmap(-1, 0, int(total), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("uring: reserve %d bytes of address space for a staging buffer: %w", total, err)
+	}
+	b := &stagingBuffer{all: all, ringBytes: ringBytes}
+	fail := func(what string, err error) (*stagingBuffer, error) {
+		_ = unix.Munmap(all)
+		return nil, fmt.Errorf("uring: staging buffer of %d bytes: %s: %w", ringBytes, what, err)
+	}
+	fd, err := unix.MemfdCreate("mqstore-uring-staging", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fail("memfd_create", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, ringBytes); err != nil {
+		return fail("ftruncate the memfd", err)
+	}
+	const rw = unix.PROT_READ | unix.PROT_WRITE
+	if _, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&all[0]), uintptr(2*pageSize), rw,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_POPULATE); err != nil {
+		return fail("map the bounce and iovec pages", err)
+	}
+	for _, at := range []int64{2 * pageSize, 2*pageSize + ringBytes} {
+		if _, err := unix.MmapPtr(fd, 0, unsafe.Pointer(&all[at]), uintptr(ringBytes), rw,
+			unix.MAP_SHARED|unix.MAP_FIXED|unix.MAP_POPULATE); err != nil {
+			return fail("map the ring", err)
+		}
+	}
+	b.bounce = all[:pageSize:pageSize]
+	b.iovecs = all[pageSize : 2*pageSize : 2*pageSize]
+	b.ring = all[2*pageSize : total : total]
+	return b, nil
+}
+
+func (b *stagingBuffer) unmap() error {
+	if b.all == nil {
+		return nil
+	}
+	err := unix.Munmap(b.all)
+	b.all, b.ring, b.bounce, b.iovecs = nil, nil, nil, nil
+	if err != nil {
+		return fmt.Errorf("uring: unmap a staging buffer: %w", err)
+	}
+	return nil
+}
+
+// maxRegisteredBytes is the kernel's limit on one registered buffer.
+const maxRegisteredBytes = 1 << 30
+
+// stagingPool lends staging buffers, one per segment being written
+// (RocketMQ's TransientStorePool, but sized for what is in flight rather
+// than for a whole segment). It holds at most maxBuffers; a buffer is
+// mapped the first time it is needed, with a ring of the size the pool was
+// asked for (at most Options.StagingBytes), and reused after — never
+// cleared: appends clear what they reserve, and no byte past the write
+// position ever reaches a file.
 //
 // Buffers are registered with the ring (a sparse table, one slot per
-// buffer) when the kernel allows it, so commits use WRITE_FIXED without
-// per-request page pinning; when registration fails (RLIMIT_MEMLOCK) the
-// buffer is still off-heap and written with plain WRITE.
+// buffer) when the kernel allows it: each must stay within the kernel's
+// 1 GiB per buffer, and, without CAP_IPC_LOCK, all of them within
+// RLIMIT_MEMLOCK. When registration fails the pool either refuses
+// (Options.RequireRegistered) with an error that says which limit and how
+// to raise it, or logs once and writes those buffers with the plain
+// opcodes; Info reports which.
 //
 // A registered buffer's pages are pinned by the kernel: the pool never
-// madvise(DONTNEED)s them (that would make the mapping and the pinned pages
-// diverge).
+// madvise(DONTNEED)s them.
 type stagingPool struct {
-	ring   *Ring
-	tokens chan int // free slot numbers; a slot is lent while its token is out
-	table  bool     // the sparse buffer table is registered
+	ring     *Ring
+	logger   *slog.Logger
+	require  bool
+	maxRing  int64
+	tokens   chan int // free slot numbers; a slot is lent while its token is out
+	table    bool     // the sparse buffer table is registered
+	tableErr error
 
-	mu    sync.Mutex
-	slots []stagingBuffer // by slot number; mem nil until first needed
+	mu         sync.Mutex
+	slots      []*stagingBuffer // by slot number; nil until first needed
+	notReg     string
+	memlock    int64
+	pinned     int64
+	warnedOnce bool
 }
 
-func newStagingPool(r *Ring, maxBuffers int) *stagingPool {
-	p := &stagingPool{ring: r, tokens: make(chan int, maxBuffers), slots: make([]stagingBuffer, maxBuffers)}
+func newStagingPool(r *Ring, maxBuffers int, maxRing int64, require bool, logger *slog.Logger) *stagingPool {
+	p := &stagingPool{ring: r, logger: logger, require: require, maxRing: maxRing,
+		tokens: make(chan int, maxBuffers), slots: make([]*stagingBuffer, maxBuffers), memlock: memlockLimit()}
 	for i := range maxBuffers {
-		p.slots[i].index = i
 		p.tokens <- i
 	}
-	p.table = r.RegisterBufferTable(maxBuffers) == nil
+	if p.tableErr = r.RegisterBufferTable(maxBuffers); p.tableErr == nil {
+		p.table = true
+	}
 	return p
 }
 
-// borrow lends a buffer of at least size bytes, waiting for one to be
-// returned until ctx is done. zero clears the bytes the borrower will see
-// (a reused buffer holds an earlier segment's data).
-func (p *stagingPool) borrow(ctx context.Context, size int64, zero bool) (*stagingBuffer, error) {
+// ringBytesFor is the ring a segment of sizeBytes needs: the whole segment
+// when it is smaller than the pool's maximum, else the maximum; a multiple
+// of the page size (and so of any O_DIRECT block this backend accepts).
+func (p *stagingPool) ringBytesFor(sizeBytes int64) int64 {
+	n := (sizeBytes + pageSize - 1) / pageSize * pageSize
+	return min(n, p.maxRing)
+}
+
+// borrow lends a buffer whose ring has at least ringBytes, waiting for one
+// to be returned until ctx is done.
+func (p *stagingPool) borrow(ctx context.Context, ringBytes int64) (*stagingBuffer, error) {
 	var slot int
 	select {
 	case slot = <-p.tokens:
@@ -67,45 +171,104 @@ func (p *stagingPool) borrow(ctx context.Context, size int64, zero bool) (*stagi
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b := &p.slots[slot]
-	if int64(len(b.mem)) >= size {
-		if zero {
-			clear(b.mem[:size])
-		}
+	if b := p.slots[slot]; b != nil && b.ringBytes >= ringBytes {
 		return b, nil
 	}
-	if err := p.replaceLocked(b, size); err != nil {
+	b, err := p.replaceLocked(slot, ringBytes)
+	if err != nil {
 		p.tokens <- slot
 		return nil, err
 	}
 	return b, nil
 }
 
-// replaceLocked maps a new buffer of size bytes into b's slot.
-func (p *stagingPool) replaceLocked(b *stagingBuffer, size int64) error {
-	if b.mem != nil {
-		if b.fixed {
-			if err := p.ring.UpdateBuffer(b.index, nil); err != nil {
-				return err
+// replaceLocked maps a new buffer with a ring of ringBytes into slot.
+func (p *stagingPool) replaceLocked(slot int, ringBytes int64) (*stagingBuffer, error) {
+	if old := p.slots[slot]; old != nil {
+		if old.fixed {
+			if err := p.ring.UpdateBuffer(slot, nil); err != nil {
+				return nil, err
 			}
+			p.pinned -= int64(len(old.registered()))
 		}
-		if err := segfile.Unmap(b.mem); err != nil {
-			return fmt.Errorf("uring: staging buffer: %w", err)
+		if err := old.unmap(); err != nil {
+			return nil, err
 		}
-		b.mem, b.fixed = nil, false
+		p.slots[slot] = nil
 	}
-	mem, err := segfile.MapAnonymous(size)
+	b, err := mapStaging(ringBytes)
 	if err != nil {
-		return fmt.Errorf("uring: staging buffer: %w", err)
+		return nil, err
 	}
-	b.mem = mem
-	b.fixed = p.table && size <= 1<<30 && p.ring.UpdateBuffer(b.index, mem) == nil
+	b.index = slot
+	if err := p.registerLocked(b); err != nil {
+		_ = b.unmap()
+		return nil, err
+	}
+	p.slots[slot] = b
+	return b, nil
+}
+
+// registerLocked registers b, or records why not (and fails when
+// registration is required).
+func (p *stagingPool) registerLocked(b *stagingBuffer) error {
+	span := b.registered()
+	var why error
+	switch {
+	case !p.table:
+		why = fmt.Errorf("the kernel refused a sparse buffer table (IORING_REGISTER_BUFFERS2, Linux 5.19+): %w", p.tableErr)
+	case len(span) > maxRegisteredBytes:
+		why = fmt.Errorf("%d bytes exceed the kernel's 1 GiB limit for one registered buffer; lower StagingBytes", len(span))
+	default:
+		if err := p.ring.UpdateBuffer(b.index, span); err != nil {
+			why = fmt.Errorf("%w (RLIMIT_MEMLOCK %s, %d bytes pinned already)", err, limitString(p.memlock), p.pinned)
+		}
+	}
+	if why == nil {
+		b.fixed = true
+		p.pinned += int64(len(span))
+		return nil
+	}
+	if p.require {
+		return fmt.Errorf("uring: register a staging buffer (RequireRegistered): %w", why)
+	}
+	p.notReg = why.Error()
+	if !p.warnedOnce {
+		p.warnedOnce = true
+		p.logger.Warn("uring: staging buffer not registered; writing it without fixed buffers (the kernel pins its pages per request)",
+			slog.Any("reason", why))
+	}
 	return nil
 }
 
 // giveBack returns a buffer to the pool.
 func (p *stagingPool) giveBack(b *stagingBuffer) {
 	p.tokens <- b.index
+}
+
+// info reports the pool's state.
+func (p *stagingPool) info() StagingInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in := StagingInfo{Buffers: cap(p.tokens), RingBytes: p.maxRing, MemlockLimit: p.memlock, PinnedBytes: p.pinned}
+	in.Registered = true
+	for _, b := range p.slots {
+		if b != nil {
+			in.Mapped++
+			in.RingBytes = b.ringBytes
+			in.Registered = in.Registered && b.fixed
+		}
+	}
+	if in.Mapped == 0 {
+		in.Registered = p.table
+		if !p.table {
+			in.NotRegistered = fmt.Sprintf("no sparse buffer table: %v", p.tableErr)
+		}
+	}
+	if !in.Registered && in.NotRegistered == "" {
+		in.NotRegistered = p.notReg
+	}
+	return in
 }
 
 // close unmaps every buffer. It fails, changing nothing, while a buffer is
@@ -126,12 +289,12 @@ func (p *stagingPool) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var first error
-	for i := range p.slots {
-		if p.slots[i].mem != nil {
-			if err := segfile.Unmap(p.slots[i].mem); err != nil && first == nil {
+	for i, b := range p.slots {
+		if b != nil {
+			if err := b.unmap(); err != nil && first == nil {
 				first = err
 			}
-			p.slots[i].mem = nil
+			p.slots[i] = nil
 		}
 	}
 	return first
@@ -139,3 +302,25 @@ func (p *stagingPool) close() error {
 
 // errBusy says a resource is still in use.
 var errBusy = errors.New("in use")
+
+// memlockLimit returns RLIMIT_MEMLOCK (-1 for unlimited, 0 if unknown).
+func memlockLimit() int64 {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) != nil {
+		return 0
+	}
+	if lim.Cur == unix.RLIM_INFINITY {
+		return -1
+	}
+	return int64(lim.Cur)
+}
+
+func limitString(n int64) string {
+	switch {
+	case n < 0:
+		return "unlimited"
+	case n == 0:
+		return "unknown"
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
@@ -23,7 +25,7 @@ func newTestRing(t testing.TB, opts RingOptions) *Ring {
 	t.Helper()
 	r, err := NewRing(opts)
 	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("needs io_uring: %v", err)
+		testenv.Skip(t, testenv.Uring, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +177,7 @@ func TestFixedBuffersRoundTrip(t *testing.T) {
 func TestBufferTableUpdate(t *testing.T) {
 	r := newTestRing(t, RingOptions{Entries: 8})
 	if err := r.RegisterBufferTable(4); err != nil {
-		t.Skipf("needs a sparse buffer table (Linux 5.19+): %v", err)
+		testenv.Skip(t, testenv.Uring, "a sparse buffer table (Linux 5.19+): %v", err)
 	}
 	f := tempFile(t)
 	buf := offHeap(t, 8192)
@@ -445,7 +447,7 @@ func TestShortWriteRegularFile(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "CHILD-OK") {
 		if strings.Contains(string(out), "needs io_uring") {
-			t.Skipf("child: %s", out)
+			testenv.Skip(t, testenv.Uring, "child: %s", out)
 		}
 		t.Fatalf("child: %v\n%s", err, out)
 	}
@@ -490,7 +492,7 @@ func shortWriteChild(t *testing.T, limit int) {
 func TestCloseWithNothingInFlight(t *testing.T) {
 	r, err := NewRing(RingOptions{Entries: 4})
 	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("needs io_uring: %v", err)
+		testenv.Skip(t, testenv.Uring, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -505,4 +507,240 @@ func TestCloseWithNothingInFlight(t *testing.T) {
 	if err := r.Close(); !errors.Is(err, mappedfile.ErrClosed) {
 		t.Fatalf("second close: %v", err)
 	}
+}
+
+// TestRequestsOfAnExitedThreadComplete: the kernel ties a request to the
+// thread that submitted it, and when that thread exits (here: a goroutine
+// that ends while locked to it) its queued io-wq work and the rest of its
+// link chains are cancelled. Every request must still complete with its
+// real result and the data must reach the file.
+func TestRequestsOfAnExitedThreadComplete(t *testing.T) {
+	cases := []struct {
+		name   string
+		direct bool
+		flags  uint8 // extra SQE flags on every write
+		link   bool  // write → write → … → fsync as one chain
+	}{
+		{"buffered/async", false, FlagAsync, false},
+		{"buffered/chain", false, 0, true},
+		{"buffered/async-chain", false, FlagAsync, true},
+		{"direct/async", true, FlagAsync, false},
+		{"direct/chain", true, 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newTestRing(t, RingOptions{Entries: 64})
+			flags := os.O_RDWR | os.O_CREATE
+			if c.direct {
+				flags |= unix.O_DIRECT
+			}
+			f, err := os.OpenFile(filepath.Join(t.TempDir(), "f"), flags, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			const n, size = 32, 256 << 10
+			buf := offHeap(t, n*size)
+			copy(buf, pattern(n*size, 6))
+			reqs := make([]Request, 0, n+1)
+			for i := range n {
+				q := Request{Opcode: OpWrite, Flags: c.flags, Fd: int32(f.Fd()), Offset: uint64(i * size), Addr: addr(buf[i*size:]), Len: size}
+				if c.link {
+					q.Flags |= FlagIOLink
+				}
+				reqs = append(reqs, q)
+			}
+			reqs = append(reqs, Request{Opcode: OpFsync, Fd: int32(f.Fd()), OpFlags: FsyncDataSync})
+			tickets := make([]Ticket, len(reqs))
+			submitted := make(chan error)
+			go func() {
+				runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+				submitted <- r.Submit(context.Background(), reqs, tickets)
+			}()
+			if err := <-submitted; err != nil {
+				t.Fatal(err)
+			}
+			for i, tk := range tickets {
+				want := int32(size)
+				if i == n {
+					want = 0
+				}
+				if got := r.Wait(tk); got.Res != want {
+					t.Errorf("request %d (opcode %d): res %d (%v), want %d", i, reqs[i].Opcode, got.Res, got.Err(), want)
+				}
+			}
+			onDisk := make([]byte, n*size)
+			if _, err := f.ReadAt(onDisk, 0); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(onDisk, buf) {
+				t.Fatalf("file differs at %d", commonPrefix(onDisk, buf))
+			}
+			t.Logf("requests submitted again after a kernel cancellation: %d", r.Rescued())
+		})
+	}
+}
+
+// TestWritersDoNotHoldAndWait: many writers share one ring whose slot table
+// is smaller than their windows together (16 × depth 64 against 256
+// slots). A writer that held slots and blocked for more would wait for the
+// others doing the same, for ever.
+func TestWritersDoNotHoldAndWait(t *testing.T) {
+	r := newTestRing(t, RingOptions{Entries: 64})
+	const writers, depth, piece, total = 16, 64, 4096, 2 << 20
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for g := range writers {
+		f := tempFile(t)
+		src := offHeap(t, total)
+		copy(src, pattern(total, byte(g)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := newWriter(r, depth, piece)
+			for round := range 4 {
+				end, err := w.write(context.Background(), writeTarget{fd: int32(f.Fd()), bufIndex: -1, align: 1}, []extent{{0, src}})
+				if err != nil || end != total {
+					errs <- fmt.Errorf("writer %d round %d: end %d, %v", g, round, end, err)
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("writers still blocked after a minute: hold-and-wait on the slot table")
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestRingSurvivesUnexpectedErrno: the reaper meets an errno it cannot
+// recover from (its ring fd now names /dev/null: EOPNOTSUPP). The process
+// must not crash: the request it was waiting for is still delivered, later
+// submissions fail with an error naming the errno, and Close returns.
+func TestRingSurvivesUnexpectedErrno(t *testing.T) {
+	r, err := NewRing(RingOptions{Entries: 4})
+	if errors.Is(err, mappedfile.ErrUnsupported) {
+		testenv.Skip(t, testenv.Uring, "%v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	dst := offHeap(t, 8)
+	tickets := make([]Ticket, 1)
+	// A read that waits for the pipe: the reaper sleeps in the kernel.
+	if err := r.Submit(context.Background(), []Request{{Opcode: OpRead, Fd: int32(p[0]), Addr: addr(dst), Len: 8}}, tickets); err != nil {
+		t.Fatal(err)
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	keep, err := unix.Dup(r.fd) // keeps the ring alive
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(keep)
+	if err := unix.Dup3(int(devNull.Fd()), r.fd, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Write(p[1], []byte("12345678")); err != nil {
+		t.Fatal(err)
+	}
+	// The reaper wakes for the read, delivers it, and enters again: on /dev/null.
+	if c := r.Wait(tickets[0]); c.Res != 8 {
+		t.Fatalf("the read completed with %d (%v), want 8", c.Res, c.Err())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Err() == nil && time.Now().Before(deadline) {
+		runtime.Gosched() // the reaper reports the errno on its next enter
+	}
+	err = r.Submit(context.Background(), []Request{{Opcode: OpNop}}, tickets)
+	if !errors.Is(err, ErrRingBroken) && !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Fatalf("submit on a broken ring: %v, want an error naming the errno", err)
+	}
+	if err == nil {
+		r.Wait(tickets[0])
+	}
+	t.Logf("reported: %v", err)
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close of a broken ring hangs")
+	}
+}
+
+// TestRegisterAtManyStackDepths runs every register call from stack depths
+// around a stack growth (the goroutine's stack is copied, and any address
+// of a stack variable taken before is stale): the arguments the kernel
+// reads must not live on the Go stack, so every call still registers what
+// it was asked to.
+func TestRegisterAtManyStackDepths(t *testing.T) {
+	r := newTestRing(t, RingOptions{Entries: 8})
+	if err := r.RegisterBufferTable(2); err != nil {
+		t.Fatalf("sparse buffer table: %v", err)
+	}
+	f1, f2 := tempFile(t), tempFile(t)
+	if err := r.RegisterFiles([]int32{int32(f1.Fd()), -1}); err != nil {
+		t.Fatal(err)
+	}
+	buf := offHeap(t, 4096)
+	for depth := range 64 {
+		done := make(chan error, 1)
+		go func() { done <- atDepth(depth, func() error { return registerRound(t, r, buf, f2, byte(depth)) }) }()
+		if err := <-done; err != nil {
+			t.Fatalf("depth %d: %v", depth, err)
+		}
+	}
+}
+
+// atDepth calls fn below depth frames of 512 bytes each.
+func atDepth(depth int, fn func() error) error {
+	var pad [512]byte
+	pad[depth%512] = byte(depth)
+	if depth == 0 {
+		return fn()
+	}
+	if err := atDepth(depth-1, fn); err != nil {
+		return err
+	}
+	return nil
+}
+
+func registerRound(t *testing.T, r *Ring, buf []byte, f *os.File, seed byte) error {
+	if err := r.UpdateBuffer(1, buf); err != nil {
+		return err
+	}
+	if err := r.UpdateFiles(1, []int32{int32(f.Fd())}); err != nil {
+		return err
+	}
+	copy(buf, pattern(4096, seed))
+	tickets := make([]Ticket, 1)
+	q := Request{Opcode: OpWriteFixed, Flags: FlagFixedFile, Fd: 1, Addr: addr(buf), Len: 4096, BufIndex: 1}
+	if err := r.Submit(context.Background(), []Request{q}, tickets); err != nil {
+		return err
+	}
+	if c := r.Wait(tickets[0]); c.Res != 4096 {
+		return fmt.Errorf("WRITE_FIXED through the updated buffer and file: res %d (%v)", c.Res, c.Err())
+	}
+	got := make([]byte, 4096)
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, buf) {
+		return fmt.Errorf("the fixed file holds other bytes (%v)", err)
+	}
+	return r.UpdateBuffer(1, nil)
 }

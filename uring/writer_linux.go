@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"unsafe"
+
+	"github.com/mqstore/mqstore/internal/segfile"
 )
 
 // extent is a file range written from off-heap memory: mem[i] goes to file
@@ -20,6 +22,9 @@ type writeTarget struct {
 	bufIndex int    // registered buffer holding every extent's memory; -1 for plain WRITE
 	rwFlags  uint32 // RWFDSync for O_DSYNC writes
 	align    int64  // a short write resumes at a multiple of this (1, or the O_DIRECT block)
+	// path, when set, names the file to the fault seam (segfile.Begin and
+	// End around each request).
+	path string
 }
 
 // inflightWrite is a piece of an extent the kernel is writing.
@@ -28,6 +33,7 @@ type inflightWrite struct {
 	mem     []byte
 	ticket  Ticket
 	retries int // consecutive completions without progress
+	op      segfile.Op
 }
 
 // maxNoProgress bounds rewrites of a piece whose short results made no
@@ -87,22 +93,20 @@ func (w *writer) write(ctx context.Context, t writeTarget, extents []extent) (pr
 			for len(w.queue)+k < w.depth && nextExtent < len(extents) {
 				e := extents[nextExtent]
 				n := min(w.chunkBytes, int64(len(e.mem))-nextOff)
-				p := inflightWrite{fileOff: e.fileOff + nextOff, mem: e.mem[nextOff : nextOff+n]}
-				w.pieces[k] = p
-				w.reqs[k] = t.request(p)
+				w.pieces[k] = inflightWrite{fileOff: e.fileOff + nextOff, mem: e.mem[nextOff : nextOff+n]}
+				w.reqs[k] = t.request(w.pieces[k])
 				k++
 				if nextOff += n; nextOff == int64(len(e.mem)) {
 					nextExtent, nextOff = nextExtent+1, 0
 				}
 			}
 			if k > 0 {
-				if serr := w.ring.Submit(ctx, w.reqs[:k], w.tickets[:k]); serr != nil {
-					err = serr
-				} else {
-					for i := range k {
-						w.pieces[i].ticket = w.tickets[i]
-						w.queue = append(w.queue, w.pieces[i])
-					}
+				var submitted int
+				submitted, err = w.submit(ctx, t, k)
+				if submitted < k {
+					// Build the pieces not submitted again later (or never,
+					// after an error).
+					nextExtent, nextOff = w.position(extents, w.pieces[submitted].fileOff)
 				}
 			}
 		}
@@ -110,12 +114,16 @@ func (w *writer) write(ctx context.Context, t writeTarget, extents []extent) (pr
 			return prefixEnd, err
 		}
 		head := &w.queue[0]
-		c := w.ring.Wait(head.ticket)
-		done, rerr := w.complete(ctx, t, head, c, err == nil)
+		c := w.ring.waitKeep(head.ticket)
+		done, rerr := w.complete(t, head, c, err == nil)
 		if rerr != nil && err == nil {
 			err = rerr
 		}
 		if done {
+			w.ring.release(head.ticket)
+			if head.op.Path != "" {
+				segfile.End(head.op, rerr)
+			}
 			if err == nil {
 				prefixEnd = head.fileOff + int64(len(head.mem))
 			}
@@ -124,10 +132,75 @@ func (w *writer) write(ctx context.Context, t writeTarget, extents []extent) (pr
 	}
 }
 
-// complete handles the completion of the oldest piece. It returns done when
-// the piece needs nothing more (written, failed, or abandoned after an
-// earlier error); otherwise it resubmitted the remainder.
-func (w *writer) complete(ctx context.Context, t writeTarget, p *inflightWrite, c Completion, resubmit bool) (done bool, err error) {
+// submit submits the first k built pieces, or a prefix of them. It blocks
+// for slots only while the writer holds none: a writer that holds tickets
+// and waits for more can deadlock with others doing the same, so holding
+// some it takes what is free now, or nothing (and then waits for its own
+// oldest request). Each piece is reported to the fault seam first; a piece
+// the seam fails is not submitted, nor any after it.
+func (w *writer) submit(ctx context.Context, t writeTarget, k int) (int, error) {
+	tickets := w.tickets[:k]
+	if len(w.queue) == 0 {
+		if err := w.ring.acquire(ctx, tickets); err != nil {
+			return 0, err
+		}
+	} else if !w.ring.tryAcquire(tickets) {
+		return 0, nil
+	}
+	n := k
+	var err error
+	if t.path != "" {
+		for i := range k {
+			p := &w.pieces[i]
+			p.op = segfile.Op{Kind: segfile.OpPwrite, Path: t.path, Offset: p.fileOff, Length: int64(len(p.mem)), Via: viaRing}
+			if t.rwFlags&RWFDSync != 0 {
+				p.op.Kind = segfile.OpWriteDurable
+			}
+			if berr := segfile.Begin(p.op); berr != nil {
+				segfile.End(p.op, berr)
+				err = fmt.Errorf("uring: write [%d,%d): %w", p.fileOff, p.fileOff+int64(len(p.mem)), berr)
+				n = i
+				break
+			}
+		}
+	}
+	for _, tk := range tickets[n:] {
+		w.ring.release(tk)
+	}
+	if n == 0 {
+		return 0, err
+	}
+	if perr := w.ring.push(w.reqs[:n], tickets[:n]); perr != nil {
+		for i := range n {
+			if w.pieces[i].op.Path != "" {
+				segfile.End(w.pieces[i].op, perr)
+			}
+		}
+		return 0, perr
+	}
+	for i := range n {
+		w.pieces[i].ticket = tickets[i]
+		w.queue = append(w.queue, w.pieces[i])
+	}
+	return n, err
+}
+
+// position returns the extent index and offset in it of the byte that goes
+// to file offset fileOff.
+func (w *writer) position(extents []extent, fileOff int64) (int, int64) {
+	for i, e := range extents {
+		if fileOff >= e.fileOff && fileOff < e.fileOff+int64(len(e.mem)) {
+			return i, fileOff - e.fileOff
+		}
+	}
+	return len(extents), 0
+}
+
+// complete handles the completion of the oldest piece, whose slot is still
+// held. It returns done when the piece needs nothing more (written, failed,
+// or abandoned after an earlier error; the caller then releases the slot);
+// otherwise it resubmitted the remainder on the same slot.
+func (w *writer) complete(t writeTarget, p *inflightWrite, c Completion, resubmit bool) (done bool, err error) {
 	if c.Res < 0 {
 		return true, fmt.Errorf("uring: write [%d,%d): %w", p.fileOff, p.fileOff+int64(len(p.mem)), c.Err())
 	}
@@ -153,11 +226,13 @@ func (w *writer) complete(ctx context.Context, t writeTarget, p *inflightWrite, 
 	p.fileOff += advance
 	p.mem = p.mem[advance:]
 	w.shortWrites++
+	// The rest goes out on the piece's own slot (still held): no new slot
+	// is waited for while others are held.
 	w.reqs[0] = t.request(*p)
-	if err := w.ring.Submit(ctx, w.reqs[:1], w.tickets[:1]); err != nil {
+	w.tickets[0] = p.ticket
+	if err := w.ring.resubmit(w.reqs[:1], w.tickets[:1]); err != nil {
 		return true, fmt.Errorf("uring: resubmit the rest of a short write at %d: %w", p.fileOff, err)
 	}
-	p.ticket = w.tickets[0]
 	return false, nil
 }
 

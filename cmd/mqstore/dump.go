@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/engine/record"
@@ -62,14 +63,22 @@ func lineOf(r *record.Record, withBody bool) recordLine {
 
 // openExisting opens a store that must already exist.
 func openExisting(ctx context.Context, dir string) (*engine.Store, error) {
+	return openExistingWith(ctx, dir, engine.Options{NoPreallocate: true})
+}
+
+// openExistingWith opens a store that must already exist with options.
+func openExistingWith(ctx context.Context, dir string, o engine.Options) (*engine.Store, error) {
 	if _, err := os.Stat(filepath.Join(dir, "mqstore.json")); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%s is not an mqstore store (no mqstore.json)", dir)
 		}
 		return nil, err
 	}
-	return engine.Open(ctx, dir, engine.Options{NoPreallocate: true})
+	return engine.Open(ctx, dir, o)
 }
+
+// backendList names the backends for flag help.
+func backendList() string { return strings.Join(engine.BackendNames(), ", ") }
 
 func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dump", flag.ContinueOnError)

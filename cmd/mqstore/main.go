@@ -1,5 +1,6 @@
 // Command mqstore is the admin tool of an mqstore store: produce messages,
-// dump the CommitLog, and more as the store grows.
+// dump, consume, query and verify a store, and run masters and slaves that
+// replicate (serve, slave, repair-slave).
 //
 // Usage: mqstore <command> [flags]; mqstore <command> -h for each command's flags.
 // Bad flags print usage and exit 2; errors exit 1 with the reason.
@@ -22,6 +23,10 @@ var tool = cli.Tool{Name: "mqstore", Commands: map[string]cli.Command{
 	"consume": {Summary: "read a queue through its ConsumeQueue as JSON lines", Run: runConsume},
 	"query":   {Summary: "find messages by key or UNIQ_KEY through the index", Run: runQuery},
 	"verify":  {Summary: "check every record, ConsumeQueue unit and index key", Run: runVerify},
+	"serve":   {Summary: "run a master or a slave store until SIGINT/SIGTERM", Run: runServe},
+	"slave":   {Summary: "run a slave that replicates a master (serve --role slave)", Run: runSlave},
+	"repair-slave": {Summary: "cut a diverged slave's CommitLog where it parts from its master's",
+		Run: runRepairSlave},
 }}
 
 func main() {

@@ -3,14 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/ha"
 	"github.com/mqstore/mqstore/internal/cli"
 )
 
@@ -48,12 +49,20 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	size := fs.Int("size", 1024, "body size in bytes")
 	tags := fs.String("tags", "", "TAGS property of every message")
 	keys := fs.Bool("keys", false, "set KEYS = k<index>")
-	backend := fs.String("backend", "mmap", "I/O backend: "+strings.Join(engine.BackendNames(), ", "))
+	backend := fs.String("backend", "mmap", "I/O backend: "+backendList())
 	flush := fs.String("flush", "async", "flush mode: async or sync")
 	segmentSize := fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB; must match an existing store)")
-	printAcks := fs.Bool("print-acks", false, "print one JSON line per acknowledged message")
+	printAcks := fs.Bool("print-acks", false, "print one JSON line per acknowledged message (after the chosen flush and replication); "+
+		"a message stored but not acknowledged gets a line with its \"status\"")
+	waitSlaves := fs.Int("wait-slaves", 0, "with --ha-listen: wait until this many slaves are connected before producing")
+	keepGoing := fs.Bool("keep-going", false, "go on after a message stored without acknowledgement (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE)")
+	h := addHAFlags(fs, "async-master", false)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mqstore produce --dir DIR --topic T [--queues N] [--count N] [--size BYTES] [--tags TAG] [--keys]\n       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--print-acks]")
+		fmt.Fprintln(fs.Output(), "usage: mqstore produce --dir DIR --topic T [--queues N] [--count N] [--size BYTES] [--tags TAG] [--keys]\n"+
+			"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--print-acks] [--keep-going]\n"+
+			"       [--role async-master|sync-master --ha-listen ADDR [--wait-slaves N]]\n\n"+
+			"With --ha-listen the store is a replication master in this process: slaves (mqstore slave) connect\n"+
+			"there; with --role sync-master a message is acknowledged only once a slave has it.")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
@@ -69,30 +78,98 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return cli.BadFlag(fs, "--count must not be negative, got %d", *count)
 	case *size < 0:
 		return cli.BadFlag(fs, "--size must not be negative, got %d", *size)
+	case *waitSlaves < 0:
+		return cli.BadFlag(fs, "--wait-slaves must not be negative, got %d", *waitSlaves)
+	case *waitSlaves > 0 && *h.listen == "":
+		return cli.BadFlag(fs, "--wait-slaves needs --ha-listen")
 	}
 	mode, err := engine.ParseFlushMode(*flush)
 	if err != nil {
 		return cli.BadFlag(fs, "--flush: %v", err)
 	}
-	store, err := engine.Open(ctx, *dir, engine.Options{Backend: *backend, FlushMode: mode, SegmentSizeBytes: *segmentSize})
+	role, err := h.parseRole(fs)
 	if err != nil {
 		return err
 	}
+	switch {
+	case role == engine.Slave:
+		return cli.BadFlag(fs, "--role slave: a slave takes no messages; produce to its master")
+	case role == engine.SyncMaster && *h.listen == "":
+		return cli.BadFlag(fs, "--role sync-master needs --ha-listen, where its slaves connect")
+	}
+	o := engine.Options{Backend: *backend, FlushMode: mode, SegmentSizeBytes: *segmentSize}
+	var mo ha.MasterOptions
+	if *h.listen != "" {
+		log := textLogger(stderr)
+		o.Logger = log
+		if mo, err = h.masterOptions(fs, log); err != nil {
+			return err
+		}
+	}
+	store, err := engine.Open(ctx, *dir, h.storeOptions(o, role))
+	if err != nil {
+		return err
+	}
+	var master *ha.Master
+	if *h.listen != "" {
+		if master, err = ha.NewMaster(store, mo); err != nil {
+			store.Close()
+			return err
+		}
+		fmt.Fprintf(stderr, "ha master listening on %s\n", master.Addr())
+		if *waitSlaves > 0 {
+			fmt.Fprintf(stderr, "waiting for %d slaves\n", *waitSlaves)
+			if err := master.WaitSlaves(ctx, *waitSlaves); err != nil {
+				return errors.Join(err, master.Close(), store.Close())
+			}
+		}
+	}
 	start := time.Now()
-	n, bytes, err := produce(ctx, store, *topic, int32(*queues), *count, *size, *tags, *keys, *printAcks, stdout)
+	p := producer{store: store, topic: *topic, queues: int32(*queues), size: *size, tags: *tags, keys: *keys,
+		printAcks: *printAcks, keepGoing: *keepGoing, stdout: stdout, stderr: stderr}
+	n, bytes, err := p.run(ctx, *count)
 	elapsed := time.Since(start)
+	if master != nil {
+		err = errors.Join(err, master.Close())
+	}
 	if cerr := store.Close(); err == nil {
 		err = cerr
 	}
 	fmt.Fprintf(stderr, "produced %d messages, %.1f MB in %.2fs: %.0f msgs/s, %.1f MB/s\n",
 		n, float64(bytes)/1e6, elapsed.Seconds(), float64(n)/elapsed.Seconds(), float64(bytes)/1e6/elapsed.Seconds())
+	if len(p.notAcked) > 0 {
+		fmt.Fprintf(stderr, "stored but not acknowledged: %v\n", p.notAcked)
+	}
 	return err
 }
 
-func produce(ctx context.Context, store *engine.Store, topic string, queues int32, count int64, size int,
-	tags string, keys, printAcks bool, stdout io.Writer) (int64, int64, error) {
+// producer appends generated messages.
+type producer struct {
+	store          *engine.Store
+	topic          string
+	queues         int32
+	size           int
+	tags           string
+	keys           bool
+	printAcks      bool
+	keepGoing      bool
+	stdout, stderr io.Writer
+	notAcked       map[string]int // by status
+}
+
+// storedStatus reports whether a Put with this status stored the message
+// (it has offsets) without acknowledging it.
+func storedStatus(s engine.PutStatus) bool {
+	switch s {
+	case engine.FlushDiskTimeout, engine.FlushSlaveTimeout, engine.SlaveNotAvailable:
+		return true
+	}
+	return false
+}
+
+func (p *producer) run(ctx context.Context, count int64) (int64, int64, error) {
 	runID := fmt.Sprintf("%08X%012X", os.Getpid(), time.Now().UnixMilli())
-	enc := json.NewEncoder(stdout)
+	enc := json.NewEncoder(p.stdout)
 	var bytes int64
 	for i := int64(0); i < count; i++ {
 		if err := ctx.Err(); err != nil {
@@ -100,24 +177,38 @@ func produce(ctx context.Context, store *engine.Store, topic string, queues int3
 		}
 		uniq := fmt.Sprintf("%s%012X", runID, i)
 		props := make([]engine.Property, 0, 3)
-		if tags != "" {
-			props = append(props, engine.Property{Name: "TAGS", Value: tags})
+		if p.tags != "" {
+			props = append(props, engine.Property{Name: "TAGS", Value: p.tags})
 		}
-		if keys {
+		if p.keys {
 			props = append(props, engine.Property{Name: "KEYS", Value: fmt.Sprintf("k%d", i)})
 		}
 		props = append(props, engine.Property{Name: "UNIQ_KEY", Value: uniq})
-		m := &engine.Message{Topic: topic, QueueID: int32(i % int64(queues)), Body: Body(i, size), Properties: props}
-		res, err := store.Put(ctx, m)
-		if err != nil {
+		m := &engine.Message{Topic: p.topic, QueueID: int32(i % int64(p.queues)), Body: Body(i, p.size), Properties: props}
+		res, err := p.store.Put(ctx, m)
+		if err != nil && !storedStatus(res.Status) {
 			return i, bytes, fmt.Errorf("message %d: %w", i, err)
 		}
 		bytes += int64(res.Size)
-		if printAcks {
-			a := ack{I: i, Topic: topic, QueueID: m.QueueID, QueueOffset: res.QueueOffset, PhysicalOffset: res.PhysicalOffset, Size: res.Size, UniqKey: uniq}
+		a := ack{I: i, Topic: p.topic, QueueID: m.QueueID, QueueOffset: res.QueueOffset, PhysicalOffset: res.PhysicalOffset, Size: res.Size, UniqKey: uniq}
+		if err != nil {
+			a.Status = res.Status.String()
+		}
+		if p.printAcks {
 			if err := enc.Encode(a); err != nil { // one write per line: the ack is out before the next Put
 				return i + 1, bytes, fmt.Errorf("print ack: %w", err)
 			}
+		}
+		if err != nil {
+			if p.notAcked == nil {
+				p.notAcked = map[string]int{}
+			}
+			p.notAcked[a.Status]++
+			err = fmt.Errorf("message %d stored at offset %d (queue %d offset %d) but not acknowledged: %w", i, res.PhysicalOffset, m.QueueID, res.QueueOffset, err)
+			if !p.keepGoing {
+				return i + 1, bytes, err
+			}
+			fmt.Fprintln(p.stderr, err)
 		}
 	}
 	return count, bytes, nil

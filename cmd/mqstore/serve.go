@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/ha"
+	"github.com/mqstore/mqstore/internal/cli"
+)
+
+// haFlags are the replication flags serve, slave and produce share.
+type haFlags struct {
+	role         *string
+	listen       *string
+	master       *string
+	emptyStart   *string
+	heartbeat    *time.Duration
+	housekeeping *time.Duration
+	batch        *int
+	slaveTimeout *time.Duration
+	fallbehind   *int64
+}
+
+// addHAFlags registers the replication flags; role is the --role flag's
+// default ("" for none), master whether --master (a slave's) is offered.
+func addHAFlags(fs *flag.FlagSet, role string, master bool) *haFlags {
+	h := &haFlags{
+		listen: fs.String("ha-listen", "", "a master's HA address, where slaves connect (RocketMQ's haListenPort: :10912)"),
+		emptyStart: fs.String("empty-slave-start", "min-offset",
+			"where a master starts a slave with an empty CommitLog: min-offset (a full copy) or last-segment (RocketMQ's)"),
+		heartbeat:    fs.Duration("ha-heartbeat", ha.DefaultSendHeartbeatInterval, "haSendHeartbeatInterval: heartbeat and report interval"),
+		housekeeping: fs.Duration("ha-housekeeping", ha.DefaultHousekeepingInterval, "haHousekeepingInterval: a connection silent this long is dropped"),
+		batch:        fs.Int("ha-batch", ha.DefaultTransferBatchSize, "haTransferBatchSize: the most CommitLog bytes in one frame"),
+		slaveTimeout: fs.Duration("slave-timeout", engine.DefaultSlaveTimeout, "slaveTimeout: how long a SYNC_MASTER put waits for a slave"),
+		fallbehind: fs.Int64("fallbehind-max", engine.DefaultHASlaveFallbehindMax,
+			"haSlaveFallbehindMax: a SYNC_MASTER put gets SLAVE_NOT_AVAILABLE at once when the best slave is this many bytes behind"),
+	}
+	if role != "-" {
+		h.role = fs.String("role", role, "async-master, sync-master or slave")
+	}
+	if master {
+		h.master = fs.String("master", "", "a slave's master: its HA address host:port")
+	}
+	return h
+}
+
+func (h *haFlags) parseRole(fs *flag.FlagSet) (engine.BrokerRole, error) {
+	if h.role == nil {
+		return engine.Slave, nil
+	}
+	r, err := engine.ParseBrokerRole(*h.role)
+	if err != nil {
+		return 0, cli.BadFlag(fs, "--role: %v", err)
+	}
+	return r, nil
+}
+
+// storeOptions applies the role's engine options.
+func (h *haFlags) storeOptions(o engine.Options, role engine.BrokerRole) engine.Options {
+	o.Role = role
+	o.SlaveTimeout = *h.slaveTimeout
+	o.HASlaveFallbehindMax = *h.fallbehind
+	return o
+}
+
+// masterOptions builds and checks the HA master's options (a bad value
+// is a usage error, before any store is opened).
+func (h *haFlags) masterOptions(fs *flag.FlagSet, log *slog.Logger) (ha.MasterOptions, error) {
+	start, err := ha.ParseEmptySlaveStart(*h.emptyStart)
+	if err != nil {
+		return ha.MasterOptions{}, cli.BadFlag(fs, "--empty-slave-start: %v", err)
+	}
+	o := ha.MasterOptions{ListenAddr: *h.listen, SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping,
+		TransferBatchSize: *h.batch, EmptySlaveStart: start, Logger: log}
+	if err := o.Validate(); err != nil {
+		return o, cli.BadFlag(fs, "%v", err)
+	}
+	return o, nil
+}
+
+// slaveOptions builds and checks the HA slave's options.
+func (h *haFlags) slaveOptions(fs *flag.FlagSet, log *slog.Logger) (ha.SlaveOptions, error) {
+	o := ha.SlaveOptions{MasterAddress: *h.master, SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping,
+		Logger: log}
+	if err := o.Validate(); err != nil {
+		return o, cli.BadFlag(fs, "%v", err)
+	}
+	return o, nil
+}
+
+// textLogger logs to stderr for the commands that run a while.
+func textLogger(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return serve(ctx, "serve", args, stderr)
+}
+
+func runSlave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return serve(ctx, "slave", args, stderr)
+}
+
+// serve runs a master or a slave until ctx ends (SIGINT, SIGTERM), then
+// closes cleanly; it logs the replication state every --status-interval.
+func serve(ctx context.Context, name string, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	dir := fs.String("dir", "", "store directory (required)")
+	backend := fs.String("backend", "mmap", "I/O backend: "+backendList())
+	flush := fs.String("flush", "async", "flush mode: async or sync")
+	segmentSize := fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB); a slave's must be its master's")
+	statusEvery := fs.Duration("status-interval", 5*time.Second, "how often to log the replication state (0: never)")
+	role := ""
+	if name == "slave" {
+		role = "-"
+	}
+	h := addHAFlags(fs, role, true)
+	fs.Usage = func() {
+		if name == "slave" {
+			fmt.Fprintln(fs.Output(), "usage: mqstore slave --dir DIR --master HOST:PORT [--backend NAME] [--flush async|sync] [--segment-size BYTES]\n\n"+
+				"Runs a slave store (serve --role slave) until SIGINT or SIGTERM: it replicates the master's CommitLog\nand serves reads.")
+		} else {
+			fmt.Fprintln(fs.Output(), "usage: mqstore serve --dir DIR --role async-master|sync-master|slave [--ha-listen ADDR] [--master HOST:PORT]\n"+
+				"       [--backend NAME] [--flush async|sync] [--segment-size BYTES]\n\n"+
+				"Runs a store until SIGINT or SIGTERM, then closes it cleanly. A master listens for slaves on --ha-listen;\n"+
+				"a slave replicates the master at --master. The replication state is logged every --status-interval.")
+		}
+		fs.PrintDefaults()
+	}
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
+		return err
+	}
+	if err := cli.Required(fs, "dir"); err != nil {
+		return err
+	}
+	if h.role != nil && *h.role == "" {
+		return cli.BadFlag(fs, "--role is required")
+	}
+	r, err := h.parseRole(fs)
+	if err != nil {
+		return err
+	}
+	mode, err := engine.ParseFlushMode(*flush)
+	if err != nil {
+		return cli.BadFlag(fs, "--flush: %v", err)
+	}
+	switch {
+	case r == engine.Slave && *h.master == "":
+		return cli.BadFlag(fs, "--master is required for a slave")
+	case r == engine.Slave && *h.listen != "":
+		return cli.BadFlag(fs, "--ha-listen is for a master; a slave connects to --master")
+	case r != engine.Slave && *h.master != "":
+		return cli.BadFlag(fs, "--master is for a slave; a %v listens on --ha-listen", r)
+	case *statusEvery < 0:
+		return cli.BadFlag(fs, "--status-interval must not be negative")
+	}
+	log := textLogger(stderr)
+	o := h.storeOptions(engine.Options{Backend: *backend, FlushMode: mode, SegmentSizeBytes: *segmentSize, Logger: log}, r)
+	if r == engine.Slave {
+		so, err := h.slaveOptions(fs, log)
+		if err != nil {
+			return err
+		}
+		return serveSlave(ctx, *dir, o, so, *statusEvery, log)
+	}
+	mo, err := h.masterOptions(fs, log)
+	if err != nil {
+		return err
+	}
+	return serveMaster(ctx, *dir, o, mo, *statusEvery, log, stderr)
+}
+
+func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.MasterOptions, every time.Duration, log *slog.Logger, stderr io.Writer) error {
+	store, err := engine.Open(ctx, dir, o)
+	if err != nil {
+		return err
+	}
+	m, err := ha.NewMaster(store, mo)
+	if err != nil {
+		store.Close()
+		return err
+	}
+	fmt.Fprintf(stderr, "ha master listening on %s\n", m.Addr())
+	stop := logStatus(every, func() { logMaster(log, store, m) })
+	<-ctx.Done()
+	stop()
+	logMaster(log, store, m)
+	return errors.Join(m.Close(), store.Close())
+}
+
+func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOptions, every time.Duration, log *slog.Logger) error {
+	store, err := engine.Open(ctx, dir, o)
+	if err != nil {
+		return err
+	}
+	s, err := ha.NewSlave(store, so)
+	if err != nil {
+		store.Close()
+		return err
+	}
+	stop := logStatus(every, func() { logSlave(log, s) })
+	err = s.Run(ctx)
+	stop()
+	logSlave(log, s)
+	return errors.Join(err, store.Close())
+}
+
+// logStatus calls f every interval until the returned stop is called.
+func logStatus(every time.Duration, f func()) (stop func()) {
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+func logMaster(log *slog.Logger, store *engine.Store, m *ha.Master) {
+	slaves := m.Slaves()
+	st := store.ReplicationStats()
+	log.Info("replication", slog.String("role", st.Role), slog.Int("slaves", len(slaves)), slog.Int64("maxOffset", store.MaxOffset()),
+		slog.Int64("replicatedOffset", st.ReplicatedOffset), slog.Uint64("flushSlaveTimeouts", st.FlushSlaveTimeouts),
+		slog.Uint64("slaveNotAvailable", st.SlaveNotAvailable), slog.Uint64("refused", m.Refused()))
+	for _, s := range slaves {
+		log.Info("replication slave", slog.String("addr", s.Addr), slog.Int64("ackedOffset", s.AckedOffset), slog.Int64("lagBytes", s.LagBytes),
+			slog.Int64("requestedOffset", s.RequestedOffset), slog.Duration("connectedFor", time.Since(s.ConnectedAt).Round(time.Millisecond)))
+	}
+}
+
+func logSlave(log *slog.Logger, s *ha.Slave) {
+	st := s.Status()
+	lag := int64(-1)
+	if st.MasterOffset >= 0 {
+		lag = max(st.MasterOffset-st.Offset, 0)
+	}
+	log.Info("replication", slog.String("role", "SLAVE"), slog.String("master", st.MasterAddress), slog.Bool("connected", st.Connected),
+		slog.Int64("offset", st.Offset), slog.Int64("flushedOffset", st.FlushedOffset), slog.Int64("ackedOffset", st.AckedOffset),
+		slog.Int64("masterOffset", st.MasterOffset),
+		slog.Int64("lagBytes", lag), slog.Int("connects", st.Connects), slog.String("lastError", st.LastError))
+}
+
+// runRepairSlave is the explicit repair of a diverged slave: it finds
+// where the slave's CommitLog parts from the master's (or takes --offset)
+// and cuts it there, keeping the cut bytes in DIR/diverged/.
+func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("repair-slave", flag.ContinueOnError)
+	dir := fs.String("dir", "", "the slave's store directory (required; the slave must be stopped)")
+	master := fs.String("master", "", "the master's HA address: find where the slave parts from it")
+	offset := fs.Int64("offset", -1, "cut here instead (a record boundary)")
+	dryRun := fs.Bool("dry-run", false, "with --master: only say where the slave would be cut")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: mqstore repair-slave --dir DIR (--master HOST:PORT [--dry-run] | --offset OFFSET)\n\n"+
+			"Cuts a diverged slave's CommitLog where it parts from its master's (found by comparing records with the\n"+
+			"master over the HA port) or at --offset, keeping the cut bytes in DIR/diverged/, and truncates its\n"+
+			"ConsumeQueues and index to match. A slave refuses a diverged master and never does this by itself.")
+		fs.PrintDefaults()
+	}
+	if err := cli.Parse(fs, args, stderr, 0); err != nil {
+		return err
+	}
+	if err := cli.Required(fs, "dir"); err != nil {
+		return err
+	}
+	switch {
+	case (*master == "") == (*offset < 0):
+		return cli.BadFlag(fs, "give exactly one of --master and --offset")
+	case *dryRun && *master == "":
+		return cli.BadFlag(fs, "--dry-run goes with --master")
+	}
+	o := engine.Options{Role: engine.Slave, NoPreallocate: true, Logger: textLogger(stderr)}
+	cut := *offset
+	if *master != "" {
+		store, err := openExistingWith(ctx, *dir, o)
+		if err != nil {
+			return err
+		}
+		d, err := ha.FindDivergence(ctx, store, *master, ha.SlaveOptions{Logger: o.Logger})
+		if cerr := store.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if !d.Diverged {
+			fmt.Fprintf(stdout, "not diverged: the slave's CommitLog (up to %d) is the master's (%d probes); nothing to do\n", d.SlaveEnd, d.Probes)
+			return nil
+		}
+		fmt.Fprintf(stdout, "the slave's CommitLog parts from the master's at %d; it holds up to %d: %d bytes to cut (%d probes)\n",
+			d.Offset, d.SlaveEnd, d.SlaveEnd-d.Offset, d.Probes)
+		if *dryRun {
+			return nil
+		}
+		cut = d.Offset
+	}
+	res, err := engine.TruncateCommitLog(ctx, *dir, cut, o)
+	if err != nil {
+		return err
+	}
+	if res.CutBytes == 0 {
+		fmt.Fprintf(stdout, "the CommitLog already ends at %d: nothing cut\n", res.Offset)
+		return nil
+	}
+	fmt.Fprintf(stdout, "cut the CommitLog at %d (it ended at %d): %d bytes kept in %v\n", res.Offset, res.OldEnd, res.CutBytes, res.SavedTo)
+	return nil
+}

@@ -1,0 +1,699 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+// What the engine offers replication (package ha speaks the protocol):
+//
+//   - a master: the CommitLogReader the HA master streams from; for
+//     SYNC_MASTER, a Put waits on the "replicated" position (an
+//     offsetWaiters, like the sync flush) that ReportSlaves moves, and
+//     answers FlushSlaveTimeout or SlaveNotAvailable as RocketMQ does;
+//   - a slave: AppendReplicated, which appends the master's raw bytes at
+//     exactly their offset through the slave's own backend, checking every
+//     record, and never exposes a record a frame split (the split part waits
+//     in memory until the rest arrives); dispatch then builds the slave's
+//     ConsumeQueues and index as it does a master's. ReplicaAckOffset is
+//     what the slave may acknowledge, ReplicaResume where it resumes after
+//     a reconnect, TruncateCommitLog the explicit repair of a diverged slave.
+
+// BrokerRole is a store's part in replication (RocketMQ's brokerRole).
+type BrokerRole int
+
+const (
+	// AsyncMaster acknowledges a Put after the local append (and flush, as
+	// the flush mode asks); slaves catch up in the background.
+	AsyncMaster BrokerRole = iota
+	// SyncMaster acknowledges a Put only after a slave acknowledged the
+	// record (FlushSlaveTimeout after SlaveTimeout; SlaveNotAvailable when
+	// no slave can take it).
+	SyncMaster
+	// Slave takes no Puts (ServiceNotAvailable, ErrSlaveReadOnly): its
+	// CommitLog is a copy of its master's, appended by package ha.
+	Slave
+)
+
+func (r BrokerRole) String() string {
+	switch r {
+	case AsyncMaster:
+		return "ASYNC_MASTER"
+	case SyncMaster:
+		return "SYNC_MASTER"
+	case Slave:
+		return "SLAVE"
+	}
+	return fmt.Sprintf("BrokerRole(%d)", int(r))
+}
+
+// Flag is the role as the mqstore tool spells it: async-master,
+// sync-master or slave.
+func (r BrokerRole) Flag() string {
+	return strings.ReplaceAll(strings.ToLower(r.String()), "_", "-")
+}
+
+// ParseBrokerRole parses async-master, sync-master or slave (RocketMQ's
+// ASYNC_MASTER, SYNC_MASTER, SLAVE are accepted too).
+func ParseBrokerRole(s string) (BrokerRole, error) {
+	switch strings.ReplaceAll(strings.ToLower(s), "_", "-") {
+	case "async-master", "":
+		return AsyncMaster, nil
+	case "sync-master":
+		return SyncMaster, nil
+	case "slave":
+		return Slave, nil
+	}
+	return 0, fmt.Errorf("role %q: want async-master, sync-master or slave: %w", s, ErrInvalidOption)
+}
+
+// replication is a store's replication state.
+type replication struct {
+	growth  growth        // wakes CommitLogReader.Wait
+	closing chan struct{} // closed when the store closes
+
+	// Master side. waiters is nil unless the role is SyncMaster.
+	waiters         *offsetWaiters
+	ackedOffset     atomic.Int64 // highest offset any slave acknowledged; never moves back
+	slaves          atomic.Int32 // connected slaves that reported an offset
+	bestSlaveOffset atomic.Int64 // highest offset one of them acknowledged
+
+	flushSlaveTimeouts atomic.Uint64
+	slaveNotAvailable  atomic.Uint64
+
+	// Slave side, guarded by the CommitLog's append lock.
+	pending    []byte // the start of a record (or blank) a frame split
+	pendingAt  int64  // its offset
+	lastRecord int64  // offset of the newest record in the log; -1 unknown
+	topics     record.Interner
+	enc        replicaEncoder
+	replicated atomic.Uint64 // bytes appended from the master
+}
+
+// startReplication is part of startServices.
+func (s *Store) startReplication() {
+	r := &s.repl
+	r.closing = make(chan struct{})
+	r.lastRecord = -1
+	r.bestSlaveOffset.Store(-1)
+	if s.opts.Role != SyncMaster {
+		return
+	}
+	r.waiters = &offsetWaiters{
+		service:    newService(),
+		position:   r.ackedOffset.Load,
+		nudge:      s.makeReadable,
+		moved:      make(chan struct{}, 1),
+		timeout:    s.opts.SlaveTimeout,
+		timeoutErr: fmt.Errorf("no slave acknowledged within %v: %w", s.opts.SlaveTimeout, ErrFlushSlaveTimeout),
+		fullErr:    fmt.Errorf("replication wait queue full (%d waiting): %w", s.opts.GroupCommitQueueSize, ErrFlushSlaveTimeout),
+		limit:      s.opts.GroupCommitQueueSize,
+	}
+	go r.waiters.run()
+}
+
+// stopReplication is part of Close: CommitLog readers and SYNC_MASTER
+// waiters get ErrClosed.
+func (s *Store) stopReplication() {
+	close(s.repl.closing)
+	if w := s.repl.waiters; w != nil {
+		w.shutdown()
+	}
+}
+
+// ReportSlaves is how the HA master keeps the store informed about its
+// slaves: connected is how many are connected and have reported an offset,
+// bestOffset the highest offset one of them has acknowledged (-1 when
+// none). The replicated position SYNC_MASTER Puts wait for is the highest
+// offset any slave ever acknowledged: it never moves back (a record a slave
+// acknowledged stays acknowledged after that slave disconnects).
+func (s *Store) ReportSlaves(connected int, bestOffset int64) {
+	r := &s.repl
+	r.slaves.Store(int32(connected))
+	r.bestSlaveOffset.Store(bestOffset)
+	raise(&r.ackedOffset, bestOffset)
+	if r.waiters != nil {
+		r.waiters.signalMoved()
+	}
+}
+
+// ReplicatedOffset is the highest CommitLog offset a slave has acknowledged.
+func (s *Store) ReplicatedOffset() int64 { return s.repl.ackedOffset.Load() }
+
+// slaveAvailable is RocketMQ's isSlaveOK: a slave is connected and the best
+// one is less than HASlaveFallbehindMax behind end. It returns nil or an
+// error wrapping ErrSlaveNotAvailable that says why.
+func (s *Store) slaveAvailable(end int64) error {
+	r := &s.repl
+	n := r.slaves.Load()
+	if n == 0 {
+		return fmt.Errorf("no slave connected: %w", ErrSlaveNotAvailable)
+	}
+	best := r.bestSlaveOffset.Load()
+	if behind := end - best; behind >= s.opts.HASlaveFallbehindMax {
+		return fmt.Errorf("the best of %d slaves is at %d, %d bytes behind the record's end %d (HASlaveFallbehindMax %d): %w",
+			n, best, behind, end, s.opts.HASlaveFallbehindMax, ErrSlaveNotAvailable)
+	}
+	return nil
+}
+
+// makeReadable commits the CommitLog up to target, so the HA master can
+// send it (it sends committed bytes only): a SYNC_MASTER Put on a buffered
+// backend must not wait for the commit interval.
+// The replication waiter calls it once per batch of waiters.
+func (s *Store) makeReadable(target int64) {
+	if mf := s.log.queue.Find(target - 1); mf == nil || mf.FromOffset()+replicable(mf) >= target {
+		return
+	}
+	if _, err := s.log.commit(context.Background(), 0); err != nil {
+		s.writeFailed("commit", err)
+		return
+	}
+	s.dispatcher.Wakeup()
+	s.repl.growth.notify()
+}
+
+// ReplicationStats are a store's replication counters.
+type ReplicationStats struct {
+	Role string
+	// Master: the highest offset a slave acknowledged, how many slaves are
+	// connected and the best one's offset (-1: none), and the SYNC_MASTER
+	// Puts that got FlushSlaveTimeout or SlaveNotAvailable.
+	ReplicatedOffset   int64
+	Slaves             int
+	BestSlaveOffset    int64
+	FlushSlaveTimeouts uint64
+	SlaveNotAvailable  uint64
+	// Slave: bytes appended from the master.
+	ReplicatedBytes uint64
+}
+
+// ReplicationStats returns a snapshot of the replication counters.
+func (s *Store) ReplicationStats() ReplicationStats {
+	r := &s.repl
+	return ReplicationStats{Role: s.opts.Role.String(), ReplicatedOffset: r.ackedOffset.Load(), Slaves: int(r.slaves.Load()),
+		BestSlaveOffset: r.bestSlaveOffset.Load(), FlushSlaveTimeouts: r.flushSlaveTimeouts.Load(),
+		SlaveNotAvailable: r.slaveNotAvailable.Load(), ReplicatedBytes: r.replicated.Load()}
+}
+
+// AppendReplicated appends bytes the master sent, which start at the
+// CommitLog offset offset, to a slave store, and returns the end of the
+// complete records the slave holds (WroteOffset; what it may acknowledge
+// once ReplicaAckOffset says so).
+//
+// The offset must be where the slave's CommitLog ends (ErrReplicaOffset
+// otherwise); an empty slave starts at any segment boundary. Every record
+// is checked before it is appended — BODYCRC, lengths, PHYSICALOFFSET equal
+// to where it goes, its queue offset next in its queue, the segment end
+// where the slave's own segment ends — and a bad one is refused
+// (ErrReplicaData, ErrReplicaMismatch) with the records before it kept:
+// nothing invalid is ever appended. The bytes may end inside a record (a
+// frame boundary): that part waits in memory, invisible to readers and to
+// dispatch, until the rest arrives; an error, or ReplicaResume, drops it.
+//
+// The bytes go through the slave's own backend; its flush policy and
+// commit service run as for a master, and dispatch builds its
+// ConsumeQueues and index, so readers only ever see complete, dispatched
+// records.
+func (s *Store) AppendReplicated(ctx context.Context, offset int64, data []byte) (int64, error) {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	switch {
+	case s.closed:
+		return 0, fmt.Errorf("append replicated bytes at %d: %w", offset, ErrClosed)
+	case s.opts.Role != Slave:
+		return 0, fmt.Errorf("append replicated bytes at %d: the store is a %v: %w", offset, s.opts.Role, ErrNotSlave)
+	}
+	if p := s.writeErr.Load(); p != nil {
+		return 0, fmt.Errorf("append replicated bytes at %d: %w: %w", offset, ErrServiceNotAvailable, *p)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("append replicated bytes at %d: %w", offset, err)
+	}
+	s.log.appendMu.Lock()
+	before := s.repl.replicated.Load()
+	end, err := s.appendReplicatedLocked(ctx, offset, data)
+	if err != nil {
+		s.repl.pending = s.repl.pending[:0]
+	}
+	s.log.appendMu.Unlock()
+	if s.repl.replicated.Load() != before {
+		s.committer.Wakeup()
+		s.dispatcher.Wakeup()
+		s.repl.growth.notify()
+		if s.group == nil {
+			s.flusher.Wakeup()
+		}
+	}
+	if err != nil {
+		return end, fmt.Errorf("append replicated bytes at %d: %w", offset, err)
+	}
+	return end, nil
+}
+
+func (s *Store) appendReplicatedLocked(ctx context.Context, offset int64, data []byte) (int64, error) {
+	r := &s.repl
+	q := s.log.queue
+	if err := s.checkReplicaStartLocked(offset); err != nil {
+		return q.WroteOffset(), err
+	}
+	base := offset // the global offset of data[0]
+	if len(r.pending) > 0 {
+		// Complete the unit a previous frame split.
+		at := r.pendingAt
+		if len(r.pending) < record.BlankSize {
+			k := min(record.BlankSize-len(r.pending), len(data))
+			r.pending = append(r.pending, data[:k]...)
+			data, base = data[k:], base+int64(k)
+			if len(r.pending) < record.BlankSize {
+				return q.WroteOffset(), nil
+			}
+		}
+		total, err := s.replicaUnitSize(r.pending, at)
+		if err != nil {
+			return q.WroteOffset(), err
+		}
+		k := min(total-len(r.pending), len(data))
+		r.pending = append(r.pending, data[:k]...)
+		data, base = data[k:], base+int64(k)
+		if len(r.pending) < total {
+			return q.WroteOffset(), nil
+		}
+		if err := s.checkReplicaUnitLocked(r.pending, at); err != nil {
+			return q.WroteOffset(), err
+		}
+		if err := s.appendReplicaRunLocked(ctx, at, r.pending); err != nil {
+			return q.WroteOffset(), err
+		}
+		r.pending = r.pending[:0]
+	}
+	// Whole units, appended in runs that end at a segment end.
+	runStart, pos := 0, 0
+	flushRun := func() error {
+		if pos == runStart {
+			return nil
+		}
+		err := s.appendReplicaRunLocked(ctx, base+int64(runStart), data[runStart:pos])
+		runStart = pos
+		return err
+	}
+	for len(data)-pos >= record.BlankSize {
+		at := base + int64(pos)
+		total, err := s.replicaUnitSize(data[pos:], at)
+		if err != nil {
+			err = errors.Join(err, flushRun()) // the units before it are good
+			return q.WroteOffset(), err
+		}
+		if len(data)-pos < total {
+			break
+		}
+		if err := s.checkReplicaUnitLocked(data[pos:pos+total], at); err != nil {
+			err = errors.Join(err, flushRun())
+			return q.WroteOffset(), err
+		}
+		pos += total
+		if int32(binary.BigEndian.Uint32(data[pos-total+record.OffMagic:])) == record.MagicBlank {
+			if err := flushRun(); err != nil { // the segment is full: the next unit goes to the next one
+				return q.WroteOffset(), err
+			}
+		}
+	}
+	if err := flushRun(); err != nil {
+		return q.WroteOffset(), err
+	}
+	if pos < len(data) {
+		r.pending = append(r.pending[:0], data[pos:]...)
+		r.pendingAt = base + int64(pos)
+	}
+	return q.WroteOffset(), nil
+}
+
+// checkReplicaStartLocked checks that offset is where the slave's
+// CommitLog (and the split unit waiting in memory) ends. An empty slave
+// starts at any segment boundary; its empty segment files, if any, go.
+func (s *Store) checkReplicaStartLocked(offset int64) error {
+	r := &s.repl
+	q := s.log.queue
+	wrote := q.WroteOffset()
+	expect := wrote
+	if len(r.pending) > 0 {
+		expect = r.pendingAt + int64(len(r.pending))
+	}
+	if wrote == 0 && len(r.pending) == 0 {
+		segSize := s.log.segmentSizeBytes
+		if offset < 0 || offset%segSize != 0 {
+			return fmt.Errorf("the slave is empty and starts at a segment boundary, but the master sent offset %d, "+
+				"not a multiple of the slave's segment size %d (does the master use another segment size?): %w", offset, segSize, ErrReplicaMismatch)
+		}
+		if offset > 0 {
+			// The log starts at offset: a segment 0 created but never
+			// written goes (under the flush lock: no flush may touch it).
+			s.log.syncMu.Lock()
+			defer s.log.syncMu.Unlock()
+			for q.Len() > 0 {
+				if f := q.First(); f.WrotePosition() != 0 {
+					return fmt.Errorf("segment %s holds data although the CommitLog is empty: %w", f.Path(), ErrCorrupt)
+				}
+				if err := q.DeleteFirst(); err != nil {
+					return fmt.Errorf("drop the empty segment before offset %d: %w", offset, err)
+				}
+			}
+			s.log.committedOffset.Store(offset)
+			s.log.flushedOffset.Store(offset)
+		}
+		return nil
+	}
+	if offset != expect {
+		return fmt.Errorf("the master sent bytes for offset %d, but the slave's CommitLog ends at %d: %w", offset, expect, ErrReplicaOffset)
+	}
+	return nil
+}
+
+// replicaUnitSize reads the header of the unit (record or blank) at at and
+// returns its size, checking it against the slave's segment and maximum
+// record size before any byte of a long unit is buffered.
+func (s *Store) replicaUnitSize(head []byte, at int64) (int, error) {
+	kind, total, err := record.Peek(head, at, 0)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrReplicaData, err)
+	}
+	segSize := s.log.segmentSizeBytes
+	remaining := segSize - at%segSize
+	switch kind {
+	case record.KindEnd:
+		return 0, fmt.Errorf("TOTALSIZE 0 at offset %d: a master sends only written records: %w", at, ErrReplicaData)
+	case record.KindBlank:
+		if int64(total) != remaining {
+			return 0, fmt.Errorf("the master's end-of-segment blank at %d says its segment ends at %d, the slave's ends at %d "+
+				"(the slave's segment size %d must be the master's): %w", at, at+int64(total), at+remaining, segSize, ErrReplicaMismatch)
+		}
+		if int(total) >= s.log.maxRecordBytes+record.BlankSize {
+			return 0, fmt.Errorf("blank of %d bytes at %d: a record of at most %d bytes would have fit: %w", total, at, s.log.maxRecordBytes, ErrReplicaData)
+		}
+	case record.KindRecord:
+		if int(total) > s.log.maxRecordBytes {
+			return 0, fmt.Errorf("the master's record at %d is %d bytes, more than the slave's maximum %d "+
+				"(give the slave a MaxMessageSizeBytes at least the master's): %w", at, total, s.log.maxRecordBytes, ErrReplicaMismatch)
+		}
+		if int64(total)+record.BlankSize > remaining {
+			return 0, fmt.Errorf("the master's record at %d (%d bytes) runs past the slave's segment end at %d "+
+				"(the slave's segment size %d must be the master's): %w", at, total, at+remaining, segSize, ErrReplicaMismatch)
+		}
+	}
+	return int(total), nil
+}
+
+// checkReplicaUnitLocked validates a whole unit at at (its size was
+// checked by replicaUnitSize) and, for a record, moves the queue offset
+// table and the newest store time on as an append does.
+func (s *Store) checkReplicaUnitLocked(unit []byte, at int64) error {
+	if int32(binary.BigEndian.Uint32(unit[record.OffMagic:])) == record.MagicBlank {
+		return nil
+	}
+	r := &s.repl
+	rec, err := record.DecodeInterned(unit, at, true, &r.topics)
+	if err == nil {
+		err = checkTail(unit, &rec, at)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrReplicaData, err)
+	}
+	if rec.PhysicalOffset != at {
+		return fmt.Errorf("the record at %d says PHYSICALOFFSET %d: %w", at, rec.PhysicalOffset, ErrReplicaData)
+	}
+	if takesQueueOffset(rec.SysFlag) {
+		key := queueKey{topic: rec.Topic, queueID: rec.QueueID}
+		if next, ok := s.log.queueOffsets[key]; ok && rec.QueueOffset != next {
+			return fmt.Errorf("the record at %d has queue offset %d in %s/%d, the slave's next is %d: %w",
+				at, rec.QueueOffset, rec.Topic, rec.QueueID, next, ErrReplicaData)
+		}
+		s.log.queueOffsets[key] = rec.QueueOffset + 1
+	}
+	s.log.lastStoreTimestamp.Store(rec.StoreTimestamp)
+	r.lastRecord = at
+	return nil
+}
+
+// appendReplicaRunLocked appends checked units that start at at and end
+// no later than the end of at's segment.
+func (s *Store) appendReplicaRunLocked(ctx context.Context, at int64, run []byte) error {
+	mf, err := s.log.queue.NextForAppend(ctx, at)
+	if err != nil {
+		return fmt.Errorf("replicated append at %d: %w", at, err)
+	}
+	if pos := mf.FromOffset() + mf.WrotePosition(); pos != at {
+		return fmt.Errorf("replicated append at %d, but segment %s continues at %d: %w", at, mf.Path(), pos, ErrReplicaOffset)
+	}
+	s.repl.enc.data = run
+	_, err = mf.Append(len(run), &s.repl.enc)
+	s.repl.enc.data = nil
+	if err != nil {
+		s.writeFailed("replicated append", err)
+		return fmt.Errorf("replicated append of %d bytes at %d to %s: %w", len(run), at, mf.Path(), err)
+	}
+	s.repl.replicated.Add(uint64(len(run)))
+	return nil
+}
+
+// replicaEncoder copies checked units into a segment, each unit's
+// TOTALSIZE last in one store (as encodeBuffer does): a slave killed in the
+// middle of the copy leaves no record that looks whole.
+type replicaEncoder struct{ data []byte }
+
+func (e *replicaEncoder) EncodeAt(dst []byte, _ int64) error {
+	for off := 0; off < len(e.data); {
+		total := int(binary.BigEndian.Uint32(e.data[off:]))
+		copy(dst[off+4:off+total], e.data[off+4:off+total])
+		*(*uint32)(unsafe.Pointer(&dst[off])) = *(*uint32)(unsafe.Pointer(&e.data[off]))
+		off += total
+	}
+	return nil
+}
+
+// ReplicaAckOffset is the offset a slave may acknowledge to its master:
+// the end of the complete records it appended — flushed first when its
+// flush mode is sync, so with a sync-flush slave an acknowledgement means
+// durable on the slave. On a flush timeout it returns the flushed offset
+// with the error.
+func (s *Store) ReplicaAckOffset(ctx context.Context) (int64, error) {
+	end := s.log.queue.WroteOffset()
+	if s.group == nil {
+		return end, nil
+	}
+	w, err := s.group.begin(end)
+	if err == nil {
+		err = s.group.end(ctx, w)
+	}
+	if err != nil {
+		return s.FlushedOffset(), fmt.Errorf("flush replicated bytes to %d: %w", end, err)
+	}
+	return end, nil
+}
+
+// ReplicaResume prepares a slave for a new connection to its master and
+// says where it resumes. end is where its complete records end (a unit a
+// frame had split is dropped: the master sends it again). verifyFrom is
+// where the newest of those records starts: the slave reports it first,
+// so the master sends that record again and the slave compares it with its
+// own before it appends anything — a master that lost or rewrote the tail
+// the slave holds is caught instead of silently continued. With no record
+// in the log verifyFrom is end (and both are 0 for an empty log).
+// Buffered bytes are committed first, so the slave can read all of its own
+// log.
+func (s *Store) ReplicaResume(ctx context.Context) (verifyFrom, end int64, err error) {
+	c := s.log
+	c.appendMu.Lock()
+	defer c.appendMu.Unlock()
+	r := &s.repl
+	r.pending = r.pending[:0]
+	if _, err := c.commit(ctx, 0); err != nil {
+		s.writeFailed("commit", err)
+		return 0, 0, fmt.Errorf("resume replication: commit: %w", err)
+	}
+	s.dispatcher.Wakeup()
+	end = c.queue.WroteOffset()
+	if end == 0 {
+		return 0, 0, nil
+	}
+	if r.lastRecord >= 0 && r.lastRecord < end {
+		return r.lastRecord, end, nil
+	}
+	last := int64(-1)
+	buf := make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20))
+	for seg := c.queue.Find(end - 1); seg != nil && last < 0; seg = c.queue.Find(seg.FromOffset() - 1) {
+		from := max(seg.FromOffset(), s.MinOffset())
+		if _, err := c.scanWith(ctx, from, buf, false, nil, func(offset int64, _ []byte, rec *record.Record) error {
+			if rec != nil && offset < end {
+				last = offset
+			}
+			return nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("resume replication: find the newest record: %w", err)
+		}
+		if seg.FromOffset() <= s.MinOffset() {
+			break
+		}
+	}
+	if last < 0 {
+		return end, end, nil
+	}
+	r.lastRecord = last
+	return last, end, nil
+}
+
+// truncateRequest asks Open to cut the CommitLog (TruncateCommitLog).
+type truncateRequest struct {
+	offset int64
+	result TruncateResult
+}
+
+// TruncateResult says what TruncateCommitLog did.
+type TruncateResult struct {
+	Offset   int64    // the CommitLog's end now
+	OldEnd   int64    // where its valid data ended before
+	CutBytes int64    // OldEnd − Offset
+	SavedTo  []string // files holding the cut bytes (none for a store in memory)
+}
+
+// TruncateCommitLog is the explicit repair of a diverged slave: it opens
+// the (closed) store in dir with opts, cuts its CommitLog at offset — which
+// must be a record boundary within the valid data — keeping the cut bytes in
+// <dir>/diverged/<offset> files, truncates the ConsumeQueues and the index to
+// match (recovery's own truncation), and closes the store. Nothing is cut
+// when offset is the end already. It never runs by itself: the slave refuses
+// a diverged master with an error that names this repair.
+func TruncateCommitLog(ctx context.Context, dir string, offset int64, opts Options) (TruncateResult, error) {
+	if offset < 0 {
+		return TruncateResult{}, fmt.Errorf("truncate the CommitLog of %s at %d: a negative offset: %w", dir, offset, ErrInvalidOption)
+	}
+	req := &truncateRequest{offset: offset}
+	opts.truncateAt = req
+	s, err := Open(ctx, dir, opts)
+	if err != nil {
+		return req.result, err
+	}
+	if err := s.Close(); err != nil {
+		return req.result, fmt.Errorf("truncate the CommitLog of %s: close: %w", dir, err)
+	}
+	return req.result, nil
+}
+
+// cutCommitLog runs in Open before recovery (which then truncates the
+// ConsumeQueues and index to the new end).
+func (s *Store) cutCommitLog(ctx context.Context, req *truncateRequest) error {
+	q := s.log.queue
+	offset := req.offset
+	start := max(q.MinOffset(), 0)
+	if q.Len() == 0 {
+		if offset != 0 {
+			return fmt.Errorf("truncate at %d: the CommitLog is empty: %w", offset, ErrInvalidOption)
+		}
+		return nil
+	}
+	if offset < start {
+		return fmt.Errorf("truncate at %d: the CommitLog starts at %d: %w", offset, start, ErrInvalidOption)
+	}
+	from := start
+	if mf := q.Find(offset); mf != nil {
+		from = max(mf.FromOffset(), start)
+	} else if last := q.Last(); last.FromOffset() > start {
+		from = last.FromOffset()
+	}
+	boundary := offset == from
+	inside := int64(-1)
+	segSize := s.log.segmentSizeBytes
+	end, err := s.log.scan(ctx, from, func(at int64, rec []byte, r *record.Record) error {
+		unitEnd := at + int64(len(rec))
+		if r == nil { // a blank runs to the segment end
+			unitEnd = at + segSize - at%segSize
+		}
+		switch {
+		case at == offset:
+			boundary = true
+		case at < offset && offset < unitEnd:
+			inside = at
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("truncate at %d: %w", offset, err)
+	}
+	req.result = TruncateResult{Offset: offset, OldEnd: end.validEnd}
+	switch {
+	case offset > end.validEnd:
+		return fmt.Errorf("truncate at %d: the valid CommitLog data ends at %d: %w", offset, end.validEnd, ErrInvalidOption)
+	case offset == end.validEnd:
+		req.result.Offset = end.validEnd
+		return nil // nothing to cut
+	case inside >= 0 || !boundary:
+		return fmt.Errorf("truncate at %d: the offset falls inside the record at %d; truncate at a record boundary: %w", offset, inside, ErrInvalidOption)
+	}
+	saved, err := s.saveDiverged(offset, end.validEnd)
+	if err != nil {
+		return fmt.Errorf("truncate at %d: keep the cut bytes: %w", offset, err)
+	}
+	req.result.SavedTo = saved
+	req.result.CutBytes = end.validEnd - offset
+	// The checkpoint first: a crash between the two leaves a log longer
+	// than the checkpoint says durable (fine), never shorter (corruption).
+	cp := s.checkpoint
+	cp.flushedOffset.Store(min(cp.flushedOffset.Load(), offset))
+	cp.logicsOffset.Store(min(cp.logicsOffset.Load(), offset))
+	if err := cp.write(); err != nil {
+		return fmt.Errorf("truncate at %d: write the checkpoint: %w", offset, err)
+	}
+	if err := q.TruncateTo(ctx, offset); err != nil {
+		return fmt.Errorf("truncate at %d: %w", offset, err)
+	}
+	s.opts.Logger.Warn("CommitLog truncated by request", slog.Int64("offset", offset), slog.Int64("oldEnd", end.validEnd),
+		slog.Any("savedTo", saved))
+	return nil
+}
+
+// saveDiverged copies the CommitLog bytes [from, to) into
+// <dir>/diverged/<offset> files, one per segment, durably.
+func (s *Store) saveDiverged(from, to int64) ([]string, error) {
+	if _, ok := s.backend.(mappedfile.Lister); ok {
+		return nil, nil // in memory: nothing to keep on disk
+	}
+	dir := filepath.Join(s.dir, "diverged")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var saved []string
+	for _, mf := range s.log.queue.Files() {
+		segEnd := mf.FromOffset() + mf.SizeBytes()
+		if segEnd <= from || mf.FromOffset() >= to {
+			continue
+		}
+		lo, hi := max(from, mf.FromOffset()), min(to, segEnd)
+		buf := make([]byte, hi-lo)
+		if n, err := mf.ReadAt(buf, lo-mf.FromOffset()); n != len(buf) {
+			return saved, fmt.Errorf("read %s at %d: %w", mf.Path(), lo, err)
+		}
+		path := filepath.Join(dir, segment.Name(lo))
+		for i := 1; ; i++ {
+			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			path = filepath.Join(dir, fmt.Sprintf("%s.%d", segment.Name(lo), i))
+		}
+		if err := writeFileDurably(path, buf); err != nil {
+			return saved, err
+		}
+		saved = append(saved, path)
+	}
+	return saved, nil
+}

@@ -1,0 +1,463 @@
+package ha
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mqstore/mqstore/engine"
+)
+
+// Master is the HA master of a store (RocketMQ's HAService with its
+// HAConnections): it listens on the HA port, streams the CommitLog to every
+// slave that connects, tracks what each acknowledged, and keeps the store
+// informed (Store.ReportSlaves) so that a SYNC_MASTER Put waits for a slave.
+//
+// Each connection has one goroutine that sends frames and one that reads
+// the slave's reports. A slave's first report says where to start; a
+// report beyond the master's CommitLog end, or before its first offset, is
+// refused: the master answers with one heartbeat carrying its own end (or
+// start), so the slave can name both offsets, logs why, and closes.
+type Master struct {
+	store  *engine.Store
+	reader *engine.CommitLogReader
+	opts   MasterOptions
+	log    *slog.Logger
+	ln     net.Listener
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	conns   map[*slaveConn]struct{}
+	changed chan struct{} // closed and replaced when a slave connects, acknowledges or leaves
+	closed  bool
+
+	refused atomic.Uint64
+}
+
+// slaveConn is one slave connection.
+type slaveConn struct {
+	m           *Master
+	c           net.Conn
+	addr        string
+	connectedAt time.Time
+	ctx         context.Context
+	cancel      context.CancelFunc
+	first       chan int64    // the first report, from the reader to the sender
+	decided     chan struct{} // closed by the sender once it accepted the first report
+
+	dropped   atomic.Bool
+	reported  atomic.Bool  // the first report was accepted: the slave counts
+	requested atomic.Int64 // its first report
+	acked     atomic.Int64 // its latest report
+	lastAckAt atomic.Int64 // unix ns
+	sentEnd   atomic.Int64 // frames written (or being written) up to here
+	frames    atomic.Uint64
+	sentBytes atomic.Uint64
+}
+
+// NewMaster starts the HA master of store, whose role must be
+// AsyncMaster or SyncMaster: it listens on opts.ListenAddr at once and
+// serves until Close.
+func NewMaster(store *engine.Store, opts MasterOptions) (*Master, error) {
+	if role := store.Options().Role; role == engine.Slave {
+		return nil, badOption("the store is a %v; an HA master needs a master store", role)
+	}
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("ha master: listen on %s: %w", o.ListenAddr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Master{store: store, reader: store.CommitLogReader(), opts: o, log: o.Logger, ln: ln,
+		ctx: ctx, cancel: cancel, conns: make(map[*slaveConn]struct{}), changed: make(chan struct{})}
+	m.log.Info("ha master listening", slog.String("addr", ln.Addr().String()), slog.String("role", store.Options().Role.String()),
+		slog.String("emptySlaveStart", o.EmptySlaveStart.String()))
+	m.wg.Add(1)
+	go m.accept()
+	return m, nil
+}
+
+// Addr is the address the master listens on.
+func (m *Master) Addr() net.Addr { return m.ln.Addr() }
+
+// Close stops listening, closes every slave connection and waits for their
+// goroutines. The store stays open (close it after).
+func (m *Master) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	m.closed = true
+	m.mu.Unlock()
+	m.cancel() // first: the accept loop then knows its error is the close
+	err := m.ln.Close()
+	m.mu.Lock()
+	for sc := range m.conns {
+		sc.c.Close() // unblocks its reader and a sender blocked in a write
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+	m.store.ReportSlaves(0, -1)
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("ha master: close: %w", err)
+	}
+	return nil
+}
+
+func (m *Master) accept() {
+	defer m.wg.Done()
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			if m.ctx.Err() == nil {
+				m.log.Error("ha master: accept", slog.Any("err", err))
+			}
+			return
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		ctx, cancel := context.WithCancel(m.ctx)
+		sc := &slaveConn{m: m, c: c, addr: c.RemoteAddr().String(), connectedAt: time.Now(), ctx: ctx, cancel: cancel,
+			first: make(chan int64, 1), decided: make(chan struct{})}
+		sc.acked.Store(-1)
+		sc.requested.Store(-1)
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			c.Close()
+			cancel()
+			return
+		}
+		m.conns[sc] = struct{}{}
+		m.mu.Unlock()
+		m.log.Info("ha master: slave connected", slog.String("slave", sc.addr))
+		m.wg.Add(2)
+		go sc.readReports()
+		go sc.send()
+	}
+}
+
+// drop ends a connection (once both goroutines are done it is forgotten).
+func (sc *slaveConn) drop(level slog.Level, why string, err error) {
+	if !sc.dropped.CompareAndSwap(false, true) {
+		return
+	}
+	if sc.m.ctx.Err() != nil {
+		level, why = slog.LevelInfo, "the master closed"
+	}
+	sc.cancel()
+	sc.c.Close()
+	attrs := []any{slog.String("slave", sc.addr), slog.String("why", why), slog.Int64("acked", sc.acked.Load())}
+	if err != nil {
+		attrs = append(attrs, slog.Any("err", err))
+	}
+	sc.m.log.Log(context.Background(), level, "ha master: slave connection closed", attrs...)
+	sc.m.mu.Lock()
+	delete(sc.m.conns, sc)
+	sc.m.mu.Unlock()
+	sc.m.slavesChanged()
+}
+
+// readReports reads the slave's 8-byte offsets (RocketMQ's
+// ReadSocketService); a connection silent for HousekeepingInterval is
+// dropped.
+func (sc *slaveConn) readReports() {
+	defer sc.m.wg.Done()
+	defer sc.drop(slog.LevelInfo, "reader stopped", nil)
+	var buf [reportSize]byte
+	first := true
+	for {
+		sc.c.SetReadDeadline(time.Now().Add(sc.m.opts.HousekeepingInterval))
+		if _, err := io.ReadFull(sc.c, buf[:]); err != nil {
+			switch {
+			case sc.ctx.Err() != nil:
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				sc.drop(slog.LevelWarn, fmt.Sprintf("the slave said nothing for %v (housekeeping)", sc.m.opts.HousekeepingInterval), nil)
+			case errors.Is(err, io.EOF):
+				sc.drop(slog.LevelInfo, "the slave closed the connection", nil)
+			default:
+				sc.drop(slog.LevelWarn, "read from the slave", err)
+			}
+			return
+		}
+		offset := int64(binary.BigEndian.Uint64(buf[:]))
+		if first {
+			first = false
+			sc.first <- offset
+			// Read on only once the sender accepted it: a refused peer's
+			// next bytes must not race the refusal.
+			select {
+			case <-sc.decided:
+			case <-sc.ctx.Done():
+				return
+			}
+			continue
+		}
+		if why := implausible(offset, sc.m.reader.End()); why != "" {
+			sc.drop(slog.LevelError, fmt.Sprintf("the slave reported offset %d (bytes %s): %s; is it an HA slave? (%v)",
+				offset, asText(offset), why, ErrProtocol), nil)
+			return
+		}
+		if sent := sc.sentEnd.Load(); offset > sent && sc.reported.Load() {
+			sc.drop(slog.LevelError, fmt.Sprintf("the slave acknowledged offset %d, past the %d bytes sent to it (%v)", offset, sent, ErrProtocol), nil)
+			return
+		}
+		if sc.raiseAcked(offset) {
+			sc.m.slavesChanged()
+		}
+	}
+}
+
+// raiseAcked records a report; false when it is not news.
+func (sc *slaveConn) raiseAcked(offset int64) bool {
+	for {
+		cur := sc.acked.Load()
+		if offset <= cur {
+			return false
+		}
+		if sc.acked.CompareAndSwap(cur, offset) {
+			sc.lastAckAt.Store(time.Now().UnixNano())
+			return true
+		}
+	}
+}
+
+// startOffset decides where a slave that first reported offset starts,
+// or refuses it: refused is the offset the refusal heartbeat carries.
+func (sc *slaveConn) startOffset(offset int64) (start int64, refused bool, why string) {
+	m := sc.m
+	end, first := m.reader.End(), m.reader.Start()
+	if bad := implausible(offset, end); bad != "" {
+		return end, true, fmt.Sprintf("first report %d (bytes %s): %s; is it an HA slave? (%v)", offset, asText(offset), bad, ErrProtocol)
+	}
+	switch {
+	case offset == 0 && m.opts.EmptySlaveStart == StartAtLastSegment:
+		seg := m.reader.SegmentSizeBytes()
+		return max(end-end%seg, first), false, ""
+	case offset == 0:
+		return first, false, ""
+	case offset > end:
+		return end, true, fmt.Sprintf("the slave's CommitLog reaches %d, past the master's end %d: the slave holds data the master does not (%v)",
+			offset, end, ErrDiverged)
+	case offset < first:
+		return first, true, fmt.Sprintf("the slave needs offset %d, but the master's CommitLog starts at %d (%v)", offset, first, ErrMasterGap)
+	}
+	return offset, false, ""
+}
+
+// send streams the CommitLog to the slave (RocketMQ's WriteSocketService):
+// frames of at most TransferBatchSize bytes, never across a segment end,
+// sent with sendfile from the segment where the backend allows it; an
+// empty frame when the connection has been idle a heartbeat interval, and
+// once at once when the slave has caught up, so that it learns where the
+// master's CommitLog ends.
+func (sc *slaveConn) send() {
+	defer sc.m.wg.Done()
+	m := sc.m
+	var offset int64
+	select {
+	case offset = <-sc.first:
+	case <-sc.ctx.Done():
+		return
+	}
+	start, refused, why := sc.startOffset(offset)
+	if refused {
+		m.refused.Add(1)
+		sc.writeHeader(start, 0) // the slave learns the master's end (or start)
+		sc.drop(slog.LevelError, "refused: "+why, nil)
+		return
+	}
+	sc.requested.Store(offset)
+	sc.raiseAcked(offset)
+	sc.sentEnd.Store(start)
+	sc.reported.Store(true)
+	close(sc.decided)
+	m.log.Info("ha master: slave starts", slog.String("slave", sc.addr), slog.Int64("reported", offset), slog.Int64("from", start),
+		slog.Int64("masterEnd", m.reader.End()))
+	m.slavesChanged()
+
+	next := start
+	lastWrite := time.Now()
+	// told: the slave was told where the master's CommitLog ends (a
+	// heartbeat the first time the sender catches up, so that a slave
+	// holding more than the master learns it at once).
+	told := false
+	for {
+		n, err := m.reader.Available(next, m.opts.TransferBatchSize)
+		if err != nil {
+			sc.drop(slog.LevelError, fmt.Sprintf("cannot read the CommitLog at %d for the slave", next), err)
+			return
+		}
+		if n > 0 {
+			sc.sentEnd.Store(next + int64(n))
+			if err := sc.writeFrame(next, n); err != nil {
+				sc.drop(slog.LevelWarn, fmt.Sprintf("send the frame at %d", next), err)
+				return
+			}
+			next += int64(n)
+			lastWrite = time.Now()
+			continue
+		}
+		if !told || time.Since(lastWrite) >= m.opts.SendHeartbeatInterval {
+			if err := sc.writeHeader(next, 0); err != nil {
+				sc.drop(slog.LevelWarn, "send a heartbeat", err)
+				return
+			}
+			lastWrite, told = time.Now(), true
+		}
+		wait := m.opts.SendHeartbeatInterval - time.Since(lastWrite)
+		ctx, cancel := context.WithTimeout(sc.ctx, wait)
+		err = m.reader.Wait(ctx, next)
+		cancel()
+		switch {
+		case sc.ctx.Err() != nil:
+			return
+		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, engine.ErrClosed):
+			sc.drop(slog.LevelInfo, "the store closed", nil)
+			return
+		case err != nil:
+			sc.drop(slog.LevelError, fmt.Sprintf("wait for the CommitLog at %d", next), err)
+			return
+		}
+	}
+}
+
+func (sc *slaveConn) writeHeader(offset int64, size int) error {
+	var b [headerSize]byte
+	putHeader(b[:], offset, size)
+	sc.c.SetWriteDeadline(time.Now().Add(sc.m.opts.HousekeepingInterval))
+	_, err := sc.c.Write(b[:])
+	return err
+}
+
+func (sc *slaveConn) writeFrame(offset int64, n int) error {
+	if err := sc.writeHeader(offset, n); err != nil {
+		return err
+	}
+	// The deadline set for the header bounds the body too: a slave that
+	// stops reading cannot hold this goroutine past the housekeeping time.
+	sent, err := sc.m.reader.SendTo(sc.ctx, sc.c, offset, n)
+	sc.frames.Add(1)
+	sc.sentBytes.Add(uint64(sent))
+	return err
+}
+
+// slavesChanged tells the store how many slaves there are and the best
+// acknowledged offset among them, and wakes WaitSlaves and WaitAcked.
+func (m *Master) slavesChanged() {
+	m.mu.Lock()
+	n, best := 0, int64(-1)
+	for sc := range m.conns {
+		if sc.reported.Load() {
+			n++
+			best = max(best, sc.acked.Load())
+		}
+	}
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+	m.store.ReportSlaves(n, best)
+}
+
+// SlaveInfo describes one connected slave.
+type SlaveInfo struct {
+	Addr            string
+	ConnectedAt     time.Time
+	RequestedOffset int64 // its first report (-1: none yet)
+	AckedOffset     int64 // its latest report (-1: none yet)
+	LagBytes        int64 // the master's CommitLog end minus AckedOffset
+	LastAckAt       time.Time
+	Frames          uint64
+	SentBytes       uint64
+}
+
+// Slaves describes the connected slaves, by address.
+func (m *Master) Slaves() []SlaveInfo {
+	end := m.reader.End()
+	m.mu.Lock()
+	out := make([]SlaveInfo, 0, len(m.conns))
+	for sc := range m.conns {
+		i := SlaveInfo{Addr: sc.addr, ConnectedAt: sc.connectedAt, RequestedOffset: sc.requested.Load(), AckedOffset: sc.acked.Load(),
+			Frames: sc.frames.Load(), SentBytes: sc.sentBytes.Load()}
+		if ns := sc.lastAckAt.Load(); ns != 0 {
+			i.LastAckAt = time.Unix(0, ns)
+		}
+		if i.AckedOffset >= 0 {
+			i.LagBytes = end - i.AckedOffset
+		}
+		out = append(out, i)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(a, b int) bool { return out[a].Addr < out[b].Addr })
+	return out
+}
+
+// Refused is how many slave connections were refused (ahead of the master,
+// behind its first offset, or not speaking the protocol).
+func (m *Master) Refused() uint64 { return m.refused.Load() }
+
+// WaitSlaves blocks until at least n slaves are connected and have
+// reported where they are, or ctx ends.
+func (m *Master) WaitSlaves(ctx context.Context, n int) error {
+	for {
+		m.mu.Lock()
+		have := 0
+		for sc := range m.conns {
+			if sc.reported.Load() {
+				have++
+			}
+		}
+		ch, closed := m.changed, m.closed
+		m.mu.Unlock()
+		if have >= n {
+			return nil
+		}
+		if closed {
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %d slaves (%d connected): %w", n, have, ctx.Err())
+		}
+	}
+}
+
+// WaitAcked blocks until a slave has acknowledged offset (the store's
+// replicated offset reached it), or ctx ends.
+func (m *Master) WaitAcked(ctx context.Context, offset int64) error {
+	for {
+		m.mu.Lock()
+		ch, closed := m.changed, m.closed
+		m.mu.Unlock()
+		if m.store.ReplicatedOffset() >= offset {
+			return nil
+		}
+		if closed {
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for a slave to acknowledge %d (at %d): %w", offset, m.store.ReplicatedOffset(), ctx.Err())
+		}
+	}
+}

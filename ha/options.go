@@ -1,0 +1,228 @@
+package ha
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// RocketMQ's defaults (MessageStoreConfig), and mqstore's own where
+// RocketMQ hard-codes a value.
+const (
+	DefaultListenAddr            = ":10912"         // haListenPort
+	DefaultSendHeartbeatInterval = 5 * time.Second  // haSendHeartbeatInterval
+	DefaultHousekeepingInterval  = 20 * time.Second // haHousekeepingInterval
+	DefaultTransferBatchSize     = 32 << 10         // haTransferBatchSize
+	// DefaultMaxFrameBytes is the largest frame a slave accepts: RocketMQ's
+	// HAClient reads into a 4 MiB buffer (READ_MAX_BUFFER_SIZE).
+	DefaultMaxFrameBytes = 4 << 20
+	// DefaultReconnectMinBackoff and DefaultReconnectMaxBackoff bound the
+	// slave's wait between connection attempts, doubling from the first to
+	// the second; RocketMQ waits a fixed 5 s.
+	DefaultReconnectMinBackoff = 100 * time.Millisecond
+	DefaultReconnectMaxBackoff = 5 * time.Second
+	// DefaultDialTimeout bounds one connection attempt (RocketMQ's
+	// RemotingUtil.connect: 5 s).
+	DefaultDialTimeout = 5 * time.Second
+)
+
+// ErrInvalidOption marks a bad option value; the error says which.
+var ErrInvalidOption = errors.New("ha: invalid option")
+
+// EmptySlaveStart is where the master starts a slave whose CommitLog is
+// empty (it reports offset 0).
+type EmptySlaveStart int
+
+const (
+	// StartAtMinOffset copies the master's whole CommitLog, from the first
+	// offset it still stores. mqstore's default: a slave exists so that
+	// losing the master loses nothing, and one started "from the last
+	// segment" lacks every older message — after a failover, consumers of
+	// older offsets get OFFSET_TOO_SMALL and those messages exist nowhere
+	// else once the master's disk is gone.
+	StartAtMinOffset EmptySlaveStart = iota
+	// StartAtLastSegment starts at the beginning of the master's newest
+	// segment, as RocketMQ 4.x does (HAConnection: maxOffset − maxOffset %
+	// mapedFileSizeCommitLog): a new slave is in sync within one segment's
+	// copy instead of a copy of the whole retained log (which, at 72 h of
+	// retention on a busy broker, can be terabytes). Choose it when that
+	// copy is too long and the older messages need no second copy.
+	StartAtLastSegment
+)
+
+func (e EmptySlaveStart) String() string {
+	switch e {
+	case StartAtMinOffset:
+		return "min-offset"
+	case StartAtLastSegment:
+		return "last-segment"
+	}
+	return fmt.Sprintf("EmptySlaveStart(%d)", int(e))
+}
+
+// ParseEmptySlaveStart parses "min-offset" (or "full") and "last-segment".
+func ParseEmptySlaveStart(s string) (EmptySlaveStart, error) {
+	switch strings.ToLower(s) {
+	case "min-offset", "full", "":
+		return StartAtMinOffset, nil
+	case "last-segment":
+		return StartAtLastSegment, nil
+	}
+	return 0, fmt.Errorf("empty-slave start %q: want min-offset or last-segment: %w", s, ErrInvalidOption)
+}
+
+// MasterOptions configure a Master. The zero value of a field means its
+// default.
+type MasterOptions struct {
+	// ListenAddr is where slaves connect (RocketMQ's haListenPort: all
+	// interfaces, port 10912). "127.0.0.1:0" picks a free port (Addr says
+	// which).
+	ListenAddr string
+	// SendHeartbeatInterval: an idle connection gets an empty frame this
+	// often (haSendHeartbeatInterval, 5 s).
+	SendHeartbeatInterval time.Duration
+	// HousekeepingInterval: a connection whose slave said nothing (it
+	// reports at least every heartbeat interval) for this long is dropped,
+	// and so is one whose frame could not be written for this long
+	// (haHousekeepingInterval, 20 s).
+	HousekeepingInterval time.Duration
+	// TransferBatchSize is the most CommitLog bytes in one frame
+	// (haTransferBatchSize, 32 KiB); at most DefaultMaxFrameBytes, what a
+	// slave accepts.
+	TransferBatchSize int
+	// EmptySlaveStart is where an empty slave starts (StartAtMinOffset).
+	EmptySlaveStart EmptySlaveStart
+	// Logger receives connection events and refusals (slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o MasterOptions) withDefaults() MasterOptions {
+	if o.ListenAddr == "" {
+		o.ListenAddr = DefaultListenAddr
+	}
+	if o.SendHeartbeatInterval == 0 {
+		o.SendHeartbeatInterval = DefaultSendHeartbeatInterval
+	}
+	if o.HousekeepingInterval == 0 {
+		o.HousekeepingInterval = DefaultHousekeepingInterval
+	}
+	if o.TransferBatchSize == 0 {
+		o.TransferBatchSize = DefaultTransferBatchSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+func (o MasterOptions) validate() error {
+	switch {
+	case o.SendHeartbeatInterval < 0:
+		return badOption("SendHeartbeatInterval %v is negative", o.SendHeartbeatInterval)
+	case o.HousekeepingInterval < 0:
+		return badOption("HousekeepingInterval %v is negative", o.HousekeepingInterval)
+	case o.HousekeepingInterval <= o.SendHeartbeatInterval:
+		return badOption("HousekeepingInterval %v must exceed SendHeartbeatInterval %v, or an idle, healthy connection is dropped",
+			o.HousekeepingInterval, o.SendHeartbeatInterval)
+	case o.TransferBatchSize <= 0:
+		return badOption("TransferBatchSize %d is not positive", o.TransferBatchSize)
+	case o.TransferBatchSize > DefaultMaxFrameBytes:
+		return badOption("TransferBatchSize %d exceeds %d, the largest frame a slave accepts", o.TransferBatchSize, DefaultMaxFrameBytes)
+	case o.EmptySlaveStart != StartAtMinOffset && o.EmptySlaveStart != StartAtLastSegment:
+		return badOption("EmptySlaveStart %d is unknown", o.EmptySlaveStart)
+	}
+	if _, _, err := net.SplitHostPort(o.ListenAddr); err != nil {
+		return badOption("ListenAddr %q: %v", o.ListenAddr, err)
+	}
+	return nil
+}
+
+// SlaveOptions configure a Slave. The zero value of a field means its
+// default.
+type SlaveOptions struct {
+	// MasterAddress is the master's HA address, host:port (RocketMQ's
+	// haMasterAddress). Required.
+	MasterAddress string
+	// SendHeartbeatInterval: the slave reports its offset when it advances
+	// and at least this often (haSendHeartbeatInterval, 5 s).
+	SendHeartbeatInterval time.Duration
+	// HousekeepingInterval: a master connection silent this long (the
+	// master sends an empty frame every heartbeat interval when idle) is
+	// dropped and made again (haHousekeepingInterval, 20 s).
+	HousekeepingInterval time.Duration
+	// ReconnectMinBackoff and ReconnectMaxBackoff bound the wait between
+	// connection attempts (100 ms doubling to 5 s).
+	ReconnectMinBackoff time.Duration
+	ReconnectMaxBackoff time.Duration
+	// DialTimeout bounds one connection attempt (5 s).
+	DialTimeout time.Duration
+	// MaxFrameBytes is the largest frame accepted (4 MiB); a larger one is
+	// a protocol error (not an HA master?).
+	MaxFrameBytes int
+	// Logger receives connection events (slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o SlaveOptions) withDefaults() SlaveOptions {
+	if o.SendHeartbeatInterval == 0 {
+		o.SendHeartbeatInterval = DefaultSendHeartbeatInterval
+	}
+	if o.HousekeepingInterval == 0 {
+		o.HousekeepingInterval = DefaultHousekeepingInterval
+	}
+	if o.ReconnectMinBackoff == 0 {
+		o.ReconnectMinBackoff = DefaultReconnectMinBackoff
+	}
+	if o.ReconnectMaxBackoff == 0 {
+		o.ReconnectMaxBackoff = DefaultReconnectMaxBackoff
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.MaxFrameBytes == 0 {
+		o.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+func (o SlaveOptions) validate() error {
+	switch {
+	case o.MasterAddress == "":
+		return badOption("MasterAddress is required")
+	case o.SendHeartbeatInterval < 0:
+		return badOption("SendHeartbeatInterval %v is negative", o.SendHeartbeatInterval)
+	case o.HousekeepingInterval < 0:
+		return badOption("HousekeepingInterval %v is negative", o.HousekeepingInterval)
+	case o.HousekeepingInterval <= o.SendHeartbeatInterval:
+		return badOption("HousekeepingInterval %v must exceed SendHeartbeatInterval %v (the master's heartbeats keep a healthy connection alive)",
+			o.HousekeepingInterval, o.SendHeartbeatInterval)
+	case o.ReconnectMinBackoff < 0 || o.ReconnectMaxBackoff < 0 || o.DialTimeout < 0:
+		return badOption("a reconnect backoff or the dial timeout is negative")
+	case o.ReconnectMinBackoff > o.ReconnectMaxBackoff:
+		return badOption("ReconnectMinBackoff %v exceeds ReconnectMaxBackoff %v", o.ReconnectMinBackoff, o.ReconnectMaxBackoff)
+	case o.MaxFrameBytes < 64<<10:
+		return badOption("MaxFrameBytes %d is below 64 KiB", o.MaxFrameBytes)
+	}
+	if _, _, err := net.SplitHostPort(o.MasterAddress); err != nil {
+		return badOption("MasterAddress %q: %v", o.MasterAddress, err)
+	}
+	return nil
+}
+
+func badOption(format string, args ...any) error {
+	return fmt.Errorf("ha: %s: %w", fmt.Sprintf(format, args...), ErrInvalidOption)
+}
+
+// Validate checks the options (with their defaults applied) as NewMaster
+// does, so a command can refuse a bad value before it opens a store.
+func (o MasterOptions) Validate() error { return o.withDefaults().validate() }
+
+// Validate checks the options (with their defaults applied) as NewSlave
+// does.
+func (o SlaveOptions) Validate() error { return o.withDefaults().validate() }
