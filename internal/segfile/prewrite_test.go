@@ -82,25 +82,26 @@ func covered(t *testing.T, calls []faultseam.Call, kind segfile.OpKind, path str
 // TestPrewriteWritesEveryBlock: a segment created with Spec.Prewrite has no
 // unwritten extent (one created without has nothing else); its zeros were
 // written through the seam, in order, over [0, size), all before the
-// fdatasync that precedes the rename; they went with O_DIRECT, whether the
-// segment's descriptor is O_DIRECT or not, so the page cache holds none of
-// them (a size that is not a multiple of the block writes its last partial
-// block through the page cache: that page, synced).
+// fdatasync that precedes the rename. Through a buffered descriptor they go
+// a page at a time into the page cache — every page cached and clean
+// afterwards (synced), the writeback paced by sync_file_range past a 32 MiB
+// window; through an O_DIRECT one, none is cached.
 func TestPrewriteWritesEveryBlock(t *testing.T) {
 	dir := t.TempDir()
 	needExtents(t, dir)
 	type prewriteCase struct {
-		name   string
-		dir    string
-		size   int64
-		direct bool // the segment's own descriptor is O_DIRECT
-		cached int  // pages left in the page cache (-1: tmpfs, not checked)
+		name      string
+		dir       string
+		size      int64
+		direct    bool // the segment's own descriptor is O_DIRECT
+		cached    bool // every page cached (else none); not checked on tmpfs
+		writeback bool // sync_file_range expected
 	}
 	cases := []prewriteCase{
-		{"buffered/1MiB", dir, 1 << 20, false, 0},
-		{"buffered/40MiB+1000", dir, 40<<20 + 1000, false, 1},
-		{"direct/1MiB", dir, 1 << 20, true, 0},
-		{"direct/20MiB+4KiB", dir, 20<<20 + 4096, true, 0},
+		{"buffered/1MiB", dir, 1 << 20, false, true, false},
+		{"buffered/70MiB+1000", dir, 70<<20 + 1000, false, true, true},
+		{"direct/1MiB", dir, 1 << 20, true, false, false},
+		{"direct/20MiB+4KiB", dir, 20<<20 + 4096, true, false, false},
 	}
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		shm, err := os.MkdirTemp("/dev/shm", "segfile-test-")
@@ -108,7 +109,7 @@ func TestPrewriteWritesEveryBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(shm) })
-		cases = append(cases, prewriteCase{"tmpfs/20MiB", shm, 20 << 20, false, -1})
+		cases = append(cases, prewriteCase{"tmpfs/20MiB", shm, 20 << 20, false, true, false})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,7 +124,7 @@ func TestPrewriteWritesEveryBlock(t *testing.T) {
 				t.Fatalf("create: %v (existed %v)", err, existed)
 			}
 			defer f.Close()
-			if tc.cached >= 0 {
+			if !strings.HasPrefix(tc.name, "tmpfs") {
 				// Before anything reads the file or asks FIEMAP (whose SYNC
 				// flag writes dirty pages back).
 				checkCache(t, spec.Path, tc.size, tc.cached)
@@ -134,15 +135,24 @@ func TestPrewriteWritesEveryBlock(t *testing.T) {
 			calls := inj.Calls()
 			var order []string
 			for _, c := range calls {
-				if k := c.Name(); len(order) == 0 || order[len(order)-1] != k {
+				if k := c.Name(); k != "sync_file_range" && (len(order) == 0 || order[len(order)-1] != k) {
 					order = append(order, k)
 				}
 			}
 			want := []string{"create", "fallocate", "pwrite", "fdatasync", "rename", "fsync-dir"}
 			if !slices.Equal(order, want) {
-				t.Fatalf("calls %v, want the order %v", calls, want)
+				t.Fatalf("calls %v, want the order %v (sync_file_range aside)", calls, want)
 			}
-			covered(t, calls, segfile.OpPwrite, spec.Path+".tmp", tc.size)
+			tmp := spec.Path + ".tmp"
+			covered(t, calls, segfile.OpPwrite, tmp, tc.size)
+			if !tc.direct {
+				for _, c := range calls {
+					if c.Kind == segfile.OpPwrite && c.Length > 4096 {
+						t.Fatalf("%v: a buffered prewrite writes a page at a time", c)
+					}
+				}
+			}
+			checkWriteback(t, calls, tmp, tc.writeback)
 			if got, err := os.ReadFile(spec.Path); err != nil || int64(len(got)) != tc.size || !isZero(got) {
 				t.Fatalf("a prewritten segment does not read as %d zeros (%v)", tc.size, err)
 			}
@@ -162,26 +172,54 @@ func TestPrewriteWritesEveryBlock(t *testing.T) {
 }
 
 // checkCache: no page of the new segment is dirty or under writeback (the
-// fdatasync covered them: with root, through the page flags), and exactly
-// cached of them are in the page cache (the last ones: a partial block
-// written through it).
-func checkCache(t *testing.T, path string, size int64, cached int) {
+// fdatasync covered them: with root, through the page flags), and either
+// every page is in the page cache or none is.
+func checkCache(t *testing.T, path string, size int64, cached bool) {
 	t.Helper()
+	pages := int((size + 4095) / 4096)
 	resident := residentPages(t, path, 0, size)
-	if resident != cached {
-		t.Fatalf("%d pages of the new segment cached, want %d (its zeros go with O_DIRECT)", resident, cached)
+	if want := map[bool]int{true: pages, false: 0}[cached]; resident != want {
+		t.Fatalf("%d of %d pages of the new segment cached, want %d", resident, pages, want)
 	}
-	pages, err := pagecache.State(path, 0, size)
+	state, err := pagecache.State(path, 0, size)
 	if errors.Is(err, pagecache.ErrNoAccess) {
 		testenv.Skip(t, testenv.Root, "page flags: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pages {
+	for _, p := range state {
 		if p.Pending() {
 			t.Fatalf("page %d still dirty or under writeback after the create: the sync did not cover it", p.Index)
 		}
+	}
+}
+
+// checkWriteback: with want, the windows' writeback was started in order
+// (sync_file_range of each full 32 MiB window, each but the first also
+// waiting for the window before it) and none after the last pwrite; without
+// it, no sync_file_range at all.
+func checkWriteback(t *testing.T, calls []faultseam.Call, path string, want bool) {
+	t.Helper()
+	var ranges [][2]int64
+	for _, c := range calls {
+		if c.Kind == segfile.OpWriteback {
+			if c.Path != path {
+				t.Fatalf("%v on another file", c)
+			}
+			ranges = append(ranges, [2]int64{c.Offset, c.Length})
+		}
+	}
+	if !want {
+		if len(ranges) != 0 {
+			t.Fatalf("sync_file_range issued: %v", ranges)
+		}
+		return
+	}
+	const window = 32 << 20
+	expect := [][2]int64{{0, window}, {window, window}, {0, window}}
+	if !slices.Equal(ranges, expect) {
+		t.Fatalf("sync_file_range over %v, want %v", ranges, expect)
 	}
 }
 

@@ -77,6 +77,8 @@ func ZeroRangeContext(context.Context, *os.File, int64, int64) error {
 	return unsupported("zeroing")
 }
 
+func SyncFileRange(string, int, int64, int64, int) error { return unsupported("sync_file_range") }
+
 func Extents(*os.File, bool) ([]Extent, error) { return nil, ErrNoExtents }
 
 func UnwrittenBytes(*os.File, int64, int64) (int64, error) { return 0, ErrNoExtents }
