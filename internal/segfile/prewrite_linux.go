@@ -117,8 +117,16 @@ func writeZeros(path string, fd int, off, n int64) error {
 //     Linux 6.18), into which a store through a shared mapping dirties the
 //     whole folio — each msync of a 1 KiB append then wrote back 2 MiB and
 //     ran 3 to 4 times slower than on a fallocated segment. The price is
-//     CPU: about 0.9 s per GiB here (1.5 s of wall time), against 36 ms for
-//     O_DIRECT zeros, which would leave every page uncached.
+//     CPU: about 1 s per GiB here (1.1 s of wall time), against 34 ms for
+//     O_DIRECT zeros — which, leaving every page uncached, took nearly all
+//     the benefit away from the buffered backends (BenchmarkPutPrewrite,
+//     sync Puts of 1 KiB by 16 producers, prewrite on/off: mmap ×1.0 with
+//     O_DIRECT zeros, ×3.8 with cached pages; transient ×1.2 and ×1.8).
+//     Writing the zeros through a mapping of the new file instead
+//     (MADV_POPULATE_WRITE, RocketMQ's warm-up done by the kernel) took
+//     less CPU in most runs (0.5–0.6 s per GiB) but up to 1.8 s in others,
+//     for the same wall time; RocketMQ's one store per page through the
+//     mapping, 0.9–1.9 s.
 func Prewrite(ctx context.Context, f *os.File, size int64) error {
 	path, fd := f.Name(), int(f.Fd())
 	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
