@@ -24,6 +24,10 @@ type allocator struct {
 	timeout time.Duration
 	log     *slog.Logger
 
+	// prewrite: new segments are written with zeros and synced before use
+	// (Options.PrewriteSegments, resolved).
+	prewrite bool
+
 	mu       sync.Mutex
 	requests map[string]*allocation // by path, pending or ready
 	work     chan *allocation       // bounded: at most two in flight
@@ -45,6 +49,7 @@ func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options) *alloc
 		fs:       fsys,
 		warm:     mappedfile.WarmOptions{Touch: true, FlushEveryPages: o.WarmFlushEveryPages, Lock: o.LockSegments, Advise: true},
 		doWarm:   o.WarmSegments,
+		prewrite: o.PrewriteSegments == PrewriteOn,
 		timeout:  o.AllocationTimeout,
 		log:      o.Logger,
 		requests: make(map[string]*allocation),
@@ -86,6 +91,7 @@ func (a *allocator) run() {
 // retried roll never opens it as an existing, full segment.
 func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
 	start := time.Now()
+	spec.Prewrite = a.prewrite
 	mf, err := a.backend.Open(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -112,7 +118,7 @@ func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfil
 			return nil, err
 		}
 	}
-	a.log.Debug("segment preallocated", slog.String("path", spec.Path), slog.Duration("took", time.Since(start)))
+	a.log.Debug("segment preallocated", slog.String("path", spec.Path), slog.Bool("prewrite", spec.Prewrite), slog.Duration("took", time.Since(start)))
 	return mf, nil
 }
 
