@@ -41,9 +41,15 @@ type commitLog struct {
 	// lastStoreTimestamp is the STORETIMESTAMP of the newest appended record.
 	lastStoreTimestamp atomic.Int64
 
-	// syncMu serializes Commit and Flush calls on the queue (the commit
-	// service and the flusher may both run).
-	syncMu          sync.Mutex
+	// commitMu serializes Commit calls on the queue and flushMu Flush calls
+	// (the commit service, the flusher and a sync flush's own commit). A
+	// commit and a flush may run at once — a backend's Commit and Flush are
+	// safe together (mappedfile.MappedFile) — so a long commit pass over a
+	// large backlog never holds the flusher back: it syncs what is committed
+	// so far, segment by segment. Take commitMu before flushMu when both are
+	// needed (lockSync).
+	commitMu        sync.Mutex
+	flushMu         sync.Mutex
 	committedOffset atomic.Int64
 	flushedOffset   atomic.Int64
 }
@@ -169,16 +175,26 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queue
 
 // commit moves written bytes toward the files (buffered backends).
 func (c *commitLog) commit(ctx context.Context, leastPages int) (int64, error) {
-	c.syncMu.Lock()
-	defer c.syncMu.Unlock()
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
 	return c.commitLocked(ctx, leastPages)
+}
+
+// lockSync stops every commit and flush of the queue until unlock is called
+// (for changes of the segment list itself, such as dropping an empty
+// segment before replicated bytes arrive).
+func (c *commitLog) lockSync() (unlock func()) {
+	c.commitMu.Lock()
+	c.flushMu.Lock()
+	return func() {
+		c.flushMu.Unlock()
+		c.commitMu.Unlock()
+	}
 }
 
 func (c *commitLog) commitLocked(ctx context.Context, leastPages int) (int64, error) {
 	off, err := c.queue.Commit(ctx, c.committedOffset.Load(), leastPages)
-	if off > c.committedOffset.Load() {
-		c.committedOffset.Store(off)
-	}
+	raise(&c.committedOffset, off)
 	return off, err
 }
 
@@ -186,15 +202,19 @@ func (c *commitLog) commitLocked(ctx context.Context, leastPages int) (int64, er
 // first when commitFirst is set (sync flush must not wait for the commit
 // interval). It returns the global flushed offset.
 func (c *commitLog) flush(ctx context.Context, leastPages int, commitFirst bool) (int64, error) {
-	c.syncMu.Lock()
-	defer c.syncMu.Unlock()
 	if commitFirst {
-		if _, err := c.commitLocked(ctx, 0); err != nil {
+		if _, err := c.commit(ctx, 0); err != nil {
 			return c.flushedOffset.Load(), err
 		}
 	}
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
 	off, err := c.queue.Flush(ctx, c.flushedOffset.Load(), leastPages)
-	if off > c.flushedOffset.Load() {
+	if off > c.flushedOffset.Load() { // flushMu held: the only writer
+		// A commit pass still running publishes its offset when it ends;
+		// what is flushed was committed, so the committed offset is at
+		// least here already (wrote ≥ committed ≥ flushed for readers).
+		raise(&c.committedOffset, off)
 		c.flushedOffset.Store(off)
 	}
 	return off, err

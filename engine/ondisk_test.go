@@ -50,10 +50,10 @@ func writeAndWait(dir, backend string) int {
 		fmt.Println("writer:", err)
 		return 1
 	}
-	// Hold the lock the commit and flush services take: from here on no
+	// Hold the locks the commit and flush services take: from here on no
 	// flush runs; the commit below moves a buffered backend's bytes into the
 	// file (the page cache) and nothing syncs them.
-	s.log.syncMu.Lock()
+	s.log.lockSync()
 	for i := 0; i < 300; i++ {
 		if _, err := s.Put(ctx, testMessage("Disk", int32(i%2), i, 600)); err != nil {
 			fmt.Println("writer:", err)

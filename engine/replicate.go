@@ -360,8 +360,8 @@ func (s *Store) checkReplicaStartLocked(offset int64) error {
 		if offset > 0 {
 			// The log starts at offset: a segment 0 created but never
 			// written goes (under the flush lock: no flush may touch it).
-			s.log.syncMu.Lock()
-			defer s.log.syncMu.Unlock()
+			unlock := s.log.lockSync()
+			defer unlock()
 			for q.Len() > 0 {
 				if f := q.First(); f.WrotePosition() != 0 {
 					return fmt.Errorf("segment %s holds data although the CommitLog is empty: %w", f.Path(), ErrCorrupt)

@@ -120,9 +120,12 @@ type Backend interface {
 }
 
 // MappedFile is one fixed-size, append-only segment. Append is called by one
-// goroutine at a time (the owner holds the append lock); Commit and Flush by
-// one goroutine at a time (the commit or flush service); reads from any number
-// of goroutines concurrently with all of them.
+// goroutine at a time (the owner holds the append lock); Commit by one
+// goroutine at a time (the commit service) and Flush by one goroutine at a
+// time (the flusher) — a Commit and a Flush may run at once, and a Flush
+// then covers what was committed when it began; reads from any number of
+// goroutines concurrently with all of them. (The conformance suite's
+// CommitAndFlushConcurrently checks it.)
 type MappedFile interface {
 	// Path is the file's path.
 	Path() string

@@ -31,6 +31,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,6 +73,7 @@ func Run(t *testing.T, factory Factory, opts ...Option) {
 		{"FullSegmentIgnoresLeastPages", testFullSegmentFlush},
 		{"ReadsStopAtReadable", testReadBounds},
 		{"ConcurrentReadersWhileAppending", testConcurrentReaders},
+		{"CommitAndFlushConcurrently", testCommitFlushConcurrently},
 		{"SendRangeToTCP", testSendRange},
 		{"DeleteWhileReferenced", testDeleteWhileReferenced},
 		{"CloseThenOperations", testClose},
@@ -615,6 +617,71 @@ func testConcurrentReaders(t *testing.T, h *harness) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
+
+// testCommitFlushConcurrently runs an appender, a committer and a flusher
+// at once, as the engine's commit service and flusher do (a long commit pass
+// must not hold back the flush of what is already committed). Positions read
+// flushed first, then committed, then wrote (each only grows) must stay in
+// order throughout, and a final Commit(0)+Flush(0) makes everything flushed.
+func testCommitFlushConcurrently(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	wg.Add(1)
+	go func() { // the appender
+		defer wg.Done()
+		defer done.Store(true)
+		rng := rand.New(rand.NewPCG(7, 8))
+		for {
+			n := 1 + rng.IntN(3000)
+			if mf.WrotePosition()+int64(n) > SegmentSizeBytes {
+				return
+			}
+			if _, err := mf.Append(n, patternEncoder{}); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	serve := func(op func(context.Context, int) (int64, error)) {
+		defer wg.Done()
+		for !done.Load() {
+			if _, err := op(h.ctx, 0); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}
+	wg.Add(2)
+	go serve(mf.Commit)
+	go serve(mf.Flush)
+	for !done.Load() {
+		flushed := mf.FlushedPosition()
+		committed := mf.CommittedPosition()
+		wrote := mf.WrotePosition()
+		if !(wrote >= committed && committed >= flushed) {
+			done.Store(true)
+			t.Errorf("positions out of order while committing and flushing at once: flushed %d, committed %d, wrote %d", flushed, committed, wrote)
+			break
+		}
+		runtime.Gosched()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	commitFlush(t, h.ctx, mf)
+	if p := positionsOf(mf); p.flushed != p.wrote || p.readable != p.wrote {
+		t.Fatalf("after concurrent commits and flushes, Commit(0)+Flush(0): %+v, want flushed = readable = wrote", p)
+	}
+	buf := make([]byte, mf.WrotePosition())
+	if n, err := mf.ReadAt(buf, 0); int64(n) != mf.WrotePosition() || (err != nil && !errors.Is(err, io.EOF)) {
+		t.Fatalf("read back %d of %d bytes: %v", n, len(buf), err)
+	}
+	checkPattern(t, buf, 0)
 }
 
 func testSendRange(t *testing.T, h *harness) {
