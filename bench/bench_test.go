@@ -225,12 +225,23 @@ func (fakeProber) SequentialWrite(_ context.Context, _ string, total int64, _, _
 	return total, time.Duration(total), nil
 }
 
-func (fakeProber) SyncLatency(_ context.Context, _ string, count int) ([]time.Duration, error) {
+func (fakeProber) SyncLatency(_ context.Context, _ string, count int, prewritten bool) ([]time.Duration, error) {
 	out := make([]time.Duration, count)
 	for i := range out {
 		out[i] = time.Duration(i+1) * time.Microsecond
+		if prewritten {
+			out[i] /= 2
+		}
 	}
 	return out, nil
+}
+
+// CreateSegment: 1 ns per byte pre-written (1000 MB/s), 1 ms otherwise.
+func (fakeProber) CreateSegment(_ context.Context, _ string, size int64, prewrite bool) (time.Duration, error) {
+	if prewrite {
+		return time.Duration(size), nil
+	}
+	return time.Millisecond, nil
 }
 
 // TestLimitsAndProgressReachItsTotal: the limits with a fake prober (and
@@ -254,6 +265,15 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	}
 	if l := names[LimitDeviceSync]; l == nil || l.P50Ns < 5_000 || l.P50Ns > 6_010 {
 		t.Errorf("device sync %+v", l)
+	}
+	if l := names[LimitDeviceSyncPrewritten]; l == nil || l.P50Ns < 2_500 || l.P50Ns > 3_010 {
+		t.Errorf("device sync on a pre-written file %+v", l)
+	}
+	if l := names[LimitSegmentPrewritten]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 || l.P50Ns != cfg.Store.SegmentSizeBytes {
+		t.Errorf("segment creation, pre-written %+v", l)
+	}
+	if l := names[LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) {
+		t.Errorf("segment creation, fallocated %+v", l)
 	}
 	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(1024)) {
 		t.Errorf("memcpy %+v", l)

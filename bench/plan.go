@@ -116,11 +116,12 @@ func limitSeconds(c *Config) float64 {
 		return 0
 	}
 	r := float64(c.Repeat)
-	seq := float64(c.DeviceProbeBytes) / 1e9 * 2 // probe and fio at ~1 GB/s
-	sync := float64(c.SyncProbeCount) * 200e-6 * 2
+	seq := float64(c.DeviceProbeBytes) / 1e9 * 2   // probe and fio at ~1 GB/s
+	sync := float64(c.SyncProbeCount) * 200e-6 * 3 // fallocated, pre-written, fio
 	memcpy := c.MemcpyDuration.Seconds() * float64(len(c.Sizes))
 	fault := float64(c.FaultBytes) / 4096 * 1e-6
-	return r*(seq+sync+memcpy) + (r+1)*fault
+	segments := float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // a pre-written one at ~1 GB/s, a fallocated one
+	return r*(seq+sync+memcpy+segments) + (r+1)*fault
 }
 
 // limitRuns is the progress units of the limits.
@@ -128,7 +129,8 @@ func limitRuns(c *Config, targets int) int {
 	if c.NoLimits {
 		return 0
 	}
-	return targets * (c.Repeat*(2+len(c.Sizes)+2) + c.Repeat + 1)
+	// seq, sync, pre-written sync, two segments, memcpy per size, fio's two
+	return targets * (c.Repeat*(5+len(c.Sizes)+2) + c.Repeat + 1)
 }
 
 func planLine(p *runfile.Plan, c *Config) string {

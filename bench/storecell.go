@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -97,42 +98,25 @@ func optionsMap(o engine.Options) map[string]string {
 
 // storeDurability is load.Durability for an mqstore cell: written is the
 // CommitLog's write offset, durable its flushed offset (engine.Stats), and
-// Drain is Close — the final flush of everything written, the dispatch of
-// what it made readable and the ConsumeQueue and index flush. It keeps the
-// Stats read at each Positions call, so the harness knows the store's
-// counters at the window's edges.
+// Drain is Store.Flush — commit and flush everything written, the CommitLog
+// only, as a peer's Drain syncs its log only. Close (dispatch, the
+// ConsumeQueue and index flush, the checkpoint) is timed apart (closeNs).
+// It keeps the Stats read at each Positions call, so the harness knows the
+// store's counters at the window's edges.
 type storeDurability struct {
-	s      *engine.Store
-	stats  []engine.Stats
-	closed bool
-	// drainedWritten is the write offset when Drain began (nothing is
-	// written after the window); after Close, Stats no longer sees the
-	// segments, and the flushed offset is read alone.
-	drainedWritten int64
+	s     *engine.Store
+	stats []engine.Stats
 }
 
 func (d *storeDurability) Positions() (int64, int64) {
-	if d.closed {
-		return d.drainedWritten, d.s.FlushedOffset()
-	}
 	st := d.s.Stats()
 	d.stats = append(d.stats, st)
 	return st.WroteOffset, st.FlushedOffset
 }
 
-func (d *storeDurability) Drain(context.Context) error {
-	d.drainedWritten = d.s.Stats().WroteOffset
-	d.closed = true
-	return d.s.Close()
-}
-
-// close closes the store unless Drain did.
-func (d *storeDurability) close() error {
-	if d.closed {
-		return nil
-	}
-	d.closed = true
-	return d.s.Close()
+func (d *storeDurability) Drain(ctx context.Context) error {
+	_, err := d.s.Flush(ctx)
+	return err
 }
 
 // counters are the engine's counters over the window: the difference of
@@ -147,7 +131,8 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 }
 
 // storeRepeat opens a fresh store in dir, runs spec against it with its
-// durability reported, drains it (Close) and removes it. The returned
+// durability reported, drains it (Store.Flush), closes it (timed: closeNs)
+// and removes it. The returned
 // options are the store's effective ones (nil when Open failed).
 func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(func())) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
@@ -176,8 +161,11 @@ func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush strin
 	} else {
 		run()
 	}
-	closeErr := d.close()
+	closeStart := time.Now()
+	closeErr := s.Close()
+	closeNs := time.Since(closeStart).Nanoseconds()
 	rep := repeatOf(res, d.counters())
+	rep.Figures.CloseNs = closeNs
 	if closeErr != nil && rep.Status != runfile.StatusFailed {
 		rep.Status, rep.Reason = runfile.StatusFailed, "close: "+closeErr.Error()
 	}

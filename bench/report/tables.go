@@ -156,7 +156,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, sustainedText(c),
 			fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
-	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Close for mqstore (final flush, dispatch, ConsumeQueue and index flush).\n\n")
+	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
 }
 
 func writeLatency(b *strings.Builder, f *runfile.RunFile) {

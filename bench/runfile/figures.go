@@ -21,14 +21,18 @@ type Figures struct {
 	// (both from load.Durability; 0 when the system does not report it).
 	// BacklogBytes is written − durable at the window's end, BacklogShare
 	// that over the bytes written in the window; DrainNs how long Drain (for
-	// mqstore: Close) took to make the backlog durable; TimeToDurableMBps
-	// is the window's written bytes ÷ (window + drain).
+	// mqstore: Store.Flush) took to make the backlog durable; TimeToDurableMBps
+	// is the window's written bytes ÷ (window + drain). CloseNs is how long
+	// mqstore's Close took after the drain (dispatch, ConsumeQueue and index
+	// flush, checkpoint): not part of the drain, which the peers' Drain
+	// matches (their logs synced, nothing else).
 	WrittenMBps       float64 `json:"writtenMBps"`
 	DurableMBps       float64 `json:"durableMBps"`
 	BacklogBytes      float64 `json:"backlogBytes"`
 	BacklogShare      float64 `json:"backlogShare"`
 	DrainNs           int64   `json:"drainNs"`
 	TimeToDurableMBps float64 `json:"timeToDurableMBps"`
+	CloseNs           int64   `json:"closeNs,omitempty"`
 	// MsgsPerGroupCommit is Puts ÷ flushes in the window (mqstore sync).
 	MsgsPerGroupCommit float64 `json:"msgsPerGroupCommit,omitempty"`
 	P50Ns              int64   `json:"p50Ns"`
@@ -127,6 +131,7 @@ var figureFields = []struct {
 	{name: "backlogShare", get: func(f *Figures) *float64 { return &f.BacklogShare }},
 	{name: "drainNs", geti: func(f *Figures) *int64 { return &f.DrainNs }},
 	{name: "timeToDurableMBps", get: func(f *Figures) *float64 { return &f.TimeToDurableMBps }},
+	{name: "closeNs", geti: func(f *Figures) *int64 { return &f.CloseNs }},
 	{name: "msgsPerGroupCommit", get: func(f *Figures) *float64 { return &f.MsgsPerGroupCommit }},
 	{name: "p50Ns", geti: func(f *Figures) *int64 { return &f.P50Ns }},
 	{name: "p90Ns", geti: func(f *Figures) *int64 { return &f.P90Ns }},

@@ -317,6 +317,14 @@ const (
 	LimitDeviceSync = "device-fdatasync-4k"
 	LimitFioSeq     = "fio-seq-write"
 	LimitFioSync    = "fio-fdatasync-4k"
+	// LimitDeviceSyncPrewritten: 4 KiB write + fdatasync on a pre-written
+	// file (data only, no extent conversion): the physical cost of one
+	// durable append.
+	LimitDeviceSyncPrewritten = "device-fdatasync-4k-prewritten"
+	// LimitSegmentFallocated and LimitSegmentPrewritten: the time to create
+	// one segment (p50; one per repeat) and its bytes over that time (MB/s).
+	LimitSegmentFallocated = "segment-create-fallocated"
+	LimitSegmentPrewritten = "segment-create-prewritten"
 )
 
 // LimitRepeat is one measurement of a limit.
