@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,20 +20,50 @@ type system struct {
 	peer    bool
 	size    int
 	pol     Policy
+	// repl is the replication axis' value (none, async, sync): with a
+	// slave, the store under test is its master; delay the EMULATED
+	// one-way network delay between them.
+	repl  string
+	delay time.Duration
 }
 
 func (s system) key(t *target) string {
-	return fmt.Sprintf("%v|%s|%d|%s|%s|%s", s.peer, s.backend, s.size, s.pol.Flush, s.pol.Name, t.label)
+	return fmt.Sprintf("%v|%s|%d|%s|%s|%s|%s|%v", s.peer, s.backend, s.size, s.pol.Flush, s.pol.Name, s.replicationLabel(), s.delay, t.label)
+}
+
+// replicated reports whether the system has a slave.
+func (s system) replicated() bool { return s.repl != "" && s.repl != ReplicationNone }
+
+// replicationLabel is the cell's Replication: "" without a slave.
+func (s system) replicationLabel() string {
+	if !s.replicated() {
+		return ""
+	}
+	return s.repl
+}
+
+// haDelay is the EMULATED one-way delay between master and slave.
+func (s system) haDelay() time.Duration {
+	if !s.replicated() {
+		return 0
+	}
+	return s.delay
 }
 
 // systems lists what a pressure phase measures: every backend × size ×
-// policy, and the peers × size × flush without pressure.
+// policy × replication (without pressure; under pressure only the cells
+// without a slave), and the peers × size × flush without pressure.
 func (r *runner) systems(t *target, pressure string) []system {
 	var out []system
 	for _, b := range r.cfg.Backends {
 		for _, size := range r.cfg.Sizes {
 			for _, pol := range policiesFor(&r.cfg, b) {
-				out = append(out, system{backend: b, size: size, pol: pol})
+				for _, repl := range replications(&r.cfg) {
+					if repl != ReplicationNone && pressure != PressureNone {
+						continue
+					}
+					out = append(out, system{backend: b, size: size, pol: pol, repl: repl, delay: r.cfg.HADelay})
+				}
 			}
 		}
 	}
@@ -66,7 +97,14 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 		c.InFlight, c.Arrival = r.cfg.InFlight, r.cfg.Arrival
 	}
 	if !sys.peer {
-		c.Durability = storeDurabilitySemantics(sys.backend, sys.pol.Flush)
+		c.Replication, c.HADelayNs = sys.replicationLabel(), sys.haDelay().Nanoseconds()
+		if o, err := storeOptions(sys.pol.Store, sys.backend, sys.pol.Flush); err == nil {
+			o.Role = replicationRole(sys.repl)
+			if c.Durability, err = storeDurabilitySemantics(o, sys.repl); err != nil {
+				c.Reason = err.Error()
+			}
+			_, c.Tuning, _ = backendOptions(sys.pol.Store, sys.backend, sys.pol.Flush)
+		}
 	}
 	return c
 }
@@ -245,6 +283,11 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 		var rep runfile.Repeat
 		var options map[string]string
 		switch {
+		case sys.replicated():
+			if workload == WorkloadE2E {
+				return failedRepeat(fmt.Errorf("e2e is not built for replicated cells"))
+			}
+			rep, options = r.replicatedRepeat(ctx, storeCfg, dir, sys, sp)
 		case r.isolate:
 			rep, options = workerStoreRepeat(ctx, r.cfg, storeCfg, dir, sys.backend, sys.pol.Flush, workload, sp, ph.env.cgroups())
 		case workload == WorkloadE2E:
@@ -287,7 +330,7 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	}
 	if ph.pressure == PressureNone && ph.ti == 0 && r.cfg.Profile && len(r.cfg.Policies) == 0 && ctx.Err() == nil {
 		for _, j := range jobs {
-			if !j.sys.peer && j.cell.TwinOf == "" && j.cell.Producers == r.cfg.Producers[0] && j.cell.Status == runfile.StatusOK {
+			if !j.sys.peer && !j.sys.replicated() && j.cell.TwinOf == "" && j.cell.Producers == r.cfg.Producers[0] && j.cell.Status == runfile.StatusOK {
 				r.profile(ctx, j.sys, j.cell.Name)
 			}
 		}
@@ -305,7 +348,11 @@ func (r *runner) withTwin(ph *phaseEnv, jobs []*job) []*job {
 	if !r.cfg.AA || r.aaDone || ph.pressure != PressureNone || ph.ti != 0 || len(jobs) == 0 {
 		return jobs
 	}
-	first := jobs[0]
+	i := slices.IndexFunc(jobs, func(j *job) bool { return !j.sys.replicated() })
+	if i < 0 {
+		return jobs
+	}
+	first := jobs[i]
 	twin := &job{cell: first.cell, sys: first.sys, run: first.run}
 	twin.cell.Repeats = []runfile.Repeat{}
 	twin.cell.TwinOf = first.cell.Name
@@ -337,10 +384,22 @@ func (r *runner) rungsFor(ph *phaseEnv, sys system, usable []float64) []float64 
 		}
 	}
 	if len(skipped) > 0 {
-		r.note("%s %s %s: rates %s msgs/s not run: above its sustained rate of %.0f msgs/s (throughput cells) and the first rung above it",
-			sys.backend, sizeLabel(sys.size), sys.pol.Flush, fmtRates(skipped), limit)
+		r.note("%s %s %s%s: rates %s msgs/s not run: above its sustained rate of %.0f msgs/s (throughput cells) and the first rung above it",
+			sys.backend, sizeLabel(sys.size), sys.pol.Flush, replicationSuffix(sys), fmtRates(skipped), limit)
 	}
 	r.rungs[k] = out
+	return out
+}
+
+// replicationSuffix names a system's slave in notes.
+func replicationSuffix(sys system) string {
+	if !sys.replicated() {
+		return ""
+	}
+	out := " + " + replicationRole(sys.repl).String() + " slave"
+	if sys.delay > 0 {
+		out += fmt.Sprintf(" (EMULATED %v one-way delay)", sys.delay)
+	}
 	return out
 }
 
@@ -361,11 +420,14 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 	var groups []system
 	for _, sys := range r.systems(ph.t, ph.pressure) {
 		rungs := r.rungsFor(ph, sys, usable)
-		if len(rungs) > 0 && runsUnder(&r.cfg, "latency", ph.pressure) {
+		// The search runs for the systems without a slave (a replicated
+		// search would start a slave per probe; its cells report their
+		// rungs' saturation all the same).
+		if len(rungs) > 0 && runsUnder(&r.cfg, "latency", ph.pressure) && !sys.replicated() {
 			groups = append(groups, sys)
 		}
 		for _, w := range []string{"latency", WorkloadE2E} {
-			if !runsUnder(&r.cfg, w, ph.pressure) || (w == WorkloadE2E && sys.peer) {
+			if !runsUnder(&r.cfg, w, ph.pressure) || (w == WorkloadE2E && (sys.peer || sys.replicated())) {
 				continue
 			}
 			for _, rate := range rungs {

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,9 @@ import (
 const (
 	storeRunOverhead = 600 * time.Millisecond
 	peerRunOverhead  = 1200 * time.Millisecond
+	// replRunOverhead: starting the slave process and its store, waiting
+	// for it to connect and to acknowledge what was written, stopping it.
+	replRunOverhead  = 1500 * time.Millisecond
 	floorRunOverhead = 50 * time.Millisecond
 	// minWindow is the shortest automatic window; maxWindow the longest.
 	minWindow = time.Second
@@ -29,7 +33,7 @@ const (
 // (an upper bound: rungs above a system's sustained rate but the first are
 // skipped), searches their maximum probes.
 type planCounts struct {
-	storeCells, peerCells, floors, probes, profiles int
+	storeCells, replCells, peerCells, floors, probes, profiles int
 }
 
 func countPlan(c *Config, root bool, targets int) planCounts {
@@ -45,14 +49,29 @@ func countPlan(c *Config, root bool, targets int) planCounts {
 					open++
 				}
 			}
+			slaves, plain := 0, 0 // replicated systems per backend policy (without pressure only), and the one without a slave
+			if slices.Contains(replications(c), ReplicationNone) {
+				plain = 1
+			}
+			if pressure == PressureNone {
+				for _, repl := range replications(c) {
+					if repl != ReplicationNone {
+						slaves++
+					}
+				}
+			}
 			for _, b := range c.Backends {
 				pols := len(policiesFor(c, b)) * len(c.Sizes)
 				if thr {
-					n.storeCells += pols * len(c.Producers)
+					n.storeCells += pols * plain * len(c.Producers)
+					n.replCells += pols * slaves * len(c.Producers)
 				}
-				n.storeCells += pols * len(c.Rates) * open
+				n.storeCells += pols * plain * len(c.Rates) * open
+				if runsUnder(c, "latency", pressure) {
+					n.replCells += pols * slaves * len(c.Rates)
+				}
 				if pressure == PressureNone && hasWorkload(c, "latency") {
-					n.probes += pols * c.SearchProbes
+					n.probes += pols * plain * c.SearchProbes
 				}
 				if pressure == PressureNone && ti == 0 && thr && c.Profile && len(c.Policies) == 0 {
 					n.profiles += pols
@@ -95,12 +114,13 @@ func replan(p runfile.Plan, c *Config, root bool, targets int) runfile.Plan {
 	window := time.Duration(p.WindowNs)
 	rounds := float64(c.Repeat + 1)
 	store := (c.Warmup + window + storeRunOverhead).Seconds()
+	repl := (c.Warmup + window + replRunOverhead).Seconds()
 	peer := (c.Warmup + window + peerRunOverhead).Seconds()
 	floor := (c.Warmup + window + floorRunOverhead).Seconds()
 	probe := (c.Warmup + c.SearchDuration + storeRunOverhead).Seconds()
-	p.Cells = n.storeCells + n.peerCells
+	p.Cells = n.storeCells + n.replCells + n.peerCells
 	p.Runs = int(rounds)*(p.Cells+n.floors) + n.probes
-	p.EstimatedSeconds = rounds*(float64(n.storeCells)*store+float64(n.peerCells)*peer+float64(n.floors)*floor) +
+	p.EstimatedSeconds = rounds*(float64(n.storeCells)*store+float64(n.replCells)*repl+float64(n.peerCells)*peer+float64(n.floors)*floor) +
 		float64(n.probes)*probe + float64(n.profiles)*c.ProfileDuration.Seconds() + limitSeconds(c)*float64(targets)
 	if hasWorkload(c, WorkloadConsume) || hasWorkload(c, WorkloadRecovery) {
 		// Consume and recovery: filling their stores dominates (~300 MB/s).

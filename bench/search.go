@@ -40,7 +40,7 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	for i := range *all {
 		c := &(*all)[i]
 		if c.Workload != "latency" || c.Backend != sys.backend || c.SizeBytes != sys.size || c.Flush != sys.pol.Flush ||
-			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" {
+			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" || c.Replication != sys.replicationLabel() {
 			continue
 		}
 		cells = append(cells, c)

@@ -61,6 +61,36 @@ type Figures struct {
 	OpenNs int64 `json:"openNs,omitempty"`
 	// Limits: the page-fault ceiling's faults per second.
 	FaultsPerSec float64 `json:"faultsPerSec,omitempty"`
+	// Replication (cells with a slave, ReplicationResult): the lag from a
+	// Put's acknowledgement to the slave's acknowledgement of its record, in
+	// time and in bytes, at p50 and p99; the share of acknowledged records
+	// the slave had not acknowledged by the deadline; and the slave's own
+	// durable rate (its flushed offset's progress over the window, MB/s of
+	// records).
+	ReplLagP50Ns        int64   `json:"replLagP50Ns,omitempty"`
+	ReplLagP99Ns        int64   `json:"replLagP99Ns,omitempty"`
+	ReplLagBytesP50     float64 `json:"replLagBytesP50,omitempty"`
+	ReplLagBytesP99     float64 `json:"replLagBytesP99,omitempty"`
+	ReplUnackedFraction float64 `json:"replUnackedFraction,omitempty"`
+	SlaveDurableMBps    float64 `json:"slaveDurableMBps,omitempty"`
+}
+
+// AddReplication sets the replication figures from a repeat's
+// replication result.
+func (f *Figures) AddReplication(r *ReplicationResult) {
+	if r == nil {
+		return
+	}
+	if r.LagNs != nil && r.LagNs.Count() > 0 {
+		f.ReplLagP50Ns, f.ReplLagP99Ns = r.LagNs.Quantile(0.50), r.LagNs.Quantile(0.99)
+	}
+	if r.LagBytes != nil && r.LagBytes.Count() > 0 { // recorded + 1 (the histogram's least value is 1)
+		f.ReplLagBytesP50, f.ReplLagBytesP99 = float64(r.LagBytes.Quantile(0.50)-1), float64(r.LagBytes.Quantile(0.99)-1)
+	}
+	if r.Records > 0 {
+		f.ReplUnackedFraction = float64(r.Unacked) / float64(r.Records)
+	}
+	f.SlaveDurableMBps = perSec(float64(r.SlaveFlushedEnd-r.SlaveFlushedStart)/1e6, r.SlaveElapsedNs)
 }
 
 // FiguresOf turns one load result (and the store's counters over its
@@ -151,6 +181,12 @@ var figureFields = []struct {
 	{name: "residentFraction", get: func(f *Figures) *float64 { return &f.ResidentFraction }},
 	{name: "openNs", geti: func(f *Figures) *int64 { return &f.OpenNs }},
 	{name: "faultsPerSec", get: func(f *Figures) *float64 { return &f.FaultsPerSec }},
+	{name: "replLagP50Ns", geti: func(f *Figures) *int64 { return &f.ReplLagP50Ns }},
+	{name: "replLagP99Ns", geti: func(f *Figures) *int64 { return &f.ReplLagP99Ns }},
+	{name: "replLagBytesP50", get: func(f *Figures) *float64 { return &f.ReplLagBytesP50 }},
+	{name: "replLagBytesP99", get: func(f *Figures) *float64 { return &f.ReplLagBytesP99 }},
+	{name: "replUnackedFraction", get: func(f *Figures) *float64 { return &f.ReplUnackedFraction }},
+	{name: "slaveDurableMBps", get: func(f *Figures) *float64 { return &f.SlaveDurableMBps }},
 }
 
 // FigureNames lists every figure's JSON name.

@@ -113,6 +113,11 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.IntVar(&cfg.Store.CommitLeastPages, "commit-least-pages", 0, "commit least pages (0: engine default 4)")
 	fs.BoolVar(&cfg.Store.WarmSegments, "warm-segments", false, "pre-touch new segments in the allocation service (RocketMQ's warmMapedFileEnable)")
 	fs.BoolVar(&cfg.Store.LockSegments, "lock-segments", false, "mlock warmed segments (with --warm-segments)")
+	replication := fs.String("replication", "none", "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
+	fs.StringVar(&cfg.SlaveDir, "slave-dir", "", "where the slaves' stores go (another device; default: beside the master's, in --dir)")
+	fs.DurationVar(&cfg.HADelay, "ha-delay", 0, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
+	var backendOpts multiFlag
+	fs.Var(&backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"PreZero\":false}' ({} runs the backend's defaults instead of mqbench's tuned settings)")
 	quiet := fs.Bool("quiet", false, "do not print the summary tables at the end")
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
@@ -131,6 +136,17 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	}
 	if cfg.Rates, err = splitRates(*rates); err != nil {
 		return c.bad(stderr, "%v", err)
+	}
+	cfg.Replication = splitList(*replication)
+	for _, kv := range backendOpts {
+		name, js, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || js == "" {
+			return c.bad(stderr, "--backend-options %q: want NAME=JSON (uring-direct='{\"PreZero\":true}')", kv)
+		}
+		if cfg.Store.BackendOptions == nil {
+			cfg.Store.BackendOptions = map[string]string{}
+		}
+		cfg.Store.BackendOptions[name] = js
 	}
 	if cfg.Store.LockSegments && !cfg.Store.WarmSegments {
 		return c.bad(stderr, "--lock-segments locks warmed segments: add --warm-segments")
