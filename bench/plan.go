@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/transientpool"
+	"github.com/mqstore/mqstore/uring"
 
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
@@ -199,9 +200,6 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target stri
 		fmtBytes(bufBytes), bufWhat, devMBps, absorb.Round(time.Millisecond), minWindow, maxWindow)
 }
 
-// uringStagingBuffers is uring.Options.StagingBuffers' default.
-const uringStagingBuffers = 4
-
 // largestBuffer is the largest amount of accepted data the run's async
 // backends can hold before the device limits them.
 func largestBuffer(c *Config, h hostctl.Host) (int64, string) {
@@ -213,14 +211,22 @@ func largestBuffer(c *Config, h hostctl.Host) (int64, string) {
 		var w string
 		switch b {
 		case "mmap", "uring", "transient":
+			// Appends reach the page cache (mmap: at once; uring: at each
+			// commit's pwrite; transient: from its pool), where the kernel
+			// throttles writers at its dirty threshold.
 			n, w = dirty, "the kernel's dirty threshold, "+dirtyWhat
 			if b == "transient" {
 				if pool := int64(transientpool.DefaultPoolSize) * seg; pool > n {
 					n, w = pool, fmt.Sprintf("the transient pool, %d segments", transientpool.DefaultPoolSize)
 				}
 			}
-		case "uring-direct":
-			n, w = uringStagingBuffers*seg, fmt.Sprintf("uring-direct's %d staging buffers of one segment", uringStagingBuffers)
+		case uring.NameDirect:
+			// O_DIRECT bypasses the page cache: only the staging rings hold
+			// what the device has not taken.
+			bo, _, _ := backendOptions(c.Store, b, "async")
+			if bufs, ring, err := uring.StagingCapacity(bo, seg); err == nil {
+				n, w = int64(bufs)*ring, fmt.Sprintf("uring-direct's %d staging rings of %s", bufs, fmtBytes(ring))
+			}
 		}
 		if n > best {
 			best, what = n, w

@@ -112,3 +112,23 @@ func extentsNote(o Options) string {
 	}
 	return ""
 }
+
+// StagingCapacity is how many bytes a backend with opts (nil: the
+// defaults) can hold appended and not yet in its files: its staging
+// buffers times each one's ring (at most a segment of segmentSizeBytes).
+// A benchmark sizes its window by it (an async cell can accept that much
+// faster than the device takes it).
+func StagingCapacity(opts any, segmentSizeBytes int64) (buffers int, ringBytes int64, err error) {
+	o, err := mappedfile.OptionsAs[Options](NameDirect, opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	if o, err = o.withDefaults(); err != nil {
+		return 0, 0, err
+	}
+	ringBytes = o.StagingBytes
+	if segmentSizeBytes > 0 {
+		ringBytes = min(ringBytes, (segmentSizeBytes+4095)/4096*4096)
+	}
+	return o.StagingBuffers, ringBytes, nil
+}

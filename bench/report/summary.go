@@ -78,7 +78,59 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "- window %s: %s\n", time.Duration(f.Plan.WindowNs), f.Plan.WindowWhy)
 	fmt.Fprintf(b, "- throughput: closed loop at %s producers; latency: open loop, %s arrivals at the absolute rates %s msgs/s (the same for every system), %d workers each owning its share of the schedule, latency from the *intended* start\n",
 		joinInts(c.Producers), c.Arrival, joinRates(c.Rates), c.InFlight)
-	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n\n", sizeLabel(int(c.Store.SegmentSizeBytes)))
+	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n", sizeLabel(int(c.Store.SegmentSizeBytes)))
+	writeBackendSettings(b, f)
+	if reps := replicationAxis(f); reps != "" {
+		fmt.Fprintf(b, "- replication: %s\n", reps)
+	}
+	b.WriteString("\n")
+}
+
+// writeBackendSettings names the options each backend ran with where they
+// are not its own defaults (mqbench's tuning, or --backend-options), and
+// the store's segment pre-writing when the engine reports it.
+func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
+	type key struct{ backend, flush string }
+	seen := map[key]bool{}
+	for _, c := range f.Cells {
+		k := key{c.Backend, c.Flush}
+		if seen[k] || c.Options == nil {
+			continue
+		}
+		seen[k] = true
+		var parts []string
+		if c.Tuning != "" {
+			parts = append(parts, fmt.Sprintf("options `%s` — %s", c.Options["BackendOptions"], c.Tuning))
+		}
+		if p := c.Options["PrewriteSegments"]; p != "" {
+			parts = append(parts, "engine PrewriteSegments "+p)
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(b, "- %s (%s flush): %s\n", c.Backend, c.Flush, strings.Join(parts, "; "))
+		}
+	}
+}
+
+// replicationAxis describes the run's replication axis ("" without one).
+func replicationAxis(f *runfile.RunFile) string {
+	var roles []string
+	for _, r := range f.Config.Replication {
+		switch r {
+		case "none":
+			roles = append(roles, "no slave")
+		default:
+			roles = append(roles, roleName(r))
+		}
+	}
+	if len(roles) == 0 || (len(roles) == 1 && roles[0] == "no slave") {
+		return ""
+	}
+	where := "in a directory beside the master's"
+	if f.Config.SlaveDir != "" {
+		where = "in " + f.Config.SlaveDir + " (--slave-dir)"
+	}
+	return fmt.Sprintf("%s, crossed with the flush policies; each slave in its own process, %s; master to slave: %s", strings.Join(roles, ", "), where,
+		delayText(f.Config.HADelay.Nanoseconds()))
 }
 
 func ciLevelText(n int) string {
@@ -111,7 +163,10 @@ func SummaryTables(f *runfile.RunFile) string {
 	writeRecommendations(&b, f)
 	writeAA(&b, f)
 	writeThroughput(&b, f)
+	writeVersusPebbleWAL(&b, f)
 	writeLatency(&b, f)
+	writeReplication(&b, f)
+	writeGoals(&b, f)
 	writeSearches(&b, f)
 	writeFloors(&b, f)
 	writeDurability(&b, f)
