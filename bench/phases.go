@@ -219,7 +219,13 @@ func finishCell(c *runfile.Cell) {
 	}
 	s := runfile.Summarize(fs)
 	c.Figures, c.CILow, c.CIHigh, c.Min, c.Max, c.CILevel = s.Median, s.CILow, s.CIHigh, s.Min, s.Max, s.CILevel
-	if durable && len(backlog) > 0 {
+	c.DurableAtDrainOnly = false
+	switch {
+	case durable && len(backlog) > 0 && c.Peer && durableObservedOnlyAtDrain(measured):
+		// The peer reports durability only when drained: its durable rate
+		// is not observable, so no sustained verdict either way.
+		c.DurableAtDrainOnly = true
+	case durable && len(backlog) > 0:
 		ok := runfile.Median(backlog) <= load.SustainedBacklogShare
 		c.Sustained = &ok
 	}
@@ -337,8 +343,15 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	}
 }
 
-// sustainedRate is the rate a closed-loop cell kept durable.
-func sustainedRate(c *runfile.Cell) float64 { return durableRate(c.Figures) }
+// sustainedRate is the rate a closed-loop cell kept durable — its
+// acknowledged rate for a peer that reports durability only when drained
+// (what it keeps durable meanwhile cannot be seen, and is not taken as 0).
+func sustainedRate(c *runfile.Cell) float64 {
+	if c.DurableAtDrainOnly {
+		return c.MsgsPerSec
+	}
+	return durableRate(c.Figures)
+}
 
 // withTwin adds the A/A twin of the first job (once per run, without
 // pressure): the same cell measured again under another name, interleaved

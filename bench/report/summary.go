@@ -163,6 +163,7 @@ func SummaryTables(f *runfile.RunFile) string {
 	writeRecommendations(&b, f)
 	writeAA(&b, f)
 	writeThroughput(&b, f)
+	writeAtDrainOnly(&b, f)
 	writeVersusPebbleWAL(&b, f)
 	writeLatency(&b, f)
 	writeReplication(&b, f)

@@ -145,7 +145,6 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Throughput (closed loop)\n\n")
-	var atDrainOnly []*runfile.Cell
 	b.WriteString("| backend | size | flush | producers | msgs/s | accepted MB/s | durable MB/s | backlog | drain | time-to-durable MB/s | msgs/group commit | sustained | p50 | p99 | p99.9 | CPU s/GiB | allocs/msg |\n")
 	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, c := range rows {
@@ -153,7 +152,6 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		switch {
 		case c.DurableAtDrainOnly:
 			durable, drain, ttd = "— ‡", fig(c, "drainNs", fmtNsF), fig(c, "timeToDurableMBps", fmtFloat)
-			atDrainOnly = append(atDrainOnly, c)
 		case c.Sustained != nil:
 			durable, backlog, drain, ttd = fig(c, "durableMBps", fmtFloat), fig(c, "backlogBytes", fmtBytes), fig(c, "drainNs", fmtNsF), fig(c, "timeToDurableMBps", fmtFloat)
 		}
@@ -170,16 +168,18 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 			fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
 	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
-	writeAtDrainOnly(b, atDrainOnly)
 }
 
 // writeAtDrainOnly explains the ‡ rows: peers whose durable position moved
 // only at Drain. Their durable rate cannot be observed, which is a limit
 // of what they report, not a failure to keep up: they get no sustained
 // verdict, and their own statement says what they do in between.
-func writeAtDrainOnly(b *strings.Builder, cells []*runfile.Cell) {
+func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
 	seen := map[string]bool{}
-	for _, c := range cells {
+	for _, c := range allCells(f) {
+		if !c.DurableAtDrainOnly || !c.Measured() {
+			continue
+		}
 		k := c.Backend + "|" + c.Flush
 		if seen[k] {
 			continue
