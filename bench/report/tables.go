@@ -299,8 +299,8 @@ func pick(fl runfile.Floor, name string) int64 {
 func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 	type row struct {
 		name, flush, repl string
-		delay            int64
-		peer             bool
+		delay             int64
+		peer              bool
 	}
 	seen := map[row]bool{}
 	var rows []*runfile.Cell
