@@ -57,7 +57,7 @@ func (l *lockedBuffer) String() string {
 
 // TestEndToEndRun runs mmap async and sync through the closed loop and the
 // open loop (with floors, the A/A twin, the search and profiles) and checks
-// the schema 2 contract fields of every cell and the outputs.
+// the schema 3 contract fields of every cell and the outputs.
 func TestEndToEndRun(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Flushes, cfg.SearchProbes, cfg.Profile, cfg.ProfileDuration = []string{"async", "sync"}, 2, true, 200*time.Millisecond

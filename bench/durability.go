@@ -82,23 +82,6 @@ func replicationDurability(d *runfile.Durability, replication string, o engine.O
 	}
 }
 
-// durableObservedOnlyAtDrain reports whether a cell's durable position
-// never moved during any measured window, though it wrote and its Drain
-// made everything durable: the system reports durability only when asked
-// to drain (NATS's periodic syncs are invisible from outside, pebble's WAL
-// syncs only when asked). For such a peer "not sustained" would condemn an
-// accounting limit, not a failure to keep up, so the cell gets no sustained
-// verdict.
-func durableObservedOnlyAtDrain(measured []*runfile.Repeat) bool {
-	if len(measured) == 0 {
-		return false
-	}
-	for _, rep := range measured {
-		d := rep.Result.Durability
-		if d == nil || d.DrainError != "" || d.DurableEndBytes != d.DurableStartBytes || d.WrittenBytes() <= 0 ||
-			d.DurableAfterDrainBytes < d.WrittenEndBytes {
-			return false
-		}
-	}
-	return true
-}
+// durableObservedOnlyAtDrain is runfile.DurableOnlyAtDrain: the system
+// reports durability only when drained.
+func durableObservedOnlyAtDrain(measured []*runfile.Repeat) bool { return runfile.DurableOnlyAtDrain(measured) }

@@ -10,7 +10,12 @@ import (
 // SchemaVersion is run.json's "schema". Schema 2 changed what figures mean
 // (throughput beside what became durable; open-loop percentiles include
 // every arrival; absolute rates; intervals): readers refuse schema 1.
-const SchemaVersion = 2
+// Schema 3: an mqstore cell's drainNs is Store.Flush (the CommitLog made
+// durable, as a peer's Drain syncs its log) where it was Close, whose time
+// is now closeNs; a peer that reports durability only when drained has no
+// sustained verdict (durableAtDrainOnly). Read converts schema 2 (see
+// convertFrom2).
+const SchemaVersion = 3
 
 // Status of a cell, floor or limit.
 const (
@@ -54,6 +59,8 @@ type RunFile struct {
 	SystemChanges []SystemChange `json:"systemChanges,omitempty"`
 	// Notes are run-level remarks (skipped pressures, devices, rungs).
 	Notes []string `json:"notes,omitempty"`
+	// ConvertedFrom is the schema Read converted the file from (0: none).
+	ConvertedFrom int `json:"convertedFrom,omitempty"`
 }
 
 // Machine describes where a run ran, as it was when the run started.
@@ -567,4 +574,37 @@ type ReplicationResult struct {
 	// that got those statuses in the window.
 	FlushSlaveTimeouts uint64 `json:"flushSlaveTimeouts,omitempty"`
 	SlaveNotAvailable  uint64 `json:"slaveNotAvailable,omitempty"`
+}
+
+// DurableOnlyAtDrain reports whether a system's durable position never
+// moved during any of these measured repeats' windows, though it wrote in
+// each, and its Drain made everything durable: it reports durability only
+// when drained (NATS cannot be asked when its periodic sync ran; pebble's
+// WAL syncs only when asked). For a peer, "not sustained" would then
+// condemn an accounting limit, not a failure to keep up.
+func DurableOnlyAtDrain(measured []*Repeat) bool {
+	if len(measured) == 0 {
+		return false
+	}
+	for _, rep := range measured {
+		d := rep.Result.Durability
+		if d == nil || d.DrainError != "" || d.DurableEndBytes != d.DurableStartBytes || d.WrittenBytes() <= 0 ||
+			d.DurableAfterDrainBytes < d.WrittenEndBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// MeasuredRepeats are a cell's measured repeats with figures (ok or
+// saturated; not the warm one).
+func (c *Cell) MeasuredRepeats() []*Repeat {
+	var out []*Repeat
+	for i := range c.Repeats {
+		r := &c.Repeats[i]
+		if !r.Warm && (r.Status == StatusOK || r.Status == StatusSaturated) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
