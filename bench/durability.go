@@ -84,4 +84,6 @@ func replicationDurability(d *runfile.Durability, replication string, o engine.O
 
 // durableObservedOnlyAtDrain is runfile.DurableOnlyAtDrain: the system
 // reports durability only when drained.
-func durableObservedOnlyAtDrain(measured []*runfile.Repeat) bool { return runfile.DurableOnlyAtDrain(measured) }
+func durableObservedOnlyAtDrain(measured []*runfile.Repeat) bool {
+	return runfile.DurableOnlyAtDrain(measured)
+}
