@@ -394,6 +394,17 @@ func TestPlanCountsCells(t *testing.T) {
 	if d := p.EstimatedSeconds - want; d > 1e-6 || d < -1e-6 {
 		t.Errorf("estimate %v s, want %v", p.EstimatedSeconds, want)
 	}
+	// The replication axis: the same 16 mqstore cells with an ASYNC_MASTER
+	// and with a SYNC_MASTER slave (no search probes, no twin of theirs),
+	// and without a slave only when "none" is in the axis.
+	cfg.Replication = []string{ReplicationNone, ReplicationAsync, ReplicationSync}
+	if p := plan(&cfg, false, 1); p.Cells != 25+32 || p.Runs != 6*(57+2)+18 {
+		t.Errorf("plan with replication %+v: want 57 cells, %d runs", p, 6*(57+2)+18)
+	}
+	cfg.Replication = []string{ReplicationSync}
+	if p := plan(&cfg, false, 1); p.Cells != 16+8 || p.Runs != 6*(24+2)+6 {
+		t.Errorf("plan with a SYNC_MASTER only %+v: want 24 cells (no twin: it is of a cell without a slave), %d runs", p, 6*(24+2)+6)
+	}
 }
 
 func TestDeviceKind(t *testing.T) {

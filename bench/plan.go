@@ -87,7 +87,7 @@ func countPlan(c *Config, root bool, targets int) planCounts {
 					n.peerCells += peers * len(c.Rates)
 					n.probes += peers * c.SearchProbes
 				}
-				if c.AA && ti == 0 {
+				if c.AA && ti == 0 && slices.Contains(replications(c), ReplicationNone) { // the twin is of a cell without a slave
 					n.storeCells++
 				}
 			}

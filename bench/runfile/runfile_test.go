@@ -178,6 +178,8 @@ func TestCellNames(t *testing.T) {
 		{Cell{Workload: "throughput", Backend: "mmap", SizeBytes: 1024, Flush: "sync", Producers: 16, Pressure: "none"}, "throughput-mmap-1024-sync-p16"},
 		{Cell{Workload: "latency", Backend: "nats", SizeBytes: 128, Flush: "async", RatePerSec: 50000, Pressure: "dirty", Target: "vda"}, "latency-nats-128-async-r50000-dirty@vda"},
 		{Cell{Workload: "throughput", Backend: "mmap", SizeBytes: 1024, Flush: "async", Producers: 4, TwinOf: "x", Policy: "async fi=50ms"}, "throughput-mmap-1024-async-p4-async_fi=50ms-aa"},
+		{Cell{Workload: "throughput", Backend: "mmap", SizeBytes: 1024, Flush: "async", Producers: 16, Replication: "sync"}, "throughput-mmap-1024-async-p16-hasync"},
+		{Cell{Workload: "latency", Backend: "uring-direct", SizeBytes: 1024, Flush: "sync", RatePerSec: 1000, Replication: "async", HADelayNs: 1e6}, "latency-uring-direct-1024-sync-r1000-haasync-d1ms"},
 	} {
 		if got := CellName(&c.cell, true); got != c.want {
 			t.Errorf("CellName = %q, want %q", got, c.want)
