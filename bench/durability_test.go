@@ -97,8 +97,8 @@ func TestTunedBackendOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, ok := o.BackendOptions.(*uring.Options); !ok || !u.PreZero || !u.Direct {
-		t.Errorf("tuned uring-direct sync options %#v", o.BackendOptions)
+	if u, ok := o.BackendOptions.(*uring.Options); enginePrewrites != (o.BackendOptions == nil) || (!enginePrewrites && (!ok || !u.PreZero || !u.Direct)) {
+		t.Errorf("tuned uring-direct sync options %#v (the engine pre-writes segments: %v)", o.BackendOptions, enginePrewrites)
 	}
 	if o, _ := storeOptions(StoreConfig{}, "uring-direct", "async"); o.BackendOptions != nil {
 		t.Errorf("uring-direct async tuned: %#v", o.BackendOptions)

@@ -93,8 +93,14 @@ func backendOptions(s StoreConfig, backend, flush string) (any, string, error) {
 // segment-create-prewritten). Async flush gains nothing from it (one
 // FSYNC per flush interval) and would pay the write bandwidth, so it is
 // off there.
+//
+// When the engine pre-writes segments itself (engine.Options has
+// PrewriteSegments, whose default is on for sync flush: every backend's
+// segments are written before use), PreZero would write them a second
+// time, so it is left off and the engine's setting is what the run
+// records (cells[].options.PrewriteSegments).
 func tunedBackendOptions(backend, flush string) (any, string) {
-	if backend == uring.NameDirect && flush == "sync" {
+	if backend == uring.NameDirect && flush == "sync" && !enginePrewrites {
 		return &uring.Options{Direct: true, PreZero: true}, "mqbench's tuning: PreZero (segments written with zeros before use, so each durable commit — " +
 			"one pwritev2 with RWF_DSYNC, the default SyncMethod — commits data only, no extent conversion); --backend-options uring-direct={} runs the defaults"
 	}
@@ -240,3 +246,11 @@ func repeatOf(res load.Result, store *runfile.StoreCounters) runfile.Repeat {
 func failedRepeat(err error) runfile.Repeat {
 	return runfile.Repeat{Status: runfile.StatusFailed, Reason: err.Error()}
 }
+
+// enginePrewrites reports whether the engine has its own segment
+// pre-writing (engine.Options.PrewriteSegments): a field looked up by name
+// so that the harness follows the engine whether or not it has it.
+var enginePrewrites = func() bool {
+	_, ok := reflect.TypeFor[engine.Options]().FieldByName("PrewriteSegments")
+	return ok
+}()
