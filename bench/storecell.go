@@ -100,7 +100,11 @@ func backendOptions(s StoreConfig, backend, flush string) (any, string, error) {
 // time, so it is left off and the engine's setting is what the run
 // records (cells[].options.PrewriteSegments).
 func tunedBackendOptions(backend, flush string) (any, string) {
-	if backend == uring.NameDirect && flush == "sync" && !enginePrewrites {
+	if backend == uring.NameDirect && flush == "sync" && enginePrewrites {
+		return nil, "mqbench's tuning: the backend's defaults (each durable commit one pwritev2 with RWF_DSYNC, SyncMethod syscalls) on segments " +
+			"the engine pre-writes (PrewriteSegments, on for sync flush), so a commit commits data only, no extent conversion"
+	}
+	if backend == uring.NameDirect && flush == "sync" {
 		return &uring.Options{Direct: true, PreZero: true}, "mqbench's tuning: PreZero (segments written with zeros before use, so each durable commit — " +
 			"one pwritev2 with RWF_DSYNC, the default SyncMethod — commits data only, no extent conversion); --backend-options uring-direct={} runs the defaults"
 	}

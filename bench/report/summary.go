@@ -103,7 +103,7 @@ func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
 		seen[k] = true
 		var parts []string
 		if c.Tuning != "" {
-			parts = append(parts, fmt.Sprintf("options `%s` — %s", c.Options["BackendOptions"], c.Tuning))
+			parts = append(parts, fmt.Sprintf("%s (options `%s`)", c.Tuning, c.Options["BackendOptions"]))
 		}
 		if p := c.Options["PrewriteSegments"]; p != "" {
 			parts = append(parts, "engine PrewriteSegments "+p)
