@@ -91,14 +91,18 @@ func deviceSync(ctx context.Context, p DeviceProber, dir string, count int, prew
 }
 
 // segmentCreate times making one segment: its creation time as p50 (one
-// sample), MB/s its size over that time.
+// sample), and for a pre-written one MB/s: its size over that time.
 func segmentCreate(ctx context.Context, p DeviceProber, dir string, sizeBytes int64, prewrite bool) (runfile.Figures, error) {
 	d, err := p.CreateSegment(ctx, dir, sizeBytes, prewrite)
 	if err != nil {
 		return runfile.Figures{}, err
 	}
 	r := load.Result{Messages: 1, PayloadBytes: sizeBytes, ElapsedNs: d.Nanoseconds()}
-	return runfile.Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec(), P50Ns: d.Nanoseconds(), MaxNs: d.Nanoseconds()}, nil
+	f := runfile.Figures{MsgsPerSec: r.MsgsPerSec(), P50Ns: d.Nanoseconds(), MaxNs: d.Nanoseconds()}
+	if prewrite { // a bandwidth only where bytes are written
+		f.MBPerSec = r.MBPerSec()
+	}
+	return f, nil
 }
 
 // memcpyCeiling runs the memcpy ceiling once for a body size: MB/s of
