@@ -544,8 +544,12 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 		if l.Name == runfile.LimitMemcpy {
 			size = l.Params["recordBytes"] + " B record (" + sizeLabel(l.SizeBytes) + " body)"
 		}
+		mbps := "—" // a limit that writes nothing has no bandwidth
+		if l.MBPerSec > 0 {
+			mbps = ci(l.Interval("mbPerSec"), fmtFloat)
+		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.Tool, size,
-			ci(l.Interval("mbPerSec"), fmtFloat), ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
+			mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
 	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file whose extents were written beforehand (zeros, O_DIRECT, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten*: one segment of the run's size created as the allocation service does (create, fallocate, [zeros with O_DIRECT,] fdatasync, directory sync) per repeat — p50 is its time, MB/s its size over that time (for the pre-written one, the write bandwidth pre-writing takes).\n\n")
 }

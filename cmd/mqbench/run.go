@@ -179,7 +179,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
 	c := newCommand("device", "mqbench device --dir DIR [--sizes 1024] [--repeat N] [--probe-bytes 1GiB] [--sync-probes N]",
-		"Measures the limits of DIR's device with no engine: the memcpy ceiling (records into a pre-populated mapping), the page-fault ceiling (first writes into a fresh mapping), sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync, and fio's equivalents when fio is on PATH.")
+		"Measures the limits of DIR's device with no engine: the memcpy ceiling (records into a pre-populated mapping), the page-fault ceiling (first writes into a fresh mapping), sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync on a fallocated and on a pre-written file, the time to create a segment fallocated and pre-written, and fio's equivalents when fio is on PATH.")
 	fs := c.fs
 	fs.StringVar(&cfg.Dir, "dir", "", "directory whose device is measured (required)")
 	sizes := fs.String("sizes", "1024", "body sizes of the memcpy ceiling's records")
@@ -188,11 +188,15 @@ func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&cfg.MemcpyDuration, "memcpy-duration", cfg.MemcpyDuration, "least time of each memcpy-ceiling repeat")
 	fs.Var(bytesFlag{&cfg.FaultBytes}, "fault-bytes", "fresh file the page-fault ceiling touches")
 	fs.Var(bytesFlag{&cfg.DeviceProbeBytes}, "probe-bytes", "bytes written by the O_DIRECT probe and fio")
-	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat")
+	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat (on a fallocated and on a pre-written file)")
+	fs.Var(bytesFlag{&cfg.Store.SegmentSizeBytes}, "segment-size", "the segment the creation probes make (fallocated, and pre-written)")
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
 	var err error
+	if cfg.Store.SegmentSizeBytes%4096 != 0 {
+		return c.bad(stderr, "--segment-size %d: want a multiple of 4096", cfg.Store.SegmentSizeBytes)
+	}
 	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
 		return c.bad(stderr, "%v", err)
 	}
