@@ -21,6 +21,10 @@ type allocator struct {
 	timeout time.Duration
 	log     *slog.Logger
 
+	// prewrite: new segments are written with zeros and synced before use
+	// (Options.PrewriteSegments, resolved).
+	prewrite bool
+
 	mu       sync.Mutex
 	requests map[string]*allocation // by path, pending or ready
 	work     chan *allocation       // bounded: at most two in flight
@@ -41,6 +45,7 @@ func newAllocator(backend mappedfile.Backend, o Options) *allocator {
 		backend:  backend,
 		warm:     mappedfile.WarmOptions{Touch: true, FlushEveryPages: o.WarmFlushEveryPages, Lock: o.LockSegments, Advise: true},
 		doWarm:   o.WarmSegments,
+		prewrite: o.PrewriteSegments == PrewriteOn,
 		timeout:  o.AllocationTimeout,
 		log:      o.Logger,
 		requests: make(map[string]*allocation),
@@ -76,6 +81,7 @@ func (a *allocator) run() {
 
 func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
 	start := time.Now()
+	spec.Prewrite = a.prewrite
 	mf, err := a.backend.Open(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -86,7 +92,7 @@ func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfil
 			return nil, fmt.Errorf("warm %s: %w", spec.Path, err)
 		}
 	}
-	a.log.Debug("segment preallocated", slog.String("path", spec.Path), slog.Duration("took", time.Since(start)))
+	a.log.Debug("segment preallocated", slog.String("path", spec.Path), slog.Bool("prewrite", spec.Prewrite), slog.Duration("took", time.Since(start)))
 	return mf, nil
 }
 

@@ -43,6 +43,80 @@ func ParseFlushMode(s string) (FlushMode, error) {
 	return 0, fmt.Errorf("flush mode %q: want async or sync: %w", s, ErrInvalidOption)
 }
 
+// PrewriteMode says whether the allocation service writes (zeros) and
+// syncs every block of a new CommitLog segment before the segment is used.
+//
+// Why: a segment is preallocated with fallocate, whose blocks are unwritten
+// extents; the first write into each needs an extent conversion that the
+// next fdatasync must commit to the file system's journal. A durable append
+// into a prewritten segment commits only its data: on the reference machine
+// (ext4 on virtio) a 4 KiB write + fdatasync runs about twice as fast on a
+// prewritten file as on a fallocated one. The cost — writing the whole
+// segment once, in the background, before it is needed — is what RocketMQ's
+// warm-up (warmMapedFileEnable) pays for the same reason. A segment made
+// prewritten stays written across restarts: recovery's Truncate writes
+// zeros where needed instead of deallocating.
+type PrewriteMode int
+
+const (
+	// PrewriteDefault: on with FlushSync (every Put waits for an fdatasync
+	// that would otherwise commit extent conversions), off with FlushAsync
+	// and with NoPreallocate. A named backend that keeps its files in memory
+	// (mem) is always off, whatever was asked; with BackendImpl the backend
+	// decides what Spec.Prewrite means. Resolved at Open: Store.Options
+	// reports PrewriteOn or PrewriteOff.
+	PrewriteDefault PrewriteMode = iota
+	// PrewriteOn: every segment the allocation service creates is
+	// prewritten (needs the allocation service: not with NoPreallocate).
+	PrewriteOn
+	// PrewriteOff: segments are only fallocated.
+	PrewriteOff
+)
+
+func (m PrewriteMode) String() string {
+	switch m {
+	case PrewriteDefault:
+		return "default"
+	case PrewriteOn:
+		return "on"
+	case PrewriteOff:
+		return "off"
+	}
+	return fmt.Sprintf("PrewriteMode(%d)", int(m))
+}
+
+// ParsePrewriteMode parses "default" (or ""), "on" or "off".
+func ParsePrewriteMode(s string) (PrewriteMode, error) {
+	switch s {
+	case "default", "":
+		return PrewriteDefault, nil
+	case "on":
+		return PrewriteOn, nil
+	case "off":
+		return PrewriteOff, nil
+	}
+	return 0, fmt.Errorf("prewrite mode %q: want default, on or off: %w", s, ErrInvalidOption)
+}
+
+// MarshalText implements encoding.TextMarshaler ("default", "on", "off"),
+// so a run record says what ran in words.
+func (m PrewriteMode) MarshalText() ([]byte, error) {
+	if m < PrewriteDefault || m > PrewriteOff {
+		return nil, fmt.Errorf("%v: %w", m, ErrInvalidOption)
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *PrewriteMode) UnmarshalText(text []byte) error {
+	v, err := ParsePrewriteMode(string(text))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
 // CorruptionPolicy is what Open does when it finds a corrupt record in data
 // that was known durable (not a torn tail after a crash).
 type CorruptionPolicy int
@@ -119,6 +193,10 @@ type Options struct {
 	LockSegments        bool
 	// AllocationTimeout bounds how long a roll waits for its segment (5 s).
 	AllocationTimeout time.Duration
+	// PrewriteSegments: whether the allocation service writes every block
+	// of a new CommitLog segment (zeros) and syncs it before use; see
+	// PrewriteMode. The default follows FlushMode (on for sync).
+	PrewriteSegments PrewriteMode
 
 	// OSPageCacheBusyTimeout: when the append lock has been held longer than
 	// this, new Puts fail fast with OSPageCacheBusy (1 s).
@@ -221,6 +299,7 @@ func (o Options) withDefaults() Options {
 	if o.AllocationTimeout == 0 {
 		o.AllocationTimeout = DefaultAllocationTimeout
 	}
+	o.PrewriteSegments = o.effectivePrewrite()
 	if o.OSPageCacheBusyTimeout == 0 {
 		o.OSPageCacheBusyTimeout = DefaultOSPageCacheBusyTimeout
 	}
@@ -263,6 +342,26 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// effectivePrewrite resolves PrewriteDefault: on for sync flush, off for
+// async, off with NoPreallocate (a roll would pay for it) and for a backend
+// whose files live in memory (nothing to write: the record must not claim
+// otherwise). An explicit on or off is kept (validate refuses on with
+// NoPreallocate), except that an in-memory backend is always off.
+func (o Options) effectivePrewrite() PrewriteMode {
+	if o.BackendImpl == nil {
+		if reg, err := backends.Lookup(o.Backend); err == nil && reg.Volatile {
+			return PrewriteOff
+		}
+	}
+	if o.PrewriteSegments != PrewriteDefault {
+		return o.PrewriteSegments
+	}
+	if o.FlushMode == FlushSync && !o.NoPreallocate {
+		return PrewriteOn
+	}
+	return PrewriteOff
+}
+
 func (o Options) validate() error {
 	type check struct {
 		bad  bool
@@ -275,6 +374,8 @@ func (o Options) validate() error {
 		{o.SegmentSizeBytes > 0 && int64(o.MaxMessageSizeBytes)+16 > o.SegmentSizeBytes,
 			fmt.Sprintf("MaxMessageSizeBytes %d does not fit in a segment of %d bytes", o.MaxMessageSizeBytes, o.SegmentSizeBytes)},
 		{o.FlushMode != FlushAsync && o.FlushMode != FlushSync, fmt.Sprintf("FlushMode %d is unknown", o.FlushMode)},
+		{o.PrewriteSegments < PrewriteDefault || o.PrewriteSegments > PrewriteOff, fmt.Sprintf("PrewriteSegments %d is unknown (want PrewriteDefault, PrewriteOn or PrewriteOff)", o.PrewriteSegments)},
+		{o.PrewriteSegments == PrewriteOn && o.NoPreallocate, "PrewriteSegments on needs the allocation service, which NoPreallocate turns off (a roll would wait for the whole segment to be written)"},
 		{o.FlushInterval < 0 || o.FlushThoroughInterval < 0 || o.SyncFlushTimeout < 0 || o.CommitInterval < 0 ||
 			o.CommitThoroughInterval < 0 || o.AllocationTimeout < 0 || o.OSPageCacheBusyTimeout < 0, "a duration is negative"},
 		{o.FlushLeastPages < 0 || o.CommitLeastPages < 0, "a least-pages count is negative"},

@@ -46,6 +46,9 @@ var (
 	ErrInvalidArgument = errors.New("mappedfile: invalid argument")
 	// ErrUnsupported: the backend cannot run here (no io_uring, no O_DIRECT, …).
 	ErrUnsupported = errors.New("mappedfile: unsupported on this system")
+	// ErrNoSpace: the file system has no room for a new segment (its
+	// preallocation or its prewrite); wrapped with the errno (ENOSPC).
+	ErrNoSpace = errors.New("mappedfile: no space left on the device")
 )
 
 // Encoder writes a record in place. EncodeAt must fill dst completely;
@@ -90,13 +93,24 @@ type Spec struct {
 	FromOffset int64
 	// SizeBytes is the fixed size of the segment.
 	SizeBytes int64
+	// Prewrite asks Open, when it creates the file, to write every byte of
+	// it (zeros) and sync it before the rename that makes it visible, so
+	// the file's extents are written rather than allocated-but-unwritten: a
+	// later write and fdatasync into it then commits only the data, not an
+	// extent conversion in the file system's journal (ext4, xfs). It has no
+	// effect on a file that exists (a file created with it stays written:
+	// Truncate never turns written extents back into unwritten ones), and
+	// none for backends that keep files in memory. The engine's allocation
+	// service sets it (Options.PrewriteSegments), so the cost lands there.
+	Prewrite bool
 }
 
 // Backend opens segment files of one kind.
 //
-// Open creates Path (preallocated to SizeBytes, under a temporary name, synced
-// and renamed, so a crash never leaves a half-created segment) when it does not
-// exist; the new file's positions are all 0. When Path exists, its size must
+// Open creates Path (preallocated to SizeBytes — and with Spec.Prewrite
+// written with zeros — under a temporary name, synced and renamed, so a
+// crash never leaves a half-created segment) when it does not exist; the new
+// file's positions are all 0. When Path exists, its size must
 // equal SizeBytes (else ErrSizeMismatch), and wrote, committed and flushed all
 // start at SizeBytes, as if the file were full and durable: recovery reads it
 // and then calls Truncate with the end of the valid data.
@@ -158,7 +172,9 @@ type MappedFile interface {
 
 	// Truncate sets wrote, committed and flushed to validEnd (recovery decides
 	// where valid data ends) and durably zeroes [validEnd, SizeBytes) so a later
-	// scan cannot see old bytes there. The file must not be in use.
+	// scan cannot see old bytes there, without turning written extents back
+	// into unwritten ones (a prewritten segment stays prewritten). The file
+	// must not be in use.
 	Truncate(ctx context.Context, validEnd int64) error
 
 	// Close releases the file's resources once the last reference is released;

@@ -8,8 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestInterruptedSyncsAreRetried: an msync or fdatasync interrupted by a
-// signal (EINTR) is issued again — it did nothing — so Flush and Truncate
+// TestInterruptedSyncsAreRetried: an msync, fdatasync or zeroing pwrite
+// interrupted by a signal (EINTR) is issued again — it did nothing — so Flush and Truncate
 // succeed and no sticky error is left; the seam sees both attempts.
 func TestInterruptedSyncsAreRetried(t *testing.T) {
 	ctx := testContext(t)
@@ -27,7 +27,11 @@ func TestInterruptedSyncsAreRetried(t *testing.T) {
 			return err
 		}},
 		{"Truncate", segfile.OpFdatasync, func() error { return mf.Truncate(ctx, mf.WrotePosition()) }},
-		{"Truncate/fallocate", segfile.OpFallocate, func() error { return mf.Truncate(ctx, mf.WrotePosition()) }},
+		{"Truncate/pwrite", segfile.OpPwrite, func() error {
+			// Bytes past the valid end, beyond its page: zeros are written there.
+			appendPattern(t, mf, 20000)
+			return mf.Truncate(ctx, mf.WrotePosition()-16000)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inj.Fail(faultseam.Rule{Kinds: []segfile.OpKind{tc.kind}, Nth: 1, Err: unix.EINTR})

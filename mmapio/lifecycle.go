@@ -22,14 +22,16 @@ func (m *file) cleanup() error {
 
 // Truncate implements mappedfile.MappedFile. It zeroes the rest of the page
 // holding validEnd through the mapping, and the whole pages after it with
-// fallocate(FALLOC_FL_ZERO_RANGE) — an extent change, not 1 GiB of writes —
-// falling back to writing zeros where the file system lacks it; then one
-// fdatasync of the whole file makes the zeros durable, and with them every
-// byte below validEnd: recovery declares those valid, and after a crash
-// (kill -9) they may be only in the page cache, so syncing just the zeroed
-// tail would leave acknowledged records exposed to a later power loss.
-// fdatasync writes back pages dirtied through the mapping too. The zeroed
-// range leaves the page cache, so the mapping reads zeros there afterwards.
+// segfile.ZeroRangeContext: zeros written over the pages that are not zeros
+// already, found by reading only what the file system reports as data, so
+// written extents stay written (a prewritten segment stays prewritten; see
+// mappedfile.Spec.Prewrite) and a fallocated tail is not read at all. Then
+// one fdatasync of the whole file makes the zeros durable, and with them
+// every byte below validEnd: recovery declares those valid, and after a
+// crash (kill -9) they may be only in the page cache, so syncing just the
+// zeroed tail would leave acknowledged records exposed to a later power
+// loss. fdatasync writes back pages dirtied through the mapping too; the
+// mapping shares the page cache the zeros are written into.
 func (m *file) Truncate(ctx context.Context, validEnd int64) error {
 	if err := m.BeginTruncate(ctx, validEnd); err != nil {
 		return err
@@ -42,7 +44,7 @@ func (m *file) Truncate(ctx context.Context, validEnd int64) error {
 	}
 	// Overwrites anywhere are covered by the whole-file sync below.
 	m.overwrittenFrom.Store(noOverwrite)
-	if err := segfile.ZeroRange(m.osFile, pageEnd, size-pageEnd); err != nil {
+	if err := segfile.ZeroRangeContext(ctx, m.osFile, pageEnd, size-pageEnd); err != nil {
 		return m.Fail(fmt.Errorf("mmapio: truncate %s at %d: %w", m.Path(), validEnd, err))
 	}
 	m.FinishTruncate(validEnd)

@@ -148,7 +148,7 @@ func TestAppendEncoderErrorZeroes(t *testing.T) {
 func TestTruncateZeroesTail(t *testing.T) {
 	dirs := map[string]string{"tempdir": ""}
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		// tmpfs has no FALLOC_FL_ZERO_RANGE: the write-zeros path.
+		// tmpfs: no unwritten extents, its pages are never written back.
 		dirs["tmpfs"] = "/dev/shm"
 	}
 	const size = 256<<10 + 1000 // a partial last page too

@@ -112,7 +112,7 @@ func (s *segment) Truncate(ctx context.Context, validEnd int64) error {
 			return fmt.Errorf("transientpool: truncate %s: %w", s.Path(), err)
 		}
 	}
-	if err := s.truncateFile(validEnd); err != nil {
+	if err := s.truncateFile(ctx, validEnd); err != nil {
 		if borrowed != nil {
 			s.pool.giveBack(borrowed)
 		}
@@ -132,9 +132,10 @@ func (s *segment) Truncate(ctx context.Context, validEnd int64) error {
 	return nil
 }
 
-// truncateFile writes buffered bytes below validEnd, zeroes the tail and
-// fdatasyncs the whole file.
-func (s *segment) truncateFile(validEnd int64) error {
+// truncateFile writes buffered bytes below validEnd, zeroes the tail (by
+// writing zeros where it is not zeros already, so written extents stay
+// written: segfile.ZeroRangeContext) and fdatasyncs the whole file.
+func (s *segment) truncateFile(ctx context.Context, validEnd int64) error {
 	if buf := s.buffer.Load(); buf != nil {
 		from, to := s.CommittedPosition(), min(validEnd, s.WrotePosition())
 		if to > from {
@@ -143,7 +144,7 @@ func (s *segment) truncateFile(validEnd int64) error {
 			}
 		}
 	}
-	if err := segfile.ZeroRange(s.osFile, validEnd, s.SizeBytes()-validEnd); err != nil {
+	if err := segfile.ZeroRangeContext(ctx, s.osFile, validEnd, s.SizeBytes()-validEnd); err != nil {
 		return fmt.Errorf("transientpool: truncate %s to %d: %w", s.Path(), validEnd, err)
 	}
 	return nil

@@ -78,7 +78,7 @@ func (c Call) String() string {
 		s += " → " + c.NewPath
 	}
 	switch c.Kind {
-	case segfile.OpPwrite, segfile.OpWriteDurable, segfile.OpMsync, segfile.OpFallocate:
+	case segfile.OpPwrite, segfile.OpWriteDurable, segfile.OpMsync, segfile.OpFallocate, segfile.OpWriteback:
 		s += fmt.Sprintf(" [%d,%d)", c.Offset, c.Offset+c.Length)
 	case segfile.OpFtruncate:
 		s += fmt.Sprintf(" to %d", c.Length)
@@ -196,7 +196,7 @@ func kindOf(k segfile.OpKind) conformance.Kind {
 // seamKinds maps the conformance suite's kinds back to the seam's.
 func seamKinds(kinds []conformance.Kind) []segfile.OpKind {
 	var out []segfile.OpKind
-	for k := segfile.OpCreate; k <= segfile.OpSyncDir; k++ {
+	for k := segfile.OpCreate; k <= segfile.OpWriteback; k++ {
 		for _, want := range kinds {
 			if kindOf(k) == want {
 				out = append(out, k)

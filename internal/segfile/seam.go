@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 )
 
-// The seam: every system call the backends make on their files — pwrite,
-// fdatasync, fsync, msync, fallocate, ftruncate, create, rename, unlink and
-// the fsync of a directory — goes through run, which hands it to a Hook when
+// The seam: every system call the backends make on their files that
+// changes them — pwrite, fdatasync, fsync, msync, fallocate, ftruncate,
+// sync_file_range, create, rename, unlink and the fsync of a directory —
+// goes through run (reads and lseek do not), which hands it to a Hook when
 // one is installed for the file's directory (pebble's errorfs, one level
 // down: under the backends rather than under the engine). Tests install an
 // injector that records the operations in order and fails chosen ones;
@@ -40,10 +41,11 @@ const (
 	OpRename                         // rename Path → NewPath
 	OpRemove                         // unlink Path
 	OpSyncDir                        // fsync of the directory Path
+	OpWriteback                      // sync_file_range of [Offset, Offset+Length): paces writeback, not durable
 )
 
 func (k OpKind) String() string {
-	names := [...]string{"?", "create", "pwrite", "durable-write", "fdatasync", "fsync", "msync", "fallocate", "ftruncate", "rename", "unlink", "fsync-dir"}
+	names := [...]string{"?", "create", "pwrite", "durable-write", "fdatasync", "fsync", "msync", "fallocate", "ftruncate", "rename", "unlink", "fsync-dir", "sync_file_range"}
 	if int(k) < len(names) {
 		return names[k]
 	}
@@ -57,7 +59,8 @@ type Op struct {
 	// destination of OpRename.
 	Path, NewPath string
 	// Offset and Length: the byte range of OpPwrite, OpWriteDurable,
-	// OpMsync and OpFallocate; Length is the size of OpFtruncate.
+	// OpMsync, OpFallocate and OpWriteback; Length is the size of
+	// OpFtruncate.
 	Offset, Length int64
 	// Mode is fallocate's mode.
 	Mode uint32

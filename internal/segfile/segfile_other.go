@@ -34,7 +34,7 @@ func AdviseWrite([]byte) error                          { return unsupported("ma
 func AdviseCold([]byte) error                           { return unsupported("madvise") }
 func PopulateWrite([]byte) error                        { return ErrNoPopulateWrite }
 func Preallocate(*os.File, int64) error                 { return unsupported("fallocate") }
-func ZeroRange(*os.File, int64, int64) error            { return unsupported("fallocate") }
+func ZeroRange(*os.File, int64, int64) error            { return unsupported("zeroing") }
 func Pwrite(string, int, []byte, int64) error           { return unsupported("pwrite") }
 func Fdatasync(string, int) error                       { return unsupported("fdatasync") }
 func Fsync(string, int) error                           { return unsupported("fsync") }
@@ -60,3 +60,25 @@ func DirectIOAlignment(string) (offsetAlign, memAlign int64) { return 4096, 4096
 func MemlockError(what string, wanted int64, err error) error {
 	return fmt.Errorf("%s: mlock of %d bytes: %w", what, wanted, err)
 }
+
+// Extent is one extent of a file as FIEMAP reports it.
+type Extent struct {
+	Logical, Length int64
+	Unwritten       bool
+	Delalloc        bool
+}
+
+// ErrNoExtents: the file system does not report extents (FIEMAP).
+var ErrNoExtents = errors.New("segfile: the file system does not report extents (FIEMAP)")
+
+func Prewrite(context.Context, *os.File, int64) error { return unsupported("prewrite") }
+
+func ZeroRangeContext(context.Context, *os.File, int64, int64) error {
+	return unsupported("zeroing")
+}
+
+func SyncFileRange(string, int, int64, int64, int) error { return unsupported("sync_file_range") }
+
+func Extents(*os.File, bool) ([]Extent, error) { return nil, ErrNoExtents }
+
+func UnwrittenBytes(*os.File, int64, int64) (int64, error) { return 0, ErrNoExtents }

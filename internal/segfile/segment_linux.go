@@ -15,12 +15,16 @@ import (
 
 // OpenOrCreate opens spec.Path read-write. When the file does not exist it is
 // created under a temporary name, preallocated with fallocate to
-// spec.SizeBytes, synced, renamed into place and the directory synced (etcd's
-// WAL file lifecycle), so a crash never leaves a short segment behind and a
-// power loss never loses the new name. The returned file is named
-// spec.Path. existed reports whether the file was already there; its size
-// must then be spec.SizeBytes. extraFlags are added to O_RDWR (O_DIRECT, for
-// example).
+// spec.SizeBytes, with spec.Prewrite written with zeros end to end (see
+// Prewrite), synced, renamed into place and the directory synced (etcd's WAL
+// file lifecycle), so a crash never leaves a short or half-written segment
+// behind and a power loss never loses the new name. The returned file is
+// named spec.Path. existed reports whether the file was already there; its
+// size must then be spec.SizeBytes. extraFlags are added to O_RDWR
+// (O_DIRECT, for example: a prewrite then bypasses the page cache too).
+//
+// A backend that creates its files some other way gets the same result from
+// Prewrite(ctx, f, size) on its new file before the sync and rename.
 func OpenOrCreate(ctx context.Context, spec mappedfile.Spec, extraFlags int) (f *os.File, existed bool, err error) {
 	if spec.SizeBytes <= 0 {
 		return nil, false, fmt.Errorf("open segment %s: size %d: %w", spec.Path, spec.SizeBytes, mappedfile.ErrInvalidArgument)
@@ -45,7 +49,7 @@ func OpenOrCreate(ctx context.Context, spec mappedfile.Spec, extraFlags int) (f 
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, false, fmt.Errorf("open segment %s: %w", spec.Path, directIOHint(err, extraFlags))
 	}
-	if err := create(spec, extraFlags); err != nil {
+	if err := create(ctx, spec, extraFlags); err != nil {
 		return nil, false, fmt.Errorf("create segment %s: %w", spec.Path, err)
 	}
 	// Open the renamed file by its name, so that it (and every operation
@@ -57,11 +61,14 @@ func OpenOrCreate(ctx context.Context, spec mappedfile.Spec, extraFlags int) (f 
 	return f, false, nil
 }
 
-// create makes spec.Path durably: a temporary file, preallocated and synced,
-// renamed into place, the directory synced. A failure removes the temporary
-// file (or the segment, when the rename happened but the directory sync
-// failed: a name that may not survive a power loss must not be used).
-func create(spec mappedfile.Spec, extraFlags int) error {
+// create makes spec.Path durably: a temporary file, preallocated (and
+// prewritten when asked) and synced, renamed into place, the directory
+// synced. A failure removes the temporary file (or the segment, when the
+// rename happened but the directory sync failed: a name that may not survive
+// a power loss must not be used). A crash before the rename leaves only the
+// temporary file, which the segment queue removes when it lists the
+// directory (IsSegmentTemp).
+func create(ctx context.Context, spec mappedfile.Spec, extraFlags int) error {
 	tmp := spec.Path + ".tmp"
 	f, err := Create(tmp, extraFlags, 0o644)
 	if err != nil {
@@ -72,6 +79,12 @@ func create(spec mappedfile.Spec, extraFlags int) error {
 	if err := Preallocate(f, spec.SizeBytes); err != nil {
 		_ = Unlink(tmp)
 		return fmt.Errorf("preallocate: %w", err)
+	}
+	if spec.Prewrite {
+		if err := Prewrite(ctx, f, spec.SizeBytes); err != nil {
+			_ = Unlink(tmp)
+			return err
+		}
 	}
 	if err := Fdatasync(tmp, fd); err != nil {
 		_ = Unlink(tmp)
@@ -101,7 +114,7 @@ func Preallocate(f *os.File, size int64) error {
 		return Ftruncate(path, fd, size)
 	}
 	if errors.Is(err, unix.ENOSPC) {
-		return fmt.Errorf("fallocate %d bytes: no space left on the device: %w", size, err)
+		return fmt.Errorf("fallocate %d bytes: %w: %w", size, mappedfile.ErrNoSpace, err)
 	}
 	return fmt.Errorf("fallocate %d bytes: %w", size, err)
 }
@@ -111,46 +124,6 @@ func directIOHint(err error, flags int) error {
 		return fmt.Errorf("%w (the file system does not support O_DIRECT, e.g. tmpfs; use the uring or mmap backend there)", err)
 	}
 	return err
-}
-
-// ZeroRange zeroes [off, off+n) of f — FALLOC_FL_ZERO_RANGE where the file
-// system has it, else plain writes of zeros (also when the disk is too full
-// for the extent change; any other failure, such as EIO, is returned) —
-// then fdatasyncs the whole
-// file, which also makes every other byte of it durable (a caller that
-// declares [0, off) valid after a crash relies on that: those bytes may be
-// only in the page cache).
-func ZeroRange(f *os.File, off, n int64) error {
-	path, fd := f.Name(), int(f.Fd())
-	if n > 0 {
-		err := Fallocate(path, fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSPC) {
-			// No FALLOC_FL_ZERO_RANGE here (tmpfs), or no room for the
-			// extent change on a full disk (recovery after ENOSPC must still
-			// open): write the zeros over the blocks the file already has.
-			err = writeZeros(path, fd, off, n)
-		}
-		if err != nil {
-			return fmt.Errorf("zero [%d,%d): %w", off, off+n, err)
-		}
-	}
-	if err := Fdatasync(path, fd); err != nil {
-		return fmt.Errorf("after zeroing [%d,%d): %w", off, off+n, err)
-	}
-	return nil
-}
-
-func writeZeros(path string, fd int, off, n int64) error {
-	zeros := make([]byte, min(n, 1<<20))
-	for n > 0 {
-		chunk := min(int64(len(zeros)), n)
-		if err := Pwrite(path, fd, zeros[:chunk], off); err != nil {
-			return err
-		}
-		off += chunk
-		n -= chunk
-	}
-	return nil
 }
 
 // maxSendfile is the most one sendfile(2) call transfers.

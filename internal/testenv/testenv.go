@@ -28,6 +28,9 @@ const (
 	Uring = "uring" // io_uring available to this process (and O_DIRECT on the temp dir)
 	Loop  = "loop"  // loop devices and mkfs.ext4, for file-system-level tests
 	Fio   = "fio"   // fio on PATH
+	// Extents: the temporary directory is on a file system with extents
+	// (FIEMAP, unwritten extents from fallocate) and O_DIRECT: ext4, xfs.
+	Extents = "extents"
 )
 
 // Required reports whether MQSTORE_TEST_REQUIRE names need (or "all").

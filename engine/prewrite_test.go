@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/internal/testenv"
+)
+
+// TestPrewriteDefaultFollowsFlushMode: PrewriteSegments resolves at Open —
+// on for sync flush, off for async — and Store.Options reports the resolved
+// value (what a run record shows); an explicit choice is kept; a backend
+// whose files live in memory is always off; with NoPreallocate the default
+// is off and an explicit on is refused; an unknown value is refused.
+func TestPrewriteDefaultFollowsFlushMode(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		backend       string
+		mode          FlushMode
+		prewrite      PrewriteMode
+		noPreallocate bool
+		want          PrewriteMode
+		wantErr       error
+	}{
+		{"async/default", "mmap", FlushAsync, PrewriteDefault, false, PrewriteOff, nil},
+		{"sync/default", "mmap", FlushSync, PrewriteDefault, false, PrewriteOn, nil},
+		{"async/on", "mmap", FlushAsync, PrewriteOn, false, PrewriteOn, nil},
+		{"sync/off", "transient", FlushSync, PrewriteOff, false, PrewriteOff, nil},
+		{"sync/default/transient", "transient", FlushSync, PrewriteDefault, false, PrewriteOn, nil},
+		{"sync/default/NoPreallocate", "mmap", FlushSync, PrewriteDefault, true, PrewriteOff, nil},
+		{"sync/on/NoPreallocate", "mmap", FlushSync, PrewriteOn, true, 0, ErrInvalidOption},
+		{"mem/sync/default", "mem", FlushSync, PrewriteDefault, false, PrewriteOff, nil},
+		{"mem/sync/on", "mem", FlushSync, PrewriteOn, false, PrewriteOff, nil},
+		{"unknown", "mmap", FlushSync, PrewriteMode(7), false, 0, ErrInvalidOption},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{Backend: tc.backend, FlushMode: tc.mode, PrewriteSegments: tc.prewrite,
+				NoPreallocate: tc.noPreallocate, SegmentSizeBytes: 64 << 10, Logger: quietLogger}
+			s, err := Open(context.Background(), t.TempDir(), o)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Open: %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := s.Options().PrewriteSegments; got != tc.want {
+				t.Fatalf("effective PrewriteSegments %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParsePrewriteMode(t *testing.T) {
+	for _, m := range []PrewriteMode{PrewriteDefault, PrewriteOn, PrewriteOff} {
+		text, err := m.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back PrewriteMode
+		if err := back.UnmarshalText(text); err != nil || back != m {
+			t.Fatalf("%v → %q → %v (%v)", m, text, back, err)
+		}
+	}
+	if _, err := ParsePrewriteMode("yes"); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("ParsePrewriteMode(yes): %v", err)
+	}
+	if _, err := PrewriteMode(9).MarshalText(); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("MarshalText of an unknown mode: %v", err)
+	}
+}
+
+// TestCommitLogSegmentsArePrewritten: with sync flush (prewrite on by
+// default) every CommitLog segment on disk — the ones written, rolled past
+// and preallocated — has no unwritten extent, and still none after the
+// store is closed and reopened (recovery truncates the last one) and more
+// is written. With prewrite off the segments have unwritten extents, so
+// the check can tell.
+func TestCommitLogSegmentsArePrewritten(t *testing.T) {
+	for _, backend := range []string{"mmap", "transient"} {
+		for _, prewrite := range []PrewriteMode{PrewriteDefault, PrewriteOff} {
+			t.Run(backend+"/"+prewrite.String(), func(t *testing.T) {
+				dir := t.TempDir()
+				needExtents(t, dir)
+				o := Options{Backend: backend, FlushMode: FlushSync, PrewriteSegments: prewrite,
+					SegmentSizeBytes: 256 << 10, Logger: quietLogger}
+				put := func(s *Store, from, n int) {
+					for i := from; i < from+n; i++ {
+						if _, err := s.Put(context.Background(), testMessage("P", 0, i, 1000)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				s := openStore(t, dir, o)
+				put(s, 0, 400) // about 1.7 segments
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				checkSegmentsWritten(t, filepath.Join(dir, commitLogDirName), prewrite != PrewriteOff, 3)
+				s = openStore(t, dir, o)
+				put(s, 400, 10) // the truncated tail of the last segment stays mostly unused
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				// The segment made ahead was dropped by recovery (it starts
+				// past the end) and no roll asked for another.
+				checkSegmentsWritten(t, filepath.Join(dir, commitLogDirName), prewrite != PrewriteOff, 2)
+			})
+		}
+	}
+}
+
+// checkSegmentsWritten checks that dir holds at least minFiles segments and
+// that none has unwritten bytes (written), or that some has (not written:
+// the segments not yet filled).
+func checkSegmentsWritten(t *testing.T, dir string, written bool, minFiles int) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) < minFiles {
+		t.Fatalf("%d segments in %s, want at least %d", len(entries), dir, minFiles)
+	}
+	unwrittenSomewhere := false
+	for _, e := range entries {
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		u, err := segfile.UnwrittenBytes(f, 0, st.Size())
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written && u != 0 {
+			t.Fatalf("segment %s has %d unwritten bytes", e.Name(), u)
+		}
+		unwrittenSomewhere = unwrittenSomewhere || u > 0
+	}
+	if !written && !unwrittenSomewhere {
+		t.Fatalf("no segment in %s has unwritten bytes with prewrite off: the check cannot tell", dir)
+	}
+}
+
+// needExtents skips (or fails, under MQSTORE_TEST_REQUIRE=extents) unless
+// dir's file system reports fallocated blocks as unwritten extents.
+func needExtents(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.CreateTemp(dir, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if err := segfile.Preallocate(f, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := segfile.UnwrittenBytes(f, 0, 1<<20); err != nil || n != 1<<20 {
+		testenv.Skip(t, testenv.Extents, "%s: a fallocated MiB has %d unwritten bytes (%v)", dir, n, err)
+	}
+}
