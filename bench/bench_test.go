@@ -236,9 +236,13 @@ func (fakeProber) SyncLatency(_ context.Context, _ string, count int, prewritten
 	return out, nil
 }
 
-// CreateSegment: 1 ns per byte pre-written (1000 MB/s), 1 ms otherwise.
-func (fakeProber) CreateSegment(_ context.Context, _ string, size int64, prewrite bool) (time.Duration, error) {
-	if prewrite {
+// CreateSegment: 1 ns per byte pre-written (1000 MB/s), half that with
+// O_DIRECT, 1 ms otherwise.
+func (fakeProber) CreateSegment(_ context.Context, _ string, size int64, prewrite, direct bool) (time.Duration, error) {
+	switch {
+	case prewrite && direct:
+		return time.Duration(size / 2), nil
+	case prewrite:
 		return time.Duration(size), nil
 	}
 	return time.Millisecond, nil
@@ -272,7 +276,10 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	if l := names[LimitSegmentPrewritten]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 || l.P50Ns != cfg.Store.SegmentSizeBytes {
 		t.Errorf("segment creation, pre-written %+v", l)
 	}
-	if l := names[LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) {
+	if l := names[LimitSegmentPrewrittenDirect]; l == nil || l.MBPerSec < 1999.99 || l.MBPerSec > 2000.01 {
+		t.Errorf("segment creation, pre-written with O_DIRECT %+v", l)
+	}
+	if l := names[LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) || l.MBPerSec != 0 {
 		t.Errorf("segment creation, fallocated %+v", l)
 	}
 	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(1024)) {

@@ -25,8 +25,9 @@ const (
 	LimitDeviceSyncPrewritten = runfile.LimitDeviceSyncPrewritten
 	// LimitSegmentFallocated and LimitSegmentPrewritten time making one
 	// segment of the run's size, as the allocation service does.
-	LimitSegmentFallocated = runfile.LimitSegmentFallocated
-	LimitSegmentPrewritten = runfile.LimitSegmentPrewritten
+	LimitSegmentFallocated       = runfile.LimitSegmentFallocated
+	LimitSegmentPrewritten       = runfile.LimitSegmentPrewritten
+	LimitSegmentPrewrittenDirect = runfile.LimitSegmentPrewrittenDirect
 )
 
 // DeviceProber measures the device under a directory. The default is the
@@ -39,8 +40,9 @@ type DeviceProber interface {
 	// a fallocated file or a pre-written one.
 	SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([]time.Duration, error)
 	// CreateSegment returns the time to create (fallocate, optionally
-	// pre-write, sync) one segment of sizeBytes.
-	CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewrite bool) (time.Duration, error)
+	// pre-write — through the page cache, or with O_DIRECT when direct —,
+	// sync) one segment of sizeBytes.
+	CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewrite, direct bool) (time.Duration, error)
 }
 
 // BuiltinProber is bench/device's io_uring and fdatasync probes.
@@ -58,8 +60,8 @@ func (BuiltinProber) SyncLatency(ctx context.Context, dir string, count int, pre
 }
 
 // CreateSegment runs device.CreateSegment.
-func (BuiltinProber) CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewrite bool) (time.Duration, error) {
-	return device.CreateSegment(ctx, dir, sizeBytes, prewrite)
+func (BuiltinProber) CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewrite, direct bool) (time.Duration, error) {
+	return device.CreateSegment(ctx, dir, sizeBytes, prewrite, direct)
 }
 
 // deviceSeq runs the sequential O_DIRECT probe once.
@@ -92,8 +94,8 @@ func deviceSync(ctx context.Context, p DeviceProber, dir string, count int, prew
 
 // segmentCreate times making one segment: its creation time as p50 (one
 // sample), and for a pre-written one MB/s: its size over that time.
-func segmentCreate(ctx context.Context, p DeviceProber, dir string, sizeBytes int64, prewrite bool) (runfile.Figures, error) {
-	d, err := p.CreateSegment(ctx, dir, sizeBytes, prewrite)
+func segmentCreate(ctx context.Context, p DeviceProber, dir string, sizeBytes int64, prewrite, direct bool) (runfile.Figures, error) {
+	d, err := p.CreateSegment(ctx, dir, sizeBytes, prewrite, direct)
 	if err != nil {
 		return runfile.Figures{}, err
 	}
@@ -139,17 +141,23 @@ func (r *runner) measureLimits(ctx context.Context) {
 	r.repeatLimit(ctx, &sync, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount, false) })
 	pre := runfile.Limit{Name: LimitDeviceSyncPrewritten, Tool: "mqbench device probe (pwrite + fdatasync on a pre-written file)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount),
-			"file": "zeros written with O_DIRECT and synced before the first sample: each fdatasync commits data only, no extent conversion"}}
+			"file": "made as the engine makes a pre-written segment (segfile.OpenOrCreate with Prewrite: zeros through the page cache, synced): each fdatasync commits data only, no extent conversion"}}
 	r.repeatLimit(ctx, &pre, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount, true) })
 	seg := cfg.Store.SegmentSizeBytes
-	for _, prewrite := range []bool{false, true} {
-		l := runfile.Limit{Name: LimitSegmentFallocated, Tool: "mqbench device probe (create, fallocate, fdatasync, directory sync)", SizeBytes: int(seg), Dir: r.work,
+	for _, k := range []struct {
+		name, tool  string
+		pre, direct bool
+	}{
+		{LimitSegmentFallocated, "segfile.OpenOrCreate: create, fallocate, fdatasync, rename, directory sync", false, false},
+		{LimitSegmentPrewritten, "segfile.OpenOrCreate with Prewrite: zeros through the page cache (the buffered backends' segments)", true, false},
+		{LimitSegmentPrewrittenDirect, "segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros (uring-direct's segments)", true, true},
+	} {
+		l := runfile.Limit{Name: k.name, Tool: "mqbench device probe (" + k.tool + ")", SizeBytes: int(seg), Dir: r.work,
 			Params: map[string]string{"segmentBytes": strconv.FormatInt(seg, 10), "p50": "the time to create one segment (one per repeat)"}}
-		if prewrite {
-			l.Name, l.Tool = LimitSegmentPrewritten, "mqbench device probe (create, fallocate, zeros with O_DIRECT, fdatasync, directory sync)"
+		if k.pre {
 			l.Params["mbPerSec"] = "the segment's bytes over its creation time: the write bandwidth pre-writing takes"
 		}
-		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) { return segmentCreate(ctx, r.prober, r.work, seg, prewrite) })
+		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) { return segmentCreate(ctx, r.prober, r.work, seg, k.pre, k.direct) })
 	}
 	for _, size := range cfg.Sizes {
 		l := runfile.Limit{Name: LimitMemcpy, Tool: "mqbench (memcpy into a pre-populated shared mapping, 1 goroutine)", SizeBytes: size, Dir: r.work,

@@ -141,7 +141,7 @@ func limitSeconds(c *Config) float64 {
 	sync := float64(c.SyncProbeCount) * 200e-6 * 3 // fallocated, pre-written, fio
 	memcpy := c.MemcpyDuration.Seconds() * float64(len(c.Sizes))
 	fault := float64(c.FaultBytes) / 4096 * 1e-6
-	segments := float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // a pre-written one at ~1 GB/s, a fallocated one
+	segments := 2*float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // two pre-written ones at ~1 GB/s, a fallocated one
 	return r*(seq+sync+memcpy+segments) + (r+1)*fault
 }
 
@@ -150,8 +150,8 @@ func limitRuns(c *Config, targets int) int {
 	if c.NoLimits {
 		return 0
 	}
-	// seq, sync, pre-written sync, two segments, memcpy per size, fio's two
-	return targets * (c.Repeat*(5+len(c.Sizes)+2) + c.Repeat + 1)
+	// seq, sync, pre-written sync, three segments, memcpy per size, fio's two
+	return targets * (c.Repeat*(6+len(c.Sizes)+2) + c.Repeat + 1)
 }
 
 func planLine(p *runfile.Plan, c *Config) string {

@@ -66,14 +66,14 @@ func TestSyncLatency(t *testing.T) {
 
 func TestCreateSegment(t *testing.T) {
 	dir := t.TempDir()
-	for _, prewrite := range []bool{false, true} {
-		d, err := CreateSegment(context.Background(), dir, 4<<20, prewrite)
+	for _, c := range []struct{ prewrite, direct bool }{{false, false}, {true, false}, {true, true}} {
+		d, err := CreateSegment(context.Background(), dir, 4<<20, c.prewrite, c.direct)
 		if err != nil || d <= 0 {
-			t.Fatalf("prewrite %v: %v, %v", prewrite, d, err)
+			t.Fatalf("%+v: %v, %v", c, d, err)
 		}
 		noFilesLeft(t, dir)
 	}
-	if _, err := CreateSegment(context.Background(), dir, 1000, true); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := CreateSegment(context.Background(), dir, 1000, true, false); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("a segment of 1000 bytes: %v", err)
 	}
 }

@@ -11,7 +11,8 @@
 // SyncLatency runs on a fallocated file (each sync also commits an extent
 // conversion) or a pre-written one (data only: the physical cost of one
 // durable append); CreateSegment times making a segment, fallocated or
-// pre-written, as the engine's allocation service does.
+// pre-written (buffered or O_DIRECT zeros), with the engine's own code
+// (internal/segfile.OpenOrCreate, which its allocation service uses).
 //
 // Files: probe_linux.go (SequentialWrite, SyncLatency, CreateSegment), probe_other.go,
 // ceiling.go (MemcpyCeiling, FaultRate), file_*.go (probe files).

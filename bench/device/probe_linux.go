@@ -7,6 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/uring"
 	"golang.org/x/sys/unix"
 )
@@ -134,33 +136,29 @@ func submitHolding(ctx context.Context, ring *uring.Ring, req []uring.Request, t
 }
 
 // SyncLatency measures the latency of a durable small append: count times,
-// a 4 KiB pwrite at the next offset of a preallocated file in dir followed
-// by fdatasync (plain system calls: the device and file system, not a
-// ring). The file is removed afterwards.
+// a 4 KiB pwrite at the next offset of a new segment-like file in dir
+// followed by fdatasync (plain system calls: the device and file system,
+// not a ring). The file is removed afterwards.
 //
-// prewritten chooses the file: false, a fallocated one (its extents are
-// allocated but unwritten, so each fdatasync also commits the extent
-// conversion of the block just written — a journal commit on ext4 and
-// xfs); true, a pre-written one (zeros written with O_DIRECT and synced
-// before the first sample, so a sync commits data only: the physical cost
-// of one durable append, which a store that pre-writes its segments can
-// reach).
+// prewritten chooses the file, made as the engine's allocation service
+// makes a segment (segfile.OpenOrCreate): false, fallocated only (its
+// extents are allocated but unwritten, so each fdatasync also commits the
+// extent conversion of the block just written — a journal commit on ext4
+// and xfs); true, pre-written (zeros written through the page cache and
+// synced before the first sample, as the engine's PrewriteSegments does
+// for the buffered backends), so a sync commits data only: the physical
+// cost of one durable append.
 func SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([]time.Duration, error) {
 	const blockBytes = 4096
 	if count <= 0 {
 		return nil, fmt.Errorf("device: sync probe of %d writes: %w", count, ErrInvalidArgument)
 	}
-	f, err := createProbeFile(dir, int64(count)*blockBytes, 0)
+	f, err := probeSegment(ctx, dir, int64(count)*blockBytes, prewritten, false)
 	if err != nil {
 		return nil, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if prewritten {
-		if err := prewrite(ctx, f.Name(), int64(count)*blockBytes); err != nil {
-			return nil, err
-		}
-	}
 	block := make([]byte, blockBytes)
 	fillRandom(block)
 	fd := int(f.Fd())
@@ -181,77 +179,53 @@ func SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([
 	return latencies, nil
 }
 
-// prewriteChunk is the size of each zero write of a prewrite.
-const prewriteChunk = 1 << 20
-
-// prewrite writes zeros over [0, size) (a multiple of 4096, as O_DIRECT
-// needs) of the file at path and fdatasyncs
-// it, through a descriptor of its own opened with O_DIRECT: the zeros never
-// enter the page cache (buffered zeros can leave large folios behind, and
-// a later 4 KiB write into one writes back the whole folio). Where O_DIRECT
-// is refused (tmpfs) it writes through the page cache.
-func prewrite(ctx context.Context, path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0)
+// probeSegment creates a file of size bytes in dir the way the engine's
+// allocation service creates a segment — segfile.OpenOrCreate: a temporary
+// file, fallocated, with prewrite written with zeros (through the page
+// cache for a buffered descriptor, with O_DIRECT for a direct one: direct,
+// as uring-direct's segments), synced, renamed, the directory synced —
+// and returns it open (with O_DIRECT when direct). The caller removes it.
+func probeSegment(ctx context.Context, dir string, size int64, prewrite, direct bool) (*os.File, error) {
+	tmp, err := os.CreateTemp(dir, "mqbench-segment-*")
 	if err != nil {
-		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err != nil {
-			return fmt.Errorf("device: prewrite %s: %w", path, err)
-		}
+		return nil, fmt.Errorf("device: probe segment: %w", err)
 	}
-	defer f.Close()
-	// Aligned, zeroed, off-heap memory (O_DIRECT needs aligned buffers).
-	buf, err := unix.Mmap(-1, 0, prewriteChunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	name := tmp.Name()
+	tmp.Close()
+	if err := os.Remove(name); err != nil { // a unique name that OpenOrCreate creates
+		return nil, fmt.Errorf("device: probe segment: %w", err)
+	}
+	extra := 0
+	if direct {
+		extra = unix.O_DIRECT
+	}
+	f, _, err := segfile.OpenOrCreate(ctx, mappedfile.Spec{Path: name, SizeBytes: size, Prewrite: prewrite}, extra)
 	if err != nil {
-		return fmt.Errorf("device: prewrite buffer: %w", err)
+		os.Remove(name)
+		return nil, fmt.Errorf("device: probe segment: %w", err)
 	}
-	defer unix.Munmap(buf)
-	for off := int64(0); off < size; off += prewriteChunk {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("device: prewrite %s: %w", path, err)
-		}
-		n := min(int64(prewriteChunk), size-off)
-		if _, err := unix.Pwrite(int(f.Fd()), buf[:n], off); err != nil {
-			return fmt.Errorf("device: prewrite %s at %d: %w", path, off, err)
-		}
-	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return fmt.Errorf("device: prewrite %s: fdatasync: %w", path, err)
-	}
-	return nil
+	return f, nil
 }
 
-// CreateSegment measures what a store pays to make one new segment of
-// sizeBytes in dir, as the engine's allocation service does: create the
-// file, fallocate it, and — with prewrite — write zeros over all of it
-// with O_DIRECT, then fdatasync it and sync the directory. The time runs
-// from the create to the last sync; the file is removed afterwards
-// (untimed). A prewritten segment's time over its size is the background
-// write bandwidth prewriting costs.
-func CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewriteIt bool) (time.Duration, error) {
+// CreateSegment measures what the engine's allocation service pays to make
+// one segment of sizeBytes in dir (segfile.OpenOrCreate, its own code):
+// fallocated, or — with prewrite — written with zeros and synced, through
+// the page cache (the buffered backends' segments) or with O_DIRECT when
+// direct (uring-direct's). The time runs from the create to the directory
+// sync after the rename; the file is removed afterwards (untimed). A
+// pre-written segment's size over its time is the write bandwidth
+// pre-writing takes.
+func CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewrite, direct bool) (time.Duration, error) {
 	if sizeBytes <= 0 || sizeBytes%4096 != 0 {
 		return 0, fmt.Errorf("device: a segment of %d bytes: want a positive multiple of 4096: %w", sizeBytes, ErrInvalidArgument)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return 0, fmt.Errorf("device: segment probe: %w", err)
-	}
-	defer d.Close()
 	start := time.Now()
-	f, err := createProbeFile(dir, sizeBytes, 0)
+	f, err := probeSegment(ctx, dir, sizeBytes, prewrite, direct)
 	if err != nil {
 		return 0, err
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if prewriteIt {
-		if err := prewrite(ctx, f.Name(), sizeBytes); err != nil {
-			return 0, err
-		}
-	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return 0, fmt.Errorf("device: segment probe: fdatasync: %w", err)
-	}
-	if err := unix.Fsync(int(d.Fd())); err != nil {
-		return 0, fmt.Errorf("device: segment probe: sync %s: %w", dir, err)
-	}
-	return time.Since(start), nil
+	took := time.Since(start)
+	f.Close()
+	os.Remove(f.Name())
+	return took, nil
 }

@@ -21,6 +21,6 @@ func SyncLatency(context.Context, string, int, bool) ([]time.Duration, error) {
 }
 
 // CreateSegment returns an error wrapping ErrUnsupported outside Linux.
-func CreateSegment(context.Context, string, int64, bool) (time.Duration, error) {
+func CreateSegment(context.Context, string, int64, bool, bool) (time.Duration, error) {
 	return 0, errNotLinux
 }

@@ -352,10 +352,14 @@ const (
 	// file (data only, no extent conversion): the physical cost of one
 	// durable append.
 	LimitDeviceSyncPrewritten = "device-fdatasync-4k-prewritten"
-	// LimitSegmentFallocated and LimitSegmentPrewritten: the time to create
-	// one segment (p50; one per repeat) and its bytes over that time (MB/s).
-	LimitSegmentFallocated = "segment-create-fallocated"
-	LimitSegmentPrewritten = "segment-create-prewritten"
+	// LimitSegmentFallocated, LimitSegmentPrewritten (zeros through the page
+	// cache: the buffered backends) and LimitSegmentPrewrittenDirect
+	// (O_DIRECT zeros: uring-direct): the time to create one segment as
+	// the allocation service does (p50; one per repeat) and, pre-written,
+	// its bytes over that time (MB/s).
+	LimitSegmentFallocated       = "segment-create-fallocated"
+	LimitSegmentPrewritten       = "segment-create-prewritten"
+	LimitSegmentPrewrittenDirect = "segment-create-prewritten-direct"
 )
 
 // LimitRepeat is one measurement of a limit.
