@@ -89,24 +89,21 @@ func TestDurabilityFromTheRegistry(t *testing.T) {
 	}
 }
 
-// TestTunedBackendOptions: uring-direct with sync flush runs with PreZero
-// unless --backend-options names it; the cell says where its options came
-// from.
+// TestTunedBackendOptions: every backend runs with its defaults unless
+// --backend-options names it (uring-direct's sync cells say why the
+// defaults are its best), and the engine pre-writes the sync segments.
 func TestTunedBackendOptions(t *testing.T) {
 	o, err := storeOptions(StoreConfig{SegmentSizeBytes: 1 << 20}, "uring-direct", "sync")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, ok := o.BackendOptions.(*uring.Options); enginePrewrites != (o.BackendOptions == nil) || (!enginePrewrites && (!ok || !u.PreZero || !u.Direct)) {
-		t.Errorf("tuned uring-direct sync options %#v (the engine pre-writes segments: %v)", o.BackendOptions, enginePrewrites)
+	if _, why, _ := backendOptions(StoreConfig{}, "uring-direct", "sync"); o.BackendOptions != nil || !strings.Contains(why, "PrewriteSegments") {
+		t.Errorf("uring-direct sync: options %#v, why %q", o.BackendOptions, why)
 	}
-	if o, _ := storeOptions(StoreConfig{}, "uring-direct", "async"); o.BackendOptions != nil {
-		t.Errorf("uring-direct async tuned: %#v", o.BackendOptions)
-	}
-	given := StoreConfig{BackendOptions: map[string]string{"uring-direct": "{}"}}
+	given := StoreConfig{BackendOptions: map[string]string{"uring-direct": `{"PreZero": true}`}}
 	o, err = storeOptions(given, "uring-direct", "sync")
-	if u, ok := o.BackendOptions.(*uring.Options); err != nil || !ok || u.PreZero {
-		t.Errorf("--backend-options uring-direct={}: %#v, %v", o.BackendOptions, err)
+	if u, ok := o.BackendOptions.(*uring.Options); err != nil || !ok || !u.PreZero || !u.Direct {
+		t.Errorf("--backend-options uring-direct={PreZero}: %#v, %v", o.BackendOptions, err)
 	}
 	if _, why, _ := backendOptions(given, "uring-direct", "sync"); why != "given with --backend-options" {
 		t.Errorf("tuning %q", why)

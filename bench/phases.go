@@ -98,15 +98,31 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 	}
 	if !sys.peer {
 		c.Replication, c.HADelayNs = sys.replicationLabel(), sys.haDelay().Nanoseconds()
-		if o, err := storeOptions(sys.pol.Store, sys.backend, sys.pol.Flush); err == nil {
-			o.Role = replicationRole(sys.repl)
-			if c.Durability, err = storeDurabilitySemantics(o, sys.repl); err != nil {
-				c.Reason = err.Error()
-			}
-			_, c.Tuning, _ = backendOptions(sys.pol.Store, sys.backend, sys.pol.Flush)
-		}
+		c.Durability = cellDurability(sys, nil)
+		_, c.Tuning, _ = backendOptions(sys.pol.Store, sys.backend, sys.pol.Flush)
 	}
 	return c
+}
+
+// cellDurability is what a store cell's acknowledgement means: its
+// backend's statement for the cell's options (storeDurabilitySemantics),
+// and — once a repeat has recorded the store's effective options — whether
+// the engine pre-wrote its segments (PrewriteSegments, as Store.Options
+// resolved it).
+func cellDurability(sys system, recorded map[string]string) *runfile.Durability {
+	o, err := storeOptions(sys.pol.Store, sys.backend, sys.pol.Flush)
+	if err != nil {
+		return nil
+	}
+	o.Role = replicationRole(sys.repl)
+	d, err := storeDurabilitySemantics(o, sys.repl)
+	if err != nil {
+		return nil
+	}
+	if recorded["PrewriteSegments"] == "on" {
+		d.Mechanism += "; the engine pre-writes every segment before use (PrewriteSegments on): a durable write commits data only, no extent conversion"
+	}
+	return d
 }
 
 // job is one cell being measured: its repeats run interleaved with the
@@ -303,6 +319,7 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 		}
 		if options != nil {
 			c.Options = options
+			c.Durability = cellDurability(sys, options)
 		}
 		return rep
 	}

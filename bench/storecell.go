@@ -79,34 +79,19 @@ func backendOptions(s StoreConfig, backend, flush string) (any, string, error) {
 }
 
 // tunedBackendOptions is what mqbench runs a backend with when it is not
-// told otherwise: the backend's best settings where they are not its
-// defaults, and why (nil, "": the defaults are the best known).
-//
-// uring-direct with sync flush: PreZero. A durable commit is one
-// pwritev2(RWF_DSYNC) of its blocks (SyncMethod syscalls, the backend's
-// default and its fastest measured way); into fallocated, unwritten
-// extents that write also commits an extent conversion to the file
-// system's journal, which a pre-zeroed segment does not need (the
-// device probes show the difference: device-fdatasync-4k against
-// device-fdatasync-4k-prewritten). The zeros are written when the
-// allocation service creates the segment, ahead of use (their cost:
-// segment-create-prewritten). Async flush gains nothing from it (one
-// FSYNC per flush interval) and would pay the write bandwidth, so it is
-// off there.
-//
-// When the engine pre-writes segments itself (engine.Options has
-// PrewriteSegments, whose default is on for sync flush: every backend's
-// segments are written before use), PreZero would write them a second
-// time, so it is left off and the engine's setting is what the run
-// records (cells[].options.PrewriteSegments).
+// told otherwise, and why: the backend's best known settings. Every backend
+// runs with its own defaults today — they are the measured best — and the
+// reason is named where it matters: uring-direct with sync flush makes each
+// commit durable with one pwritev2(RWF_DSYNC) of its blocks (SyncMethod
+// syscalls, measured faster than through io_uring), into segments the
+// engine pre-writes for sync flush (Options.PrewriteSegments: no extent
+// conversion to commit with the data; the device limits device-fdatasync-4k
+// against device-fdatasync-4k-prewritten show what that is worth,
+// segment-create-prewritten-direct what it costs).
 func tunedBackendOptions(backend, flush string) (any, string) {
-	if backend == uring.NameDirect && flush == "sync" && enginePrewrites {
-		return nil, "mqbench's tuning: the backend's defaults (each durable commit one pwritev2 with RWF_DSYNC, SyncMethod syscalls) on segments " +
-			"the engine pre-writes (PrewriteSegments, on for sync flush), so a commit commits data only, no extent conversion"
-	}
 	if backend == uring.NameDirect && flush == "sync" {
-		return &uring.Options{Direct: true, PreZero: true}, "mqbench's tuning: PreZero (segments written with zeros before use, so each durable commit — " +
-			"one pwritev2 with RWF_DSYNC, the default SyncMethod — commits data only, no extent conversion); --backend-options uring-direct={} runs the defaults"
+		return nil, "mqbench's choice: the backend's defaults — each durable commit one pwritev2 with RWF_DSYNC (SyncMethod syscalls) — " +
+			"on segments the engine pre-writes for sync flush (PrewriteSegments), so a commit commits data only, no extent conversion"
 	}
 	return nil, ""
 }
@@ -250,11 +235,3 @@ func repeatOf(res load.Result, store *runfile.StoreCounters) runfile.Repeat {
 func failedRepeat(err error) runfile.Repeat {
 	return runfile.Repeat{Status: runfile.StatusFailed, Reason: err.Error()}
 }
-
-// enginePrewrites reports whether the engine has its own segment
-// pre-writing (engine.Options.PrewriteSegments): a field looked up by name
-// so that the harness follows the engine whether or not it has it.
-var enginePrewrites = func() bool {
-	_, ok := reflect.TypeFor[engine.Options]().FieldByName("PrewriteSegments")
-	return ok
-}()

@@ -115,8 +115,7 @@ type StoreConfig struct {
 	WarmSegments          bool          `json:"warmSegments,omitempty"`
 	LockSegments          bool          `json:"lockSegments,omitempty"`
 	// BackendOptions are backends' own options as JSON, by backend name
-	// (--backend-options): they replace mqbench's tuned settings for that
-	// backend ("{}": the backend's defaults).
+	// (--backend-options); a backend not named runs with its defaults.
 	BackendOptions map[string]string `json:"backendOptions,omitempty"`
 }
 

@@ -161,9 +161,9 @@ type Cell struct {
 	// both run on this machine), 0 for none.
 	Replication string `json:"replication,omitempty"`
 	HADelayNs   int64  `json:"haDelayNs,omitempty"`
-	// Tuning says where a backend's options came from when they are not
-	// its own defaults: mqbench's tuned settings (and why) or
-	// --backend-options. Options["BackendOptions"] holds them.
+	// Tuning says why the backend ran with its options: mqbench's choice
+	// and its reason, or --backend-options. Options["BackendOptions"]
+	// holds them.
 	Tuning    string `json:"tuning,omitempty"`
 	Target    string `json:"target,omitempty"`
 	Emulated  bool   `json:"emulated,omitempty"`

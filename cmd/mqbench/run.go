@@ -117,7 +117,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.StringVar(&cfg.SlaveDir, "slave-dir", "", "where the slaves' stores go (another device; default: beside the master's, in --dir)")
 	fs.DurationVar(&cfg.HADelay, "ha-delay", 0, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
 	var backendOpts multiFlag
-	fs.Var(&backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"PreZero\":false}' ({} runs the backend's defaults instead of mqbench's tuned settings)")
+	fs.Var(&backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
 	quiet := fs.Bool("quiet", false, "do not print the summary tables at the end")
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
