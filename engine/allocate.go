@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -16,6 +18,7 @@ import (
 // when asked, so a roll takes a ready file instead of waiting for fallocate.
 type allocator struct {
 	backend mappedfile.Backend
+	fs      storefs.FS
 	warm    mappedfile.WarmOptions
 	doWarm  bool
 	timeout time.Duration
@@ -40,9 +43,10 @@ type allocation struct {
 	err   error
 }
 
-func newAllocator(backend mappedfile.Backend, o Options) *allocator {
+func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options) *allocator {
 	a := &allocator{
 		backend:  backend,
+		fs:       fsys,
 		warm:     mappedfile.WarmOptions{Touch: true, FlushEveryPages: o.WarmFlushEveryPages, Lock: o.LockSegments, Advise: true},
 		doWarm:   o.WarmSegments,
 		prewrite: o.PrewriteSegments == PrewriteOn,
@@ -79,6 +83,12 @@ func (a *allocator) run() {
 	}
 }
 
+// create makes the segment at spec, empty and (when asked) warmed. A file
+// already there is a leftover of a creation that failed (every file present
+// at Open belongs to the CommitLog, and the log never reaches this offset
+// before this allocation): it is removed and made again. When the warm-up
+// fails (mlock over RLIMIT_MEMLOCK, say) the new file is removed too, so a
+// retried roll never opens it as an existing, full segment.
 func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
 	start := time.Now()
 	spec.Prewrite = a.prewrite
@@ -86,14 +96,38 @@ func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfil
 	if err != nil {
 		return nil, err
 	}
-	if a.doWarm && mf.WrotePosition() == 0 {
-		if err := mf.Warm(ctx, a.warm); err != nil {
+	if mf.WrotePosition() != 0 {
+		a.log.Warn("removing a leftover segment file before creating it again", slog.String("path", spec.Path))
+		if err := a.remove(mf); err != nil {
+			return nil, fmt.Errorf("create %s: remove a leftover: %w", spec.Path, err)
+		}
+		if mf, err = a.backend.Open(ctx, spec); err != nil {
+			return nil, err
+		}
+		if mf.WrotePosition() != 0 {
 			mf.Close()
-			return nil, fmt.Errorf("warm %s: %w", spec.Path, err)
+			return nil, fmt.Errorf("create %s: the file is not empty after being made again: %w", spec.Path, mappedfile.ErrInvalidArgument)
+		}
+	}
+	if a.doWarm {
+		if err := mf.Warm(ctx, a.warm); err != nil {
+			err = fmt.Errorf("warm %s: %w", spec.Path, err)
+			if rerr := a.remove(mf); rerr != nil {
+				return nil, fmt.Errorf("%w (and removing the file: %v)", err, rerr)
+			}
+			return nil, err
 		}
 	}
 	a.log.Debug("segment preallocated", slog.String("path", spec.Path), slog.Bool("prewrite", spec.Prewrite), slog.Duration("took", time.Since(start)))
 	return mf, nil
+}
+
+// remove deletes a segment file the allocator made, durably.
+func (a *allocator) remove(mf mappedfile.MappedFile) error {
+	if err := mf.Delete(); err != nil {
+		return err
+	}
+	return a.fs.SyncDir(filepath.Dir(mf.Path()))
 }
 
 // request queues the creation of spec unless it is already queued.

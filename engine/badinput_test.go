@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 // diskStore makes a closed mmap store with n messages in small segments.
@@ -184,12 +186,6 @@ func TestMissingConsumeQueuesAreRebuilt(t *testing.T) {
 }
 
 func TestReadOnlyStoreDirectory(t *testing.T) {
-	if os.Geteuid() == 0 {
-		// Root ignores permission bits: drop to nobody in a child process.
-		if _, err := exec.LookPath("setpriv"); err != nil {
-			t.Skip("needs a non-root user (setpriv not found to drop root)")
-		}
-	}
 	dir, o, _ := diskStore(t, 50)
 	if os.Geteuid() != 0 {
 		if err := os.Chmod(dir, 0o500); err != nil {
@@ -202,41 +198,55 @@ func TestReadOnlyStoreDirectory(t *testing.T) {
 		}
 		return
 	}
-	// As root: the same check in a child running as nobody.
+	// Root ignores permission bits: the same check in a child running as
+	// nobody (TestMain runs readOnlyHelper there). The test binary is copied
+	// where nobody can run it.
 	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", os.Args[0], "-test.run=^TestReadOnlyHelper$")
-	cmd.Env = append(os.Environ(), "MQSTORE_RO_DIR="+dir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "cannot execute") || strings.Contains(string(out), "Permission denied") && !strings.Contains(string(out), "helper") {
-			t.Skipf("cannot run the test binary as nobody: %s", out)
-		}
-		t.Fatalf("read-only helper: %v\n%s", err, out)
+	binDir := t.TempDir()
+	if err := os.Chmod(binDir, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), "PASS") {
-		t.Fatalf("helper did not run: %s", out)
+	exe := filepath.Join(binDir, "engine.test")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), "MQSTORE_RO_DIR="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), readOnlyHelperOK) {
+		t.Fatalf("read-only helper as nobody: %v\n%s", err, out)
 	}
 }
 
-// TestReadOnlyHelper runs as an unprivileged user on a store it cannot write.
-func TestReadOnlyHelper(t *testing.T) {
-	dir := os.Getenv("MQSTORE_RO_DIR")
-	if dir == "" {
-		t.Skip("run by TestReadOnlyStoreDirectory")
-	}
-	before := listAll(t, dir)
+// readOnlyHelperOK is what readOnlyHelper prints when the check passed.
+const readOnlyHelperOK = "read-only helper: refused with a permission error, nothing changed"
+
+// readOnlyHelper runs, as an unprivileged user, the check of
+// TestReadOnlyStoreDirectory on a store it cannot write; it returns the
+// process exit code.
+func readOnlyHelper(dir string) int {
+	before := listAll(dir)
 	_, err := Open(context.Background(), dir, Options{Logger: quietLogger})
 	if err == nil || !errors.Is(err, os.ErrPermission) {
-		t.Fatalf("helper: open of a store this user cannot write: %v", err)
+		fmt.Printf("read-only helper: open of a store this user cannot write: %v\n", err)
+		return 1
 	}
-	if after := listAll(t, dir); after != before {
-		t.Fatal("helper: the refused open changed the directory")
+	if after := listAll(dir); after != before {
+		fmt.Println("read-only helper: the refused open changed the directory")
+		return 1
 	}
+	fmt.Println(readOnlyHelperOK)
+	return 0
 }
 
-func listAll(t *testing.T, dir string) string {
+func listAll(dir string) string {
 	var b strings.Builder
 	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
 		if err == nil {
@@ -255,9 +265,14 @@ func TestRetention(t *testing.T) {
 	o.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	o.FileReservedTime = time.Hour
 	o.CleanInterval = time.Hour // passes are run by hand below
+	// The disk is not full, whatever this machine's disk holds.
+	o.diskUsed = func(string) (float64, error) { return 10, nil }
 	s := openStore(t, t.TempDir(), o)
 	defer s.Close()
 	res := putN(t, s, "R", 1, 800, 300, nil)
+	if _, err := s.flushOnce(ctx, 0, false); err != nil { // retention deletes only flushed segments
+		t.Fatal(err)
+	}
 	segs := s.log.queue.Len()
 	if segs < 4 {
 		t.Fatalf("%d segments", segs)
@@ -306,40 +321,13 @@ func TestRetention(t *testing.T) {
 	}
 }
 
-func TestRetentionWhenDiskFull(t *testing.T) {
-	ctx := context.Background()
-	o := smallLogicsOptions(Options{Backend: "mmap"})
-	o.DiskMaxUsedRatio = 1 // any real disk is fuller than 1 %
-	o.DeleteWhen = "25"
-	if _, err := Open(ctx, t.TempDir(), o); err == nil || !errors.Is(err, ErrInvalidOption) {
-		t.Fatalf("DeleteWhen 25: %v", err)
-	}
-	o.DeleteWhen = "3"
-	o.now = func() time.Time { return time.Date(2026, 1, 1, 12, 0, 0, 0, time.Local) }
-	o.CleanInterval = time.Hour
-	dir := t.TempDir()
-	if used, err := diskUsedPercent(dir); err != nil || used <= 1 {
-		t.Skipf("the disk must be more than 1 %% full for this test (used %.2f%%, %v)", used, err)
-	}
-	s := openStore(t, dir, o)
-	defer s.Close()
-	putN(t, s, "D", 1, 500, 300, nil)
-	segs := s.log.queue.Len()
-	n, err := s.CleanExpired(ctx)
-	if err != nil || n != segs-1 {
-		t.Fatalf("clean of a full disk: %d %v; want %d", n, err, segs-1)
-	}
-}
-
 // TestNoSpaceOnARealFilesystem fills a tiny loop-device file system: the Put
 // fails cleanly, what was stored stays readable and the store reopens.
 func TestNoSpaceOnARealFilesystem(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to make and mount a loop-device file system")
-	}
+	testenv.NeedRoot(t, "to make and mount a loop-device file system")
 	for _, tool := range []string{"mkfs.ext4", "mount", "umount", "losetup"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
+			testenv.Skip(t, testenv.Loop, "%s is not installed", tool)
 		}
 	}
 	img := filepath.Join(t.TempDir(), "fs.img")
@@ -351,10 +339,10 @@ func TestNoSpaceOnARealFilesystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		t.Skipf("mkfs.ext4: %v %s", err, out)
+		testenv.Skip(t, testenv.Loop, "mkfs.ext4: %v %s", err, out)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a loop device here: %v %s", err, out)
+		testenv.Skip(t, testenv.Loop, "cannot mount a loop device here: %v %s", err, out)
 	}
 	defer func() {
 		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
@@ -392,5 +380,33 @@ func TestNoSpaceOnARealFilesystem(t *testing.T) {
 	rep, err := s.Verify(ctx)
 	if err != nil || len(rep.Problems) != 0 || rep.Records < int64(len(stored)) {
 		t.Fatalf("reopen after ENOSPC: %v records %d (stored %d) problems %v", err, rep.Records, len(stored), rep.Problems)
+	}
+}
+
+// TestDiskUsedPercentIsWhatDfShows: retention's "disk full" is df's Use%
+// (used over used plus available), not 1 − available/total, which counts
+// the blocks reserved for root as used (on this machine's file system that
+// read 76 % for a disk df showed 35 % full, and retention deleted data).
+func TestDiskUsedPercentIsWhatDfShows(t *testing.T) {
+	dir := t.TempDir()
+	out, err := exec.Command("df", "-P", dir).Output()
+	if err != nil {
+		t.Fatalf("df: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	fields := strings.Fields(lines[len(lines)-1])
+	if len(fields) < 5 || !strings.HasSuffix(fields[4], "%") {
+		t.Fatalf("df -P output: %q", out)
+	}
+	dfPercent, err := strconv.ParseFloat(strings.TrimSuffix(fields[4], "%"), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := diskUsedPercent(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got > dfPercent+0.5 || got < dfPercent-1.5 { // df rounds up; the disk may change a little between the two
+		t.Fatalf("diskUsedPercent = %.2f, df says %v%%", got, dfPercent)
 	}
 }

@@ -2,11 +2,15 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
 	"testing"
+
+	"github.com/mqstore/mqstore/internal/testenv"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // benchBackends are the backends the Put benchmarks compare: every
@@ -34,8 +38,11 @@ func benchPut(b *testing.B, backend string, mode FlushMode, producers, size int)
 	ctx := context.Background()
 	o := Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: 256 << 20, Logger: quietLogger}
 	s, err := Open(ctx, b.TempDir(), o)
+	if errors.Is(err, mappedfile.ErrUnsupported) {
+		testenv.Skip(b, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
+	}
 	if err != nil {
-		b.Skipf("backend %s: %v", backend, err)
+		b.Fatalf("backend %s: %v", backend, err)
 	}
 	defer s.Close()
 	msgs := make([]*Message, producers)
@@ -93,7 +100,7 @@ func BenchmarkGet(b *testing.B) {
 		b.Run("path="+path, func(b *testing.B) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
-				b.Skip(err)
+				b.Fatal(err)
 			}
 			defer ln.Close()
 			done := make(chan struct{})

@@ -64,18 +64,26 @@ type encodeBuffer struct {
 // EncodeAt writes the record's TOTALSIZE last, in one store. The space it
 // writes into is zeros (a new or truncated segment) and a zero TOTALSIZE is
 // where recovery sees the data end: so a process killed in the middle of
-// the copy or the patch (its stores stay in the page cache, in program
-// order) leaves no record, rather than a valid-looking one whose
+// the copy (its stores stay in the page cache, in program order) leaves no
+// record, rather than a valid-looking one whose
 // STORETIMESTAMP or tail was never written — BODYCRC covers only the body.
 // (The likely cause of a CI SIGKILL trial whose last record, otherwise
 // valid, the index could not find at its time.)
+//
+// The three fields known only under the lock are patched in the encode
+// buffer, before the copy: every byte of dst is written once, with its
+// final value. (Patching dst after the copy let the kernel write a page back
+// between the two: after a power loss a record that was never acknowledged
+// could come back, valid, with STORETIMESTAMP 0, when it spans two pages
+// and the one holding TOTALSIZE was written back last.)
 func (e *encodeBuffer) EncodeAt(dst []byte, filePos int64) error {
 	const sizeEnd = record.OffTotalSize + 4
-	copy(dst[sizeEnd:], e.buf[sizeEnd:e.size])
-	record.Patch(dst, e.queueOffset, e.fromOffset+filePos, e.storeTimestamp)
+	rec := e.buf[:e.size]
+	record.Patch(rec, e.queueOffset, e.fromOffset+filePos, e.storeTimestamp)
+	copy(dst[sizeEnd:], rec[sizeEnd:])
 	// One 32-bit store (unaligned stores are single instructions on the
 	// architectures Go's mmap backends run on).
-	*(*uint32)(unsafe.Pointer(&dst[record.OffTotalSize])) = *(*uint32)(unsafe.Pointer(&e.buf[record.OffTotalSize]))
+	*(*uint32)(unsafe.Pointer(&dst[record.OffTotalSize])) = *(*uint32)(unsafe.Pointer(&rec[record.OffTotalSize]))
 	return nil
 }
 
@@ -124,6 +132,11 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queue
 	if remaining := mf.SizeBytes() - mf.WrotePosition(); int64(e.size)+record.BlankSize > remaining {
 		// RocketMQ's END_FILE: the record does not fit with room for a
 		// blank after it, so the rest of the segment becomes the blank.
+		if remaining < record.BlankSize {
+			// Every append leaves room for the blank: the segment is not
+			// what this log wrote.
+			return res, fmt.Errorf("segment %s has %d bytes left, too few for the end-of-segment blank: %w", mf.Path(), remaining, mappedfile.ErrInvalidArgument)
+		}
 		if _, err := mf.Append(int(remaining), c.blank); err != nil {
 			return res, fmt.Errorf("write blank at the end of %s: %w", mf.Path(), err)
 		}

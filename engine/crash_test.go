@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -24,6 +23,7 @@ var (
 	crashTrials = flag.Int("crash.trials", 1000, "simulated power-loss trials in TestSimulatedPowerLoss")
 	crashSeed   = flag.Uint64("crash.seed", 0, "run only this trial seed (0: trials 1..crash.trials)")
 	killTrials  = flag.Int("kill.trials", 1000, "simulated process-kill trials in TestSimulatedKill")
+	chainTrials = flag.Int("chain.trials", 200, "trials of each chained kind: TestSimulatedKillRestartPowerLoss, TestSimulatedPowerLossDuringRecovery")
 )
 
 var debugHook func(*Store)
@@ -31,6 +31,11 @@ var debugHook func(*Store)
 // partialScans counts trials whose recovering [0] and clean [1] reopen
 // scanned from a later segment than the log's first.
 var partialScans [2]atomic.Int64
+
+// recoveryCrashes counts powerLossDuringRecovery trials whose armed power
+// loss hit the recovering Open [0] (it failed) or came after it returned,
+// in a background service [1].
+var recoveryCrashes [2]atomic.Int64
 
 // written is what the test knows about a message it put.
 type written struct {
@@ -46,17 +51,40 @@ type written struct {
 	properties     string // as encoded
 }
 
+// trialKind is the sequence of failures a trial inflicts.
+type trialKind int
+
+const (
+	// powerLoss: a workload, then a power loss (MemFS.Crash).
+	powerLoss trialKind = iota
+	// processKill: a workload, then the process dies (MemFS.Kill): the page
+	// cache survives, so every committed record must be there.
+	processKill
+	// killRestartPowerLoss: a kill, a recovering restart, more Puts, then a
+	// power loss: what the restarted store claimed durable must survive —
+	// including what the dead process left in the page cache unsynced.
+	killRestartPowerLoss
+	// powerLossDuringRecovery: a kill or a power loss, then a power loss in
+	// the middle of the recovering Open (at a random one of its file system
+	// operations), then a clean recovery.
+	powerLossDuringRecovery
+)
+
+var trialNames = [...]string{"SimulatedPowerLoss", "SimulatedKill", "SimulatedKillRestartPowerLoss", "SimulatedPowerLossDuringRecovery"}
+
 // TestSimulatedPowerLoss runs seeded random workloads on the in-memory file
-// system, cuts the power at a random point (keeping only flushed bytes plus
-// a random torn tail), reopens, and checks the store's promises:
-// every message acknowledged under sync flush is present and identical; the
-// recovered CommitLog is a prefix of what was written; ConsumeQueues and the
-// index agree with it; queue offsets continue without gaps.
+// system, cuts the power at a random point (keeping only synced bytes and
+// synced directory entries, plus a random torn write-back), reopens, and
+// checks the store's promises: every message acknowledged under sync flush
+// and every record below the flushed offset the store reported is present
+// and identical; the recovered CommitLog is a prefix of what was written;
+// ConsumeQueues and the index agree with it; queue offsets continue without
+// gaps.
 //
 //	go test ./engine -run SimulatedPowerLoss -crash.trials 100000
 //	go test ./engine -run SimulatedPowerLoss -crash.seed 1234 -v
 func TestSimulatedPowerLoss(t *testing.T) {
-	runCrashTrials(t, *crashTrials, "SimulatedPowerLoss", false)
+	runCrashTrials(t, *crashTrials, powerLoss)
 }
 
 // TestSimulatedKill is TestSimulatedPowerLoss for a killed process on a
@@ -68,10 +96,30 @@ func TestSimulatedPowerLoss(t *testing.T) {
 //
 //	go test ./engine -run SimulatedKill -kill.trials 100000
 func TestSimulatedKill(t *testing.T) {
-	runCrashTrials(t, *killTrials, "SimulatedKill", true)
+	runCrashTrials(t, *killTrials, processKill)
 }
 
-func runCrashTrials(t *testing.T, trials int, name string, kill bool) {
+// TestSimulatedKillRestartPowerLoss chains a kill, a recovering restart
+// with more Puts, and a power loss. The restarted store claims durable
+// (its flushed offset, sync acknowledgements) bytes the dead process only
+// left in the page cache: recovery must have synced them.
+//
+//	go test ./engine -run SimulatedKillRestartPowerLoss -chain.trials 10000
+func TestSimulatedKillRestartPowerLoss(t *testing.T) {
+	runCrashTrials(t, *chainTrials, killRestartPowerLoss)
+}
+
+// TestSimulatedPowerLossDuringRecovery crashes (kill or power loss), then
+// cuts the power again at a random file system operation of the recovering
+// Open, then recovers for good: recovery must leave a recoverable store at
+// every step.
+//
+//	go test ./engine -run SimulatedPowerLossDuringRecovery -chain.trials 10000
+func TestSimulatedPowerLossDuringRecovery(t *testing.T) {
+	runCrashTrials(t, *chainTrials, powerLossDuringRecovery)
+}
+
+func runCrashTrials(t *testing.T, trials int, kind trialKind) {
 	if testing.Short() {
 		trials = min(trials, 100)
 	}
@@ -81,9 +129,9 @@ func runCrashTrials(t *testing.T, trials int, name string, kill bool) {
 	}
 	violations := 0
 	for seed := first; seed <= last; seed++ {
-		if err := crashTrial(t, seed, kill); err != nil {
+		if err := crashTrial(t, seed, kind); err != nil {
 			violations++
-			t.Errorf("seed %d: %v (rerun: go test ./engine -run %s -crash.seed %d -v)", seed, err, name, seed)
+			t.Errorf("seed %d: %v (rerun: go test ./engine -run %s -crash.seed %d -v)", seed, err, trialNames[kind], seed)
 			if violations >= 5 {
 				t.Fatalf("stopping after %d violations", violations)
 			}
@@ -91,9 +139,55 @@ func runCrashTrials(t *testing.T, trials int, name string, kill bool) {
 	}
 	t.Logf("%d trials, %d violations; the recovering open scanned from a later segment than the log's first in %d, the clean reopen in %d",
 		last-first+1, violations, partialScans[0].Swap(0), partialScans[1].Swap(0))
+	if kind == powerLossDuringRecovery {
+		t.Logf("the second power loss hit the recovering open in %d trials, a background service after it in %d",
+			recoveryCrashes[0].Swap(0), recoveryCrashes[1].Swap(0))
+	}
 }
 
-func crashTrial(t *testing.T, seed uint64, kill bool) error {
+// crashWorkload puts 1–120 random messages (keys, tags, sizes) and returns
+// what it wrote.
+func crashWorkload(ctx context.Context, s *Store, rng *rand.Rand, seed uint64, phase string, ticks *atomic.Int64, queues int) ([]written, error) {
+	puts := 1 + rng.IntN(120)
+	sync := s.opts.FlushMode == FlushSync
+	var msgs []written
+	for i := 0; i < puts; i++ {
+		uniq := fmt.Sprintf("u%d-%s%d", seed, phase, i)
+		m := &Message{Topic: []string{"A", "Bb", "TopicC"}[rng.IntN(3)], QueueID: int32(rng.IntN(queues)),
+			Body: randomBytes(rng, rng.IntN(1500))}
+		m.Properties = append(m.Properties, Property{Name: "UNIQ_KEY", Value: uniq})
+		if rng.IntN(2) == 0 {
+			m.Properties = append(m.Properties, Property{Name: "TAGS", Value: []string{"x", "y"}[rng.IntN(2)]})
+		}
+		if rng.IntN(3) == 0 {
+			m.Properties = append(m.Properties, Property{Name: "KEYS", Value: fmt.Sprintf("k%d k%d", i, i%7)})
+		}
+		ticks.Add(1)
+		res, err := s.Put(ctx, m)
+		if err != nil && res.Status != FlushDiskTimeout {
+			return msgs, fmt.Errorf("put %s%d: %w", phase, i, err)
+		}
+		msgs = append(msgs, written{key: queueKey{m.Topic, m.QueueID}, queueOffset: res.QueueOffset, physical: res.PhysicalOffset,
+			size: res.Size, bodyCRC: crc32.ChecksumIEEE(m.Body), uniq: uniq, storeTimestamp: res.StoreTimestamp, properties: encodedProperties(m),
+			acknowledged: sync && res.Status == PutOK})
+	}
+	// Let the background services run a little, at random.
+	if d := rng.IntN(4); d > 0 {
+		time.Sleep(time.Duration(d) * time.Millisecond)
+	}
+	return msgs, nil
+}
+
+// reopenAfter closes the dead store (its files are gone: this only stops
+// its goroutines and drops the lock) and restarts the file system.
+func reopenAfter(s *Store, fs *mappedfile.MemFS) {
+	if s != nil {
+		s.Close()
+	}
+	fs.Restart()
+}
+
+func crashTrial(t *testing.T, seed uint64, kind trialKind) error {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	buffered := rng.IntN(2) == 0
@@ -128,34 +222,20 @@ func crashTrial(t *testing.T, seed uint64, kill bool) error {
 		return fmt.Errorf("open: %w", err)
 	}
 	queues := 1 + rng.IntN(4)
-	puts := 1 + rng.IntN(120)
-	var msgs []written
-	for i := 0; i < puts; i++ {
-		m := &Message{Topic: []string{"A", "Bb", "TopicC"}[rng.IntN(3)], QueueID: int32(rng.IntN(queues)),
-			Body: randomBytes(rng, rng.IntN(1500))}
-		m.Properties = append(m.Properties, Property{Name: "UNIQ_KEY", Value: fmt.Sprintf("u%d-%d", seed, i)})
-		if rng.IntN(2) == 0 {
-			m.Properties = append(m.Properties, Property{Name: "TAGS", Value: []string{"x", "y"}[rng.IntN(2)]})
-		}
-		if rng.IntN(3) == 0 {
-			m.Properties = append(m.Properties, Property{Name: "KEYS", Value: fmt.Sprintf("k%d k%d", i, i%7)})
-		}
-		ticks.Add(1)
-		res, err := s.Put(ctx, m)
-		if err != nil && res.Status != FlushDiskTimeout {
-			s.Close()
-			return fmt.Errorf("put %d: %w", i, err)
-		}
-		msgs = append(msgs, written{key: queueKey{m.Topic, m.QueueID}, queueOffset: res.QueueOffset, physical: res.PhysicalOffset,
-			size: res.Size, bodyCRC: crc32.ChecksumIEEE(m.Body), uniq: fmt.Sprintf("u%d-%d", seed, i), storeTimestamp: res.StoreTimestamp, properties: encodedProperties(m),
-			acknowledged: mode == FlushSync && res.Status == PutOK})
+	msgs, err := crashWorkload(ctx, s, rng, seed, "", &ticks, queues)
+	if err != nil {
+		s.Close()
+		return err
 	}
-	// Let the background services run a little, at random, then cut the power.
-	if d := rng.IntN(4); d > 0 {
-		time.Sleep(time.Duration(d) * time.Millisecond)
-	}
+	// Every record below the flushed offset the store reported is a
+	// durability promise, whatever the flush mode.
+	claimed := s.FlushedOffset()
 	tail := mappedfile.TornTail(rng.IntN(4))
-	if kill {
+	what := fmt.Sprintf("tail %v, %d puts, flush %v, buffered %v", tail, len(msgs), mode, buffered)
+	switch kind {
+	case powerLoss:
+		fs.Crash(tail, rng)
+	case processKill:
 		// A killed process leaves every committed byte in the page cache: with
 		// write-through files every Put that returned is there.
 		fs.Kill()
@@ -164,24 +244,19 @@ func crashTrial(t *testing.T, seed uint64, kill bool) error {
 				msgs[i].mustSurvive = true
 			}
 		}
-	} else {
-		fs.Crash(tail, rng)
-	}
-	checkpoint, _ := os.ReadFile(filepath.Join(dir, checkpointFileName))
-	s.Close() // the files are dead: this only stops goroutines and drops the lock
-	if checkpoint != nil {
-		if err := os.WriteFile(filepath.Join(dir, checkpointFileName), checkpoint, 0o644); err != nil {
+		what = fmt.Sprintf("kill, %d puts, flush %v, buffered %v", len(msgs), mode, buffered)
+	case killRestartPowerLoss:
+		if msgs, claimed, what, err = killRestartThenPowerLoss(ctx, trialStore{s, fs, dir, o, rng, seed, &ticks, queues}, msgs, what, tail); err != nil {
 			return err
 		}
+		s = nil
+	case powerLossDuringRecovery:
+		if what, err = powerLossInRecovery(ctx, trialStore{s, fs, dir, o, rng, seed, &ticks, queues}, what, tail); err != nil {
+			return err
+		}
+		s = nil
 	}
-	if err := os.WriteFile(filepath.Join(dir, abortFileName), nil, 0o644); err != nil {
-		return err
-	}
-
-	what := fmt.Sprintf("tail %v, %d puts, flush %v, buffered %v", tail, puts, mode, buffered)
-	if kill {
-		what = fmt.Sprintf("kill, %d puts, flush %v, buffered %v", puts, mode, buffered)
-	}
+	reopenAfter(s, fs)
 	s, err = Open(ctx, dir, o)
 	if err != nil {
 		return fmt.Errorf("reopen after a crash (%s): %w", what, err)
@@ -192,7 +267,7 @@ func crashTrial(t *testing.T, seed uint64, kill bool) error {
 	if s.recoveredFrom > s.MinOffset() {
 		partialScans[0].Add(1)
 	}
-	n, err := checkRecovered(ctx, s, msgs)
+	n, err := checkRecovered(ctx, s, msgs, claimed)
 	if err != nil {
 		s.Close()
 		return fmt.Errorf("%s: %w", what, err)
@@ -213,6 +288,86 @@ func crashTrial(t *testing.T, seed uint64, kill bool) error {
 		return fmt.Errorf("%s: after a clean reopen (%d records recovered): %w", what, n, err)
 	}
 	return nil
+}
+
+// trialStore is what the chained failures of a trial act on.
+type trialStore struct {
+	s      *Store
+	fs     *mappedfile.MemFS
+	dir    string
+	o      Options
+	rng    *rand.Rand
+	seed   uint64
+	ticks  *atomic.Int64
+	queues int
+}
+
+// killRestartThenPowerLoss kills the store, restarts it (recovery), puts
+// more messages, and cuts the power. It returns the messages the log should
+// now begin with, the flushed offset the restarted store reported, and what
+// happened; the store is dead.
+func killRestartThenPowerLoss(ctx context.Context, ts trialStore, msgs []written, what string, tail mappedfile.TornTail) ([]written, int64, string, error) {
+	ts.fs.Kill()
+	reopenAfter(ts.s, ts.fs)
+	s, err := Open(ctx, ts.dir, ts.o)
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("reopen after a kill (%s): %w", what, err)
+	}
+	n, err := checkRecoveredPrefix(ctx, s, msgs, 0)
+	if err != nil {
+		s.Close()
+		return nil, 0, "", fmt.Errorf("after the kill: %w", err)
+	}
+	more, err := crashWorkload(ctx, s, ts.rng, ts.seed, "b", ts.ticks, ts.queues)
+	if err != nil {
+		s.Close()
+		return nil, 0, "", fmt.Errorf("after the kill and restart: %w", err)
+	}
+	claimed := s.FlushedOffset()
+	ts.fs.Crash(tail, ts.rng)
+	reopenAfter(s, ts.fs)
+	what = fmt.Sprintf("kill (%s) leaving %d records, restart, %d puts, power loss with that tail", what, n, len(more))
+	return append(msgs[:n], more...), claimed, what, nil
+}
+
+// powerLossInRecovery kills the store or cuts its power, then cuts the
+// power again at a random file system operation of the recovering Open
+// (counted on a copy of the file system). The store is dead after it.
+func powerLossInRecovery(ctx context.Context, ts trialStore, what string, tail mappedfile.TornTail) (string, error) {
+	first := "power loss"
+	if ts.rng.IntN(2) == 0 {
+		ts.fs.Kill()
+		first = "kill"
+	} else {
+		ts.fs.Crash(tail, ts.rng)
+	}
+	reopenAfter(ts.s, ts.fs)
+	// How many file system operations the recovering Open makes: run it on
+	// a copy.
+	clone := ts.fs.Clone()
+	oc := ts.o
+	oc.BackendImpl = clone
+	before := clone.Ops()
+	sc, err := Open(ctx, ts.dir, oc)
+	if err != nil {
+		return "", fmt.Errorf("recovering open after a %s (%s), on a copy: %w", first, what, err)
+	}
+	ops := clone.Ops() - before
+	sc.Close()
+	at := 1 + ts.rng.Int64N(max(ops, 1))
+	tail2 := mappedfile.TornTail(ts.rng.IntN(4))
+	ts.fs.ArmCrash(at, tail2, ts.rng)
+	if s, err := Open(ctx, ts.dir, ts.o); err == nil {
+		s.Close() // the crash came after Open's last operation (a background service's)
+		recoveryCrashes[1].Add(1)
+	} else {
+		recoveryCrashes[0].Add(1)
+	}
+	if ts.fs.Disarm() {
+		ts.fs.Crash(tail2, ts.rng) // never reached: crash now
+	}
+	reopenAfter(nil, ts.fs)
+	return fmt.Sprintf("%s (%s), then a power loss at operation %d of %d of the recovering open with tail %v", first, what, at, ops, tail2), nil
 }
 
 // verifyClean runs Verify and turns its problems into an error.
@@ -236,17 +391,20 @@ func randomBytes(rng *rand.Rand, n int) []byte {
 }
 
 // checkRecovered verifies a reopened store against what was written and
-// returns how many messages it holds.
-func checkRecovered(ctx context.Context, s *Store, msgs []written) (int, error) {
-	n, err := checkRecoveredRecords(ctx, s, msgs)
+// returns how many messages it holds. Every record ending at or below
+// claimed was reported durable (the flushed offset) and must be there.
+func checkRecovered(ctx context.Context, s *Store, msgs []written, claimed int64) (int, error) {
+	n, err := checkRecoveredRecords(ctx, s, msgs, claimed)
 	if err != nil {
 		return n, err
 	}
 	return n, verifyClean(ctx, s)
 }
 
-func checkRecoveredRecords(ctx context.Context, s *Store, msgs []written) (int, error) {
-	// The recovered log is a prefix of the written messages, in order.
+// checkRecoveredPrefix checks that the recovered log is a prefix of the
+// written messages, in order and byte for byte, holding every one that
+// must survive, and returns its length.
+func checkRecoveredPrefix(ctx context.Context, s *Store, msgs []written, claimed int64) (int, error) {
 	var recovered []record.Record
 	if _, err := s.Scan(ctx, s.MinOffset(), func(_ int64, rec []byte, r *record.Record) error {
 		if r != nil {
@@ -275,22 +433,36 @@ func checkRecoveredRecords(ctx context.Context, s *Store, msgs []written) (int, 
 		}
 	}
 	for i := len(recovered); i < len(msgs); i++ {
-		if msgs[i].acknowledged || msgs[i].mustSurvive {
+		w := msgs[i]
+		switch {
+		case w.acknowledged || w.mustSurvive:
 			return len(recovered), fmt.Errorf("message %d (queue %s/%d offset %d at %d) was acknowledged under sync flush or committed before a kill, but is lost; %d of %d recovered",
-				i, msgs[i].key.topic, msgs[i].key.queueID, msgs[i].queueOffset, msgs[i].physical, len(recovered), len(msgs))
+				i, w.key.topic, w.key.queueID, w.queueOffset, w.physical, len(recovered), len(msgs))
+		case w.physical+int64(w.size) <= claimed:
+			return len(recovered), fmt.Errorf("message %d (queue %s/%d offset %d at %d) ends below the flushed offset %d the store reported, but is lost; %d of %d recovered",
+				i, w.key.topic, w.key.queueID, w.queueOffset, w.physical, claimed, len(recovered), len(msgs))
 		}
 	}
+	return len(recovered), nil
+}
+
+func checkRecoveredRecords(ctx context.Context, s *Store, msgs []written, claimed int64) (int, error) {
+	n, err := checkRecoveredPrefix(ctx, s, msgs, claimed)
+	if err != nil {
+		return n, err
+	}
+	recovered := msgs[:n]
 	// ConsumeQueues agree with the CommitLog and have no gap.
 	perQueue := map[queueKey]int64{}
-	for i := range recovered {
-		w := msgs[i]
+	for _, w := range recovered {
 		res, err := s.Get(ctx, "check", w.key.topic, w.key.queueID, w.queueOffset, 1, nil)
 		if err != nil {
 			return len(recovered), err
 		}
 		if res.Status != Found || res.Messages[0].PhysicalOffset != w.physical || int(res.Messages[0].Size) != w.size {
 			res.Release()
-			return len(recovered), fmt.Errorf("consume queue %s/%d offset %d: %v, want the record at %d", w.key.topic, w.key.queueID, w.queueOffset, res.Status, w.physical)
+			return len(recovered), fmt.Errorf("consume queue %s/%d offset %d: %v (queue [%d, %d)), want the record at %d",
+				w.key.topic, w.key.queueID, w.queueOffset, res.Status, res.MinOffset, res.MaxOffset, w.physical)
 		}
 		res.Release()
 		perQueue[w.key]++
@@ -361,10 +533,7 @@ func TestRecoveryAfterTheClockSteppedBack(t *testing.T) {
 		t.Fatalf("%d segments; the test needs the post-step records to span several", segs)
 	}
 	fs.Crash(mappedfile.TornNone, nil)
-	s.Close()
-	if err := os.WriteFile(filepath.Join(dir, abortFileName), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	reopenAfter(s, fs)
 	s = openStore(t, dir, o)
 	defer s.Close()
 	if from := s.RecoveredFrom(); from > after[0].PhysicalOffset {

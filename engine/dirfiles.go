@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,11 +14,14 @@ import (
 
 	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/indexfile"
-	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/engine/storefs"
 	"golang.org/x/sys/unix"
 )
 
-// The files at the root of a store directory (FORMAT.md "Directory").
+// The files at the root of a store directory (FORMAT.md "Directory"). The
+// lock file is a real file in the OS whatever the backend (flock is about
+// processes); the others go through the store's storefs.FS, so an in-memory
+// store's crash model covers them too.
 const (
 	lockFileName       = "lock"
 	abortFileName      = "abort"
@@ -77,6 +81,7 @@ func (l *dirLock) unlock() error {
 // and index entries were durable — recovery after a crash scans from the
 // segment holding it, whatever the clock did. 0 means unknown.
 type checkpoint struct {
+	fs            storefs.FS
 	path          string
 	physic        atomic.Int64
 	logics        atomic.Int64
@@ -86,10 +91,10 @@ type checkpoint struct {
 	existed       bool
 }
 
-func loadCheckpoint(dir string) (*checkpoint, error) {
-	c := &checkpoint{path: filepath.Join(dir, checkpointFileName)}
-	b, err := os.ReadFile(c.path)
-	if errors.Is(err, os.ErrNotExist) {
+func loadCheckpoint(fsys storefs.FS, dir string) (*checkpoint, error) {
+	c := &checkpoint{fs: fsys, path: filepath.Join(dir, checkpointFileName)}
+	b, err := fsys.ReadFile(c.path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}
 	if err != nil {
@@ -133,30 +138,7 @@ func (c *checkpoint) write() error {
 	binary.BigEndian.PutUint64(b[16:], uint64(c.index.Load()))
 	binary.BigEndian.PutUint64(b[24:], uint64(c.flushedOffset.Load()))
 	binary.BigEndian.PutUint64(b[32:], uint64(c.logicsOffset.Load()))
-	return writeFileDurably(c.path, b)
-}
-
-func writeFileDurably(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", path, err)
-	}
-	return segfile.SyncDir(filepath.Dir(path))
+	return storefs.WriteFileAtomic(c.fs, c.path, b)
 }
 
 // storeParams are the parameters a store was created with; reopening with
@@ -173,12 +155,12 @@ type storeParams struct {
 }
 
 // writeParams records the parameters of a new store.
-func writeParams(dir string, p storeParams) error {
+func writeParams(fsys storefs.FS, dir string, p storeParams) error {
 	out, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileDurably(filepath.Join(dir, paramsFileName), append(out, '\n'))
+	return storefs.WriteFileAtomic(fsys, filepath.Join(dir, paramsFileName), append(out, '\n'))
 }
 
 const formatVersion = 1
@@ -186,10 +168,10 @@ const formatVersion = 1
 // reconcileParams reads the recorded parameters (a new store gets them from
 // the options; the caller writes them once the options are valid) and merges them into o: a zero option takes the recorded value, a
 // different non-zero one is ErrConfigMismatch naming the parameter.
-func reconcileParams(dir string, o *Options) (storeParams, error) {
+func reconcileParams(fsys storefs.FS, dir string, o *Options) (storeParams, error) {
 	path := filepath.Join(dir, paramsFileName)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	b, err := fsys.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		if o.SegmentSizeBytes == 0 {
 			o.SegmentSizeBytes = DefaultSegmentSizeBytes
 		}
@@ -246,4 +228,11 @@ func reconcileParams(dir string, o *Options) (storeParams, error) {
 		*c.opt = c.recorded
 	}
 	return p, nil
+}
+
+// writeFileDurably replaces a file of the OS file system durably (an
+// administrator's copy of cut bytes, say: files of a store that lives on
+// disk). The store's own files go through its storefs.FS.
+func writeFileDurably(path string, data []byte) error {
+	return storefs.WriteFileAtomic(storefs.OS(), path, data)
 }

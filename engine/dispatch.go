@@ -15,6 +15,7 @@ import (
 	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/indexfile"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 const (
@@ -170,19 +171,47 @@ func newDispatcher(s *Store) *dispatcher {
 		buf: make([]byte, max(s.log.maxRecordBytes+record.BlankSize, 1<<20)), touched: make(map[queueKey]struct{})}
 }
 
+// maxDispatchRetries bounds how often dispatch retries a transient error at
+// one place before it gives up (and the store stops taking writes).
+const maxDispatchRetries = 10
+
 func (d *dispatcher) run() {
 	defer close(d.done)
+	var retry *time.Timer
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	failures := 0
 	for {
 		select {
 		case <-d.stop:
 			return
 		case <-d.wake:
 		}
-		if err := d.dispatchAvailable(context.Background()); err != nil {
+		err := d.dispatchAvailable(context.Background())
+		switch {
+		case err == nil:
+			failures = 0
+		case transientDispatchError(err) && failures < maxDispatchRetries:
+			// A segment closed under the read (retention deleted it): try
+			// again a little later, backing off, rather than stop for good.
+			failures++
+			d.store.opts.Logger.Warn("dispatch will retry", slog.Int("attempt", failures), slog.Any("err", err))
+			if retry != nil {
+				retry.Stop()
+			}
+			retry = time.AfterFunc(time.Millisecond<<min(failures, 10), d.Wakeup)
+		default:
 			d.store.dispatchFailed(err)
 		}
 	}
 }
+
+// transientDispatchError reports whether a dispatch error may go away by
+// itself: a file closed under a read.
+func transientDispatchError(err error) bool { return errors.Is(err, mappedfile.ErrClosed) }
 
 // dispatchAvailable dispatches every readable record not yet dispatched.
 func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
@@ -287,9 +316,13 @@ func view(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// dispatchFailed stops dispatch for good: Put refuses writes (RocketMQ
+// marks the store unwritable on a logics queue error), Stats and Close
+// report the error, and Close leaves the abort file so that the next Open
+// recovers and dispatches again.
 func (s *Store) dispatchFailed(err error) {
 	if s.logics.dispatchErr.CompareAndSwap(nil, &err) {
-		s.opts.Logger.Error("dispatch stopped; consumers will not see new messages", slog.Any("err", err))
+		s.opts.Logger.Error("dispatch stopped; the store refuses writes until it is reopened", slog.Any("err", err))
 	}
 }
 

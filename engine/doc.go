@@ -34,14 +34,30 @@
 //	              is full
 //	verify.go     a full consistency check of a store
 //	dirfiles.go   the lock, abort, checkpoint and stored-parameter files
+//	              (all but the lock through storefs)
 //	backends.go   the MappedFile backends offered by name
 //	options.go    Options and their defaults (RocketMQ's names and values)
 //	stats.go      counters and histograms readable in process
 //
 // Sub-packages hold one concept each: record (the record codec), segment (a
 // directory of fixed-size segments), consumequeue and indexfile (the derived
-// files). The MappedFile seam the backends implement is the top-level
-// package mappedfile; the engine imports the backends, never the reverse.
+// files), storefs (the directory operations and their syncs, on the OS or
+// on an in-memory file system). The MappedFile seam the backends implement
+// is the top-level package mappedfile; the engine imports the backends,
+// never the reverse.
+//
+// # Durability
+//
+// A byte is durable once synced: a segment's by its Flush, a small file by
+// storefs.WriteFileAtomic, a directory entry (creation, rename, removal) by
+// a sync of its directory — every one the engine makes is synced before
+// anything relies on it. After a crash, recovery syncs what the dead
+// process left unsynced in the page cache (the CommitLog from the
+// checkpoint's flushed offset, the ConsumeQueue and index files past its
+// dispatched offset) before the store claims any of it durable. The tests
+// hold the engine to this with mappedfile.MemFS, whose power loss keeps
+// only what was synced (crash_test.go: power loss, kill, kill then restart
+// then power loss, power loss during recovery).
 //
 // # Positions
 //

@@ -260,6 +260,9 @@ type Options struct {
 
 	// now is the clock (tests inject it through withClock).
 	now func() time.Time
+	// diskUsed reports how full the store's file system is, in percent
+	// (tests inject a full disk).
+	diskUsed func(dir string) (float64, error)
 	// truncateAt, when set, cuts the CommitLog there before recovery
 	// (TruncateCommitLog).
 	truncateAt *truncateRequest
@@ -338,6 +341,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.now == nil {
 		o.now = time.Now
+	}
+	if o.diskUsed == nil {
+		o.diskUsed = diskUsedPercent
 	}
 	return o
 }

@@ -42,6 +42,9 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 	if p := s.writeErr.Load(); p != nil {
 		return fail(ServiceNotAvailable, *p)
 	}
+	if p := s.logics.dispatchErr.Load(); p != nil {
+		return fail(ServiceNotAvailable, fmt.Errorf("dispatch stopped: %w", *p))
+	}
 	if err := record.ValidateTopic(m.Topic, true); err != nil {
 		return fail(MessageIllegal, err)
 	}

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 
 	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -61,6 +61,17 @@ func (s *Store) recover(ctx context.Context) error {
 		if err := q.TruncateTo(ctx, end.validEnd); err != nil {
 			return err
 		}
+		if s.abnormalOpen {
+			// The dead process may have left bytes in the page cache that
+			// no flush made durable — the tail of the segment before a
+			// roll, not only the one truncated — and the flushed offset is
+			// about to claim everything up to the valid end: sync it all
+			// from what the checkpoint knew durable.
+			from := max(min(s.checkpoint.flushedOffset.Load(), end.validEnd), logStart)
+			if err := q.SyncRange(ctx, from, end.validEnd); err != nil {
+				return fmt.Errorf("sync the recovered CommitLog [%d, %d): %w", from, end.validEnd, err)
+			}
+		}
 	}
 	if off := s.checkpoint.logicsOffset.Load(); off > 0 && (redispatchFrom < 0 || off < redispatchFrom) {
 		redispatchFrom = max(off, from) // what the checkpoint knew dispatched, whatever the clock did
@@ -80,23 +91,15 @@ func (s *Store) recover(ctx context.Context) error {
 }
 
 // logicsMissing reports whether the consumequeue or the index directory is
-// missing (or, in memory, holds no file): deleted to be rebuilt.
+// missing: deleted to be rebuilt.
 func (s *Store) logicsMissing() (bool, error) {
-	cqDir, indexDir := filepath.Join(s.dir, consumeQueueDirName), filepath.Join(s.dir, indexDirName)
-	if l, ok := s.aux.(mappedfile.Lister); ok {
-		if _, err := l.List(indexDir); !errors.Is(err, mappedfile.ErrUnsupported) {
-			queues, err := consumequeue.List(cqDir, s.aux)
-			if err != nil {
-				return false, err
-			}
-			return len(queues) == 0, nil // an in-memory index has files only once keys came
+	for _, d := range []string{filepath.Join(s.dir, consumeQueueDirName), filepath.Join(s.dir, indexDirName)} {
+		exists, err := s.fs.Exists(d)
+		if err != nil {
+			return false, err
 		}
-	}
-	for _, d := range []string{cqDir, indexDir} {
-		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+		if !exists {
 			return true, nil
-		} else if err != nil {
-			return false, fmt.Errorf("stat %s: %w", d, err)
 		}
 	}
 	return false, nil
@@ -254,6 +257,20 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 			return fmt.Errorf("re-dispatch stopped at %d before the valid end %d: %v: %w", end.validEnd, validEnd, end.corrupt, ErrCorrupt)
 		}
 	}
+	if s.abnormalOpen {
+		// Units and entries the dead process wrote may be in the page cache
+		// only: make them durable before the checkpoint's dispatched offset
+		// can claim them.
+		known := s.checkpoint.logicsOffset.Load()
+		for _, q := range l.queues() {
+			if err := q.SyncFrom(ctx, known); err != nil {
+				return err
+			}
+		}
+		if err := l.index.SyncFrom(ctx, known); err != nil {
+			return err
+		}
+	}
 	l.dispatchedOffset.Store(validEnd)
 	// A queue whose newest record precedes the scan continues after its
 	// ConsumeQueue's last unit (RocketMQ's recoverTopicQueueTable).
@@ -349,9 +366,6 @@ func (s *Store) judgeEnd(end scanEnd) error {
 // saveBroken copies the CommitLog bytes from offset on into
 // commitlog/<segment>.broken files (trailing zeros dropped).
 func (s *Store) saveBroken(offset int64) error {
-	if _, ok := s.backend.(mappedfile.Lister); ok {
-		return nil // in memory: nothing to keep on disk
-	}
 	for _, mf := range s.log.queue.Files() {
 		if mf.FromOffset()+mf.SizeBytes() <= offset {
 			continue
@@ -366,7 +380,7 @@ func (s *Store) saveBroken(offset int64) error {
 		if len(buf) == 0 {
 			continue
 		}
-		if err := writeFileDurably(mf.Path()+".broken", buf); err != nil {
+		if err := storefs.WriteFileAtomic(s.fs, mf.Path()+".broken", buf); err != nil {
 			return err
 		}
 	}

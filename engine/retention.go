@@ -43,10 +43,11 @@ func parseDeleteWhen(s string) (map[int]bool, error) {
 
 // cleaner is the retention service (RocketMQ's CleanCommitLogService and
 // CleanConsumeQueueService): every CleanInterval it deletes CommitLog
-// segments older than FileReservedTime at the DeleteWhen hours, or at once
-// (oldest first, never the active segment) while the disk is fuller than
-// DiskMaxUsedRatio; ConsumeQueue and index files whose messages are gone
-// follow.
+// segments older than FileReservedTime at the DeleteWhen hours, or, while
+// the disk is fuller than DiskMaxUsedRatio, the oldest ones whatever their
+// age — at most maxDeletesPerPass per pass, never the active segment nor
+// one not yet flushed and dispatched; ConsumeQueue and index files whose
+// messages are gone follow.
 type cleaner struct {
 	service
 	store *Store
@@ -69,30 +70,45 @@ func (c *cleaner) run() {
 	}
 }
 
-// diskUsedPercent returns how full the store's file system is.
+// diskUsedPercent returns how full the store's file system is, as df
+// shows it: used blocks over used plus those still available to the store
+// (a non-root process). Blocks reserved for root count as neither: on a
+// file system with a large reserve, 1 − available/total would call a
+// one-third-full disk full and make retention delete data.
 func diskUsedPercent(dir string) (float64, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, fmt.Errorf("statfs %s: %w", dir, err)
 	}
-	if st.Blocks == 0 {
-		return 0, nil
+	used := float64(st.Blocks) - float64(st.Bfree)
+	if total := used + float64(st.Bavail); total > 0 {
+		return 100 * used / total, nil
 	}
-	return 100 * (1 - float64(st.Bavail)/float64(st.Blocks)), nil
+	return 0, nil
 }
 
+// maxDeletesPerPass bounds the CommitLog segments one retention pass
+// deletes (RocketMQ's DELETE_FILES_BATCH_MAX): a full disk is relieved over
+// a few passes, never by a burst of unlinks that stalls the store.
+const maxDeletesPerPass = 10
+
 // CleanExpired runs one retention pass now and returns the number of
-// CommitLog segments deleted. A segment being read is deleted from the
-// directory at once, but its memory stays until the reader releases it.
+// CommitLog segments deleted: oldest first, at most maxDeletesPerPass,
+// never the active segment, and never one holding bytes not yet flushed or
+// not yet dispatched (a flush or dispatch in progress never meets a deleted
+// segment). A segment being read is deleted from the directory at once, but
+// its memory stays until the reader releases it.
 func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
 		return 0, ErrClosed
 	}
+	s.cleanMu.Lock() // one pass at a time (the service and callers)
+	defer s.cleanMu.Unlock()
 	now := s.opts.now()
 	timeUp := s.deleteHours[now.Hour()]
-	used, err := diskUsedPercent(s.dir)
+	used, err := s.opts.diskUsed(s.dir)
 	if err != nil {
 		return 0, err
 	}
@@ -101,10 +117,14 @@ func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	deleted := 0
-	for {
+	for deleted < maxDeletesPerPass {
 		files := s.log.queue.Files()
 		if len(files) < 2 {
 			break // never the active segment
+		}
+		end := files[0].FromOffset() + files[0].SizeBytes()
+		if end > s.log.flushedOffset.Load() || end > s.logics.dispatchedOffset.Load() {
+			break // not durable yet, or consumers have not got it yet
 		}
 		expired, err := s.segmentExpired(files[0], files[1], now)
 		if err != nil {
@@ -120,7 +140,7 @@ func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 		s.opts.Logger.Info("retention deleted a CommitLog segment", slog.String("path", files[0].Path()),
 			slog.Bool("diskFull", spaceFull), slog.Float64("diskUsedPercent", used))
 		if spaceFull {
-			if used, err = diskUsedPercent(s.dir); err != nil || used <= float64(s.opts.DiskMaxUsedRatio) {
+			if used, err = s.opts.diskUsed(s.dir); err != nil || used <= float64(s.opts.DiskMaxUsedRatio) {
 				spaceFull = false
 			}
 		}

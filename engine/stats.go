@@ -146,4 +146,11 @@ type Stats struct {
 	// is the same in pages.
 	LockedBytes int64
 	PagesLocked int64
+
+	// WriteError and DispatchError are the errors that stopped writes (a
+	// failed append, commit or flush) or dispatch, empty while none has:
+	// either makes Put refuse with ServiceNotAvailable until the store is
+	// reopened (and recovered).
+	WriteError    string
+	DispatchError string
 }

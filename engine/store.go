@@ -13,6 +13,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -38,6 +39,7 @@ type Store struct {
 	opts       Options
 	backend    mappedfile.Backend
 	aux        mappedfile.Backend // ConsumeQueue and IndexFile files
+	fs         storefs.FS         // the directory: lists, removals, syncs, the root's files
 	lock       *dirLock
 	checkpoint *checkpoint
 	log        *commitLog
@@ -62,6 +64,8 @@ type Store struct {
 	// Puts in flight and no Put starts on a closed store.
 	closeMu sync.RWMutex
 	closed  bool
+	// cleanMu serializes retention passes.
+	cleanMu sync.Mutex
 
 	abnormalOpen bool
 	// rebuildLogics: the consumequeue or index directory was missing at
@@ -79,21 +83,37 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	o := opts.withDefaults()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if reg, err := backends.Lookup(o.Backend); o.BackendImpl == nil && err == nil && reg.Volatile {
+		// An in-memory backend is made here, not with the others: the
+		// directory's own files (checkpoint, abort, parameters) live in it.
+		b, err := newBackend(o)
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		o.BackendImpl = b
+	}
+	fsys := storefs.OS()
+	if o.BackendImpl != nil {
+		fsys = storefs.Of(o.BackendImpl)
+	}
+	if err := fsys.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("open store: create %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil { // the lock file is a real file whatever the backend
 		return nil, fmt.Errorf("open store: create %s: %w", dir, err)
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{dir: dir, lock: lock}
+	s := &Store{dir: dir, lock: lock, fs: fsys}
 	ok := false
 	defer func() {
 		if !ok {
 			s.abandon()
 		}
 	}()
-	params, err := reconcileParams(dir, &o)
+	params, err := reconcileParams(fsys, dir, &o)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -106,7 +126,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	if params.isNew {
 		params.MaxMessageSizeBytes = o.MaxMessageSizeBytes
-		if err := writeParams(dir, params); err != nil {
+		if err := writeParams(fsys, dir, params); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
@@ -118,16 +138,17 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s.aux = auxBackend(o, s.backend)
-	if s.checkpoint, err = loadCheckpoint(dir); err != nil {
+	if s.checkpoint, err = loadCheckpoint(fsys, dir); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	abortPath := filepath.Join(dir, abortFileName)
-	if _, err := os.Stat(abortPath); err == nil {
-		s.abnormalOpen = true
+	if s.abnormalOpen, err = fsys.Exists(abortPath); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	} else if s.abnormalOpen {
 		o.Logger.Warn("store was not closed cleanly; recovering", slog.String("dir", dir))
 	}
 	if !o.NoPreallocate {
-		s.alloc = newAllocator(s.backend, o)
+		s.alloc = newAllocator(s.backend, fsys, o)
 	}
 	var alloc segment.Allocator
 	if s.alloc != nil {
@@ -157,7 +178,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err := s.recover(ctx); err != nil {
 		return nil, fmt.Errorf("open store %s: recovery: %w", dir, err)
 	}
-	if err := writeFileDurably(abortPath, nil); err != nil {
+	if err := storefs.WriteFileAtomic(fsys, abortPath, nil); err != nil {
 		return nil, fmt.Errorf("open store: create abort file: %w", err)
 	}
 	s.startServices()
@@ -290,11 +311,19 @@ func (s *Store) Stats() Stats {
 		st.LockedBytes += r.LockedBytes()
 	}
 	st.PagesLocked = st.LockedBytes / mappedfile.PageSize
+	if p := s.writeErr.Load(); p != nil {
+		st.WriteError = (*p).Error()
+	}
+	if p := s.logics.dispatchErr.Load(); p != nil {
+		st.DispatchError = (*p).Error()
+	}
 	return st
 }
 
 // Close stops the services, flushes everything, writes the checkpoint,
-// removes the abort file and releases the lock.
+// removes the abort file and releases the lock. When anything failed — the
+// final flush or dispatch, a write or dispatch error earlier — it returns
+// that error and leaves the abort file, so the next Open recovers.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	if s.closed {
@@ -350,10 +379,18 @@ func (s *Store) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if flushErr == nil && s.writeErr.Load() == nil {
-		// Only a clean, fully flushed close removes the abort file.
-		if err := os.Remove(filepath.Join(s.dir, abortFileName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+	if p := s.writeErr.Load(); p != nil && flushErr == nil {
+		errs = append(errs, fmt.Errorf("writes stopped earlier: %w", *p))
+	}
+	if p := s.logics.dispatchErr.Load(); p != nil {
+		errs = append(errs, fmt.Errorf("dispatch stopped earlier: %w", *p))
+	}
+	if len(errs) == 0 {
+		// Only a clean close — everything flushed, dispatched and its
+		// checkpoint written — removes the abort file. Otherwise the next
+		// Open recovers: it re-dispatches what the queues and index lack.
+		if err := storefs.RemoveDurably(s.fs, filepath.Join(s.dir, abortFileName)); err != nil {
+			errs = append(errs, fmt.Errorf("remove the abort file: %w", err))
 		}
 	}
 	if err := s.lock.unlock(); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mappedfile/faultfile"
 	"github.com/mqstore/mqstore/transientpool"
@@ -75,12 +76,20 @@ func openStore(t testing.TB, dir string, o Options) *Store {
 	t.Helper()
 	s, err := Open(context.Background(), dir, o)
 	if errors.Is(err, mappedfile.ErrUnsupported) {
-		t.Skipf("backend %s cannot run here: %v", o.Backend, err)
+		testenv.Skip(t, backendNeed(o.Backend), "backend %s cannot run here: %v", o.Backend, err)
 	}
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
 	return s
+}
+
+// backendNeed is the environment need a backend that cannot run here lacks.
+func backendNeed(backend string) string {
+	if strings.HasPrefix(backend, "uring") {
+		return testenv.Uring
+	}
+	return testenv.Root // mlock limits (transient)
 }
 
 func testMessage(topic string, queueID int32, i int, size int) *Message {
@@ -359,38 +368,44 @@ func TestReopenRules(t *testing.T) {
 }
 
 func TestAsyncFlushCatchesUp(t *testing.T) {
-	forEachBackendAndMode(t, func(t *testing.T, o Options) {
-		if o.FlushMode != FlushAsync {
-			t.Skip("async only")
+	for _, b := range testBackends {
+		t.Run(b.name, func(t *testing.T) {
+			o := b.opts(t)
+			o.FlushMode = FlushAsync
+			o.Logger = quietLogger
+			asyncFlushCatchesUp(t, o)
+		})
+	}
+}
+
+func asyncFlushCatchesUp(t *testing.T, o Options) {
+	ctx := context.Background()
+	o.FlushInterval = 10 * time.Millisecond
+	o.CommitInterval = 5 * time.Millisecond
+	o.SegmentSizeBytes = 256 << 10
+	s := openStore(t, t.TempDir(), o)
+	defer s.Close()
+	var last PutResult
+	for i := 0; i < 100; i++ {
+		var err error
+		if last, err = s.Put(ctx, testMessage("A", 0, i, 300)); err != nil {
+			t.Fatal(err)
 		}
-		ctx := context.Background()
-		o.FlushInterval = 10 * time.Millisecond
-		o.CommitInterval = 5 * time.Millisecond
-		o.SegmentSizeBytes = 256 << 10
-		s := openStore(t, t.TempDir(), o)
-		defer s.Close()
-		var last PutResult
-		for i := 0; i < 100; i++ {
-			var err error
-			if last, err = s.Put(ctx, testMessage("A", 0, i, 300)); err != nil {
-				t.Fatal(err)
-			}
+	}
+	// Fewer than 4 pages may stay pending until the thorough flush;
+	// a thorough interval of 10 s is too long to wait, so check the
+	// least-pages rule instead: pending < 4 pages, or all flushed.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pending := last.PhysicalOffset + int64(last.Size) - s.FlushedOffset()
+		if pending < 4*mappedfile.PageSize {
+			break
 		}
-		// Fewer than 4 pages may stay pending until the thorough flush;
-		// a thorough interval of 10 s is too long to wait, so check the
-		// least-pages rule instead: pending < 4 pages, or all flushed.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			pending := last.PhysicalOffset + int64(last.Size) - s.FlushedOffset()
-			if pending < 4*mappedfile.PageSize {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("async flusher left %d bytes pending", pending)
-			}
-			time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("async flusher left %d bytes pending", pending)
 		}
-	})
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func TestAllocationTimeoutFailsRoll(t *testing.T) {
@@ -520,7 +535,7 @@ func TestStatsLockedBytes(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, t.TempDir(), Options{Backend: "transient", SegmentSizeBytes: seg, BackendOptions: transientpool.Options{PoolSize: 3}, Logger: quietLogger})
 	if err != nil && strings.Contains(err.Error(), "RLIMIT_MEMLOCK") {
-		t.Skipf("needs root or an RLIMIT_MEMLOCK of 3 MiB: %v", err)
+		testenv.Skip(t, testenv.Root, "an RLIMIT_MEMLOCK of 3 MiB (root has none): %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

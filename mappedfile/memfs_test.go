@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -21,6 +22,9 @@ func TestMemFSCrashKeepsOnlyFlushed(t *testing.T) {
 		t.Run(tail.String(), func(t *testing.T) {
 			for seed := uint64(0); seed < 50; seed++ {
 				fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+				if err := fs.MkdirAll("/d"); err != nil {
+					t.Fatal(err)
+				}
 				mf, err := fs.Open(ctx, mappedfile.Spec{Path: "/d/seg", SizeBytes: size})
 				if err != nil {
 					t.Fatal(err)
@@ -38,6 +42,10 @@ func TestMemFSCrashKeepsOnlyFlushed(t *testing.T) {
 				if _, err := mf.Append(1, fill(1, 1)); !errors.Is(err, mappedfile.ErrClosed) {
 					t.Fatalf("append after crash: %v", err)
 				}
+				if _, err := fs.Open(ctx, mappedfile.Spec{Path: "/d/seg", SizeBytes: size}); !errors.Is(err, mappedfile.ErrClosed) {
+					t.Fatalf("open before Restart: %v, want ErrClosed (the file system is down)", err)
+				}
+				fs.Restart()
 				durable, _ := fs.Durable("/d/seg")
 				if !bytes.Equal(durable[:5000], fill(0xAA, 5000)) {
 					t.Fatal("flushed bytes lost")
@@ -150,44 +158,204 @@ func BenchmarkMemAppend(b *testing.B) {
 	}
 }
 
-func TestMemFSKillKeepsCommittedBytes(t *testing.T) {
+// TestMemFSKillKeepsThePageCacheVolatile: a kill keeps every committed byte
+// readable (the page cache survives the process) but not durable: a later
+// power loss loses what nobody synced; SyncFile or a Flush makes it stay.
+func TestMemFSKillKeepsThePageCacheVolatile(t *testing.T) {
 	ctx := context.Background()
 	const size = 16 * mappedfile.PageSize
 	for _, buffered := range []bool{false, true} {
-		fs := mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: buffered})
-		mf, err := fs.Open(ctx, mappedfile.Spec{Path: "/d/seg", SizeBytes: size})
+		for _, sync := range []string{"none", "SyncFile", "Flush"} {
+			t.Run(fmt.Sprintf("buffered=%v/sync=%s", buffered, sync), func(t *testing.T) {
+				fs := mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: buffered})
+				if err := fs.MkdirAll("/d"); err != nil {
+					t.Fatal(err)
+				}
+				spec := mappedfile.Spec{Path: "/d/seg", SizeBytes: size}
+				mf, err := fs.Open(ctx, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := mf.Append(5000, fill(0xAA, 5000)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := mf.Commit(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := mf.Append(100, fill(0xBB, 100)); err != nil { // committed only when write-through
+					t.Fatal(err)
+				}
+				if _, err := mf.(mappedfile.Overwriter).WriteAt([]byte{0xCC}, 10); err != nil {
+					t.Fatal(err)
+				}
+				fs.Kill()
+				if _, err := mf.Append(1, fill(1, 1)); !errors.Is(err, mappedfile.ErrClosed) {
+					t.Fatalf("append after kill: %v", err)
+				}
+				if _, err := mf.Commit(ctx, 0); !errors.Is(err, mappedfile.ErrClosed) {
+					t.Fatalf("commit after kill: %v", err)
+				}
+				if durable, _ := fs.Durable("/d/seg"); !bytes.Equal(durable, make([]byte, size)) {
+					t.Fatal("a kill made unsynced bytes durable")
+				}
+				fs.Restart()
+				want := append(fill(0xAA, 5000), fill(0xBB, 100)...)
+				if buffered {
+					want = append(fill(0xAA, 5000), make([]byte, 100)...) // never committed: lost with the process
+				}
+				want[10] = 0xCC
+				mf, err = fs.Open(ctx, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, 5100)
+				if _, err := mf.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("after the kill the page cache holds %x…, want %x… (%v)", got[:16], want[:16], err)
+				}
+				switch sync {
+				case "SyncFile":
+					if err := fs.SyncFile("/d/seg"); err != nil {
+						t.Fatal(err)
+					}
+				case "Flush":
+					// A file reopened full has nothing pending: its Flush
+					// syncs nothing, as msync of an empty range does not.
+					if _, err := mf.Flush(ctx, 0); err != nil {
+						t.Fatal(err)
+					}
+					want = make([]byte, 5100)
+				default:
+					want = make([]byte, 5100)
+				}
+				fs.Crash(mappedfile.TornNone, nil)
+				fs.Restart()
+				durable, _ := fs.Durable("/d/seg")
+				if !bytes.Equal(durable[:5100], want) {
+					t.Fatalf("after the power loss the disk holds %x…, want %x…", durable[:16], want[:16])
+				}
+			})
+		}
+	}
+}
+
+// TestMemFSNamesNeedADirectorySync: creations, renames and removals survive a
+// power loss only once their directory is synced; a directory made by Open
+// (not MkdirAll) takes its files with it.
+func TestMemFSNamesNeedADirectorySync(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	must := func(err error) {
+		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := mf.Append(5000, fill(0xAA, 5000)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := mf.Commit(ctx, 0); err != nil {
-			t.Fatal(err)
-		}
-		// Committed, never flushed: a killed process leaves it in the page cache.
-		if _, err := mf.Append(100, fill(0xBB, 100)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := mf.(mappedfile.Overwriter).WriteAt([]byte{0xCC}, 10); err != nil {
-			t.Fatal(err)
-		}
-		fs.Kill()
-		if _, err := mf.Append(1, fill(1, 1)); !errors.Is(err, mappedfile.ErrClosed) {
-			t.Fatalf("buffered %v: append after kill: %v", buffered, err)
-		}
-		if _, err := mf.Commit(ctx, 0); !errors.Is(err, mappedfile.ErrClosed) {
-			t.Fatalf("buffered %v: commit after kill: %v", buffered, err)
-		}
-		durable, _ := fs.Durable("/d/seg")
-		want := append(fill(0xAA, 5000), fill(0xBB, 100)...)
-		if buffered {
-			want = append(fill(0xAA, 5000), make([]byte, 100)...) // never committed: lost with the process
-		}
-		want[10] = 0xCC
-		if !bytes.Equal(durable[:5100], want) {
-			t.Fatalf("buffered %v: the kill kept %x…, want %x…", buffered, durable[:16], want[:16])
-		}
+	}
+	must(fs.MkdirAll("/s/a"))
+	must(fs.WriteFile("/s/a/synced", []byte("1")))
+	must(fs.WriteFile("/s/a/gone", []byte("1")))
+	must(fs.WriteFile("/s/a/renamed.tmp", []byte("r")))
+	must(fs.SyncDir("/s/a"))
+	must(fs.WriteFile("/s/a/unsynced", []byte("2")))
+	must(fs.Remove("/s/a/gone"))
+	must(fs.Rename("/s/a/renamed.tmp", "/s/a/renamed"))
+	mf, err := fs.Open(ctx, mappedfile.Spec{Path: "/s/implicit/seg", SizeBytes: 4096})
+	must(err)
+	must(mf.Close())
+	if names, _ := fs.List("/s/a"); fmt.Sprint(names) != "[renamed synced unsynced]" {
+		t.Fatalf("before the crash: %v", names)
+	}
+	fs.Crash(mappedfile.TornNone, nil) // a nil rng loses every unsynced change
+	fs.Restart()
+	if names, _ := fs.List("/s/a"); fmt.Sprint(names) != "[gone renamed.tmp synced]" {
+		t.Fatalf("after the crash: %v, want the synced names only", names)
+	}
+	if ok, _ := fs.Exists("/s/implicit"); ok {
+		t.Fatal("a directory nobody synced survived")
+	}
+	if b, err := fs.ReadFile("/s/a/renamed.tmp"); err != nil || string(b) != "r" {
+		t.Fatalf("read %q %v", b, err)
+	}
+	if _, err := fs.ReadFile("/s/a/unsynced"); !errors.Is(err, iofs.ErrNotExist) {
+		t.Fatalf("read of a lost file: %v", err)
+	}
+	// With an rng each unsynced change survives or not.
+	kept := map[bool]int{}
+	for seed := uint64(0); seed < 40; seed++ {
+		fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+		must(fs.MkdirAll("/s"))
+		must(fs.WriteFile("/s/x", nil))
+		fs.Crash(mappedfile.TornNone, rand.New(rand.NewPCG(seed, 1)))
+		fs.Restart()
+		ok, _ := fs.Exists("/s/x")
+		kept[ok]++
+	}
+	if kept[true] == 0 || kept[false] == 0 {
+		t.Fatalf("an unsynced creation survived %d times and vanished %d times in 40 crashes", kept[true], kept[false])
+	}
+}
+
+// TestMemFSTruncateSyncsOnlyTheZeroing: Truncate makes its zeros durable,
+// not the unsynced bytes below the cut (the contract promises only those).
+func TestMemFSTruncateSyncsOnlyTheZeroing(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	if err := fs.MkdirAll("/d"); err != nil {
+		t.Fatal(err)
+	}
+	mf, _ := fs.Open(ctx, mappedfile.Spec{Path: "/d/seg", SizeBytes: 4 * mappedfile.PageSize})
+	if _, err := mf.Append(3000, fill(0xAA, 3000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := mf.Truncate(ctx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	fs.Crash(mappedfile.TornNone, nil)
+	fs.Restart()
+	if durable, _ := fs.Durable("/d/seg"); !bytes.Equal(durable, make([]byte, 4*mappedfile.PageSize)) {
+		t.Fatalf("Truncate synced the bytes below the cut: %x…", durable[:8])
+	}
+}
+
+// TestMemFSArmCrashAndClone: ArmCrash crashes at the n-th operation; a Clone
+// is independent of its original.
+func TestMemFSArmCrashAndClone(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	if err := fs.MkdirAll("/d"); err != nil {
+		t.Fatal(err)
+	}
+	mf, _ := fs.Open(ctx, mappedfile.Spec{Path: "/d/seg", SizeBytes: mappedfile.PageSize})
+	if _, err := mf.Append(10, fill(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	clone := fs.Clone()
+	fs.ArmCrash(2, mappedfile.TornNone, nil)
+	if _, err := mf.Flush(ctx, 0); err != nil { // operation 1
+		t.Fatal(err)
+	}
+	if _, err := mf.Append(10, fill(2, 10)); !errors.Is(err, mappedfile.ErrClosed) { // operation 2: the crash
+		t.Fatalf("the armed operation: %v, want ErrClosed", err)
+	}
+	if !fs.Down() || fs.Disarm() {
+		t.Fatal("the armed crash did not fire")
+	}
+	fs.Restart()
+	durable, _ := fs.Durable("/d/seg")
+	if !bytes.Equal(durable[:20], append(fill(1, 10), make([]byte, 10)...)) {
+		t.Fatalf("after the armed crash: %x", durable[:20])
+	}
+	// The clone was taken before the flush: its disk has nothing, its page
+	// cache the first append.
+	cf, err := clone.Open(ctx, mappedfile.Spec{Path: "/d/seg", SizeBytes: mappedfile.PageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 10)
+	if _, err := cf.ReadAt(got, 0); err != nil || !bytes.Equal(got, fill(1, 10)) {
+		t.Fatalf("clone's page cache: %x %v", got, err)
+	}
+	if d, _ := clone.Durable("/d/seg"); !bytes.Equal(d[:10], make([]byte, 10)) {
+		t.Fatal("the clone's disk changed with the original's flush")
 	}
 }
 
@@ -205,11 +373,14 @@ func TestMemFSListDirs(t *testing.T) {
 		}
 	}
 	for dir, want := range map[string][]string{
-		"/s/cq": {"TopicA", "TopicB"}, "/s/cq/TopicA": {"0", "10"}, "/s": {"cq", "index"}, "/s/index": {}, "/none": {},
+		"/s/cq": {"TopicA", "TopicB"}, "/s/cq/TopicA": {"0", "10"}, "/s": {"cq", "index"}, "/s/index": {},
 	} {
 		got, err := fs.ListDirs(dir)
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("ListDirs(%s) = %v, %v; want %v", dir, got, err, want)
 		}
+	}
+	if _, err := fs.ListDirs("/none"); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("ListDirs of a missing directory: %v, want fs.ErrNotExist", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -103,12 +103,10 @@ func Open(ctx context.Context, cfg Config, topic string, queueID int32) (*Queue,
 	}
 	q := &Queue{topic: topic, queueID: queueID, backend: cfg.Backend, fileSizeBytes: size,
 		dir: filepath.Join(cfg.Dir, topic, strconv.Itoa(int(queueID)))}
-	if _, isLister := cfg.Backend.(mappedfile.Lister); !isLister {
-		if _, err := os.Stat(q.dir); errors.Is(err, os.ErrNotExist) {
-			return q, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("consumequeue %s: %w", q.dir, err)
-		}
+	if exists, err := storefs.Of(cfg.Backend).Exists(q.dir); err != nil {
+		return nil, fmt.Errorf("consumequeue %s: %w", q.dir, err)
+	} else if !exists {
+		return q, nil
 	}
 	files, err := q.openFiles(ctx)
 	if err != nil {

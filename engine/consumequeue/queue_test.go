@@ -476,6 +476,7 @@ func crashOnce(t *testing.T, tail mappedfile.TornTail, seed uint64) (pastFlush, 
 	}
 	appendRange(t, q, flushed, written)
 	fs.Crash(tail, rng)
+	fs.Restart()
 
 	q = openQueue(t, fs, 4000)
 	defer q.Close()
@@ -654,6 +655,36 @@ func TestConcurrentReaders(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestTruncateAllCrashLeavesAPrefix cuts the power at every operation of a
+// truncation that empties the queue (the repair of a torn first unit):
+// whatever unsynced removals survive, the files left must start at the
+// queue's start — later units without the ones before them would move the
+// queue's minimum past messages that exist.
+func TestTruncateAllCrashLeavesAPrefix(t *testing.T) {
+	ctx := context.Background()
+	for seed := uint64(0); seed < 20; seed++ {
+		for at := int64(1); at <= 12; at++ {
+			fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+			q := openQueue(t, fs, 400) // 20 units a file
+			appendRange(t, q, 0, 70)
+			if err := q.Flush(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			fs.ArmCrash(at, mappedfile.TornNone, rand.New(rand.NewPCG(seed, uint64(at))))
+			_ = q.TruncateAt(ctx, 0)
+			fs.Disarm()
+			q.Close()
+			fs.Restart()
+			q = openQueue(t, fs, 400)
+			if q.MaxOffset() > 0 && q.MinOffset() != 0 {
+				t.Fatalf("seed %d, power loss at operation %d of the truncation: the queue holds [%d, %d), units before %d are gone",
+					seed, at, q.MinOffset(), q.MaxOffset(), q.MinOffset())
+			}
+			q.Close()
 		}
 	}
 }

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"sort"
 	"strconv"
 
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -108,15 +109,20 @@ func (q *Queue) truncateLocked(ctx context.Context, end int64) error {
 	if isEmpty(files) {
 		return nil
 	}
-	if end <= files.First().FromOffset() {
+	if first := files.First().FromOffset(); end <= first {
 		q.maxOffset.Store(0)
 		q.minOffset.Store(0)
 		q.maxPhysicalOffset.Store(0)
 		q.flushedWhere.Store(0)
-		for files.Len() > 0 {
-			if err := files.DeleteFirst(); err != nil {
-				return fmt.Errorf("consumequeue %s: %w", q.dir, err)
-			}
+		// Newest first, each removal synced: a crash in between leaves a
+		// prefix of the files, which recovery handles (units missing at the
+		// end are dispatched again); the oldest gone first would leave later
+		// units with no way to find the ones before them.
+		if err := files.TruncateTo(ctx, first); err != nil {
+			return fmt.Errorf("consumequeue %s: %w", q.dir, err)
+		}
+		if err := files.DeleteFirst(); err != nil {
+			return fmt.Errorf("consumequeue %s: %w", q.dir, err)
 		}
 		return nil
 	}
@@ -267,57 +273,21 @@ func (q *Queue) Destroy(ctx context.Context) error {
 }
 
 // List returns the topics and queue ids that have a directory under dir
-// (the consumequeue/ root), queue ids ascending, read from the OS file
-// system. A backend whose files live elsewhere (a mappedfile.Lister such as
-// MemFS) has no directories to discover: List returns an empty map for it,
-// and the engine opens the queues it learns of from the CommitLog (Open
-// loads their existing files through the Lister). A Lister that answers
-// ErrUnsupported (Faulty over an OS backend) counts as the OS file system.
-// A directory under a topic whose name is not a queue id is an error
-// wrapping ErrCorrupt.
+// (the consumequeue/ root) in the file system of backend (storefs.Of), queue
+// ids ascending; an empty map when dir does not exist. A directory under a
+// topic whose name is not a queue id is an error wrapping ErrCorrupt.
 func List(dir string, backend mappedfile.Backend) (map[string][]int32, error) {
-	if l, ok := backend.(mappedfile.Lister); ok {
-		if _, err := l.List(dir); !errors.Is(err, mappedfile.ErrUnsupported) {
-			return listInMemory(dir, backend)
-		}
-	}
-	topics, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return map[string][]int32{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("consumequeue: list %s: %w", dir, err)
-	}
+	fsys := storefs.Of(backend)
 	out := make(map[string][]int32)
-	for _, topic := range topics {
-		if !topic.IsDir() {
-			continue
-		}
-		ids, err := listQueueIDs(filepath.Join(dir, topic.Name()))
-		if err != nil {
-			return nil, err
-		}
-		if len(ids) > 0 {
-			out[topic.Name()] = ids
-		}
-	}
-	return out, nil
-}
-
-// listInMemory lists the queues of a backend that keeps files itself (a
-// MemFS); one that cannot list directories lists none.
-func listInMemory(dir string, backend mappedfile.Backend) (map[string][]int32, error) {
-	out := make(map[string][]int32)
-	dl, ok := backend.(mappedfile.DirLister)
-	if !ok {
+	topics, err := fsys.ListDirs(dir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return out, nil
 	}
-	topics, err := dl.ListDirs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("consumequeue: list %s: %w", dir, err)
 	}
 	for _, topic := range topics {
-		names, err := dl.ListDirs(filepath.Join(dir, topic))
+		names, err := fsys.ListDirs(filepath.Join(dir, topic))
 		if err != nil {
 			return nil, fmt.Errorf("consumequeue: list %s: %w", filepath.Join(dir, topic), err)
 		}
@@ -337,26 +307,6 @@ func listInMemory(dir string, backend mappedfile.Backend) (map[string][]int32, e
 	return out, nil
 }
 
-func listQueueIDs(topicDir string) ([]int32, error) {
-	entries, err := os.ReadDir(topicDir)
-	if err != nil {
-		return nil, fmt.Errorf("consumequeue: list %s: %w", topicDir, err)
-	}
-	var ids []int32
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		id, err := parseQueueID(e.Name())
-		if err != nil {
-			return nil, fmt.Errorf("consumequeue: %s: %w", filepath.Join(topicDir, e.Name()), err)
-		}
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids, nil
-}
-
 // parseQueueID parses a queue directory name strictly: decimal digits, no
 // sign, no leading zero, fits an int32.
 func parseQueueID(name string) (int32, error) {
@@ -370,4 +320,35 @@ func parseQueueID(name string) (int32, error) {
 		return 0, fmt.Errorf("directory name %q is not a queue id: %w", name, ErrCorrupt)
 	}
 	return int32(id), nil
+}
+
+// SyncFrom makes durable (fsync, whole files) every file of the queue that
+// may hold a unit of a record at or after physicalOffset — all of them when
+// physicalOffset ≤ 0. After a crash the units a dead process appended may
+// sit in the page cache, never synced, while the files were opened full: a
+// Flush would not reach them. Recovery calls it before anything may claim
+// those units durable (the checkpoint's dispatched offset).
+func (q *Queue) SyncFrom(ctx context.Context, physicalOffset int64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed.Load() {
+		return fmt.Errorf("consumequeue %s: sync: %w", q.dir, mappedfile.ErrClosed)
+	}
+	files := q.files.Load()
+	if isEmpty(files) {
+		return nil
+	}
+	list := files.Files()
+	for i := len(list) - 1; i >= 0; i-- {
+		f := list[i]
+		if err := files.SyncRange(ctx, f.FromOffset(), f.FromOffset()+1); err != nil {
+			return fmt.Errorf("consumequeue %s: %w", q.dir, err)
+		}
+		// Files fill in CommitLog order: once one begins with a unit of an
+		// older record, the files before it hold only older ones.
+		if u, err := q.readUnit(f.FromOffset() / UnitSize); physicalOffset > 0 && err == nil && !u.IsBlank() && u.PhysicalOffset < physicalOffset {
+			break
+		}
+	}
+	return nil
 }

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -57,6 +57,20 @@ type file struct {
 	// at or past IndexCount (a new file, or the newest after recovery).
 	ready   bool
 	removed bool
+	// flushMu serializes the file's Flush calls: Index.Flush runs them
+	// outside Index.mu while a Put that rolls flushes the full file under
+	// it (a MappedFile takes one flusher at a time).
+	flushMu sync.Mutex
+}
+
+// flush makes the file durable (one flusher at a time).
+func (f *file) flush(ctx context.Context) error {
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	if _, err := f.mf.Flush(ctx, 0); err != nil {
+		return fmt.Errorf("indexfile: %s: flush: %w", f.mf.Path(), err)
+	}
+	return nil
 }
 
 // Index manages the index files of a store, oldest first.
@@ -67,7 +81,7 @@ type file struct {
 type Index struct {
 	dir        string
 	backend    mappedfile.Backend
-	lister     mappedfile.Lister // nil: the OS file system
+	fs         storefs.FS
 	slotCount  int64
 	maxEntries int32
 	sizeBytes  int64
@@ -83,6 +97,7 @@ type Index struct {
 	entry     entryEncoder
 	slot      [SlotSize]byte
 	headerBuf [HeaderSize]byte
+	entryBuf  [EntrySize]byte
 }
 
 // nameLength is the length of a file name: yyyyMMddHHmmssSSS.
@@ -140,19 +155,16 @@ func Open(ctx context.Context, cfg Config) (*Index, error) {
 	return x, nil
 }
 
-// removeNames removes files that were never opened.
+// removeNames removes files that were never opened, durably.
 func (x *Index) removeNames(names []string) error {
 	for _, name := range names {
 		path := filepath.Join(x.dir, name)
-		var err error
-		if x.lister != nil {
-			err = x.lister.Remove(path)
-		} else {
-			err = os.Remove(path)
-		}
-		if err != nil {
+		if err := x.fs.Remove(path); err != nil {
 			return fmt.Errorf("indexfile: remove %s: %w", path, err)
 		}
+	}
+	if err := x.fs.SyncDir(x.dir); err != nil {
+		return fmt.Errorf("indexfile: %w", err)
 	}
 	return nil
 }
@@ -176,9 +188,8 @@ func newIndex(cfg Config) (*Index, error) {
 	if x.now == nil {
 		x.now = time.Now
 	}
-	if l, ok := cfg.Backend.(mappedfile.Lister); ok {
-		x.lister = l
-	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	x.fs = storefs.Of(cfg.Backend)
+	if err := x.fs.MkdirAll(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("indexfile: create %s: %w", cfg.Dir, err)
 	}
 	return x, nil
@@ -196,39 +207,26 @@ func (x *Index) entryPosition(n int32) int64 {
 	return HeaderSize + x.slotCount*SlotSize + int64(n)*EntrySize
 }
 
-// list returns the file names in the directory, sorted (= by creation time).
+// list returns the file names in the directory, sorted (= by creation
+// time), leftover temporary files (a creation cut short) removed.
 func (x *Index) list() ([]string, error) {
-	var names []string
-	if x.lister != nil {
-		all, err := x.lister.List(x.dir)
-		if err != nil {
-			return nil, fmt.Errorf("indexfile: list %s: %w", x.dir, err)
-		}
-		names = all
-	} else {
-		entries, err := os.ReadDir(x.dir)
-		if err != nil {
-			return nil, fmt.Errorf("indexfile: list %s: %w", x.dir, err)
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				continue
-			}
-			if filepath.Ext(e.Name()) == ".tmp" { // a creation cut short
-				if err := os.Remove(filepath.Join(x.dir, e.Name())); err != nil {
-					return nil, fmt.Errorf("indexfile: remove leftover %s: %w", e.Name(), err)
-				}
-				continue
-			}
-			names = append(names, e.Name())
-		}
+	all, err := x.fs.List(x.dir)
+	if err != nil {
+		return nil, fmt.Errorf("indexfile: list %s: %w", x.dir, err)
 	}
-	for _, name := range names {
+	var names []string
+	for _, name := range all {
+		if strings.HasSuffix(name, ".tmp") {
+			if err := storefs.RemoveDurably(x.fs, filepath.Join(x.dir, name)); err != nil {
+				return nil, fmt.Errorf("indexfile: remove leftover %s: %w", name, err)
+			}
+			continue
+		}
 		if !isFileName(name) {
 			return nil, fmt.Errorf("indexfile: %s: name is not yyyyMMddHHmmssSSS: %w", filepath.Join(x.dir, name), ErrCorrupt)
 		}
+		names = append(names, name)
 	}
-	sort.Strings(names)
 	return names, nil
 }
 
@@ -263,7 +261,7 @@ func (x *Index) load(ctx context.Context, name string, mayBeTorn bool) (*file, e
 		return nil, fmt.Errorf("indexfile: load %s: read header: %w", path, err)
 	}
 	h := DecodeHeader(x.headerBuf[:])
-	if mayBeTorn && h != (Header{}) && h.IndexCount != 0 && !x.headerValid(h) {
+	if mayBeTorn && h != (Header{}) && !x.headerValid(h) {
 		slog.Warn("indexfile: a header is torn (never flushed); starting the file again", slog.String("path", path))
 		h = Header{}
 	}
@@ -333,6 +331,9 @@ func (x *Index) Put(ctx context.Context, key string, physicalOffset int64, store
 	if n := len(x.files); n > 0 && physicalOffset < x.files[n-1].header.EndPhyOffset {
 		return nil
 	}
+	if has, err := x.hasEntryLocked(key, physicalOffset); err != nil || has {
+		return err
+	}
 	f, err := x.writableLocked(ctx)
 	if err != nil {
 		return err
@@ -342,6 +343,44 @@ func (x *Index) Put(ctx context.Context, key string, physicalOffset int64, store
 		return err
 	}
 	return nil
+}
+
+// hasEntryLocked reports whether key is already indexed for the record at
+// physicalOffset, when that is the newest record indexed: a re-dispatch
+// after a crash starts at that record (its keys may be only partly there),
+// and a record may list a key twice. Only the files ending at that record
+// are searched, each chain only down to older records.
+func (x *Index) hasEntryLocked(key string, physicalOffset int64) (bool, error) {
+	keyHash := record.IndexKeyHash(key)
+	for i := len(x.files) - 1; i >= 0; i-- {
+		f := x.files[i]
+		if f.header.EndPhyOffset != physicalOffset {
+			break
+		}
+		if f.header.IndexCount <= 1 {
+			continue
+		}
+		if _, err := f.mf.ReadAt(x.slot[:], x.slotPosition(int64(keyHash)%x.slotCount)); err != nil {
+			return false, fmt.Errorf("indexfile: %s: read slot: %w", f.mf.Path(), err)
+		}
+		for n := int32(be32(x.slot[:])); n > 0 && n < f.header.IndexCount; {
+			if _, err := f.mf.ReadAt(x.entryBuf[:], x.entryPosition(n)); err != nil {
+				return false, fmt.Errorf("indexfile: %s: read entry %d: %w", f.mf.Path(), n, err)
+			}
+			e := DecodeEntry(x.entryBuf[:])
+			if e.PhyOffset < physicalOffset {
+				break
+			}
+			if e.KeyHash == keyHash && e.PhyOffset == physicalOffset {
+				return true, nil
+			}
+			if e.PrevIndex >= n {
+				break // a broken chain
+			}
+			n = e.PrevIndex
+		}
+	}
+	return false, nil
 }
 
 // writableLocked returns the newest file when it has room, else a new one.
@@ -472,8 +511,8 @@ func (x *Index) flushFileLocked(ctx context.Context, f *file) error {
 	if err := x.writeHeaderLocked(f); err != nil {
 		return err
 	}
-	if _, err := f.mf.Flush(ctx, 0); err != nil {
-		return fmt.Errorf("indexfile: %s: flush: %w", f.mf.Path(), err)
+	if err := f.flush(ctx); err != nil {
+		return err
 	}
 	f.flushedGeneration = f.generation
 	return nil

@@ -346,6 +346,7 @@ func TestFlushDurability(t *testing.T) {
 				written := flushed + rng.IntN(90-flushed+1)
 				putAll(t, x, calls[flushed:written])
 				fs.Crash(tail, rng)
+				fs.Restart()
 
 				x = openIndex(t, fs, 13, 40)
 				recovered := 0
@@ -606,18 +607,30 @@ func TestStickyError(t *testing.T) {
 	}
 }
 
+// TestAlreadyIndexedIsSkipped: a re-dispatch after a crash puts again the
+// records from the newest one indexed on. Older records are skipped; the
+// newest one, whose keys may be only partly indexed, gets the missing keys
+// and not a second entry for the ones it has (before, QueryMessages
+// returned it twice); a key a record lists twice is indexed once.
 func TestAlreadyIndexedIsSkipped(t *testing.T) {
 	x := openIndex(t, mappedfile.NewMemFS(mappedfile.MemOptions{}), 7, 50)
 	defer x.Close()
 	keys := testKeys(2)
 	calls := makeCalls(6, keys)
 	putAll(t, x, calls)
-	putAll(t, x, calls[2:]) // a re-dispatch: records before the last indexed one are skipped
-	count := x.Files()[0].IndexCount
-	// 1 + 6 entries + the last record again: its offset is not before the
-	// last indexed one (a record's other keys share its offset).
-	if count != 8 {
-		t.Fatalf("indexCount %d after the re-dispatch, want 8", count)
+	last := calls[len(calls)-1]
+	// The last record has a second key, not indexed yet when the process died.
+	second := putCall{key: "TopicTest#other", physical: last.physical, timestamp: last.timestamp}
+	putAll(t, x, calls[2:])                           // the re-dispatch
+	putAll(t, x, []putCall{second, second})           // its other key, listed twice
+	if count := x.Files()[0].IndexCount; count != 8 { // 1 + 6 entries + the other key
+		t.Fatalf("indexCount %d after the re-dispatch, want 8 (no entry twice)", count)
+	}
+	for _, c := range []putCall{last, second} {
+		got := query(t, x, c.key, 0, 1<<62, 100)
+		if n := slices.Index(got, c.physical); n < 0 || slices.Contains(got[n+1:], c.physical) {
+			t.Fatalf("Query(%s) = %v: want %d once", c.key, got, c.physical)
+		}
 	}
 }
 
@@ -741,8 +754,22 @@ func TestCovers(t *testing.T) {
 // TestTornHeaderBeforeTheNewest: after a crash, a file before the newest
 // whose header is torn starts again and the files after it are deleted (the
 // engine re-dispatches from the end of the file before it); without a crash
-// it is corruption.
+// it is corruption. Torn with its indexCount zero too (a power loss while
+// the file was being created: it failed Open before).
 func TestTornHeaderBeforeTheNewest(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		victim  int
+		garbage []byte // at hashSlotCount (32) and after
+	}{
+		{"hashSlotCount", 1, []byte{0xBC, 0, 0, 0}},
+		{"the first file's hashSlotCount and a zero indexCount", 0, []byte{0x6B, 0xAD, 0x1D, 0xEA, 0, 0, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tornHeaderBeforeTheNewest(t, tc.victim, tc.garbage) })
+	}
+}
+
+func tornHeaderBeforeTheNewest(t *testing.T, victimIndex int, garbage []byte) {
 	ctx := context.Background()
 	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
 	x := openIndex(t, fs, 7, 5)
@@ -755,12 +782,11 @@ func TestTornHeaderBeforeTheNewest(t *testing.T) {
 		t.Fatalf("%d files; the test needs at least 3", len(files))
 	}
 	x.Close()
-	victim := files[1]
+	victim := files[victimIndex]
 	mf, err := fs.Open(ctx, mappedfile.Spec{Path: victim.Path, SizeBytes: x.SizeBytes()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	garbage := []byte{0xBC, 0, 0, 0} // hashSlotCount's first byte
 	if _, err := mf.(mappedfile.Overwriter).WriteAt(garbage, 32); err != nil {
 		t.Fatal(err)
 	}
@@ -775,7 +801,11 @@ func TestTornHeaderBeforeTheNewest(t *testing.T) {
 	}
 	defer x.Close()
 	got := x.Files()
-	if len(got) != 2 || got[1].Name != victim.Name || got[1].IndexCount != 1 || x.MaxPhysicalOffset() != files[0].EndPhyOffset {
-		t.Fatalf("after a crash: files %+v, MaxPhysicalOffset %d; want the torn file restarted after %+v", got, x.MaxPhysicalOffset(), files[0])
+	wantEnd := int64(0)
+	if victimIndex > 0 {
+		wantEnd = files[victimIndex-1].EndPhyOffset
+	}
+	if len(got) != victimIndex+1 || got[victimIndex].Name != victim.Name || got[victimIndex].IndexCount != 1 || x.MaxPhysicalOffset() != wantEnd {
+		t.Fatalf("after a crash: files %+v, MaxPhysicalOffset %d; want the torn file restarted, ending at %d", got, x.MaxPhysicalOffset(), wantEnd)
 	}
 }

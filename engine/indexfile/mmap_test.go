@@ -35,7 +35,7 @@ func TestOnDiskMmap(t *testing.T) {
 	dir := t.TempDir()
 	backend, ok := mmapBackend(t, dir)
 	if !ok {
-		t.Skip("the mmap backend's files do not implement mappedfile.Overwriter yet")
+		t.Fatal("the mmap backend's files do not implement mappedfile.Overwriter")
 	}
 	cfg := Config{Dir: dir, Backend: backend, SlotCount: 97, MaxEntries: 300, Now: fixedNow}
 	x, err := Open(ctx, cfg)

@@ -27,8 +27,8 @@ func (x *Index) settleLocked(ctx context.Context, f *file) error {
 	if err := x.writeHeaderLocked(f); err != nil {
 		return err
 	}
-	if _, err := f.mf.Flush(ctx, 0); err != nil {
-		return fmt.Errorf("indexfile: %s: flush: %w", f.mf.Path(), err)
+	if err := f.flush(ctx); err != nil {
+		return err
 	}
 	if err := f.mf.Truncate(ctx, x.entryPosition(f.header.IndexCount)); err != nil {
 		return fmt.Errorf("indexfile: %s: truncate after entry %d: %w", f.mf.Path(), f.header.IndexCount-1, err)
@@ -38,54 +38,61 @@ func (x *Index) settleLocked(ctx context.Context, f *file) error {
 	return nil
 }
 
-// repairSlotsLocked rewrites every slot that points at or past IndexCount
-// with the first entry of its chain below IndexCount (0 when none).
+// repairSlotsLocked makes every slot point at the newest entry below
+// IndexCount with its hash. A slot that points at or past IndexCount was
+// written back before the header (and maybe before its entry: the kernel
+// writes pages back in any order), so the chain through that entry may be
+// lost: then every slot is rebuilt from the entries the header counts,
+// which a flush made durable together with it (their PrevIndex links are
+// intact).
 func (x *Index) repairSlotsLocked(f *file) error {
 	buf := make([]byte, 16*1024*SlotSize)
-	for slot := int64(0); slot < x.slotCount; {
+	stale := false
+	for slot := int64(0); slot < x.slotCount && !stale; {
 		n := min(int64(len(buf))/SlotSize, x.slotCount-slot)
 		chunk := buf[:n*SlotSize]
 		if _, err := f.mf.ReadAt(chunk, x.slotPosition(slot)); err != nil {
 			return fmt.Errorf("indexfile: %s: read slots: %w", f.mf.Path(), err)
 		}
 		for i := int64(0); i < n; i++ {
-			value := int32(be32(chunk[i*SlotSize:]))
-			if value >= 0 && value < f.header.IndexCount {
-				continue
-			}
-			fixed, err := x.walkBelow(f, value, f.header.IndexCount)
-			if err != nil {
-				return err
-			}
-			putBE32(x.slot[:], uint32(fixed))
-			if _, err := f.ow.WriteAt(x.slot[:], x.slotPosition(slot+i)); err != nil {
-				return fmt.Errorf("indexfile: %s: repair slot %d: %w", f.mf.Path(), slot+i, err)
+			if value := int32(be32(chunk[i*SlotSize:])); value < 0 || value >= f.header.IndexCount {
+				stale = true
+				break
 			}
 		}
 		slot += n
 	}
-	return nil
-}
-
-// walkBelow follows the chain from entry value until an entry number below
-// limit; 0 when the chain is broken (a number out of range or not
-// decreasing).
-func (x *Index) walkBelow(f *file, value, limit int32) (int32, error) {
-	var buf [EntrySize]byte
-	for value >= limit {
-		if value <= 0 || value >= x.maxEntries {
-			return 0, nil
-		}
-		if _, err := f.mf.ReadAt(buf[:], x.entryPosition(value)); err != nil {
-			return 0, fmt.Errorf("indexfile: %s: read entry %d: %w", f.mf.Path(), value, err)
-		}
-		previous := DecodeEntry(buf[:]).PrevIndex
-		if previous < 0 || previous >= value {
-			return 0, nil
-		}
-		value = previous
+	if !stale {
+		return nil
 	}
-	return max(value, 0), nil
+	slots := make([]int32, x.slotCount)
+	entries := make([]byte, 4096*EntrySize)
+	for first := int32(1); first < f.header.IndexCount; {
+		n := min(int32(len(entries)/EntrySize), f.header.IndexCount-first)
+		chunk := entries[:int64(n)*EntrySize]
+		if _, err := f.mf.ReadAt(chunk, x.entryPosition(first)); err != nil {
+			return fmt.Errorf("indexfile: %s: read entries: %w", f.mf.Path(), err)
+		}
+		for i := int32(0); i < n; i++ {
+			e := DecodeEntry(chunk[int64(i)*EntrySize:])
+			if e.KeyHash >= 0 {
+				slots[int64(e.KeyHash)%x.slotCount] = first + i
+			}
+		}
+		first += n
+	}
+	for slot := int64(0); slot < x.slotCount; {
+		n := min(int64(len(buf))/SlotSize, x.slotCount-slot)
+		chunk := buf[:n*SlotSize]
+		for i := int64(0); i < n; i++ {
+			putBE32(chunk[i*SlotSize:], uint32(slots[slot+i]))
+		}
+		if _, err := f.ow.WriteAt(chunk, x.slotPosition(slot)); err != nil {
+			return fmt.Errorf("indexfile: %s: rebuild slots: %w", f.mf.Path(), err)
+		}
+		slot += n
+	}
+	return nil
 }
 
 // TruncateByPhysical is recovery after the CommitLog was cut at
@@ -191,6 +198,33 @@ func (x *Index) deleteLocked(i int) error {
 	}
 	f.removed = true
 	x.files = append(x.files[:i], x.files[i+1:]...)
+	if err := x.fs.SyncDir(x.dir); err != nil {
+		return fmt.Errorf("indexfile: delete %s: %w", f.mf.Path(), err)
+	}
+	return nil
+}
+
+// SyncFrom makes durable (fsync, whole files) every file holding entries of
+// records at or after physicalOffset — every file when physicalOffset ≤ 0.
+// After a crash the entries a dead process wrote may sit in the page cache,
+// never synced, in files opened full that a Flush would not reach.
+func (x *Index) SyncFrom(ctx context.Context, physicalOffset int64) error {
+	x.mu.RLock()
+	var paths []string
+	for _, f := range x.files {
+		if physicalOffset <= 0 || f.header.EndPhyOffset >= physicalOffset {
+			paths = append(paths, f.mf.Path())
+		}
+	}
+	x.mu.RUnlock()
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := x.fs.SyncFile(p); err != nil {
+			return fmt.Errorf("indexfile: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -223,14 +257,14 @@ func (x *Index) Flush(ctx context.Context) error {
 	x.mu.Unlock()
 	var errs []error
 	for _, p := range todo {
-		_, err := p.f.mf.Flush(ctx, 0)
+		err := p.f.flush(ctx)
 		p.f.mf.Release()
 		x.mu.Lock()
 		switch {
 		case err == nil:
 			p.f.flushedGeneration = max(p.f.flushedGeneration, p.generation)
 		case !p.f.removed:
-			errs = append(errs, fmt.Errorf("indexfile: %s: flush: %w", p.f.mf.Path(), err))
+			errs = append(errs, err)
 		}
 		x.mu.Unlock()
 	}

@@ -8,14 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -63,8 +61,8 @@ type Allocator interface {
 type Queue struct {
 	dir              string
 	backend          mappedfile.Backend
-	lister           mappedfile.Lister // nil: the OS file system
-	allocator        Allocator         // nil: open directly
+	fs               storefs.FS
+	allocator        Allocator // nil: open directly
 	segmentSizeBytes int64
 
 	mu    sync.RWMutex
@@ -79,25 +77,17 @@ type Config struct {
 	Allocator        Allocator
 }
 
-// Open loads the segments already in cfg.Dir (creating the directory when
-// missing). Loaded segments are opened full (positions = size): recovery
-// then calls TruncateTo with the end of the valid data.
+// Open loads the segments already in cfg.Dir (creating the directory, and
+// its parents, durably when missing). Loaded segments are opened full
+// (positions = size): recovery then calls TruncateTo with the end of the
+// valid data.
 func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	if cfg.SegmentSizeBytes <= 0 {
 		return nil, fmt.Errorf("segment queue %s: segment size %d: %w", cfg.Dir, cfg.SegmentSizeBytes, mappedfile.ErrInvalidArgument)
 	}
-	q := &Queue{dir: cfg.Dir, backend: cfg.Backend, allocator: cfg.Allocator, segmentSizeBytes: cfg.SegmentSizeBytes}
-	if l, ok := cfg.Backend.(mappedfile.Lister); ok {
-		// A wrapper (Faulty) may forward to a backend whose files are in
-		// the OS file system: it answers ErrUnsupported.
-		if _, err := l.List(cfg.Dir); !errors.Is(err, mappedfile.ErrUnsupported) {
-			q.lister = l
-		}
-	}
-	if q.lister == nil {
-		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-			return nil, fmt.Errorf("segment queue: create %s: %w", cfg.Dir, err)
-		}
+	q := &Queue{dir: cfg.Dir, backend: cfg.Backend, fs: storefs.Of(cfg.Backend), allocator: cfg.Allocator, segmentSizeBytes: cfg.SegmentSizeBytes}
+	if err := q.fs.MkdirAll(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("segment queue: create %s: %w", cfg.Dir, err)
 	}
 	names, err := q.list()
 	if err != nil {
@@ -126,38 +116,25 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	return q, nil
 }
 
-// list returns the segment names in the directory, temporary files (a
-// creation cut short) removed.
+// list returns the segment names in the directory, sorted, temporary files
+// (a creation cut short) removed.
 func (q *Queue) list() ([]string, error) {
+	all, err := q.fs.List(q.dir)
+	if err != nil {
+		return nil, fmt.Errorf("segment queue: list %s: %w", q.dir, err)
+	}
 	var names []string
-	if q.lister != nil {
-		all, err := q.lister.List(q.dir)
-		if err != nil {
-			return nil, fmt.Errorf("segment queue: list %s: %w", q.dir, err)
-		}
-		names = all
-	} else {
-		entries, err := os.ReadDir(q.dir)
-		if err != nil {
-			return nil, fmt.Errorf("segment queue: list %s: %w", q.dir, err)
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				continue
+	for _, name := range all {
+		switch {
+		case strings.HasSuffix(name, ".broken"): // cut bytes kept by recovery
+		case strings.HasSuffix(name, ".tmp"):
+			if err := storefs.RemoveDurably(q.fs, filepath.Join(q.dir, name)); err != nil {
+				return nil, fmt.Errorf("segment queue: remove leftover %s: %w", name, err)
 			}
-			if strings.HasSuffix(e.Name(), ".broken") {
-				continue // cut bytes kept by recovery
-			}
-			if segfile.IsSegmentTemp(e.Name()) {
-				if err := os.Remove(filepath.Join(q.dir, e.Name())); err != nil {
-					return nil, fmt.Errorf("segment queue: remove leftover %s: %w", e.Name(), err)
-				}
-				continue
-			}
-			names = append(names, e.Name())
+		default:
+			names = append(names, name)
 		}
 	}
-	sort.Strings(names)
 	return names, nil
 }
 
@@ -266,6 +243,20 @@ func (q *Queue) NextForAppend(ctx context.Context, startOffset int64) (mappedfil
 	if err != nil {
 		return nil, fmt.Errorf("create segment %s: %w: %w", spec.Path, ErrCreate, err)
 	}
+	if wrote := mf.WrotePosition(); wrote != 0 {
+		// A file already there (a creation that failed after the file was
+		// made, e.g. a failed warm-up): every file present at Open is in the
+		// queue, so one past its end never holds data. Remove it; the next
+		// append creates the segment again.
+		err := fmt.Errorf("create segment %s: a leftover file is there (write position %d): %w", spec.Path, wrote, ErrCreate)
+		if derr := mf.Delete(); derr != nil {
+			return nil, fmt.Errorf("%w (and removing it: %v)", err, derr)
+		}
+		if serr := q.fs.SyncDir(q.dir); serr != nil {
+			return nil, fmt.Errorf("%w (and syncing the directory: %v)", err, serr)
+		}
+		return nil, err
+	}
 	q.mu.Lock()
 	q.files = append(q.files, mf)
 	q.mu.Unlock()
@@ -320,45 +311,73 @@ func (q *Queue) forPending(ctx context.Context, from int64, leastPages int,
 }
 
 // TruncateTo makes offset the end of the queue: segments starting after it
-// are deleted, the one holding it is truncated there (its tail zeroed).
+// are deleted, newest first, each removal synced before the next, so a crash
+// at any point leaves a contiguous run; the one holding offset is truncated
+// there (its tail zeroed durably). It does not sync the bytes before offset:
+// see SyncRange.
 func (q *Queue) TruncateTo(ctx context.Context, offset int64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	keep := q.files[:0]
-	for _, f := range q.files {
-		switch {
-		case f.FromOffset()+f.SizeBytes() <= offset:
-			keep = append(keep, f)
-		case f.FromOffset() <= offset:
+	for n := len(q.files); n > 0 && q.files[n-1].FromOffset() > offset; n = len(q.files) {
+		f := q.files[n-1]
+		if err := f.Delete(); err != nil {
+			return fmt.Errorf("delete %s past offset %d: %w", f.Path(), offset, err)
+		}
+		// A new slice: a flusher may hold a snapshot of the old one.
+		q.files = append([]mappedfile.MappedFile(nil), q.files[:n-1]...)
+		if err := q.fs.SyncDir(q.dir); err != nil {
+			return fmt.Errorf("delete %s past offset %d: %w", f.Path(), offset, err)
+		}
+	}
+	if n := len(q.files); n > 0 {
+		if f := q.files[n-1]; f.FromOffset()+f.SizeBytes() > offset {
 			if err := f.Truncate(ctx, offset-f.FromOffset()); err != nil {
 				return fmt.Errorf("truncate %s at %d: %w", f.Path(), offset, err)
 			}
-			keep = append(keep, f)
-		default:
-			if err := f.Delete(); err != nil {
-				return fmt.Errorf("delete %s past offset %d: %w", f.Path(), offset, err)
-			}
 		}
-	}
-	q.files = keep
-	if q.lister == nil {
-		return segfile.SyncDir(q.dir)
 	}
 	return nil
 }
 
-// DeleteFirst deletes the oldest segment (retention).
+// SyncRange makes durable every segment holding bytes of [from, to), with a
+// sync of the whole file (fsync): after a crash, recovery finds bytes the
+// dead process wrote into the page cache and never synced — the segment
+// before a roll, units of a ConsumeQueue — which a Flush of a segment opened
+// full would not touch. Nothing may claim them durable before this.
+func (q *Queue) SyncRange(ctx context.Context, from, to int64) error {
+	for _, f := range q.Files() {
+		if f.FromOffset()+f.SizeBytes() <= from || f.FromOffset() >= to {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := q.fs.SyncFile(f.Path()); err != nil {
+			return fmt.Errorf("segment queue: %w", err)
+		}
+	}
+	return nil
+}
+
+// DeleteFirst deletes the oldest segment (retention). The segment leaves
+// the queue under the lock; its file is removed (and the directory synced)
+// after, so Puts and reads never wait for an unlink or an munmap. A reader
+// that found the segment before keeps reading it until it releases it.
 func (q *Queue) DeleteFirst() error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if len(q.files) == 0 {
+		q.mu.Unlock()
 		return nil
 	}
 	f := q.files[0]
+	q.files = q.files[1:] // a flusher's snapshot of the slice keeps its entries
+	q.mu.Unlock()
 	if err := f.Delete(); err != nil {
 		return fmt.Errorf("delete %s: %w", f.Path(), err)
 	}
-	q.files = q.files[1:]
+	if err := q.fs.SyncDir(q.dir); err != nil {
+		return fmt.Errorf("delete %s: %w", f.Path(), err)
+	}
 	return nil
 }
 
