@@ -139,6 +139,7 @@ func slaveWorker(ctx context.Context, req workerRequest, dec *json.Decoder, out 
 	if err := s.Close(); err != nil {
 		final.CloseError = err.Error()
 	}
+	final.Flushed = s.FlushedOffset() // what the close made durable
 	return enc.Encode(final)
 }
 
