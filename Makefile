@@ -6,7 +6,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all build test lint vet staticcheck fmt-check tools clean bench bench-full bench-pressure bench-sweep report
+.PHONY: all build test lint vet staticcheck fmt-check tools clean bench bench-full bench-pressure bench-sweep bench-durable bench-replication bench-peers report
 
 all: build
 
@@ -75,6 +75,33 @@ bench-pressure:
 ## group-commit timeout), 3 measured repeats per point, with its durable-throughput / p99.9 Pareto front.
 bench-sweep:
 	$(GO) run ./cmd/mqbench sweep --dir . --backends mmap,uring --segment-size 64MiB --duration 1s --warmup 300ms $(BENCH_FLAGS)
+
+## bench-durable: issue 15's table — sync flush at 1, 4, 16, 64 and 256 producers, every backend and the pebble-wal peer,
+## 1 KiB, 5 measured repeats of 1 s, the device limits (the 4 KiB write+fdatasync on a fallocated and on a pre-written
+## file, segment creation) — and summary.md's "Goals (issue 15)" section. About 6 minutes on 2 cores (the estimate is
+## printed at the start). The async goals need BENCH_FLAGS='--flush async,sync --workloads throughput,e2e --rates 1000'.
+bench-durable:
+	$(GO) run ./cmd/mqbench run --dir . --sizes 1024 --flush sync --workloads throughput --producers 1,4,16,64,256 --peers pebble-wal \
+		--repeat 5 --duration 1s --warmup 200ms --no-profile --segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 \
+		--memcpy-bytes 64MiB --memcpy-duration 300ms --fault-bytes 128MiB $(BENCH_FLAGS)
+
+## bench-replication: issue 16's comparison — mmap and uring-direct, 1 KiB, async and sync flush, each without a slave, with an
+## ASYNC_MASTER slave and with a SYNC_MASTER slave (its own process and directory), closed loop at 16 and 64 producers and the
+## open loop at 1000 msgs/s: throughput, latency, replication lag and the slave's durable rate, and summary.md's
+## ASYNC_FLUSH + SYNC_MASTER vs SYNC_FLUSH table. About 10 minutes on 2 cores. BENCH_FLAGS='--ha-delay 1ms' puts an
+## EMULATED 1 ms one-way network between them (a TCP proxy: labelled EMULATED everywhere); '--slave-dir DIR' another device.
+bench-replication:
+	$(GO) run ./cmd/mqbench run --dir . --backends mmap,uring-direct --sizes 1024 --flush async,sync --replication none,async,sync \
+		--producers 16,64 --rates 1000 --workloads throughput,latency --peers "" --repeat 5 --duration 1s --warmup 200ms \
+		--search-probes 0 --no-profile --no-limits --segment-size 64MiB $(BENCH_FLAGS)
+
+## bench-peers: issue 13's comparison with the peers as their maintainers would run them (pebble-wal, pebble v2 tuned, NATS over
+## loopback TCP): mmap and uring-direct, async and sync, 1, 16 and 64 producers, 3 measured repeats, every body size — the
+## issue's command; summary.md gives each system ÷ pebble-wal and the durability table. The automatic window makes it long
+## (an hour or more on 2 cores): BENCH_FLAGS='--duration 1s --sizes 1024' runs it in about 5 minutes.
+bench-peers:
+	$(GO) run ./cmd/mqbench run --dir . --backends mmap,uring-direct --peers pebble-wal,pebble,nats --flush async,sync \
+		--producers 1,16,64 --workloads throughput --repeat 3 $(BENCH_FLAGS)
 
 ## report: re-render a run's summary.md, plots, bench.txt and .hgrm files from its run.json.gz (results/ keeps
 ## only summary.md, bench.txt and run.json.gz): make report RUN=results/<id>

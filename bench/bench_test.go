@@ -57,7 +57,7 @@ func (l *lockedBuffer) String() string {
 
 // TestEndToEndRun runs mmap async and sync through the closed loop and the
 // open loop (with floors, the A/A twin, the search and profiles) and checks
-// the schema 2 contract fields of every cell and the outputs.
+// the schema 3 contract fields of every cell and the outputs.
 func TestEndToEndRun(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Flushes, cfg.SearchProbes, cfg.Profile, cfg.ProfileDuration = []string{"async", "sync"}, 2, true, 200*time.Millisecond
@@ -225,12 +225,27 @@ func (fakeProber) SequentialWrite(_ context.Context, _ string, total int64, _, _
 	return total, time.Duration(total), nil
 }
 
-func (fakeProber) SyncLatency(_ context.Context, _ string, count int) ([]time.Duration, error) {
+func (fakeProber) SyncLatency(_ context.Context, _ string, count int, prewritten bool) ([]time.Duration, error) {
 	out := make([]time.Duration, count)
 	for i := range out {
 		out[i] = time.Duration(i+1) * time.Microsecond
+		if prewritten {
+			out[i] /= 2
+		}
 	}
 	return out, nil
+}
+
+// CreateSegment: 1 ns per byte pre-written (1000 MB/s), half that with
+// O_DIRECT, 1 ms otherwise.
+func (fakeProber) CreateSegment(_ context.Context, _ string, size int64, prewrite, direct bool) (time.Duration, error) {
+	switch {
+	case prewrite && direct:
+		return time.Duration(size / 2), nil
+	case prewrite:
+		return time.Duration(size), nil
+	}
+	return time.Millisecond, nil
 }
 
 // TestLimitsAndProgressReachItsTotal: the limits with a fake prober (and
@@ -254,6 +269,18 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	}
 	if l := names[LimitDeviceSync]; l == nil || l.P50Ns < 5_000 || l.P50Ns > 6_010 {
 		t.Errorf("device sync %+v", l)
+	}
+	if l := names[LimitDeviceSyncPrewritten]; l == nil || l.P50Ns < 2_500 || l.P50Ns > 3_010 {
+		t.Errorf("device sync on a pre-written file %+v", l)
+	}
+	if l := names[LimitSegmentPrewritten]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 || l.P50Ns != cfg.Store.SegmentSizeBytes {
+		t.Errorf("segment creation, pre-written %+v", l)
+	}
+	if l := names[LimitSegmentPrewrittenDirect]; l == nil || l.MBPerSec < 1999.99 || l.MBPerSec > 2000.01 {
+		t.Errorf("segment creation, pre-written with O_DIRECT %+v", l)
+	}
+	if l := names[LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) || l.MBPerSec != 0 {
+		t.Errorf("segment creation, fallocated %+v", l)
 	}
 	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(1024)) {
 		t.Errorf("memcpy %+v", l)
@@ -341,7 +368,11 @@ func TestChooseWindow(t *testing.T) {
 		{"given", func(c *Config) { c.Duration = 1500 * time.Millisecond }, 1500 * time.Millisecond, "--duration"},
 		{"sync only", func(c *Config) { c.Flushes = []string{"sync"} }, time.Second, "nothing to absorb"},
 		{"dirty threshold", func(c *Config) {}, 3 * time.Second, "vm.dirty_bytes=3000000000"},
-		{"uring-direct staging", func(c *Config) { c.Backends, c.Store.SegmentSizeBytes = []string{"uring-direct"}, 1e9 }, 4 * time.Second, "staging buffers"},
+		{"uring-direct staging", func(c *Config) { c.Backends = []string{"uring-direct"} }, time.Second, "4 staging rings of 17 MB"},
+		{"uring-direct large staging", func(c *Config) {
+			c.Backends, c.Store.SegmentSizeBytes = []string{"uring-direct"}, 1e9
+			c.Store.BackendOptions = map[string]string{"uring-direct": `{"StagingBytes": 999997440}`}
+		}, 4 * time.Second, "4 staging rings of 1000 MB"},
 	} {
 		cfg := cfg
 		c.mod(&cfg)
@@ -369,6 +400,17 @@ func TestPlanCountsCells(t *testing.T) {
 	want := 6*(17*(0.2+1+storeRunOverhead.Seconds())+8*(0.2+1+peerRunOverhead.Seconds())+2*(0.2+1+floorRunOverhead.Seconds())) + 18*(0.2+1+storeRunOverhead.Seconds())
 	if d := p.EstimatedSeconds - want; d > 1e-6 || d < -1e-6 {
 		t.Errorf("estimate %v s, want %v", p.EstimatedSeconds, want)
+	}
+	// The replication axis: the same 16 mqstore cells with an ASYNC_MASTER
+	// and with a SYNC_MASTER slave (no search probes, no twin of theirs),
+	// and without a slave only when "none" is in the axis.
+	cfg.Replication = []string{ReplicationNone, ReplicationAsync, ReplicationSync}
+	if p := plan(&cfg, false, 1); p.Cells != 25+32 || p.Runs != 6*(57+2)+18 {
+		t.Errorf("plan with replication %+v: want 57 cells, %d runs", p, 6*(57+2)+18)
+	}
+	cfg.Replication = []string{ReplicationSync}
+	if p := plan(&cfg, false, 1); p.Cells != 16+8 || p.Runs != 6*(24+2)+6 {
+		t.Errorf("plan with a SYNC_MASTER only %+v: want 24 cells (no twin: it is of a cell without a slave), %d runs", p, 6*(24+2)+6)
 	}
 }
 

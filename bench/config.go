@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,29 @@ const (
 	WorkloadE2E      = "e2e"
 	WorkloadRecovery = "recovery"
 )
+
+// Replication axis values: no slave, ASYNC_MASTER, SYNC_MASTER.
+const (
+	ReplicationNone  = "none"
+	ReplicationAsync = "async"
+	ReplicationSync  = "sync"
+)
+
+// replications is the replication axis (none when not given).
+func replications(c *Config) []string {
+	if len(c.Replication) == 0 {
+		return []string{ReplicationNone}
+	}
+	return c.Replication
+}
+
+// replicationRole is the master's role of a replication value.
+func replicationRole(repl string) engine.BrokerRole {
+	if repl == ReplicationSync {
+		return engine.SyncMaster
+	}
+	return engine.AsyncMaster
+}
 
 // Pressure names.
 const (
@@ -67,7 +91,8 @@ func DefaultConfig() Config {
 		Workloads: []string{string(load.Throughput), string(load.Latency)}, Pressures: []string{PressureNone},
 		Peers: DefaultPeers(), Producers: DefaultProducers(), InFlight: 8, Warmup: 500 * time.Millisecond, Repeat: 5,
 		Rates: DefaultRates(), Arrival: string(load.Poisson), Seed: 1, SearchProbes: 6, SearchDuration: time.Second, AA: true,
-		Dir: ".", Out: "results", ProfilesRoot: "profiles", Profile: true, ProfileDuration: time.Second,
+		Replication: []string{ReplicationNone},
+		Dir:         ".", Out: "results", ProfilesRoot: "profiles", Profile: true, ProfileDuration: time.Second,
 		MemcpyBytes: 64 << 20, MemcpyDuration: time.Second, FaultBytes: 256 << 20, DeviceProbeBytes: 1 << 30, SyncProbeCount: 1000,
 		Store:             StoreConfig{SegmentSizeBytes: 256 << 20},
 		EmulateImageBytes: 4 << 30, HDDBandwidthBytes: 150e6, HDDIOPS: 150,
@@ -150,6 +175,33 @@ func Validate(c *Config) error {
 			return fmt.Errorf("policy %q: flush %q: want async or sync", p.Name, p.Flush)
 		}
 	}
+	replicated := false
+	for _, r := range c.Replication {
+		if r != ReplicationNone && r != ReplicationAsync && r != ReplicationSync {
+			return fmt.Errorf("replication %q: want none (no slave), async (ASYNC_MASTER) or sync (SYNC_MASTER)", r)
+		}
+		replicated = replicated || r != ReplicationNone
+	}
+	switch {
+	case c.HADelay < 0:
+		return fmt.Errorf("ha delay %v: want ≥ 0", c.HADelay)
+	case c.HADelay > 0 && !replicated:
+		return fmt.Errorf("--ha-delay %v needs a slave: add async or sync to --replication", c.HADelay)
+	case c.SlaveDir != "" && !replicated:
+		return fmt.Errorf("--slave-dir %s needs a slave: add async or sync to --replication", c.SlaveDir)
+	case replicated && slices.Contains(c.Backends, "mem"):
+		return fmt.Errorf("replication with the mem backend: a slave in another process cannot share its in-memory files; leave mem out of --backends or use --replication none")
+	}
+	if c.SlaveDir != "" {
+		if st, err := os.Stat(c.SlaveDir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--slave-dir %s: not a directory (%v)", c.SlaveDir, err)
+		}
+	}
+	for name, js := range c.Store.BackendOptions {
+		if _, err := engine.DecodeBackendOptions(name, []byte(js)); err != nil {
+			return fmt.Errorf("--backend-options %s=%s: %w", name, js, err)
+		}
+	}
 	for _, p := range c.Producers {
 		if p <= 0 || p > 4096 {
 			return fmt.Errorf("producers %d: want 1 to 4096", p)
@@ -173,6 +225,7 @@ func Validate(c *Config) error {
 		return fmt.Errorf("no backend and no peer to run")
 	case len(c.Sizes) == 0 || len(c.Flushes) == 0 || len(c.Workloads) == 0:
 		return fmt.Errorf("sizes, flushes and workloads must not be empty")
+
 	case hasWorkload(c, string(load.Throughput)) && len(c.Producers) == 0:
 		return fmt.Errorf("the throughput workload needs a --producers list")
 	case open && len(c.Rates) == 0:

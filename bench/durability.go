@@ -1,49 +1,89 @@
 package bench
 
-import "github.com/mqstore/mqstore/bench/runfile"
+import (
+	"fmt"
+	"strings"
+	"time"
 
-// storeDurabilitySemantics says what an mqstore acknowledgement means for a
-// backend and flush mode (DESIGN.md's backends and flush policies): when a
-// Put returns, what a crash of the process loses (the machine stays up: the
-// page cache survives), what a power loss loses, and the mechanism that
-// makes data durable. The summary's durability table prints it beside the
-// peers' own statements.
-func storeDurabilitySemantics(backend, flush string) *runfile.Durability {
-	sync := flush == "sync"
-	d := &runfile.Durability{}
-	switch backend {
-	case "mmap":
-		d.Ack = "after the record is copied into the shared file mapping (page cache)"
-		d.ProcessCrash = "nothing: the pages belong to the file and the kernel writes them back"
-		d.Mechanism = "msync(MS_SYNC) of the dirty range"
-	case "transient":
-		d.Ack = "after the record is copied into an mlocked off-heap buffer of the pool"
-		d.ProcessCrash = "what the commit service has not yet written to the file (pwrite): up to a commit interval (200 ms), more while commits lag"
-		d.Mechanism = "pwrite of committed bytes, then fdatasync"
-	case "uring":
-		d.Ack = "after the record is copied into a registered staging buffer"
-		d.ProcessCrash = "what no completed io_uring WRITE has put in the page cache yet: up to a commit interval, more while commits lag"
-		d.Mechanism = "io_uring WRITE(_FIXED) into the page cache, then io_uring FSYNC(DATASYNC)"
-	case "uring-direct":
-		d.Ack = "after the record is copied into an aligned registered staging buffer"
-		d.ProcessCrash = "what no completed O_DIRECT write has reached the device with yet: up to a commit interval, more while commits lag"
-		d.Mechanism = "io_uring O_DIRECT writes (RWF_DSYNC with pre-zeroed segments), then io_uring FSYNC(DATASYNC)"
-	case "mem":
-		d.Ack = "after the record is copied into process memory"
-		d.ProcessCrash = "everything (nothing is on disk)"
-		d.PowerLoss = "everything"
-		d.Mechanism = "none: an in-memory file system for the engine's own cost"
-		return d
-	default:
-		return nil
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+// storeDurabilitySemantics says what an mqstore acknowledgement means for
+// a cell's engine options: the backend's own statement (its registration's
+// Durability, which names the system calls its Commit and Flush make with
+// these options), with this run's flush and commit intervals named, and,
+// for a replicated cell, what the replication role adds. Nothing here
+// describes a backend's mechanism: that text lives with the backend's code.
+func storeDurabilitySemantics(o engine.Options, replication string) (*runfile.Durability, error) {
+	var reg *mappedfile.Registration
+	for _, r := range engine.Backends() {
+		if r.Name == o.Backend {
+			reg = &r
+		}
 	}
-	if sync {
-		d.Ack = "after a group-commit flush covering the record returned (" + d.Mechanism + ")"
-		d.ProcessCrash = "nothing acknowledged"
-		d.PowerLoss = "nothing acknowledged, if the device honours cache flushes"
-		return d
+	if reg == nil {
+		return nil, fmt.Errorf("backend %q is not registered", o.Backend)
 	}
-	d.Ack += "; flushed in the background"
-	d.PowerLoss = "everything not yet flushed: up to a flush interval (500 ms) plus the flush in progress, the whole backlog when flushes fall behind (see backlog)"
+	sync := o.FlushMode == engine.FlushSync
+	d, err := reg.Durability(mappedfile.Config{SegmentSizeBytes: o.SegmentSizeBytes, SyncFlush: sync}, o.BackendOptions)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: durability: %w", o.Backend, err)
+	}
+	out := &runfile.Durability{Ack: d.Ack, ProcessCrash: d.ProcessCrash, PowerLoss: d.PowerLoss, Mechanism: d.Mechanism}
+	if !sync {
+		var here []string
+		if strings.Contains(d.PowerLoss+d.ProcessCrash, "flush interval") {
+			here = append(here, "flush interval "+orDuration(o.FlushInterval, engine.DefaultFlushInterval).String())
+		}
+		if strings.Contains(d.PowerLoss+d.ProcessCrash, "commit interval") {
+			here = append(here, "commit interval "+orDuration(o.CommitInterval, engine.DefaultCommitInterval).String())
+		}
+		if len(here) > 0 {
+			out.PowerLoss += " (here: " + strings.Join(here, ", ") + ")"
+		}
+	}
+	replicationDurability(out, replication, o)
+	return out, nil
+}
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
 	return d
+}
+
+// replicationDurability adds what a replication role changes to a
+// backend's statement: with SYNC_MASTER the acknowledgement also waits for
+// a slave (its own process and directory, the same backend and flush mode),
+// so losing the master — its process, its power or its disk — loses nothing
+// acknowledged; with ASYNC_MASTER the slave follows behind by the
+// replication lag. MachineLoss is what losing the master's machine for good
+// loses.
+func replicationDurability(d *runfile.Durability, replication string, o engine.Options) {
+	slave := fmt.Sprintf("the slave (same backend, %s flush)", o.FlushMode)
+	switch replication {
+	case ReplicationSync:
+		d.Ack += "; and only once " + slave + " acknowledged holding it (SYNC_MASTER; FLUSH_SLAVE_TIMEOUT after " +
+			orDuration(o.SlaveTimeout, engine.DefaultSlaveTimeout).String() + ")"
+		d.ProcessCrash = "nothing acknowledged (the slave holds it)"
+		d.PowerLoss = "of the master alone: nothing acknowledged (the slave holds it); of both machines: what the slave had not made durable — " +
+			map[bool]string{true: "nothing acknowledged with a sync-flush slave", false: "up to its flush interval with an async-flush slave"}[o.FlushMode == engine.FlushSync]
+		d.MachineLoss = "nothing acknowledged"
+		d.Mechanism += "; replication: the master streams committed CommitLog bytes over TCP (RocketMQ's HA protocol), the slave appends them through its own backend and reports its offset, and a Put waits for that offset to reach its record"
+	case ReplicationAsync:
+		d.Ack += "; replicated in the background (ASYNC_MASTER)"
+		d.MachineLoss = "what the slave had not yet acknowledged: the replication lag (see lag bytes and ms)"
+		d.Mechanism += "; replication: the master streams committed CommitLog bytes to the slave in the background"
+	default:
+		d.MachineLoss = "everything: no other copy"
+	}
+}
+
+// durableObservedOnlyAtDrain is runfile.DurableOnlyAtDrain: the system
+// reports durability only when drained.
+func durableObservedOnlyAtDrain(measured []*runfile.Repeat) bool {
+	return runfile.DurableOnlyAtDrain(measured)
 }

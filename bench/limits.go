@@ -19,6 +19,15 @@ const (
 	LimitDeviceSync = runfile.LimitDeviceSync
 	LimitFioSeq     = runfile.LimitFioSeq
 	LimitFioSync    = runfile.LimitFioSync
+	// LimitDeviceSyncPrewritten is the 4 KiB write+fdatasync on a
+	// pre-written file: the physical cost of one durable append (issue 15's
+	// reference).
+	LimitDeviceSyncPrewritten = runfile.LimitDeviceSyncPrewritten
+	// LimitSegmentFallocated and LimitSegmentPrewritten time making one
+	// segment of the run's size, as the allocation service does.
+	LimitSegmentFallocated       = runfile.LimitSegmentFallocated
+	LimitSegmentPrewritten       = runfile.LimitSegmentPrewritten
+	LimitSegmentPrewrittenDirect = runfile.LimitSegmentPrewrittenDirect
 )
 
 // DeviceProber measures the device under a directory. The default is the
@@ -27,8 +36,13 @@ type DeviceProber interface {
 	// SequentialWrite writes totalBytes with O_DIRECT, depth blocks of
 	// blockBytes in flight, and returns the bytes written and the time.
 	SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockBytes, depth int) (int64, time.Duration, error)
-	// SyncLatency returns count latencies of a 4 KiB write + fdatasync.
-	SyncLatency(ctx context.Context, dir string, count int) ([]time.Duration, error)
+	// SyncLatency returns count latencies of a 4 KiB write + fdatasync, on
+	// a fallocated file or a pre-written one.
+	SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([]time.Duration, error)
+	// CreateSegment returns the time to create (fallocate, optionally
+	// pre-write — through the page cache, or with O_DIRECT when direct —,
+	// sync) one segment of sizeBytes.
+	CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewrite, direct bool) (time.Duration, error)
 }
 
 // BuiltinProber is bench/device's io_uring and fdatasync probes.
@@ -41,8 +55,13 @@ func (BuiltinProber) SequentialWrite(ctx context.Context, dir string, totalBytes
 }
 
 // SyncLatency runs device.SyncLatency (plain pwrite + fdatasync).
-func (BuiltinProber) SyncLatency(ctx context.Context, dir string, count int) ([]time.Duration, error) {
-	return device.SyncLatency(ctx, dir, count)
+func (BuiltinProber) SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([]time.Duration, error) {
+	return device.SyncLatency(ctx, dir, count, prewritten)
+}
+
+// CreateSegment runs device.CreateSegment.
+func (BuiltinProber) CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewrite, direct bool) (time.Duration, error) {
+	return device.CreateSegment(ctx, dir, sizeBytes, prewrite, direct)
 }
 
 // deviceSeq runs the sequential O_DIRECT probe once.
@@ -56,8 +75,8 @@ func deviceSeq(ctx context.Context, p DeviceProber, dir string, totalBytes int64
 }
 
 // deviceSync runs the write+fdatasync probe once.
-func deviceSync(ctx context.Context, p DeviceProber, dir string, count int) (runfile.Figures, error) {
-	lat, err := p.SyncLatency(ctx, dir, count)
+func deviceSync(ctx context.Context, p DeviceProber, dir string, count int, prewritten bool) (runfile.Figures, error) {
+	lat, err := p.SyncLatency(ctx, dir, count, prewritten)
 	if err != nil {
 		return runfile.Figures{}, err
 	}
@@ -71,6 +90,21 @@ func deviceSync(ctx context.Context, p DeviceProber, dir string, count int) (run
 	r := load.Result{Messages: int64(len(lat)), PayloadBytes: int64(len(lat)) * 4096, ElapsedNs: total.Nanoseconds()}
 	return runfile.Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec(), P50Ns: pc.P50Ns, P90Ns: pc.P90Ns, P99Ns: pc.P99Ns,
 		P999Ns: pc.P999Ns, P9999Ns: pc.P9999Ns, MaxNs: pc.MaxNs}, nil
+}
+
+// segmentCreate times making one segment: its creation time as p50 (one
+// sample), and for a pre-written one MB/s: its size over that time.
+func segmentCreate(ctx context.Context, p DeviceProber, dir string, sizeBytes int64, prewrite, direct bool) (runfile.Figures, error) {
+	d, err := p.CreateSegment(ctx, dir, sizeBytes, prewrite, direct)
+	if err != nil {
+		return runfile.Figures{}, err
+	}
+	r := load.Result{Messages: 1, PayloadBytes: sizeBytes, ElapsedNs: d.Nanoseconds()}
+	f := runfile.Figures{MsgsPerSec: r.MsgsPerSec(), P50Ns: d.Nanoseconds(), MaxNs: d.Nanoseconds()}
+	if prewrite { // a bandwidth only where bytes are written
+		f.MBPerSec = r.MBPerSec()
+	}
+	return f, nil
 }
 
 // memcpyCeiling runs the memcpy ceiling once for a body size: MB/s of
@@ -104,7 +138,27 @@ func (r *runner) measureLimits(ctx context.Context) {
 	r.repeatLimit(ctx, &seq, false, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes) })
 	sync := runfile.Limit{Name: LimitDeviceSync, Tool: "mqbench device probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount)}}
-	r.repeatLimit(ctx, &sync, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount) })
+	r.repeatLimit(ctx, &sync, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount, false) })
+	pre := runfile.Limit{Name: LimitDeviceSyncPrewritten, Tool: "mqbench device probe (pwrite + fdatasync on a pre-written file)", SizeBytes: 4096, Dir: r.work,
+		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount),
+			"file": "made as the engine makes a pre-written segment (segfile.OpenOrCreate with Prewrite: zeros through the page cache, synced): each fdatasync commits data only, no extent conversion"}}
+	r.repeatLimit(ctx, &pre, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount, true) })
+	seg := cfg.Store.SegmentSizeBytes
+	for _, k := range []struct {
+		name, tool  string
+		pre, direct bool
+	}{
+		{LimitSegmentFallocated, "segfile.OpenOrCreate: create, fallocate, fdatasync, rename, directory sync", false, false},
+		{LimitSegmentPrewritten, "segfile.OpenOrCreate with Prewrite: zeros through the page cache (the buffered backends' segments)", true, false},
+		{LimitSegmentPrewrittenDirect, "segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros (uring-direct's segments)", true, true},
+	} {
+		l := runfile.Limit{Name: k.name, Tool: "mqbench device probe (" + k.tool + ")", SizeBytes: int(seg), Dir: r.work,
+			Params: map[string]string{"segmentBytes": strconv.FormatInt(seg, 10), "p50": "the time to create one segment (one per repeat)"}}
+		if k.pre {
+			l.Params["mbPerSec"] = "the segment's bytes over its creation time: the write bandwidth pre-writing takes"
+		}
+		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) { return segmentCreate(ctx, r.prober, r.work, seg, k.pre, k.direct) })
+	}
 	for _, size := range cfg.Sizes {
 		l := runfile.Limit{Name: LimitMemcpy, Tool: "mqbench (memcpy into a pre-populated shared mapping, 1 goroutine)", SizeBytes: size, Dir: r.work,
 			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.MemcpyBytes, 10), "recordBytes": strconv.Itoa(recordBytes(size)),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,20 +20,50 @@ type system struct {
 	peer    bool
 	size    int
 	pol     Policy
+	// repl is the replication axis' value (none, async, sync): with a
+	// slave, the store under test is its master; delay the EMULATED
+	// one-way network delay between them.
+	repl  string
+	delay time.Duration
 }
 
 func (s system) key(t *target) string {
-	return fmt.Sprintf("%v|%s|%d|%s|%s|%s", s.peer, s.backend, s.size, s.pol.Flush, s.pol.Name, t.label)
+	return fmt.Sprintf("%v|%s|%d|%s|%s|%s|%s|%v", s.peer, s.backend, s.size, s.pol.Flush, s.pol.Name, s.replicationLabel(), s.delay, t.label)
+}
+
+// replicated reports whether the system has a slave.
+func (s system) replicated() bool { return s.repl != "" && s.repl != ReplicationNone }
+
+// replicationLabel is the cell's Replication: "" without a slave.
+func (s system) replicationLabel() string {
+	if !s.replicated() {
+		return ""
+	}
+	return s.repl
+}
+
+// haDelay is the EMULATED one-way delay between master and slave.
+func (s system) haDelay() time.Duration {
+	if !s.replicated() {
+		return 0
+	}
+	return s.delay
 }
 
 // systems lists what a pressure phase measures: every backend × size ×
-// policy, and the peers × size × flush without pressure.
+// policy × replication (without pressure; under pressure only the cells
+// without a slave), and the peers × size × flush without pressure.
 func (r *runner) systems(t *target, pressure string) []system {
 	var out []system
 	for _, b := range r.cfg.Backends {
 		for _, size := range r.cfg.Sizes {
 			for _, pol := range policiesFor(&r.cfg, b) {
-				out = append(out, system{backend: b, size: size, pol: pol})
+				for _, repl := range replications(&r.cfg) {
+					if repl != ReplicationNone && pressure != PressureNone {
+						continue
+					}
+					out = append(out, system{backend: b, size: size, pol: pol, repl: repl, delay: r.cfg.HADelay})
+				}
 			}
 		}
 	}
@@ -66,9 +97,32 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 		c.InFlight, c.Arrival = r.cfg.InFlight, r.cfg.Arrival
 	}
 	if !sys.peer {
-		c.Durability = storeDurabilitySemantics(sys.backend, sys.pol.Flush)
+		c.Replication, c.HADelayNs = sys.replicationLabel(), sys.haDelay().Nanoseconds()
+		c.Durability = cellDurability(sys, nil)
+		_, c.Tuning, _ = backendOptions(sys.pol.Store, sys.backend, sys.pol.Flush)
 	}
 	return c
+}
+
+// cellDurability is what a store cell's acknowledgement means: its
+// backend's statement for the cell's options (storeDurabilitySemantics),
+// and — once a repeat has recorded the store's effective options — whether
+// the engine pre-wrote its segments (PrewriteSegments, as Store.Options
+// resolved it).
+func cellDurability(sys system, recorded map[string]string) *runfile.Durability {
+	o, err := storeOptions(sys.pol.Store, sys.backend, sys.pol.Flush)
+	if err != nil {
+		return nil
+	}
+	o.Role = replicationRole(sys.repl)
+	d, err := storeDurabilitySemantics(o, sys.repl)
+	if err != nil {
+		return nil
+	}
+	if recorded["PrewriteSegments"] == "on" {
+		d.Mechanism += "; the engine pre-writes every segment before use (PrewriteSegments on): a durable write commits data only, no extent conversion"
+	}
+	return d
 }
 
 // job is one cell being measured: its repeats run interleaved with the
@@ -181,7 +235,13 @@ func finishCell(c *runfile.Cell) {
 	}
 	s := runfile.Summarize(fs)
 	c.Figures, c.CILow, c.CIHigh, c.Min, c.Max, c.CILevel = s.Median, s.CILow, s.CIHigh, s.Min, s.Max, s.CILevel
-	if durable && len(backlog) > 0 {
+	c.DurableAtDrainOnly = false
+	switch {
+	case durable && len(backlog) > 0 && c.Peer && durableObservedOnlyAtDrain(measured):
+		// The peer reports durability only when drained: its durable rate
+		// is not observable, so no sustained verdict either way.
+		c.DurableAtDrainOnly = true
+	case durable && len(backlog) > 0:
 		ok := runfile.Median(backlog) <= load.SustainedBacklogShare
 		c.Sustained = &ok
 	}
@@ -245,6 +305,11 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 		var rep runfile.Repeat
 		var options map[string]string
 		switch {
+		case sys.replicated():
+			if workload == WorkloadE2E {
+				return failedRepeat(fmt.Errorf("e2e is not built for replicated cells"))
+			}
+			rep, options = r.replicatedRepeat(ctx, storeCfg, dir, sys, sp)
 		case r.isolate:
 			rep, options = workerStoreRepeat(ctx, r.cfg, storeCfg, dir, sys.backend, sys.pol.Flush, workload, sp, ph.env.cgroups())
 		case workload == WorkloadE2E:
@@ -254,6 +319,7 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 		}
 		if options != nil {
 			c.Options = options
+			c.Durability = cellDurability(sys, options)
 		}
 		return rep
 	}
@@ -287,15 +353,22 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	}
 	if ph.pressure == PressureNone && ph.ti == 0 && r.cfg.Profile && len(r.cfg.Policies) == 0 && ctx.Err() == nil {
 		for _, j := range jobs {
-			if !j.sys.peer && j.cell.TwinOf == "" && j.cell.Producers == r.cfg.Producers[0] && j.cell.Status == runfile.StatusOK {
+			if !j.sys.peer && !j.sys.replicated() && j.cell.TwinOf == "" && j.cell.Producers == r.cfg.Producers[0] && j.cell.Status == runfile.StatusOK {
 				r.profile(ctx, j.sys, j.cell.Name)
 			}
 		}
 	}
 }
 
-// sustainedRate is the rate a closed-loop cell kept durable.
-func sustainedRate(c *runfile.Cell) float64 { return durableRate(c.Figures) }
+// sustainedRate is the rate a closed-loop cell kept durable — its
+// acknowledged rate for a peer that reports durability only when drained
+// (what it keeps durable meanwhile cannot be seen, and is not taken as 0).
+func sustainedRate(c *runfile.Cell) float64 {
+	if c.DurableAtDrainOnly {
+		return c.MsgsPerSec
+	}
+	return durableRate(c.Figures)
+}
 
 // withTwin adds the A/A twin of the first job (once per run, without
 // pressure): the same cell measured again under another name, interleaved
@@ -305,7 +378,11 @@ func (r *runner) withTwin(ph *phaseEnv, jobs []*job) []*job {
 	if !r.cfg.AA || r.aaDone || ph.pressure != PressureNone || ph.ti != 0 || len(jobs) == 0 {
 		return jobs
 	}
-	first := jobs[0]
+	i := slices.IndexFunc(jobs, func(j *job) bool { return !j.sys.replicated() })
+	if i < 0 {
+		return jobs
+	}
+	first := jobs[i]
 	twin := &job{cell: first.cell, sys: first.sys, run: first.run}
 	twin.cell.Repeats = []runfile.Repeat{}
 	twin.cell.TwinOf = first.cell.Name
@@ -337,10 +414,22 @@ func (r *runner) rungsFor(ph *phaseEnv, sys system, usable []float64) []float64 
 		}
 	}
 	if len(skipped) > 0 {
-		r.note("%s %s %s: rates %s msgs/s not run: above its sustained rate of %.0f msgs/s (throughput cells) and the first rung above it",
-			sys.backend, sizeLabel(sys.size), sys.pol.Flush, fmtRates(skipped), limit)
+		r.note("%s %s %s%s: rates %s msgs/s not run: above its sustained rate of %.0f msgs/s (throughput cells) and the first rung above it",
+			sys.backend, sizeLabel(sys.size), sys.pol.Flush, replicationSuffix(sys), fmtRates(skipped), limit)
 	}
 	r.rungs[k] = out
+	return out
+}
+
+// replicationSuffix names a system's slave in notes.
+func replicationSuffix(sys system) string {
+	if !sys.replicated() {
+		return ""
+	}
+	out := " + " + replicationRole(sys.repl).String() + " slave"
+	if sys.delay > 0 {
+		out += fmt.Sprintf(" (EMULATED %v one-way delay)", sys.delay)
+	}
 	return out
 }
 
@@ -361,11 +450,14 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 	var groups []system
 	for _, sys := range r.systems(ph.t, ph.pressure) {
 		rungs := r.rungsFor(ph, sys, usable)
-		if len(rungs) > 0 && runsUnder(&r.cfg, "latency", ph.pressure) {
+		// The search runs for the systems without a slave (a replicated
+		// search would start a slave per probe; its cells report their
+		// rungs' saturation all the same).
+		if len(rungs) > 0 && runsUnder(&r.cfg, "latency", ph.pressure) && !sys.replicated() {
 			groups = append(groups, sys)
 		}
 		for _, w := range []string{"latency", WorkloadE2E} {
-			if !runsUnder(&r.cfg, w, ph.pressure) || (w == WorkloadE2E && sys.peer) {
+			if !runsUnder(&r.cfg, w, ph.pressure) || (w == WorkloadE2E && (sys.peer || sys.replicated())) {
 				continue
 			}
 			for _, rate := range rungs {

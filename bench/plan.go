@@ -3,11 +3,13 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/transientpool"
+	"github.com/mqstore/mqstore/uring"
 
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
@@ -19,6 +21,9 @@ import (
 const (
 	storeRunOverhead = 600 * time.Millisecond
 	peerRunOverhead  = 1200 * time.Millisecond
+	// replRunOverhead: starting the slave process and its store, waiting
+	// for it to connect and to acknowledge what was written, stopping it.
+	replRunOverhead  = 1500 * time.Millisecond
 	floorRunOverhead = 50 * time.Millisecond
 	// minWindow is the shortest automatic window; maxWindow the longest.
 	minWindow = time.Second
@@ -29,7 +34,7 @@ const (
 // (an upper bound: rungs above a system's sustained rate but the first are
 // skipped), searches their maximum probes.
 type planCounts struct {
-	storeCells, peerCells, floors, probes, profiles int
+	storeCells, replCells, peerCells, floors, probes, profiles int
 }
 
 func countPlan(c *Config, root bool, targets int) planCounts {
@@ -45,14 +50,29 @@ func countPlan(c *Config, root bool, targets int) planCounts {
 					open++
 				}
 			}
+			slaves, plain := 0, 0 // replicated systems per backend policy (without pressure only), and the one without a slave
+			if slices.Contains(replications(c), ReplicationNone) {
+				plain = 1
+			}
+			if pressure == PressureNone {
+				for _, repl := range replications(c) {
+					if repl != ReplicationNone {
+						slaves++
+					}
+				}
+			}
 			for _, b := range c.Backends {
 				pols := len(policiesFor(c, b)) * len(c.Sizes)
 				if thr {
-					n.storeCells += pols * len(c.Producers)
+					n.storeCells += pols * plain * len(c.Producers)
+					n.replCells += pols * slaves * len(c.Producers)
 				}
-				n.storeCells += pols * len(c.Rates) * open
+				n.storeCells += pols * plain * len(c.Rates) * open
+				if runsUnder(c, "latency", pressure) {
+					n.replCells += pols * slaves * len(c.Rates)
+				}
 				if pressure == PressureNone && hasWorkload(c, "latency") {
-					n.probes += pols * c.SearchProbes
+					n.probes += pols * plain * c.SearchProbes
 				}
 				if pressure == PressureNone && ti == 0 && thr && c.Profile && len(c.Policies) == 0 {
 					n.profiles += pols
@@ -67,7 +87,7 @@ func countPlan(c *Config, root bool, targets int) planCounts {
 					n.peerCells += peers * len(c.Rates)
 					n.probes += peers * c.SearchProbes
 				}
-				if c.AA && ti == 0 {
+				if c.AA && ti == 0 && slices.Contains(replications(c), ReplicationNone) { // the twin is of a cell without a slave
 					n.storeCells++
 				}
 			}
@@ -95,12 +115,13 @@ func replan(p runfile.Plan, c *Config, root bool, targets int) runfile.Plan {
 	window := time.Duration(p.WindowNs)
 	rounds := float64(c.Repeat + 1)
 	store := (c.Warmup + window + storeRunOverhead).Seconds()
+	repl := (c.Warmup + window + replRunOverhead).Seconds()
 	peer := (c.Warmup + window + peerRunOverhead).Seconds()
 	floor := (c.Warmup + window + floorRunOverhead).Seconds()
 	probe := (c.Warmup + c.SearchDuration + storeRunOverhead).Seconds()
-	p.Cells = n.storeCells + n.peerCells
+	p.Cells = n.storeCells + n.replCells + n.peerCells
 	p.Runs = int(rounds)*(p.Cells+n.floors) + n.probes
-	p.EstimatedSeconds = rounds*(float64(n.storeCells)*store+float64(n.peerCells)*peer+float64(n.floors)*floor) +
+	p.EstimatedSeconds = rounds*(float64(n.storeCells)*store+float64(n.replCells)*repl+float64(n.peerCells)*peer+float64(n.floors)*floor) +
 		float64(n.probes)*probe + float64(n.profiles)*c.ProfileDuration.Seconds() + limitSeconds(c)*float64(targets)
 	if hasWorkload(c, WorkloadConsume) || hasWorkload(c, WorkloadRecovery) {
 		// Consume and recovery: filling their stores dominates (~300 MB/s).
@@ -116,11 +137,12 @@ func limitSeconds(c *Config) float64 {
 		return 0
 	}
 	r := float64(c.Repeat)
-	seq := float64(c.DeviceProbeBytes) / 1e9 * 2 // probe and fio at ~1 GB/s
-	sync := float64(c.SyncProbeCount) * 200e-6 * 2
+	seq := float64(c.DeviceProbeBytes) / 1e9 * 2   // probe and fio at ~1 GB/s
+	sync := float64(c.SyncProbeCount) * 200e-6 * 3 // fallocated, pre-written, fio
 	memcpy := c.MemcpyDuration.Seconds() * float64(len(c.Sizes))
 	fault := float64(c.FaultBytes) / 4096 * 1e-6
-	return r*(seq+sync+memcpy) + (r+1)*fault
+	segments := 2*float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // two pre-written ones at ~1 GB/s, a fallocated one
+	return r*(seq+sync+memcpy+segments) + (r+1)*fault
 }
 
 // limitRuns is the progress units of the limits.
@@ -128,7 +150,8 @@ func limitRuns(c *Config, targets int) int {
 	if c.NoLimits {
 		return 0
 	}
-	return targets * (c.Repeat*(2+len(c.Sizes)+2) + c.Repeat + 1)
+	// seq, sync, pre-written sync, three segments, memcpy per size, fio's two
+	return targets * (c.Repeat*(6+len(c.Sizes)+2) + c.Repeat + 1)
 }
 
 func planLine(p *runfile.Plan, c *Config) string {
@@ -177,9 +200,6 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target stri
 		fmtBytes(bufBytes), bufWhat, devMBps, absorb.Round(time.Millisecond), minWindow, maxWindow)
 }
 
-// uringStagingBuffers is uring.Options.StagingBuffers' default.
-const uringStagingBuffers = 4
-
 // largestBuffer is the largest amount of accepted data the run's async
 // backends can hold before the device limits them.
 func largestBuffer(c *Config, h hostctl.Host) (int64, string) {
@@ -191,14 +211,22 @@ func largestBuffer(c *Config, h hostctl.Host) (int64, string) {
 		var w string
 		switch b {
 		case "mmap", "uring", "transient":
+			// Appends reach the page cache (mmap: at once; uring: at each
+			// commit's pwrite; transient: from its pool), where the kernel
+			// throttles writers at its dirty threshold.
 			n, w = dirty, "the kernel's dirty threshold, "+dirtyWhat
 			if b == "transient" {
 				if pool := int64(transientpool.DefaultPoolSize) * seg; pool > n {
 					n, w = pool, fmt.Sprintf("the transient pool, %d segments", transientpool.DefaultPoolSize)
 				}
 			}
-		case "uring-direct":
-			n, w = uringStagingBuffers*seg, fmt.Sprintf("uring-direct's %d staging buffers of one segment", uringStagingBuffers)
+		case uring.NameDirect:
+			// O_DIRECT bypasses the page cache: only the staging rings hold
+			// what the device has not taken.
+			bo, _, _ := backendOptions(c.Store, b, "async")
+			if bufs, ring, err := uring.StagingCapacity(bo, seg); err == nil {
+				n, w = int64(bufs)*ring, fmt.Sprintf("uring-direct's %d staging rings of %s", bufs, fmtBytes(ring))
+			}
 		}
 		if n > best {
 			best, what = n, w

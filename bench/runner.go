@@ -61,6 +61,9 @@ type runner struct {
 	rungs map[string][]float64
 	// aaDone: the A/A twin has been made (one per run).
 	aaDone bool
+	// slaveWork is the slaves' work directory inside --slave-dir (empty:
+	// each slave's directory is beside its master's).
+	slaveWork string
 }
 
 // Run runs the matrix cfg describes and writes its results directory
@@ -195,10 +198,28 @@ func (r *runner) setupTargets(ctx context.Context) error {
 			r.file.Devices = append(r.file.Devices, t.device)
 		}
 	}
+	if r.cfg.SlaveDir != "" {
+		work, err := os.MkdirTemp(r.cfg.SlaveDir, "mqbench-slave-")
+		if err != nil {
+			r.removeWork()
+			return fmt.Errorf("slave directory in %s: %w", r.cfg.SlaveDir, err)
+		}
+		if r.slaveWork, err = filepath.Abs(work); err != nil {
+			os.RemoveAll(work)
+			r.removeWork()
+			return err
+		}
+		d := DescribeDevice(r.slaveWork)
+		r.note("the slaves' stores are in %s (--slave-dir) on %s (%s, %s, mount options %s)", r.cfg.SlaveDir, orDefault(d.Device, "an unknown device"),
+			d.FSType, orDefault(d.Kind, "unknown kind"), orDefault(d.MountOptions, "?"))
+	}
 	return nil
 }
 
 func (r *runner) removeWork() {
+	if r.slaveWork != "" {
+		os.RemoveAll(r.slaveWork)
+	}
 	for i := len(r.targets) - 1; i >= 0; i-- {
 		if !r.targets[i].emulated {
 			os.RemoveAll(r.targets[i].work)

@@ -40,7 +40,7 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	for i := range *all {
 		c := &(*all)[i]
 		if c.Workload != "latency" || c.Backend != sys.backend || c.SizeBytes != sys.size || c.Flush != sys.pol.Flush ||
-			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" {
+			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" || c.Replication != sys.replicationLabel() {
 			continue
 		}
 		cells = append(cells, c)
@@ -50,7 +50,7 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		case c.Measured():
 			if s.SaturatedAtPerSec == 0 || c.RatePerSec < s.SaturatedAtPerSec {
 				s.SaturatedAtPerSec = c.RatePerSec
-				guess = guessBelow * durableRate(c.Figures)
+				guess = guessBelow * sustainedRate(c)
 			}
 		}
 	}
@@ -71,7 +71,10 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		rep := r.runJob(ph, sys, "latency", 0, rate)(ctx, &c, 1, seed)
 		r.progress.advance(1)
 		status := rep.Status
-		if d := rep.Result.Durability; status == runfile.StatusOK && d != nil && !d.Sustained() {
+		// A peer that reports durability only when drained cannot be judged
+		// by its backlog (see durableObservedOnlyAtDrain).
+		atDrainOnly := sys.peer && durableObservedOnlyAtDrain([]*runfile.Repeat{&rep})
+		if d := rep.Result.Durability; status == runfile.StatusOK && d != nil && !d.Sustained() && !atDrainOnly {
 			status = probeNotSustained
 		}
 		p := runfile.Probe{RatePerSec: rate, Status: status, Saturation: rep.Saturation, AchievedPerSec: rep.Figures.MsgsPerSec,
@@ -86,6 +89,9 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 				s.SaturatedAtPerSec = rate
 			}
 			guess = guessBelow * durableRate(rep.Figures)
+			if atDrainOnly {
+				guess = guessBelow * rep.Figures.MsgsPerSec
+			}
 		default:
 			s.Reason = fmt.Sprintf("probe at %.0f msgs/s %s: %s", rate, rep.Status, rep.Reason)
 		}

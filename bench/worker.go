@@ -34,6 +34,7 @@ const (
 	workerDirty        = "dirty"         // writes buffered data to a file forever
 	workerAnon         = "anon"          // touches anonymous memory forever
 	workerProduceCrash = "produce-crash" // fills a store, says "ready", waits to be killed
+	// workerSlave ("slave", replication.go) replicates a master until its stdin ends.
 )
 
 type workerRequest struct {
@@ -46,6 +47,8 @@ type workerRequest struct {
 	Dir      string      `json:"dir,omitempty"`
 	Bytes    int64       `json:"bytes,omitempty"`
 	Workload string      `json:"workload,omitempty"`
+	// Master is a slave's master (its HA address).
+	Master string `json:"master,omitempty"`
 }
 
 type workerReply struct {
@@ -72,10 +75,13 @@ func MaybeWorker() {
 
 func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 	var req workerRequest
-	if err := json.NewDecoder(in).Decode(&req); err != nil {
+	dec := json.NewDecoder(in)
+	if err := dec.Decode(&req); err != nil {
 		return fmt.Errorf("request: %w", err)
 	}
 	switch req.Kind {
+	case workerSlave:
+		return slaveWorker(ctx, req, dec, out)
 	case workerRepeat:
 		var rep runfile.Repeat
 		var options map[string]string

@@ -55,6 +55,44 @@ type Registration struct {
 	NewOptions func() any
 	// New builds the backend.
 	New func(cfg Config, options any) (Backend, error)
+	// Durability says what an acknowledged append means on this backend
+	// with these options (nil: the defaults, as for New) under the store's
+	// flush mode, cfg.SyncFlush: sync, a Put returns once a flush covering
+	// its record returned; async, once the record is in the backend's
+	// memory, made durable later by the store's flush service (and, for a
+	// backend whose commit moves data, its commit service). The backend
+	// names its own mechanism — the system calls its Commit and Flush make
+	// with these options — and says "the flush interval" and "the commit
+	// interval" for the store's policy, whose values its caller knows. It
+	// lives beside the code it describes so that the two change together;
+	// mqbench's durability table prints it. Required: NewRegistry refuses a
+	// registration without it.
+	Durability func(cfg Config, options any) (Durability, error)
+}
+
+// Durability is what an acknowledged append means: when the
+// acknowledgement is sent, what a crash of the process loses (the machine
+// stays up: the page cache survives), what a power loss loses, and the
+// mechanism that makes data durable.
+type Durability struct {
+	Ack          string `json:"ack"`
+	ProcessCrash string `json:"processCrash"`
+	PowerLoss    string `json:"powerLoss"`
+	Mechanism    string `json:"mechanism"`
+}
+
+// SyncFlushDurability is the statement of sync flush on any backend whose
+// flush (or durable commit) is mechanism: the acknowledgement waits for a
+// group commit that made the record durable, so neither a crash of the
+// process nor a power loss loses an acknowledged record (the latter as far
+// as the device honours cache flushes).
+func SyncFlushDurability(mechanism string) Durability {
+	return Durability{
+		Ack:          "after the group commit that made the record durable returned (" + mechanism + ")",
+		ProcessCrash: "nothing acknowledged",
+		PowerLoss:    "nothing acknowledged, if the device honours cache flushes (or FUA writes)",
+		Mechanism:    mechanism,
+	}
 }
 
 // Registry is an ordered set of registrations, looked up by name.
@@ -63,7 +101,7 @@ type Registry struct {
 }
 
 // NewRegistry checks and orders the registrations (names unique and
-// non-empty, New set).
+// non-empty, New and Durability set).
 func NewRegistry(regs ...Registration) (*Registry, error) {
 	r := &Registry{}
 	for _, reg := range regs {
@@ -72,6 +110,8 @@ func NewRegistry(regs ...Registration) (*Registry, error) {
 			return nil, fmt.Errorf("mappedfile: registration %q: a name must be non-empty, without spaces or commas: %w", reg.Name, ErrInvalidArgument)
 		case reg.New == nil:
 			return nil, fmt.Errorf("mappedfile: registration %q has no New: %w", reg.Name, ErrInvalidArgument)
+		case reg.Durability == nil:
+			return nil, fmt.Errorf("mappedfile: registration %q does not say what its acknowledgement means (Durability): %w", reg.Name, ErrInvalidArgument)
 		case r.index(reg.Name) >= 0:
 			return nil, fmt.Errorf("mappedfile: backend %q registered twice: %w", reg.Name, ErrInvalidArgument)
 		}
@@ -183,5 +223,16 @@ var MemRegistration = Registration{
 			return nil, err
 		}
 		return NewMemFS(opts), nil
+	},
+	Durability: func(_ Config, options any) (Durability, error) {
+		if _, err := OptionsAs[MemOptions]("mem", options); err != nil {
+			return Durability{}, err
+		}
+		return Durability{
+			Ack:          "after the record is copied into process memory (a sync flush copies it into the in-memory durable image first)",
+			ProcessCrash: "everything: nothing is on disk",
+			PowerLoss:    "everything",
+			Mechanism:    "none: an in-memory file system whose flush copies into a durable image that simulated crashes keep (tests; the engine's own cost)",
+		}, nil
 	},
 }

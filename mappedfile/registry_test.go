@@ -11,14 +11,15 @@ import (
 )
 
 func TestRegistryRejectsBadRegistrations(t *testing.T) {
-	newMem := mappedfile.MemRegistration.New
+	newMem, memDurability := mappedfile.MemRegistration.New, mappedfile.MemRegistration.Durability
 	for _, tc := range []struct {
 		name string
 		regs []mappedfile.Registration
 	}{
-		{"empty name", []mappedfile.Registration{{Name: "", New: newMem}}},
-		{"name with a comma", []mappedfile.Registration{{Name: "a,b", New: newMem}}},
-		{"no constructor", []mappedfile.Registration{{Name: "x"}}},
+		{"empty name", []mappedfile.Registration{{Name: "", New: newMem, Durability: memDurability}}},
+		{"name with a comma", []mappedfile.Registration{{Name: "a,b", New: newMem, Durability: memDurability}}},
+		{"no constructor", []mappedfile.Registration{{Name: "x", Durability: memDurability}}},
+		{"no durability statement", []mappedfile.Registration{{Name: "x", New: newMem}}},
 		{"duplicate", []mappedfile.Registration{mappedfile.MemRegistration, mappedfile.MemRegistration}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

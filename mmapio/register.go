@@ -21,4 +21,25 @@ var Registration = mappedfile.Registration{
 		}
 		return New(opts), nil
 	},
+	Durability: durability,
+}
+
+// durability: an append is a copy into the shared mapping, which is the
+// page cache, so a process crash loses nothing; Flush is msync(MS_SYNC) of
+// the dirty range (file.go), which a power loss before it undoes.
+func durability(cfg mappedfile.Config, options any) (mappedfile.Durability, error) {
+	if _, err := mappedfile.OptionsAs[Options](Name, options); err != nil {
+		return mappedfile.Durability{}, err
+	}
+	const mechanism = "msync(MS_SYNC) of the mapping's dirty range"
+	if cfg.SyncFlush {
+		return mappedfile.SyncFlushDurability(mechanism), nil
+	}
+	return mappedfile.Durability{
+		Ack:          "after the record is copied into the segment's shared file mapping (the page cache); flushed in the background",
+		ProcessCrash: "nothing: the mapping's pages belong to the file, and the kernel writes them back",
+		PowerLoss: "what no msync has covered yet: up to the flush interval plus the flush in progress, the whole backlog when flushes fall behind " +
+			"(the kernel's own writeback may have saved some, without a guarantee)",
+		Mechanism: mechanism + " by the flush service",
+	}, nil
 }

@@ -27,6 +27,33 @@ var Registration = mappedfile.Registration{
 		}
 		return New(opts)
 	},
+	Durability: durability,
+}
+
+// durability: an append is a copy into an mlocked pool buffer that only
+// the commit (pwrite, segment.go) puts into the file, and Flush is
+// fdatasync; a segment opened when the pool was empty (FallbackMmap) is
+// written through its mapping instead, as mmap.
+func durability(cfg mappedfile.Config, options any) (mappedfile.Durability, error) {
+	opts, err := mappedfile.OptionsAs[Options](Name, options)
+	if err != nil {
+		return mappedfile.Durability{}, err
+	}
+	mechanism := "pwrite of the committed bytes from the pool buffer into the file, then fdatasync"
+	fallback := ""
+	if opts.WhenEmpty == FallbackMmap {
+		fallback = "; a segment opened while the pool was empty is written through its file mapping (msync), as mmap"
+		mechanism += fallback
+	}
+	if cfg.SyncFlush {
+		return mappedfile.SyncFlushDurability(mechanism), nil
+	}
+	return mappedfile.Durability{
+		Ack:          "after the record is copied into an mlocked off-heap buffer of the pool (RocketMQ's TransientStorePool)" + fallback + "; committed and flushed in the background",
+		ProcessCrash: "what the commit service has not yet written to the file (pwrite): up to the commit interval, more while commits fall behind",
+		PowerLoss:    "everything not yet fdatasynced: up to the commit interval plus the flush interval, the whole backlog when they fall behind",
+		Mechanism:    mechanism + ", by the commit and flush services",
+	}, nil
 }
 
 // MarshalText implements encoding.TextMarshaler ("fallback-mmap", "wait").

@@ -40,6 +40,14 @@ func registration(name string) mappedfile.Registration {
 			}
 			return NewBackend(opts)
 		},
+		Durability: func(cfg mappedfile.Config, options any) (mappedfile.Durability, error) {
+			opts, err := mappedfile.OptionsAs[Options](name, options)
+			if err != nil {
+				return mappedfile.Durability{}, err
+			}
+			opts.Direct = direct
+			return durability(opts, cfg.SyncFlush)
+		},
 	}
 	if direct {
 		reg.Description = "O_DIRECT: appends into an off-heap staging ring, readable at once; commit is one vectored io_uring write of whole blocks " +
@@ -48,4 +56,79 @@ func registration(name string) mappedfile.Registration {
 		reg.Requires += ", and a file system with O_DIRECT (not tmpfs)"
 	}
 	return reg
+}
+
+// durability says what an acknowledgement means with opts (file_linux.go:
+// commitBuffered, commitDirect, pwriteDSync, ringWriteSync, sync). Records
+// are readable at once from the staging ring, but only committed bytes are
+// in the file: a process crash loses what no commit has written.
+func durability(opts Options, syncFlush bool) (mappedfile.Durability, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return mappedfile.Durability{}, err
+	}
+	if syncFlush {
+		var mechanism string
+		switch {
+		case !o.Direct && o.SyncMethod == SyncLinkedFsync:
+			mechanism = "each commit is an io_uring WRITE from the staging ring linked to an FSYNC(DATASYNC) in one submission (SyncMethod write-linked-fsync)"
+		case !o.Direct:
+			mechanism = "each commit is pwrite(2) from the staging ring then fdatasync(2), on the committing goroutine (SyncMethod syscalls; no io_uring)"
+		case o.SyncMethod == SyncDSync:
+			mechanism = "each commit is one vectored io_uring O_DIRECT write of the whole blocks covering it with RWF_DSYNC (SyncMethod dsync-write)"
+		case o.SyncMethod == SyncLinkedFsync:
+			mechanism = "each commit is one vectored io_uring O_DIRECT write of its whole blocks linked to an FSYNC(DATASYNC) (SyncMethod write-linked-fsync)"
+		default:
+			mechanism = "each commit is one pwritev2(2) with RWF_DSYNC of the whole blocks covering it, O_DIRECT, on the committing goroutine (SyncMethod syscalls; no io_uring)"
+		}
+		if o.Direct {
+			mechanism += extentsNote(o)
+		}
+		return mappedfile.SyncFlushDurability(mechanism), nil
+	}
+	if !o.Direct {
+		return mappedfile.Durability{
+			Ack:          "after the record is copied into the segment's off-heap staging ring (readable at once); committed and flushed in the background",
+			ProcessCrash: "what the commit service has not yet written from the staging ring to the file (pwrite): up to the commit interval, more while commits fall behind",
+			PowerLoss:    "everything not yet fdatasynced: up to the commit interval plus the flush interval, the whole backlog when they fall behind",
+			Mechanism: "commit: pwrite(2) from the staging ring into the page cache (a system call: ext4 would send a buffered io_uring write to a worker thread); " +
+				"flush: fdatasync(2)",
+		}, nil
+	}
+	return mappedfile.Durability{
+		Ack:          "after the record is copied into the segment's aligned off-heap staging ring (readable at once); committed and flushed in the background",
+		ProcessCrash: "what the commit service has not yet written from the staging ring with O_DIRECT: up to the commit interval, more while commits fall behind",
+		PowerLoss: "everything since the last flush: a committed O_DIRECT write may still be in the device's volatile cache, and one into unwritten " +
+			"(fallocated) extents needs the journal commit the flush makes — up to the commit interval plus the flush interval, the whole backlog when they fall behind",
+		Mechanism: "commit: one vectored io_uring O_DIRECT write of the whole blocks covering the pending bytes (the partial last block padded with zeros and " +
+			"written again by the next commit); flush: io_uring FSYNC(DATASYNC)" + extentsNote(o),
+	}, nil
+}
+
+// extentsNote says whether uring-direct's segments are pre-zeroed.
+func extentsNote(o Options) string {
+	if o.PreZero {
+		return "; segments pre-zeroed at creation (PreZero): a durable write commits data only, no extent conversion"
+	}
+	return ""
+}
+
+// StagingCapacity is how many bytes a backend with opts (nil: the
+// defaults) can hold appended and not yet in its files: its staging
+// buffers times each one's ring (at most a segment of segmentSizeBytes).
+// A benchmark sizes its window by it (an async cell can accept that much
+// faster than the device takes it).
+func StagingCapacity(opts any, segmentSizeBytes int64) (buffers int, ringBytes int64, err error) {
+	o, err := mappedfile.OptionsAs[Options](NameDirect, opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	if o, err = o.withDefaults(); err != nil {
+		return 0, 0, err
+	}
+	ringBytes = o.StagingBytes
+	if segmentSizeBytes > 0 {
+		ringBytes = min(ringBytes, (segmentSizeBytes+4095)/4096*4096)
+	}
+	return o.StagingBuffers, ringBytes, nil
 }

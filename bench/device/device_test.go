@@ -43,22 +43,38 @@ func TestSequentialWrite(t *testing.T) {
 }
 
 func TestSyncLatency(t *testing.T) {
-	dir := t.TempDir()
-	lat, err := SyncLatency(context.Background(), dir, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lat) != 20 {
-		t.Fatalf("%d latencies, want 20", len(lat))
-	}
-	for i, d := range lat {
-		if d <= 0 {
-			t.Fatalf("latency %d is %v", i, d)
+	for _, prewritten := range []bool{false, true} {
+		dir := t.TempDir()
+		lat, err := SyncLatency(context.Background(), dir, 20, prewritten)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lat) != 20 {
+			t.Fatalf("prewritten %v: %d latencies, want 20", prewritten, len(lat))
+		}
+		for i, d := range lat {
+			if d <= 0 {
+				t.Fatalf("prewritten %v: latency %d is %v", prewritten, i, d)
+			}
+		}
+		noFilesLeft(t, dir)
+		if _, err := SyncLatency(context.Background(), dir, 0, prewritten); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("0 writes: %v", err)
 		}
 	}
-	noFilesLeft(t, dir)
-	if _, err := SyncLatency(context.Background(), dir, 0); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("0 writes: %v", err)
+}
+
+func TestCreateSegment(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ prewrite, direct bool }{{false, false}, {true, false}, {true, true}} {
+		d, err := CreateSegment(context.Background(), dir, 4<<20, c.prewrite, c.direct)
+		if err != nil || d <= 0 {
+			t.Fatalf("%+v: %v, %v", c, d, err)
+		}
+		noFilesLeft(t, dir)
+	}
+	if _, err := CreateSegment(context.Background(), dir, 1000, true, false); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("a segment of 1000 bytes: %v", err)
 	}
 }
 

@@ -8,6 +8,12 @@
 // The io_uring probe drives the uring package's exported ring (NewRing,
 // RegisterBuffers, Submit, Wait); everything else is plain system calls.
 //
-// Files: probe_linux.go (SequentialWrite, SyncLatency), probe_other.go,
+// SyncLatency runs on a fallocated file (each sync also commits an extent
+// conversion) or a pre-written one (data only: the physical cost of one
+// durable append); CreateSegment times making a segment, fallocated or
+// pre-written (buffered or O_DIRECT zeros), with the engine's own code
+// (internal/segfile.OpenOrCreate, which its allocation service uses).
+//
+// Files: probe_linux.go (SequentialWrite, SyncLatency, CreateSegment), probe_other.go,
 // ceiling.go (MemcpyCeiling, FaultRate), file_*.go (probe files).
 package device

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/uring"
 	"golang.org/x/sys/unix"
 )
@@ -79,8 +81,20 @@ func SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockByt
 		mem := buf[slot*blockBytes : (slot+1)*blockBytes]
 		req := []uring.Request{{Opcode: op, Fd: int32(f.Fd()), Offset: uint64(i) * uint64(blockBytes),
 			Addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), Len: uint32(blockBytes)}}
-		if err := ring.Submit(ctx, req, tickets[slot:slot+1]); err != nil {
-			firstErr = fmt.Errorf("device: submit: %w", err)
+		// The probe holds tickets while it submits, so it never blocks for
+		// a slot (Submit would, and a holder that blocks may wait for
+		// itself): TrySubmit, and when the ring has no free slot, collect
+		// the oldest of its own requests first.
+		if err := submitHolding(ctx, ring, req, tickets[slot:slot+1], func() bool {
+			for j := 1; j < depth; j++ {
+				if s := (slot + j) % depth; inFlight[s] {
+					wait(s)
+					return true
+				}
+			}
+			return false
+		}); err != nil {
+			firstErr = err
 			break
 		}
 		inFlight[slot] = true
@@ -97,16 +111,49 @@ func SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockByt
 	return Result{Bytes: written, Duration: elapsed}, nil
 }
 
+// submitHolding submits req on a ring whose tickets the caller already
+// holds: TrySubmit, and when no slot is free, waitOldest (which collects
+// the caller's oldest request and reports whether there was one) before
+// trying again. With nothing of its own in flight and still no slot, the
+// ring is full of someone else's requests: it waits for one with ctx's
+// patience instead of spinning.
+func submitHolding(ctx context.Context, ring *uring.Ring, req []uring.Request, tickets []uring.Ticket, waitOldest func() bool) error {
+	for {
+		ok, err := ring.TrySubmit(req, tickets)
+		if err != nil {
+			return fmt.Errorf("device: submit: %w", err)
+		}
+		if ok {
+			return nil
+		}
+		if !waitOldest() {
+			if err := ring.Submit(ctx, req, tickets); err != nil {
+				return fmt.Errorf("device: submit: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
 // SyncLatency measures the latency of a durable small append: count times,
-// a 4 KiB pwrite at the next offset of a preallocated file in dir followed
-// by fdatasync (plain system calls: the device and file system, not a
-// ring). The file is removed afterwards.
-func SyncLatency(ctx context.Context, dir string, count int) ([]time.Duration, error) {
+// a 4 KiB pwrite at the next offset of a new segment-like file in dir
+// followed by fdatasync (plain system calls: the device and file system,
+// not a ring). The file is removed afterwards.
+//
+// prewritten chooses the file, made as the engine's allocation service
+// makes a segment (segfile.OpenOrCreate): false, fallocated only (its
+// extents are allocated but unwritten, so each fdatasync also commits the
+// extent conversion of the block just written — a journal commit on ext4
+// and xfs); true, pre-written (zeros written through the page cache and
+// synced before the first sample, as the engine's PrewriteSegments does
+// for the buffered backends), so a sync commits data only: the physical
+// cost of one durable append.
+func SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([]time.Duration, error) {
 	const blockBytes = 4096
 	if count <= 0 {
 		return nil, fmt.Errorf("device: sync probe of %d writes: %w", count, ErrInvalidArgument)
 	}
-	f, err := createProbeFile(dir, int64(count)*blockBytes, 0)
+	f, err := probeSegment(ctx, dir, int64(count)*blockBytes, prewritten, false)
 	if err != nil {
 		return nil, err
 	}
@@ -130,4 +177,55 @@ func SyncLatency(ctx context.Context, dir string, count int) ([]time.Duration, e
 		latencies = append(latencies, time.Since(start))
 	}
 	return latencies, nil
+}
+
+// probeSegment creates a file of size bytes in dir the way the engine's
+// allocation service creates a segment — segfile.OpenOrCreate: a temporary
+// file, fallocated, with prewrite written with zeros (through the page
+// cache for a buffered descriptor, with O_DIRECT for a direct one: direct,
+// as uring-direct's segments), synced, renamed, the directory synced —
+// and returns it open (with O_DIRECT when direct). The caller removes it.
+func probeSegment(ctx context.Context, dir string, size int64, prewrite, direct bool) (*os.File, error) {
+	tmp, err := os.CreateTemp(dir, "mqbench-segment-*")
+	if err != nil {
+		return nil, fmt.Errorf("device: probe segment: %w", err)
+	}
+	name := tmp.Name()
+	tmp.Close()
+	if err := os.Remove(name); err != nil { // a unique name that OpenOrCreate creates
+		return nil, fmt.Errorf("device: probe segment: %w", err)
+	}
+	extra := 0
+	if direct {
+		extra = unix.O_DIRECT
+	}
+	f, _, err := segfile.OpenOrCreate(ctx, mappedfile.Spec{Path: name, SizeBytes: size, Prewrite: prewrite}, extra)
+	if err != nil {
+		os.Remove(name)
+		return nil, fmt.Errorf("device: probe segment: %w", err)
+	}
+	return f, nil
+}
+
+// CreateSegment measures what the engine's allocation service pays to make
+// one segment of sizeBytes in dir (segfile.OpenOrCreate, its own code):
+// fallocated, or — with prewrite — written with zeros and synced, through
+// the page cache (the buffered backends' segments) or with O_DIRECT when
+// direct (uring-direct's). The time runs from the create to the directory
+// sync after the rename; the file is removed afterwards (untimed). A
+// pre-written segment's size over its time is the write bandwidth
+// pre-writing takes.
+func CreateSegment(ctx context.Context, dir string, sizeBytes int64, prewrite, direct bool) (time.Duration, error) {
+	if sizeBytes <= 0 || sizeBytes%4096 != 0 {
+		return 0, fmt.Errorf("device: a segment of %d bytes: want a positive multiple of 4096: %w", sizeBytes, ErrInvalidArgument)
+	}
+	start := time.Now()
+	f, err := probeSegment(ctx, dir, sizeBytes, prewrite, direct)
+	if err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	f.Close()
+	os.Remove(f.Name())
+	return took, nil
 }

@@ -16,6 +16,11 @@ func SequentialWrite(context.Context, string, int64, int, int) (Result, error) {
 }
 
 // SyncLatency returns an error wrapping ErrUnsupported outside Linux.
-func SyncLatency(context.Context, string, int) ([]time.Duration, error) {
+func SyncLatency(context.Context, string, int, bool) ([]time.Duration, error) {
 	return nil, errNotLinux
+}
+
+// CreateSegment returns an error wrapping ErrUnsupported outside Linux.
+func CreateSegment(context.Context, string, int64, bool, bool) (time.Duration, error) {
+	return 0, errNotLinux
 }

@@ -70,7 +70,7 @@ func allCells(f *runfile.RunFile) []*runfile.Cell {
 func samePoint(a, b *runfile.Cell) bool {
 	return a.Workload == b.Workload && a.Backend == b.Backend && a.Peer == b.Peer && a.SizeBytes == b.SizeBytes && a.Flush == b.Flush &&
 		a.Policy == b.Policy && a.Target == b.Target && a.Producers == b.Producers && a.RatePerSec == b.RatePerSec && a.Variant == b.Variant &&
-		a.TwinOf == "" && b.TwinOf == ""
+		a.Replication == b.Replication && a.HADelayNs == b.HADelayNs && a.TwinOf == "" && b.TwinOf == ""
 }
 
 // warmedSegments reports whether an mmap cell appended into pre-touched
@@ -104,8 +104,8 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 	}
 	for i := range f.Cells {
 		c := &f.Cells[i]
-		if !c.Comparable() || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" {
-			continue
+		if !c.Comparable() || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" || c.Replication != "" {
+			continue // replicated cells have their own section
 		}
 		if c.Workload == "throughput" && c.Flush == "async" {
 			// The append path's ceilings and the device's bandwidth bound
@@ -135,7 +135,7 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 			}
 		}
 		if c.Workload == "latency" && c.Flush == "sync" {
-			for _, name := range []string{runfile.LimitDeviceSync, runfile.LimitFioSync} {
+			for _, name := range []string{runfile.LimitDeviceSync, runfile.LimitDeviceSyncPrewritten, runfile.LimitFioSync} {
 				if l := limit(name, 0, c.Target); l != nil {
 					out = append(out, ratioOf("device", c, l.Name, "p50Ns", l.Interval("p50Ns"),
 						"open-loop p50 ÷ one 4 KiB write+fdatasync p50: how many device syncs a durable append costs"))
@@ -278,8 +278,8 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 	best := map[string]*candidate{}
 	for i := range f.Cells {
 		c := &f.Cells[i]
-		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || c.Backend == "mem" {
-			continue
+		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || c.Backend == "mem" || c.Replication != "" {
+			continue // a replicated configuration is compared in its own section, not picked here
 		}
 		label := c.Backend + " " + c.Flush
 		if c.Policy != "" {
@@ -425,7 +425,8 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 	for i := range f.Cells {
 		base := &f.Cells[i]
 		if base.Workload != "latency" || base.Pressure != "none" || base.Backend != c.Backend || base.Flush != c.Flush ||
-			base.Policy != c.Policy || base.SizeBytes != c.SizeBytes || base.Target != c.Target || base.TwinOf != "" || base.Status != runfile.StatusOK {
+			base.Policy != c.Policy || base.SizeBytes != c.SizeBytes || base.Target != c.Target || base.TwinOf != "" || base.Status != runfile.StatusOK ||
+			base.Replication != "" {
 			continue
 		}
 		for j := range f.Cells {

@@ -77,6 +77,12 @@ func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
 	if c.Policy != "" {
 		name += "/policy=" + runfile.SafeName(c.Policy)
 	}
+	if c.Replication != "" {
+		name += "/replication=" + c.Replication
+		if c.HADelayNs > 0 {
+			name += "/ha-delay-emulated=" + runfile.SafeName(fmtNs(c.HADelayNs))
+		}
+	}
 	if c.TwinOf != "" {
 		name += "/aa=twin"
 	}
@@ -125,6 +131,12 @@ func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
 			v.add(float64(f.ServiceP999Ns), "service-p99.9-ns")
 		}
 		v.add(f.AllocsPerMsg, "allocs/msg")
+		if r.Replication != nil {
+			v.add(float64(f.ReplLagP50Ns), "repl-lag-p50-ns")
+			v.add(float64(f.ReplLagP99Ns), "repl-lag-p99-ns")
+			v.add(f.ReplLagBytesP99, "repl-lag-p99-B")
+			v.add(f.SlaveDurableMBps, "slave-durable-MB/s")
+		}
 		fmt.Fprintf(b, "%s %d%s\n", name, max(r.Result.Messages, 1), v.String())
 	}
 }

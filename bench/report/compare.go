@@ -10,7 +10,7 @@ import (
 
 // compareFigures are the figures compare shows per workload.
 var compareFigures = map[string][]string{
-	"throughput": {"msgsPerSec", "durableMBps", "p99Ns", "cpuSecPerGiB"},
+	"throughput": {"msgsPerSec", "durableMBps", "p99Ns", "cpuSecPerGiB", "replLagP99Ns"},
 	"latency":    {"p50Ns", "p99Ns", "p999Ns"},
 	"e2e":        {"p50Ns", "p99Ns", "p999Ns"},
 	"consume":    {"mbPerSec", "cpuSecPerGiB"},
@@ -19,8 +19,8 @@ var compareFigures = map[string][]string{
 
 // pointKey identifies a cell across runs up to its open-loop rate.
 func pointKey(c *runfile.Cell) string {
-	return fmt.Sprintf("%s|%s|%s|%v|%d|%s|%s|%s|%s|%d|%s", c.Workload, c.Variant, c.Backend, c.Peer, c.SizeBytes, c.Flush, c.Pressure, c.Policy,
-		c.Target, c.Producers, c.TwinOf)
+	return fmt.Sprintf("%s|%s|%s|%v|%d|%s|%s|%s|%s|%d|%s|%s|%d", c.Workload, c.Variant, c.Backend, c.Peer, c.SizeBytes, c.Flush, c.Pressure, c.Policy,
+		c.Target, c.Producers, c.TwinOf, c.Replication, c.HADelayNs)
 }
 
 // Compare renders two runs side by side: every cell present in both (open-

@@ -73,12 +73,67 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	if f.Command != "" {
 		fmt.Fprintf(b, "- command: `%s`\n", f.Command)
 	}
+	if f.ConvertedFrom != 0 {
+		fmt.Fprintf(b, "- **converted from schema %d** when read (see the notes: what its drain measured)\n", f.ConvertedFrom)
+	}
 	fmt.Fprintf(b, "- each cell: one unmeasured warm repeat, then %d measured repeats of %s after a %s warm-up, each in a fresh store; repeats run round-robin over the cells in a shuffled order, every system on the same arrivals in a round (seed %d + the round). Figures are **median [confidence interval of the median]**: order statistics, %s\n",
 		c.Repeat, time.Duration(f.Plan.WindowNs), c.Warmup, c.Seed, ciLevelText(c.Repeat))
 	fmt.Fprintf(b, "- window %s: %s\n", time.Duration(f.Plan.WindowNs), f.Plan.WindowWhy)
 	fmt.Fprintf(b, "- throughput: closed loop at %s producers; latency: open loop, %s arrivals at the absolute rates %s msgs/s (the same for every system), %d workers each owning its share of the schedule, latency from the *intended* start\n",
 		joinInts(c.Producers), c.Arrival, joinRates(c.Rates), c.InFlight)
-	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n\n", sizeLabel(int(c.Store.SegmentSizeBytes)))
+	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n", sizeLabel(int(c.Store.SegmentSizeBytes)))
+	writeBackendSettings(b, f)
+	if reps := replicationAxis(f); reps != "" {
+		fmt.Fprintf(b, "- replication: %s\n", reps)
+	}
+	b.WriteString("\n")
+}
+
+// writeBackendSettings names the options each backend ran with where they
+// are not its own defaults (mqbench's tuning, or --backend-options), and
+// the store's segment pre-writing when the engine reports it.
+func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
+	type key struct{ backend, flush string }
+	seen := map[key]bool{}
+	for _, c := range f.Cells {
+		k := key{c.Backend, c.Flush}
+		if seen[k] || c.Options == nil {
+			continue
+		}
+		seen[k] = true
+		var parts []string
+		if c.Tuning != "" {
+			parts = append(parts, fmt.Sprintf("%s (options `%s`)", c.Tuning, c.Options["BackendOptions"]))
+		}
+		if p := c.Options["PrewriteSegments"]; p != "" {
+			parts = append(parts, "engine PrewriteSegments "+p)
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(b, "- %s (%s flush): %s\n", c.Backend, c.Flush, strings.Join(parts, "; "))
+		}
+	}
+}
+
+// replicationAxis describes the run's replication axis ("" without one).
+func replicationAxis(f *runfile.RunFile) string {
+	var roles []string
+	for _, r := range f.Config.Replication {
+		switch r {
+		case "none":
+			roles = append(roles, "no slave")
+		default:
+			roles = append(roles, roleName(r))
+		}
+	}
+	if len(roles) == 0 || (len(roles) == 1 && roles[0] == "no slave") {
+		return ""
+	}
+	where := "in a directory beside the master's"
+	if f.Config.SlaveDir != "" {
+		where = "in " + f.Config.SlaveDir + " (--slave-dir)"
+	}
+	return fmt.Sprintf("%s, crossed with the flush policies; each slave in its own process, %s; master to slave: %s", strings.Join(roles, ", "), where,
+		delayText(f.Config.HADelay.Nanoseconds()))
 }
 
 func ciLevelText(n int) string {
@@ -111,7 +166,11 @@ func SummaryTables(f *runfile.RunFile) string {
 	writeRecommendations(&b, f)
 	writeAA(&b, f)
 	writeThroughput(&b, f)
+	writeAtDrainOnly(&b, f)
+	writeVersusPebbleWAL(&b, f)
 	writeLatency(&b, f)
+	writeReplication(&b, f)
+	writeGoals(&b, f)
 	writeSearches(&b, f)
 	writeFloors(&b, f)
 	writeDurability(&b, f)
@@ -215,7 +274,7 @@ func writeNotes(b *strings.Builder, f *runfile.RunFile) {
 const howToRead = `## How to read this
 
 - **Intervals decide.** Every figure is the median of the measured repeats with a confidence interval of that median. A difference is called only when two intervals do not overlap; otherwise the answer is "no significant difference" — also in the recommendation and in ` + "`mqbench compare`" + `. The A/A check measures one cell twice as if it were two systems: the harness must not call them different.
-- **Throughput is what became durable.** *accepted* is what the producers got acknowledged; *durable* is what the store made durable during the window (its flushed position, record bytes); *backlog* is accepted but not yet durable at the window's end, *drain* how long Close then took to make it durable, *time-to-durable* the window's bytes ÷ (window + drain). A cell whose backlog exceeds 10 % of what it wrote is **not sustained** — it filled buffers — and is never recommended.
+- **Throughput is what became durable.** *accepted* is what the producers got acknowledged; *durable* is what the store made durable during the window (its flushed position, record bytes); *backlog* is accepted but not yet durable at the window's end, *drain* how long the system then took to make it durable (mqstore: Store.Flush — commit and flush of the CommitLog, as a peer's Drain syncs its log; Close is timed apart), *time-to-durable* the window's bytes ÷ (window + drain). A cell whose backlog exceeds 10 % of what it wrote is **not sustained** — it filled buffers — and is never recommended.
 - **The floor** is the load generator's own latency at each rate (the same schedule against an operation that does nothing). A cell whose p99.9 is below 3× the floor is **generator-bound** (†): its tail is the harness's, so it is shown but kept out of ratios, comparisons and the recommendation.
 - **Saturated** cells could not keep their offered rate (arrivals never started by the window's end + a tenth, less than 98 % of the offered rate achieved, or latency rising through the window). Every arrival is either served or recorded, so their percentiles are lower bounds (≥) of a queue that grows with the window, not figures of the system; the sustainable-rate search gives the rate they do keep up with.
 - **Equal loads**: open-loop cells run at absolute rates shared by every backend and peer, so latencies are compared at the same offered load; closed-loop cells at the same producer count.

@@ -23,6 +23,12 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 	if c.Pressure != "" && c.Pressure != "none" {
 		l += " · pressure " + c.Pressure
 	}
+	if c.Replication != "" {
+		l += " + " + roleName(c.Replication) + " slave"
+		if c.HADelayNs > 0 {
+			l += " (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
+		}
+	}
 	if c.TwinOf != "" {
 		l += " (A/A twin)"
 	}
@@ -123,6 +129,8 @@ func writeAA(b *strings.Builder, f *runfile.RunFile) {
 
 func sustainedText(c *runfile.Cell) string {
 	switch {
+	case c.DurableAtDrainOnly:
+		return "— ‡"
 	case c.Sustained == nil:
 		return "—"
 	case *c.Sustained:
@@ -141,7 +149,10 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, c := range rows {
 		durable, backlog, drain, ttd := "—", "—", "—", "—"
-		if c.Sustained != nil {
+		switch {
+		case c.DurableAtDrainOnly:
+			durable, drain, ttd = "— ‡", fig(c, "drainNs", fmtNsF), fig(c, "timeToDurableMBps", fmtFloat)
+		case c.Sustained != nil:
 			durable, backlog, drain, ttd = fig(c, "durableMBps", fmtFloat), fig(c, "backlogBytes", fmtBytes), fig(c, "drainNs", fmtNsF), fig(c, "timeToDurableMBps", fmtFloat)
 		}
 		perCommit := "—"
@@ -156,7 +167,42 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, sustainedText(c),
 			fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
-	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Close for mqstore (final flush, dispatch, ConsumeQueue and index flush).\n\n")
+	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
+}
+
+// writeAtDrainOnly explains the ‡ rows: peers whose durable position moved
+// only at Drain. Their durable rate cannot be observed, which is a limit
+// of what they report, not a failure to keep up: they get no sustained
+// verdict, and their own statement says what they do in between.
+func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
+	seen := map[string]bool{}
+	for _, c := range allCells(f) {
+		if !c.DurableAtDrainOnly || !c.Measured() {
+			continue
+		}
+		k := c.Backend + "|" + c.Flush
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		mech := "—"
+		if c.Durability != nil {
+			mech = c.Durability.Mechanism
+		}
+		fmt.Fprintf(b, "‡ **%s (%s)** reported durable bytes only when drained: its durable position did not move during any window, and Drain made everything durable. That is an accounting limit of the peer — the harness cannot observe when (or whether) it syncs in between — **not the peer failing to keep up**, so the row has no durable MB/s and no sustained verdict (neither \"not sustained\" nor a recommendation is drawn from it). Its own statement: \"%s\".\n\n",
+			c.Backend, c.Flush, mech)
+	}
+}
+
+// roleName is a replication value's master role.
+func roleName(repl string) string {
+	switch repl {
+	case "sync":
+		return "SYNC_MASTER"
+	case "async":
+		return "ASYNC_MASTER"
+	}
+	return repl
 }
 
 func writeLatency(b *strings.Builder, f *runfile.RunFile) {
@@ -247,25 +293,41 @@ func pick(fl runfile.Floor, name string) int64 {
 }
 
 // writeDurability is the table of what an acknowledgement means, a row
-// for every system and flush mode that appears in the run.
+// for every system, flush mode and replication that appears in the run.
+// mqstore's rows are its backends' own statements (their registrations'
+// Durability, with this run's options), the peers' their own.
 func writeDurability(b *strings.Builder, f *runfile.RunFile) {
-	type row struct{ name, flush string }
+	type row struct {
+		name, flush, repl string
+		delay             int64
+		peer              bool
+	}
 	seen := map[row]bool{}
 	var rows []*runfile.Cell
+	machine := false
 	for _, c := range allCells(f) {
 		if c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery" {
 			continue
 		}
-		k := row{c.Backend, c.Flush}
+		k := row{c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer}
 		if !seen[k] {
 			seen[k] = true
 			rows = append(rows, c)
+			machine = machine || c.Replication != ""
 		}
 	}
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("## Durability: what an acknowledgement means\n\n| system | flush | ack is sent | a process crash loses | a power loss loses | mechanism |\n|---|---|---|---|---|---|\n")
+	b.WriteString("## Durability: what an acknowledgement means\n\n| system | flush | ack is sent | a process crash loses | a power loss loses |")
+	if machine {
+		b.WriteString(" losing the (master's) machine loses |")
+	}
+	b.WriteString(" mechanism |\n|---|---|---|---|---|")
+	if machine {
+		b.WriteString("---|")
+	}
+	b.WriteString("---|\n")
 	for _, c := range rows {
 		name := c.Backend
 		if c.Peer {
@@ -274,11 +336,20 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 				name += ", " + c.Version
 			}
 			name += ")"
+		} else if c.Replication != "" {
+			name += " + " + roleName(c.Replication) + " slave"
+			if c.HADelayNs > 0 {
+				name += " (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
+			}
 		}
 		d := c.Durability
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", name, c.Flush, d.Ack, d.ProcessCrash, d.PowerLoss, d.Mechanism)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", name, c.Flush, d.Ack, d.ProcessCrash, d.PowerLoss)
+		if machine {
+			fmt.Fprintf(b, " %s |", orDefault(d.MachineLoss, "everything: no other copy"))
+		}
+		fmt.Fprintf(b, " %s |\n", d.Mechanism)
 	}
-	b.WriteString("\nmqstore's rows follow its backends and flush policies (DESIGN.md); the peers' rows are what each peer reports about itself.\n\n")
+	b.WriteString("\nmqstore's rows are each backend's own statement — its registration's `Durability`, written beside the code whose system calls it names, for the options the cell ran with — with this run's flush and commit intervals; the peers' rows are what each peer reports about itself. A row is not comparable with another's throughput unless both acknowledge the same thing.\n\n")
 }
 
 func writePressure(b *strings.Builder, f *runfile.RunFile) {
@@ -374,7 +445,7 @@ func writeE2E(b *strings.Builder, f *runfile.RunFile) {
 			fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), latencyFig(c, "maxNs"),
 			fig(c, "serviceP999Ns", fmtNsF), fmtPct(c.Max.UnstartedFraction))
 	}
-	b.WriteString("\nLatency = the consumer's clock once it has decoded the message − the message's *intended* start (stamped in the body), so a producer that started late does not hide the wait. Messages become visible after dispatch to the ConsumeQueue — for the buffered backends (transient, uring) only after a commit, so their end-to-end latency follows the commit interval. *Put latency*: the producers' service time.\n\n")
+	b.WriteString("\nLatency = the consumer's clock once it has decoded the message − the message's *intended* start (stamped in the body), so a producer that started late does not hide the wait. Messages become visible once dispatch has put them in their ConsumeQueue, which follows the CommitLog's readable position: the write position for a backend that serves its unwritten tail from memory, the committed position for one that serves only what its commit service wrote into the file — whose end-to-end latency then follows the commit interval. *Put latency*: the producers' service time.\n\n")
 }
 
 func writeConsume(b *strings.Builder, f *runfile.RunFile) {
@@ -473,10 +544,14 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 		if l.Name == runfile.LimitMemcpy {
 			size = l.Params["recordBytes"] + " B record (" + sizeLabel(l.SizeBytes) + " body)"
 		}
+		mbps := "—" // a limit that writes nothing has no bandwidth
+		if l.MBPerSec > 0 {
+			mbps = ci(l.Interval("mbPerSec"), fmtFloat)
+		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.Tool, size,
-			ci(l.Interval("mbPerSec"), fmtFloat), ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
+			mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
-	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time; fio's fdatasync figures time the fdatasync alone.\n\n")
+	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
 }
 
 func writeRatios(b *strings.Builder, f *runfile.RunFile) {

@@ -42,6 +42,14 @@ type Config struct {
 	SearchDuration time.Duration `json:"searchDurationNs"`
 	// AA measures one cell twice, as if it were two systems (the A/A check).
 	AA bool `json:"aa"`
+	// Replication is the replication axis: none (no slave), async
+	// (ASYNC_MASTER) and sync (SYNC_MASTER) with a slave in its own process
+	// and directory (inside SlaveDir when set: another device), crossed with
+	// the flush policies. HADelay, when > 0, puts a TCP proxy adding that
+	// one-way delay between master and slave (EMULATED network).
+	Replication []string      `json:"replication,omitempty"`
+	SlaveDir    string        `json:"slaveDir,omitempty"`
+	HADelay     time.Duration `json:"haDelayNs,omitempty"`
 
 	// Dir is where stores and probe files are created (a fresh temporary
 	// directory inside it, removed at the end). Dirs lists every target
@@ -106,6 +114,9 @@ type StoreConfig struct {
 	CommitLeastPages      int           `json:"commitLeastPages,omitempty"`
 	WarmSegments          bool          `json:"warmSegments,omitempty"`
 	LockSegments          bool          `json:"lockSegments,omitempty"`
+	// BackendOptions are backends' own options as JSON, by backend name
+	// (--backend-options); a backend not named runs with its defaults.
+	BackendOptions map[string]string `json:"backendOptions,omitempty"`
 }
 
 // Policy is one flush policy of a sweep.

@@ -5,9 +5,9 @@
 // package bench writes run files, package bench/report renders them.
 //
 // The schema is documented field by field in the README ("run.json, schema
-// 2"). SchemaVersion changes whenever a figure's meaning changes; Read
-// refuses other schemas with an error that says why they cannot be
-// converted.
+// 3"). SchemaVersion changes whenever a figure's meaning changes; Read
+// converts schema 2 explicitly and refuses other schemas with an error
+// that says why they cannot be converted.
 //
 // Files: schema.go (the run file's types), config.go (the configuration
 // recorded in it), figures.go (Figures and their derivation), stats.go

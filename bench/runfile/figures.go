@@ -21,14 +21,18 @@ type Figures struct {
 	// (both from load.Durability; 0 when the system does not report it).
 	// BacklogBytes is written − durable at the window's end, BacklogShare
 	// that over the bytes written in the window; DrainNs how long Drain (for
-	// mqstore: Close) took to make the backlog durable; TimeToDurableMBps
-	// is the window's written bytes ÷ (window + drain).
+	// mqstore: Store.Flush) took to make the backlog durable; TimeToDurableMBps
+	// is the window's written bytes ÷ (window + drain). CloseNs is how long
+	// mqstore's Close took after the drain (dispatch, ConsumeQueue and index
+	// flush, checkpoint): not part of the drain, which the peers' Drain
+	// matches (their logs synced, nothing else).
 	WrittenMBps       float64 `json:"writtenMBps"`
 	DurableMBps       float64 `json:"durableMBps"`
 	BacklogBytes      float64 `json:"backlogBytes"`
 	BacklogShare      float64 `json:"backlogShare"`
 	DrainNs           int64   `json:"drainNs"`
 	TimeToDurableMBps float64 `json:"timeToDurableMBps"`
+	CloseNs           int64   `json:"closeNs,omitempty"`
 	// MsgsPerGroupCommit is Puts ÷ flushes in the window (mqstore sync).
 	MsgsPerGroupCommit float64 `json:"msgsPerGroupCommit,omitempty"`
 	P50Ns              int64   `json:"p50Ns"`
@@ -57,6 +61,36 @@ type Figures struct {
 	OpenNs int64 `json:"openNs,omitempty"`
 	// Limits: the page-fault ceiling's faults per second.
 	FaultsPerSec float64 `json:"faultsPerSec,omitempty"`
+	// Replication (cells with a slave, ReplicationResult): the lag from a
+	// Put's acknowledgement to the slave's acknowledgement of its record, in
+	// time and in bytes, at p50 and p99; the share of acknowledged records
+	// the slave had not acknowledged by the deadline; and the slave's own
+	// durable rate (its flushed offset's progress over the window, MB/s of
+	// records).
+	ReplLagP50Ns        int64   `json:"replLagP50Ns,omitempty"`
+	ReplLagP99Ns        int64   `json:"replLagP99Ns,omitempty"`
+	ReplLagBytesP50     float64 `json:"replLagBytesP50,omitempty"`
+	ReplLagBytesP99     float64 `json:"replLagBytesP99,omitempty"`
+	ReplUnackedFraction float64 `json:"replUnackedFraction,omitempty"`
+	SlaveDurableMBps    float64 `json:"slaveDurableMBps,omitempty"`
+}
+
+// AddReplication sets the replication figures from a repeat's
+// replication result.
+func (f *Figures) AddReplication(r *ReplicationResult) {
+	if r == nil {
+		return
+	}
+	if r.LagNs != nil && r.LagNs.Count() > 0 {
+		f.ReplLagP50Ns, f.ReplLagP99Ns = r.LagNs.Quantile(0.50), r.LagNs.Quantile(0.99)
+	}
+	if r.LagBytes != nil && r.LagBytes.Count() > 0 { // recorded + 1 (the histogram's least value is 1)
+		f.ReplLagBytesP50, f.ReplLagBytesP99 = float64(r.LagBytes.Quantile(0.50)-1), float64(r.LagBytes.Quantile(0.99)-1)
+	}
+	if r.Records > 0 {
+		f.ReplUnackedFraction = float64(r.Unacked) / float64(r.Records)
+	}
+	f.SlaveDurableMBps = perSec(float64(r.SlaveFlushedEnd-r.SlaveFlushedStart)/1e6, r.SlaveElapsedNs)
 }
 
 // FiguresOf turns one load result (and the store's counters over its
@@ -127,6 +161,7 @@ var figureFields = []struct {
 	{name: "backlogShare", get: func(f *Figures) *float64 { return &f.BacklogShare }},
 	{name: "drainNs", geti: func(f *Figures) *int64 { return &f.DrainNs }},
 	{name: "timeToDurableMBps", get: func(f *Figures) *float64 { return &f.TimeToDurableMBps }},
+	{name: "closeNs", geti: func(f *Figures) *int64 { return &f.CloseNs }},
 	{name: "msgsPerGroupCommit", get: func(f *Figures) *float64 { return &f.MsgsPerGroupCommit }},
 	{name: "p50Ns", geti: func(f *Figures) *int64 { return &f.P50Ns }},
 	{name: "p90Ns", geti: func(f *Figures) *int64 { return &f.P90Ns }},
@@ -146,6 +181,12 @@ var figureFields = []struct {
 	{name: "residentFraction", get: func(f *Figures) *float64 { return &f.ResidentFraction }},
 	{name: "openNs", geti: func(f *Figures) *int64 { return &f.OpenNs }},
 	{name: "faultsPerSec", get: func(f *Figures) *float64 { return &f.FaultsPerSec }},
+	{name: "replLagP50Ns", geti: func(f *Figures) *int64 { return &f.ReplLagP50Ns }},
+	{name: "replLagP99Ns", geti: func(f *Figures) *int64 { return &f.ReplLagP99Ns }},
+	{name: "replLagBytesP50", get: func(f *Figures) *float64 { return &f.ReplLagBytesP50 }},
+	{name: "replLagBytesP99", get: func(f *Figures) *float64 { return &f.ReplLagBytesP99 }},
+	{name: "replUnackedFraction", get: func(f *Figures) *float64 { return &f.ReplUnackedFraction }},
+	{name: "slaveDurableMBps", get: func(f *Figures) *float64 { return &f.SlaveDurableMBps }},
 }
 
 // FigureNames lists every figure's JSON name.

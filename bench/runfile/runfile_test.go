@@ -126,7 +126,7 @@ func TestWriteReadAndOldSchemas(t *testing.T) {
 	for _, c := range []struct {
 		schema int
 		want   string
-	}{{1, "bytes accepted into buffers"}, {3, "newer than this mqbench"}, {0, "schema 0"}} {
+	}{{1, "bytes accepted into buffers"}, {4, "newer than this mqbench"}, {0, "schema 0"}} {
 		p := filepath.Join(t.TempDir(), "run.json")
 		if err := os.WriteFile(p, []byte(`{"schema": `+string(rune('0'+c.schema))+`, "cells": []}`), 0o644); err != nil {
 			t.Fatal(err)
@@ -138,6 +138,38 @@ func TestWriteReadAndOldSchemas(t *testing.T) {
 	}
 }
 
+// TestSchema2IsConverted: a schema 2 run reads as schema 3, says so, and
+// a peer whose durable position moved only at Drain loses its "not
+// sustained" verdict; one that moved keeps it.
+func TestSchema2IsConverted(t *testing.T) {
+	rep := func(durableEnd int64) Repeat {
+		return Repeat{Status: StatusOK, Result: load.Result{Durability: &load.DurabilityResult{WrittenEndBytes: 100, DurableEndBytes: durableEnd,
+			WrittenAfterDrainBytes: 100, DurableAfterDrainBytes: 100}}}
+	}
+	no := false
+	f := &RunFile{Schema: 2, ID: "old", Peers: []Cell{
+		{Name: "nats", Peer: true, Status: StatusOK, Sustained: &no, Repeats: []Repeat{{Warm: true, Status: StatusOK}, rep(0), rep(0)}},
+		{Name: "slow", Peer: true, Status: StatusOK, Sustained: &no, Repeats: []Repeat{{Warm: true, Status: StatusOK}, rep(5), rep(0)}},
+	}}
+	dir := t.TempDir()
+	if err := Write(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Schema != SchemaVersion || back.ConvertedFrom != 2 || len(back.Notes) != 1 || !strings.Contains(back.Notes[0], "drainNs") {
+		t.Fatalf("converted: schema %d from %d, notes %v", back.Schema, back.ConvertedFrom, back.Notes)
+	}
+	if p := back.Peers[0]; !p.DurableAtDrainOnly || p.Sustained != nil {
+		t.Errorf("%s: at drain only %v, sustained %v", p.Name, p.DurableAtDrainOnly, p.Sustained)
+	}
+	if p := back.Peers[1]; p.DurableAtDrainOnly || p.Sustained == nil || *p.Sustained {
+		t.Errorf("%s: at drain only %v, sustained %v", p.Name, p.DurableAtDrainOnly, p.Sustained)
+	}
+}
+
 func TestCellNames(t *testing.T) {
 	for _, c := range []struct {
 		cell Cell
@@ -146,6 +178,8 @@ func TestCellNames(t *testing.T) {
 		{Cell{Workload: "throughput", Backend: "mmap", SizeBytes: 1024, Flush: "sync", Producers: 16, Pressure: "none"}, "throughput-mmap-1024-sync-p16"},
 		{Cell{Workload: "latency", Backend: "nats", SizeBytes: 128, Flush: "async", RatePerSec: 50000, Pressure: "dirty", Target: "vda"}, "latency-nats-128-async-r50000-dirty@vda"},
 		{Cell{Workload: "throughput", Backend: "mmap", SizeBytes: 1024, Flush: "async", Producers: 4, TwinOf: "x", Policy: "async fi=50ms"}, "throughput-mmap-1024-async-p4-async_fi=50ms-aa"},
+		{Cell{Workload: "throughput", Backend: "mmap", SizeBytes: 1024, Flush: "async", Producers: 16, Replication: "sync"}, "throughput-mmap-1024-async-p16-hasync"},
+		{Cell{Workload: "latency", Backend: "uring-direct", SizeBytes: 1024, Flush: "sync", RatePerSec: 1000, Replication: "async", HADelayNs: 1e6}, "latency-uring-direct-1024-sync-r1000-haasync-d1ms"},
 	} {
 		if got := CellName(&c.cell, true); got != c.want {
 			t.Errorf("CellName = %q, want %q", got, c.want)

@@ -10,7 +10,12 @@ import (
 // SchemaVersion is run.json's "schema". Schema 2 changed what figures mean
 // (throughput beside what became durable; open-loop percentiles include
 // every arrival; absolute rates; intervals): readers refuse schema 1.
-const SchemaVersion = 2
+// Schema 3: an mqstore cell's drainNs is Store.Flush (the CommitLog made
+// durable, as a peer's Drain syncs its log) where it was Close, whose time
+// is now closeNs; a peer that reports durability only when drained has no
+// sustained verdict (durableAtDrainOnly). Read converts schema 2 (see
+// convertFrom2).
+const SchemaVersion = 3
 
 // Status of a cell, floor or limit.
 const (
@@ -54,6 +59,8 @@ type RunFile struct {
 	SystemChanges []SystemChange `json:"systemChanges,omitempty"`
 	// Notes are run-level remarks (skipped pressures, devices, rungs).
 	Notes []string `json:"notes,omitempty"`
+	// ConvertedFrom is the schema Read converted the file from (0: none).
+	ConvertedFrom int `json:"convertedFrom,omitempty"`
 }
 
 // Machine describes where a run ran, as it was when the run started.
@@ -148,11 +155,21 @@ type Cell struct {
 	Policy     string      `json:"policy,omitempty"`
 	Variant    string      `json:"variant,omitempty"`
 	Pressure   string      `json:"pressure"`
-	Target     string      `json:"target,omitempty"`
-	Emulated   bool        `json:"emulated,omitempty"`
-	Producers  int         `json:"producers,omitempty"`
-	InFlight   int         `json:"inFlight,omitempty"`
-	Dir        string      `json:"dir"`
+	// Replication is the master's role when a slave replicates the store
+	// under test (async: ASYNC_MASTER, sync: SYNC_MASTER; "": no slave);
+	// HADelayNs the one-way delay a proxy adds between the two (EMULATED:
+	// both run on this machine), 0 for none.
+	Replication string `json:"replication,omitempty"`
+	HADelayNs   int64  `json:"haDelayNs,omitempty"`
+	// Tuning says why the backend ran with its options: mqbench's choice
+	// and its reason, or --backend-options. Options["BackendOptions"]
+	// holds them.
+	Tuning    string `json:"tuning,omitempty"`
+	Target    string `json:"target,omitempty"`
+	Emulated  bool   `json:"emulated,omitempty"`
+	Producers int    `json:"producers,omitempty"`
+	InFlight  int    `json:"inFlight,omitempty"`
+	Dir       string `json:"dir"`
 	// Open loop: the offered rate (a rung of Config.Rates) and arrivals.
 	RatePerSec float64 `json:"ratePerSec,omitempty"`
 	Arrival    string  `json:"arrival,omitempty"`
@@ -163,8 +180,16 @@ type Cell struct {
 	// Saturation says why a saturated cell is (per repeat that was).
 	Saturation []string `json:"saturation,omitempty"`
 	// Sustained: the median backlog at the window's end is at most 10 % of
-	// what was written in it (nil: the system does not report durability).
+	// what was written in it (nil: the system does not report durability,
+	// or only at Drain).
 	Sustained *bool `json:"sustained,omitempty"`
+	// DurableAtDrainOnly: a peer whose durable position never moved during
+	// a window although it wrote, and whose Drain made everything durable —
+	// it reports durability only when drained (NATS cannot be asked when
+	// its periodic sync ran). Its durable rate is not observable, so it has
+	// no sustained verdict: an accounting limit of the peer, not a failure
+	// to keep up.
+	DurableAtDrainOnly bool `json:"durableAtDrainOnly,omitempty"`
 	// GeneratorBound: the cell's p99.9 is below GeneratorBoundFactor × the
 	// floor's p99.9 at its rate — the tail is the load generator's.
 	GeneratorBound bool  `json:"generatorBound,omitempty"`
@@ -196,6 +221,9 @@ type Durability struct {
 	ProcessCrash string `json:"processCrash"`
 	PowerLoss    string `json:"powerLoss"`
 	Mechanism    string `json:"mechanism"`
+	// MachineLoss is what losing the (master's) machine for good loses —
+	// everything without a slave (mqstore cells only).
+	MachineLoss string `json:"machineLoss,omitempty"`
 }
 
 // Measured reports whether a cell has figures (ok or saturated).
@@ -226,6 +254,9 @@ type Repeat struct {
 	Result load.Result `json:"result"`
 	// Store is the engine's counters over the window (mqstore cells).
 	Store *StoreCounters `json:"store,omitempty"`
+	// Replication is what the slave and the acknowledgements did (cells
+	// with a slave).
+	Replication *ReplicationResult `json:"replication,omitempty"`
 	// Samples: the system every 100 ms during the repeat.
 	Samples []Sample `json:"samples,omitempty"`
 }
@@ -317,6 +348,18 @@ const (
 	LimitDeviceSync = "device-fdatasync-4k"
 	LimitFioSeq     = "fio-seq-write"
 	LimitFioSync    = "fio-fdatasync-4k"
+	// LimitDeviceSyncPrewritten: 4 KiB write + fdatasync on a pre-written
+	// file (data only, no extent conversion): the physical cost of one
+	// durable append.
+	LimitDeviceSyncPrewritten = "device-fdatasync-4k-prewritten"
+	// LimitSegmentFallocated, LimitSegmentPrewritten (zeros through the page
+	// cache: the buffered backends) and LimitSegmentPrewrittenDirect
+	// (O_DIRECT zeros: uring-direct): the time to create one segment as
+	// the allocation service does (p50; one per repeat) and, pre-written,
+	// its bytes over that time (MB/s).
+	LimitSegmentFallocated       = "segment-create-fallocated"
+	LimitSegmentPrewritten       = "segment-create-prewritten"
+	LimitSegmentPrewrittenDirect = "segment-create-prewritten-direct"
 )
 
 // LimitRepeat is one measurement of a limit.
@@ -439,7 +482,8 @@ type SystemChange struct {
 
 // CellName is the cell's file-name-safe key: workload[-variant]-backend-
 // size-flush, then -p<producers> (closed loop) or -r<rate> (open loop),
-// -<pressure> when not none, -<policy>, -aa for the A/A twin, @<target>.
+// -<pressure> when not none, -ha<async|sync>[-d<delay>] with a slave,
+// -<policy>, -aa for the A/A twin, @<target>.
 func CellName(c *Cell, withTarget bool) string {
 	w := c.Workload
 	if c.Variant != "" {
@@ -454,6 +498,12 @@ func CellName(c *Cell, withTarget bool) string {
 	}
 	if c.Pressure != "" && c.Pressure != "none" {
 		name += "-" + c.Pressure
+	}
+	if c.Replication != "" {
+		name += "-ha" + c.Replication
+		if c.HADelayNs > 0 {
+			name += "-d" + SafeName(time.Duration(c.HADelayNs).String())
+		}
 	}
 	if c.Policy != "" {
 		name += "-" + SafeName(c.Policy)
@@ -484,4 +534,81 @@ func SafeName(s string) string {
 		return "host"
 	}
 	return string(out)
+}
+
+// ReplicationResult is one repeat's replication: the lag of every record
+// acknowledged to a producer in the window (sampled evenly when there were
+// very many), in time — from the Put's acknowledgement to the first
+// slave report covering the record's end — and in bytes — how far the
+// slave's acknowledged offset was behind the record's end when its Put was
+// acknowledged; records no slave acknowledged before the deadline after
+// the window count as unacknowledged and enter the lag at (deadline − put),
+// a lower bound. The slave's own durable progress is read from its process
+// at the window's edges.
+type ReplicationResult struct {
+	Role string `json:"role"`
+	// Records is how many acknowledged records the lag covers (of Sampled
+	// kept marks); Unacked those no slave acknowledged by the deadline.
+	Records int64 `json:"records"`
+	Unacked int64 `json:"unacked"`
+	Sampled int64 `json:"sampled"`
+	// LagNs is the lag in time (ns); LagBytes in bytes, each recorded + 1
+	// (the histogram's least value is 1).
+	LagNs    *load.Histogram `json:"lagNs,omitempty"`
+	LagBytes *load.Histogram `json:"lagBytes,omitempty"`
+	// Acks is how many times the acknowledged offset moved from the
+	// window's start to the deadline; DeadlineNs is how long after the
+	// window's end acknowledgements were still watched (until the slave had
+	// everything, or the catch-up time ran out).
+	Acks       int64 `json:"acks"`
+	DeadlineNs int64 `json:"deadlineNs"`
+	// The slave's CommitLog end and flushed offset at the window's start
+	// and end (its own process), and the elapsed time between the reads.
+	SlaveWroteStart   int64  `json:"slaveWroteStart"`
+	SlaveFlushedStart int64  `json:"slaveFlushedStart"`
+	SlaveWroteEnd     int64  `json:"slaveWroteEnd"`
+	SlaveFlushedEnd   int64  `json:"slaveFlushedEnd"`
+	SlaveElapsedNs    int64  `json:"slaveElapsedNs"`
+	SlaveBackend      string `json:"slaveBackend"`
+	SlaveFlush        string `json:"slaveFlush"`
+	SlaveDir          string `json:"slaveDir"`
+	// HADelayNs is the EMULATED one-way delay between master and slave.
+	HADelayNs int64 `json:"haDelayNs,omitempty"`
+	// FlushSlaveTimeouts and SlaveNotAvailable count the SYNC_MASTER Puts
+	// that got those statuses in the window.
+	FlushSlaveTimeouts uint64 `json:"flushSlaveTimeouts,omitempty"`
+	SlaveNotAvailable  uint64 `json:"slaveNotAvailable,omitempty"`
+}
+
+// DurableOnlyAtDrain reports whether a system's durable position never
+// moved during any of these measured repeats' windows, though it wrote in
+// each, and its Drain made everything durable: it reports durability only
+// when drained (NATS cannot be asked when its periodic sync ran; pebble's
+// WAL syncs only when asked). For a peer, "not sustained" would then
+// condemn an accounting limit, not a failure to keep up.
+func DurableOnlyAtDrain(measured []*Repeat) bool {
+	if len(measured) == 0 {
+		return false
+	}
+	for _, rep := range measured {
+		d := rep.Result.Durability
+		if d == nil || d.DrainError != "" || d.DurableEndBytes != d.DurableStartBytes || d.WrittenBytes() <= 0 ||
+			d.DurableAfterDrainBytes < d.WrittenEndBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// MeasuredRepeats are a cell's measured repeats with figures (ok or
+// saturated; not the warm one).
+func (c *Cell) MeasuredRepeats() []*Repeat {
+	var out []*Repeat
+	for i := range c.Repeats {
+		r := &c.Repeats[i]
+		if !r.Warm && (r.Status == StatusOK || r.Status == StatusSaturated) {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -113,6 +113,11 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.IntVar(&cfg.Store.CommitLeastPages, "commit-least-pages", 0, "commit least pages (0: engine default 4)")
 	fs.BoolVar(&cfg.Store.WarmSegments, "warm-segments", false, "pre-touch new segments in the allocation service (RocketMQ's warmMapedFileEnable)")
 	fs.BoolVar(&cfg.Store.LockSegments, "lock-segments", false, "mlock warmed segments (with --warm-segments)")
+	replication := fs.String("replication", "none", "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
+	fs.StringVar(&cfg.SlaveDir, "slave-dir", "", "where the slaves' stores go (another device; default: beside the master's, in --dir)")
+	fs.DurationVar(&cfg.HADelay, "ha-delay", 0, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
+	var backendOpts multiFlag
+	fs.Var(&backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
 	quiet := fs.Bool("quiet", false, "do not print the summary tables at the end")
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
@@ -131,6 +136,17 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	}
 	if cfg.Rates, err = splitRates(*rates); err != nil {
 		return c.bad(stderr, "%v", err)
+	}
+	cfg.Replication = splitList(*replication)
+	for _, kv := range backendOpts {
+		name, js, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || js == "" {
+			return c.bad(stderr, "--backend-options %q: want NAME=JSON (uring-direct='{\"PreZero\":true}')", kv)
+		}
+		if cfg.Store.BackendOptions == nil {
+			cfg.Store.BackendOptions = map[string]string{}
+		}
+		cfg.Store.BackendOptions[name] = js
 	}
 	if cfg.Store.LockSegments && !cfg.Store.WarmSegments {
 		return c.bad(stderr, "--lock-segments locks warmed segments: add --warm-segments")
@@ -163,7 +179,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
 	c := newCommand("device", "mqbench device --dir DIR [--sizes 1024] [--repeat N] [--probe-bytes 1GiB] [--sync-probes N]",
-		"Measures the limits of DIR's device with no engine: the memcpy ceiling (records into a pre-populated mapping), the page-fault ceiling (first writes into a fresh mapping), sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync, and fio's equivalents when fio is on PATH.")
+		"Measures the limits of DIR's device with no engine: the memcpy ceiling (records into a pre-populated mapping), the page-fault ceiling (first writes into a fresh mapping), sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync on a fallocated and on a pre-written file, the time to create a segment fallocated and pre-written, and fio's equivalents when fio is on PATH.")
 	fs := c.fs
 	fs.StringVar(&cfg.Dir, "dir", "", "directory whose device is measured (required)")
 	sizes := fs.String("sizes", "1024", "body sizes of the memcpy ceiling's records")
@@ -172,11 +188,15 @@ func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&cfg.MemcpyDuration, "memcpy-duration", cfg.MemcpyDuration, "least time of each memcpy-ceiling repeat")
 	fs.Var(bytesFlag{&cfg.FaultBytes}, "fault-bytes", "fresh file the page-fault ceiling touches")
 	fs.Var(bytesFlag{&cfg.DeviceProbeBytes}, "probe-bytes", "bytes written by the O_DIRECT probe and fio")
-	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat")
+	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat (on a fallocated and on a pre-written file)")
+	fs.Var(bytesFlag{&cfg.Store.SegmentSizeBytes}, "segment-size", "the segment the creation probes make (fallocated, and pre-written)")
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
 	var err error
+	if cfg.Store.SegmentSizeBytes%4096 != 0 {
+		return c.bad(stderr, "--segment-size %d: want a multiple of 4096", cfg.Store.SegmentSizeBytes)
+	}
 	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
 		return c.bad(stderr, "%v", err)
 	}

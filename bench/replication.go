@@ -1,0 +1,544 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/ha"
+	"github.com/mqstore/mqstore/internal/tcpproxy"
+)
+
+// The replication axis (--replication none,async,sync): the store under
+// test is a master (engine.Open with Role ASYNC_MASTER or SYNC_MASTER and an
+// ha.Master on a loopback port), and its slave runs in a process of its
+// own — this executable re-executed as a worker of kind "slave", which
+// opens a slave store in its own directory (another device with
+// --slave-dir) and replicates over the same ha package `mqstore slave`
+// uses. A worker rather than `mqstore slave` because the harness needs
+// exact, machine-readable readings of the slave at the window's edges (its
+// CommitLog end and flushed offset, asked for over a pipe and answered in
+// JSON at once), where `mqstore slave` logs text at a --status-interval;
+// because it needs no second binary built; and because the harness's
+// workers already die with it (PR_SET_PDEATHSIG) and are ended on every
+// path. --ha-delay puts internal/tcpproxy between the two: a one-way delay
+// in each direction, an EMULATED network (both ends run on this machine).
+
+// Worker kind of the slave.
+const workerSlave = "slave"
+
+// slaveConnectTimeout bounds how long a repeat waits for its slave to
+// connect and report.
+const slaveConnectTimeout = 30 * time.Second
+
+// slaveAnswerTimeout bounds how long the harness waits for one answer of
+// the slave process.
+const slaveAnswerTimeout = 30 * time.Second
+
+// minCatchUp is the least time the harness waits after the window for the
+// slave to acknowledge what the master wrote (twice the window when that
+// is longer); records it has not acknowledged by then are "unacked".
+const minCatchUp = 10 * time.Second
+
+// slaveCommand is what the harness sends the slave worker, one JSON value
+// per request; closing its stdin stops it.
+type slaveCommand struct {
+	Cmd string `json:"cmd"` // "status"
+}
+
+// slaveStatus is the slave worker's answer: its CommitLog end and flushed
+// offset, what it reported to the master, and whether it runs.
+type slaveStatus struct {
+	UnixNs        int64  `json:"unixNs"`
+	Wrote         int64  `json:"wrote"`
+	Flushed       int64  `json:"flushed"`
+	Acked         int64  `json:"acked"`
+	Connected     bool   `json:"connected"`
+	Connects      int    `json:"connects"`
+	LastError     string `json:"lastError,omitempty"`
+	RunError      string `json:"runError,omitempty"`
+	CloseError    string `json:"closeError,omitempty"`
+	Final         bool   `json:"final,omitempty"`
+	OpenError     string `json:"openError,omitempty"`
+	ReplicatedMiB int64  `json:"replicatedMiB,omitempty"`
+}
+
+// slaveWorker is the slave process: it opens a slave store, replicates
+// the master at req.Master until its stdin ends (or it is signalled),
+// answers every command with its status, then closes the store and
+// answers once more (Final).
+func slaveWorker(ctx context.Context, req workerRequest, dec *json.Decoder, out io.Writer) error {
+	enc := json.NewEncoder(out)
+	opts, err := storeOptions(req.Store, req.Backend, req.Flush)
+	if err != nil {
+		return enc.Encode(slaveStatus{Final: true, OpenError: err.Error()})
+	}
+	opts.Role = engine.Slave
+	s, err := engine.Open(ctx, req.Dir, opts)
+	if err != nil {
+		return enc.Encode(slaveStatus{Final: true, OpenError: fmt.Sprintf("open the slave store: %v", err)})
+	}
+	sl, err := ha.NewSlave(s, ha.SlaveOptions{MasterAddress: req.Master, ReconnectMinBackoff: 10 * time.Millisecond,
+		ReconnectMaxBackoff: 500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return errors.Join(enc.Encode(slaveStatus{Final: true, OpenError: err.Error()}), s.Close())
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- sl.Run(rctx) }()
+	var runErr error
+	ran := false
+	status := func() slaveStatus {
+		if !ran {
+			select {
+			case runErr = <-runDone:
+				ran = true
+			default:
+			}
+		}
+		st := sl.Status()
+		out := slaveStatus{UnixNs: time.Now().UnixNano(), Wrote: st.Offset, Flushed: st.FlushedOffset, Acked: st.AckedOffset,
+			Connected: st.Connected, Connects: st.Connects, LastError: st.LastError}
+		if runErr != nil {
+			out.RunError = runErr.Error()
+		}
+		return out
+	}
+	if err := enc.Encode(status()); err != nil { // ready
+		return err
+	}
+	for {
+		var cmd slaveCommand
+		if err := dec.Decode(&cmd); err != nil {
+			break // stdin closed: stop
+		}
+		if err := enc.Encode(status()); err != nil {
+			break
+		}
+	}
+	cancel()
+	if !ran {
+		runErr = <-runDone
+		ran = true
+	}
+	final := status()
+	final.Final = true
+	if err := s.Close(); err != nil {
+		final.CloseError = err.Error()
+	}
+	final.Flushed = s.FlushedOffset() // what the close made durable
+	return enc.Encode(final)
+}
+
+// slaveProc is a running slave worker.
+type slaveProc struct {
+	w       *worker
+	answers chan slaveAnswer
+	enc     *json.Encoder
+	dir     string
+	stopped bool
+}
+
+type slaveAnswer struct {
+	st  slaveStatus
+	err error
+}
+
+// startSlave starts a slave process replicating master into dir and waits
+// for its first answer (its store is open).
+func startSlave(ctx context.Context, store StoreConfig, dir, backend, flush, master string) (*slaveProc, error) {
+	w, err := startWorker(ctx, workerRequest{Kind: workerSlave, Store: store, Backend: backend, Flush: flush, Dir: dir, Master: master}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("start the slave: %w", err)
+	}
+	p := &slaveProc{w: w, answers: make(chan slaveAnswer, 1), enc: json.NewEncoder(w.stdin), dir: dir}
+	go func() {
+		dec := json.NewDecoder(w.stdout)
+		for {
+			var st slaveStatus
+			if err := dec.Decode(&st); err != nil {
+				p.answers <- slaveAnswer{err: fmt.Errorf("the slave process: %w", err)}
+				close(p.answers)
+				return
+			}
+			p.answers <- slaveAnswer{st: st}
+		}
+	}()
+	st, err := p.answer()
+	if err == nil && st.OpenError != "" {
+		err = errors.New(st.OpenError)
+	}
+	if err != nil {
+		p.kill()
+		return nil, fmt.Errorf("start the slave: %w%s", err, p.stderr())
+	}
+	return p, nil
+}
+
+// answer waits for the slave's next answer.
+func (p *slaveProc) answer() (slaveStatus, error) {
+	select {
+	case a, ok := <-p.answers:
+		if !ok {
+			return slaveStatus{}, errors.New("the slave process ended")
+		}
+		return a.st, a.err
+	case <-time.After(slaveAnswerTimeout):
+		return slaveStatus{}, fmt.Errorf("the slave process did not answer within %v", slaveAnswerTimeout)
+	}
+}
+
+// status asks the slave where it is.
+func (p *slaveProc) status() (slaveStatus, error) {
+	if err := p.enc.Encode(slaveCommand{Cmd: "status"}); err != nil {
+		return slaveStatus{}, fmt.Errorf("ask the slave: %w", err)
+	}
+	st, err := p.answer()
+	if err == nil && st.RunError != "" {
+		err = fmt.Errorf("the slave stopped replicating: %s", st.RunError)
+	}
+	return st, err
+}
+
+// stop ends the slave cleanly (its store closed) and waits for the
+// process; it kills it when it does not end in time. Its last answer says
+// whether replication and the close went well.
+func (p *slaveProc) stop() (slaveStatus, error) {
+	if p.stopped {
+		return slaveStatus{}, nil
+	}
+	p.stopped = true
+	p.w.stdin.Close()
+	st, err := p.answer()
+	if err != nil {
+		p.kill()
+		return st, fmt.Errorf("%w%s", err, p.stderr())
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.w.cmd.Wait() }()
+	select {
+	case werr := <-done:
+		if werr != nil {
+			err = fmt.Errorf("the slave process: %w%s", werr, p.stderr())
+		}
+	case <-time.After(slaveAnswerTimeout):
+		p.kill()
+		err = fmt.Errorf("the slave process did not exit within %v of its last answer; killed", slaveAnswerTimeout)
+	}
+	switch {
+	case err != nil:
+	case st.RunError != "":
+		err = fmt.Errorf("the slave stopped replicating: %s", st.RunError)
+	case st.CloseError != "":
+		err = fmt.Errorf("the slave's store did not close cleanly: %s", st.CloseError)
+	}
+	return st, err
+}
+
+// kill ends the slave process at once (every failure path).
+func (p *slaveProc) kill() {
+	p.stopped = true
+	p.w.kill()
+}
+
+func (p *slaveProc) stderr() string {
+	if s := strings.TrimSpace(p.w.stderr.String()); s != "" {
+		return "; stderr: " + s
+	}
+	return ""
+}
+
+// putMark is one acknowledged Put, on the tracker's clock: when it began
+// (the record is appended then), where its record ends, and the slave's
+// acknowledged offset when the Put returned.
+type putMark struct {
+	start, end, ackedAtReturn int64
+}
+
+// ackPoint is the master's replicated offset from a moment on.
+type ackPoint struct {
+	at, offset int64
+}
+
+// lagTracker measures replication lag: each worker keeps marks of its
+// Puts (every one, until its share of maxMarks is full; then every other
+// one is dropped and only every second Put is kept from then on, so the
+// marks stay an even sample of the window), and one goroutine keeps the
+// timeline of the master's replicated offset.
+type lagTracker struct {
+	base    time.Time
+	workers []lagWorker
+	acks    []ackPoint // written by the watcher only, read after it ended
+	// window edges, set between the phases (no Put runs then)
+	winStart, winEnd int64
+}
+
+// maxMarks bounds the marks of one repeat (24 bytes each).
+const maxMarks = 1 << 20
+
+type lagWorker struct {
+	marks        []putMark
+	stride, seen int64
+	_            [40]byte // keeps workers' counters off each other's cache lines
+}
+
+func newLagTracker(workers int) *lagTracker {
+	t := &lagTracker{base: time.Now(), workers: make([]lagWorker, workers), winStart: -1, winEnd: math.MaxInt64}
+	per := max(maxMarks/max(workers, 1), 1024)
+	for i := range t.workers {
+		t.workers[i] = lagWorker{marks: make([]putMark, 0, per), stride: 1}
+	}
+	return t
+}
+
+// now is the tracker's clock (monotonic ns).
+func (t *lagTracker) now() int64 { return int64(time.Since(t.base)) }
+
+// mark records worker's acknowledged Put.
+func (t *lagTracker) mark(worker int, m putMark) {
+	w := &t.workers[worker]
+	w.seen++
+	if w.seen%w.stride != 0 {
+		return
+	}
+	if len(w.marks) == cap(w.marks) {
+		// Keep the marks of every second kept Put (the ones at even
+		// multiples of the stride), and keep every second from now on.
+		kept := w.marks[:0]
+		for i := 1; i < len(w.marks); i += 2 {
+			kept = append(kept, w.marks[i])
+		}
+		w.marks = kept
+		w.stride *= 2
+		if w.seen%w.stride != 0 {
+			return
+		}
+	}
+	w.marks = append(w.marks, m)
+}
+
+// watch keeps the timeline of the acknowledged offset until ctx ends:
+// acked reads it, waitAbove waits until it exceeds an offset (or fails).
+func (t *lagTracker) watch(ctx context.Context, acked func() int64, waitAbove func(ctx context.Context, offset int64) error) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := int64(math.MinInt64)
+		for {
+			off := acked()
+			if off != last {
+				t.acks = append(t.acks, ackPoint{at: t.now(), offset: off})
+				last = off
+			}
+			if err := waitAbove(ctx, off+1); err != nil {
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// marks returns every worker's marks.
+func (t *lagTracker) allMarks() []putMark {
+	var out []putMark
+	for i := range t.workers {
+		out = append(out, t.workers[i].marks...)
+	}
+	return out
+}
+
+// computeLag derives the lag of the marks whose Put began in [winStart,
+// winEnd] from the acknowledgement timeline, with deadline the time after
+// which nothing more was watched: in time, from the Put's start to the
+// first acknowledgement covering its record's end (unacknowledged by the
+// deadline: deadline − start, a lower bound, and counted); in bytes, how
+// far the slave's acknowledged offset was behind the record's end when the
+// Put returned (recorded + 1: the histogram's least value is 1).
+func computeLag(marks []putMark, acks []ackPoint, winStart, winEnd, deadline int64) runfile.ReplicationResult {
+	r := runfile.ReplicationResult{LagNs: load.NewHistogram(), LagBytes: load.NewHistogram(), Sampled: int64(len(marks)), DeadlineNs: deadline - winEnd}
+	for _, a := range acks {
+		if a.at >= winStart && a.at <= deadline {
+			r.Acks++
+		}
+	}
+	for _, m := range marks {
+		if m.start < winStart || m.start > winEnd {
+			continue
+		}
+		r.Records++
+		i := sort.Search(len(acks), func(i int) bool { return acks[i].offset >= m.end })
+		if i == len(acks) || acks[i].at > deadline {
+			r.Unacked++
+			r.LagNs.Record(time.Duration(deadline - m.start))
+		} else {
+			r.LagNs.Record(time.Duration(max(acks[i].at-m.start, 0)))
+		}
+		r.LagBytes.Record(time.Duration(max(m.end-max(m.ackedAtReturn, 0), 0) + 1))
+	}
+	return r
+}
+
+// replDurability is load.Durability for a master: the store's positions
+// (storeDurability), and at the window's edges the tracker's window and
+// the slave's own positions.
+type replDurability struct {
+	storeDurability
+	tr      *lagTracker
+	slave   *slaveProc
+	edges   int
+	slaveAt [2]slaveStatus
+	repl    [2]engine.ReplicationStats
+	err     error
+}
+
+func (d *replDurability) Positions() (int64, int64) {
+	w, f := d.storeDurability.Positions()
+	if d.edges < 2 {
+		now := d.tr.now()
+		if d.edges == 0 {
+			d.tr.winStart = now
+		} else {
+			d.tr.winEnd = now
+		}
+		st, err := d.slave.status()
+		if err != nil && d.err == nil {
+			d.err = err
+		}
+		d.slaveAt[d.edges], d.repl[d.edges] = st, d.s.ReplicationStats()
+		d.edges++
+	}
+	return w, f
+}
+
+// runReplicatedRepeat runs one repeat of spec on a master whose slave runs in
+// its own process in slaveDir, with the EMULATED delay between them when
+// sys has one; it measures the lag and the slave's durable rate beside the
+// master's figures, then ends the slave, the proxy and the master.
+func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir string, sys system, spec load.Spec) (runfile.Repeat, map[string]string) {
+	defer os.RemoveAll(dir)
+	defer os.RemoveAll(slaveDir)
+	opts, err := storeOptions(store, sys.backend, sys.pol.Flush)
+	if err != nil {
+		return failedRepeat(err), nil
+	}
+	opts.Role = replicationRole(sys.repl)
+	s, err := engine.Open(ctx, dir, opts)
+	if err != nil {
+		return failedRepeat(fmt.Errorf("open the master (%s): %w", sys.backend, err)), nil
+	}
+	options := optionsMap(s.Options())
+	var closers []func() error
+	closeAll := func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		closers = nil
+		return errors.Join(errs...)
+	}
+	defer closeAll()
+	closers = append(closers, s.Close)
+	m, err := ha.NewMaster(s, ha.MasterOptions{ListenAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return failedRepeat(err), options
+	}
+	closers = append(closers, m.Close)
+	addr := m.Addr().String()
+	if d := sys.haDelay(); d > 0 {
+		p, err := tcpproxy.New("127.0.0.1:0", addr, tcpproxy.Options{Delay: d})
+		if err != nil {
+			return failedRepeat(err), options
+		}
+		closers = append(closers, p.Close)
+		addr = p.Addr()
+	}
+	slave, err := startSlave(ctx, store, slaveDir, sys.backend, sys.pol.Flush, addr)
+	if err != nil {
+		return failedRepeat(err), options
+	}
+	defer slave.kill() // a no-op once stopped
+	wctx, cancel := context.WithTimeout(ctx, slaveConnectTimeout)
+	err = m.WaitSlaves(wctx, 1)
+	cancel()
+	if err != nil {
+		st, _ := slave.status()
+		return failedRepeat(fmt.Errorf("the slave did not connect: %w (slave: %+v)", err, st)), options
+	}
+	tr := newLagTracker(spec.Workers())
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watched := tr.watch(watchCtx, s.ReplicatedOffset, m.WaitAcked)
+	d := &replDurability{storeDurability: storeDurability{s: s}, tr: tr, slave: slave}
+	res := load.Run(ctx, spec, nil, d, func(worker int) load.Op {
+		msg := benchMessage(worker, spec.SizeBytes)
+		return func(ctx context.Context) error {
+			start := tr.now()
+			r, err := s.Put(ctx, msg)
+			if err != nil {
+				return err
+			}
+			tr.mark(worker, putMark{start: start, end: r.PhysicalOffset + int64(r.Size), ackedAtReturn: s.ReplicatedOffset()})
+			return nil
+		}
+	})
+	// The slave's acknowledgement of everything written, for as long as
+	// the catch-up allows.
+	wroteEnd := s.Stats().WroteOffset
+	catchUp := max(minCatchUp, 2*spec.Duration)
+	deadline := tr.winEnd + catchUp.Nanoseconds()
+	if tr.winEnd == math.MaxInt64 { // the window never ended (a failed run)
+		deadline = tr.now()
+	}
+	actx, cancel := context.WithTimeout(ctx, time.Duration(max(deadline-tr.now(), 0)))
+	_ = m.WaitAcked(actx, wroteEnd) // what it did not acknowledge by then is counted below
+	cancel()
+	stopWatch()
+	<-watched
+	rr := computeLag(tr.allMarks(), tr.acks, tr.winStart, tr.winEnd, min(deadline, tr.now()))
+	rr.Role, rr.SlaveBackend, rr.SlaveFlush, rr.SlaveDir, rr.HADelayNs = opts.Role.String(), sys.backend, sys.pol.Flush, slaveDir, sys.haDelay().Nanoseconds()
+	if d.edges == 2 {
+		a, b := d.slaveAt[0], d.slaveAt[1]
+		rr.SlaveWroteStart, rr.SlaveFlushedStart, rr.SlaveWroteEnd, rr.SlaveFlushedEnd = a.Wrote, a.Flushed, b.Wrote, b.Flushed
+		rr.SlaveElapsedNs = b.UnixNs - a.UnixNs
+		rr.FlushSlaveTimeouts = d.repl[1].FlushSlaveTimeouts - d.repl[0].FlushSlaveTimeouts
+		rr.SlaveNotAvailable = d.repl[1].SlaveNotAvailable - d.repl[0].SlaveNotAvailable
+	}
+	_, stopErr := slave.stop()
+	closeMaster := closeAll() // the master, the proxy, then the store (Close timed with them)
+	rep := repeatOf(res, d.counters())
+	rep.Replication = &rr
+	rep.Figures.AddReplication(&rr)
+	if rep.Status != runfile.StatusFailed && rep.Status != runfile.StatusInterrupted {
+		switch {
+		case d.err != nil:
+			rep.Status, rep.Reason = runfile.StatusFailed, d.err.Error()
+		case stopErr != nil:
+			rep.Status, rep.Reason = runfile.StatusFailed, stopErr.Error()
+		case closeMaster != nil:
+			rep.Status, rep.Reason = runfile.StatusFailed, "close: "+closeMaster.Error()
+		}
+	}
+	return rep, options
+}
+
+// replicatedRepeat runs a replicated repeat with the slave's directory
+// beside the master's, or in the --slave-dir work directory.
+func (r *runner) replicatedRepeat(ctx context.Context, store StoreConfig, dir string, sys system, sp load.Spec) (runfile.Repeat, map[string]string) {
+	slaveDir := dir + "-slave"
+	if r.slaveWork != "" {
+		slaveDir = filepath.Join(r.slaveWork, filepath.Base(dir)+"-slave")
+	}
+	return runReplicatedRepeat(ctx, store, dir, slaveDir, sys, sp)
+}

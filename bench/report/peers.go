@@ -1,0 +1,159 @@
+package report
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+// refPeer is the peer users read "sync" against: pebble's WAL alone
+// (record.LogWriter, group-committed SyncRecord).
+const refPeer = "pebble-wal"
+
+// writeVersusPebbleWAL is each system ÷ pebble-wal at every producer count
+// of the run, in the same run and on the same device: sync by acknowledged
+// msgs/s (each acknowledgement is durable), async by durable MB/s where
+// both report durability during the window (accepted MB/s of an async row
+// is what buffers absorbed, which says nothing about durable speed).
+func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
+	ref := map[string]*runfile.Cell{} // flush|producers|size|target
+	key := func(c *runfile.Cell) string {
+		return fmt.Sprintf("%s|%d|%d|%s", c.Flush, c.Producers, c.SizeBytes, c.Target)
+	}
+	for i := range f.Peers {
+		c := &f.Peers[i]
+		if c.Backend == refPeer && c.Workload == "throughput" && c.Pressure == "none" {
+			ref[key(c)] = c
+		}
+	}
+	if len(ref) == 0 {
+		return
+	}
+	var systems []*runfile.Cell
+	for _, c := range allCells(f) {
+		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || c.Replication != "" || c.Policy != "" || c.Backend == refPeer {
+			continue
+		}
+		if ref[key(c)] != nil {
+			systems = append(systems, c)
+		}
+	}
+	if len(systems) == 0 {
+		return
+	}
+	producers := slices.Clone(f.Config.Producers)
+	slices.Sort(producers)
+	b.WriteString("## Against pebble's WAL (each system ÷ `pebble-wal`, same producers, same run)\n\n")
+	b.WriteString("`pebble-wal` is pebble's write-ahead log alone — record.LogWriter with group-committed SyncRecord, the strongest Go append-only log with group commit we know — the row to read \"sync\" against. Each entry is the ratio of the medians with the widest ratio the two intervals allow; \"no significant difference\" where the intervals overlap.\n\n")
+	for _, flush := range []string{"sync", "async"} {
+		type rowKey struct {
+			name         string
+			size         int
+			target, peer string
+		}
+		var rows []rowKey
+		cells := map[rowKey]map[int]*runfile.Cell{}
+		for _, c := range systems {
+			if c.Flush != flush {
+				continue
+			}
+			k := rowKey{name: c.Backend, size: c.SizeBytes, target: c.Target}
+			if c.Peer {
+				k.peer = " (peer)"
+			}
+			if cells[k] == nil {
+				cells[k] = map[int]*runfile.Cell{}
+				rows = append(rows, k)
+			}
+			cells[k][c.Producers] = c
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		figure, what := "msgsPerSec", "acknowledged msgs/s (every acknowledgement durable)"
+		if flush == "async" {
+			figure, what = "durableMBps", "durable MB/s during the window (each system's own records)"
+			// No table when pebble-wal's async durability cannot be seen
+			// in any window: every entry would be "—".
+			var measured []*runfile.Cell
+			for _, r := range ref {
+				if r.Flush == "async" && r.Measured() && !r.DurableAtDrainOnly && r.DurableMBps > 0 {
+					measured = append(measured, r)
+				}
+			}
+			if len(measured) == 0 {
+				for _, r := range ref {
+					if r.Flush == "async" && r.DurableAtDrainOnly {
+						fmt.Fprintf(b, "### async\n\nNo ratio: `%s` async reports durable bytes only at Drain (its own statement: \"%s\") — no durable rate to divide by. That is what it does (an accounting limit of the peer, not a failure to keep up); compare async rows by their own durable MB/s in the throughput table, and read the durability table before comparing async with sync.\n\n",
+							refPeer, mechanismOf(r))
+						break
+					}
+				}
+				continue
+			}
+		}
+		fmt.Fprintf(b, "### %s: %s\n\n| system | size |", flush, what)
+		for _, p := range producers {
+			fmt.Fprintf(b, " %d producer%s |", p, map[bool]string{true: "", false: "s"}[p == 1])
+		}
+		b.WriteString("\n|---|---:|" + strings.Repeat("---|", len(producers)) + "\n")
+		var notes []string
+		for _, k := range rows {
+			fmt.Fprintf(b, "| %s%s | %s |", k.name, k.peer, sizeLabel(k.size))
+			for _, p := range producers {
+				c := cells[k][p]
+				if c == nil {
+					b.WriteString(" — |")
+					continue
+				}
+				r := ref[key(c)]
+				text, note := versus(c, r, figure)
+				if note != "" && !slices.Contains(notes, note) {
+					notes = append(notes, note)
+				}
+				fmt.Fprintf(b, " %s |", text)
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+		for _, n := range notes {
+			fmt.Fprintf(b, "- %s\n", n)
+		}
+		if len(notes) > 0 {
+			b.WriteString("\n")
+		}
+	}
+}
+
+// versus is c ÷ ref for figure, or why there is no ratio.
+func versus(c, ref *runfile.Cell, figure string) (text, note string) {
+	switch {
+	case !c.Measured() || !ref.Measured():
+		return "— (" + strings.TrimSpace(c.Status+" "+ref.Status) + ")", ""
+	case figure == "durableMBps" && ref.DurableAtDrainOnly:
+		return "— ‡", fmt.Sprintf("‡ `%s` %s reports durable bytes only at Drain (its own statement: \"%s\"): no durable rate to divide by — an accounting limit of the peer, not a failure to keep up.",
+			ref.Backend, ref.Flush, mechanismOf(ref))
+	case figure == "durableMBps" && c.DurableAtDrainOnly:
+		return "— ‡", fmt.Sprintf("‡ `%s` %s reports durable bytes only at Drain: no durable rate to divide — an accounting limit of the peer, not a failure to keep up.", c.Backend, c.Flush)
+	case figure == "durableMBps" && (c.DurableMBps <= 0 || ref.DurableMBps <= 0):
+		return "— (no durable bytes in the window)", ""
+	}
+	r := ratioOf("peer", c, ref.Name, figure, ref.Interval(figure), "")
+	text = withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
+	if !runfile.Separated(c.Interval(figure), ref.Interval(figure)) {
+		text += " no significant difference"
+	}
+	if figure == "durableMBps" && (sustainedNo(c) || sustainedNo(ref)) {
+		text += " (" + strings.Join(notSustained(c, ref), ", ") + " not sustained)"
+	}
+	return text, ""
+}
+
+func mechanismOf(c *runfile.Cell) string {
+	if c.Durability == nil {
+		return "—"
+	}
+	return c.Durability.Mechanism
+}

@@ -1,0 +1,226 @@
+package report
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+// The replication sections: every cell with a slave, with its lag and the
+// slave's own durable rate, and the comparison the seed's book recommends
+// — ASYNC_FLUSH + SYNC_MASTER beside SYNC_FLUSH alone, SYNC_FLUSH +
+// SYNC_MASTER and ASYNC_FLUSH + ASYNC_MASTER — at the same producers and at
+// the same offered rates.
+
+// replicaConfig is one of the named configurations.
+type replicaConfig struct {
+	name, flush, repl string
+	seed              bool // the seed's recommendation
+}
+
+var namedConfigs = []replicaConfig{
+	{name: "SYNC_FLUSH alone (no slave)", flush: "sync"},
+	{name: "SYNC_FLUSH + SYNC_MASTER", flush: "sync", repl: "sync"},
+	{name: "**ASYNC_FLUSH + SYNC_MASTER** (the seed's recommendation)", flush: "async", repl: "sync", seed: true},
+	{name: "ASYNC_FLUSH + ASYNC_MASTER", flush: "async", repl: "async"},
+}
+
+// delayText labels an EMULATED network delay.
+func delayText(ns int64) string {
+	if ns <= 0 {
+		return "loopback"
+	}
+	return "EMULATED " + fmtNs(ns) + " one-way (TCP proxy)"
+}
+
+func writeReplication(b *strings.Builder, f *runfile.RunFile) {
+	var thr, lat []*runfile.Cell
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Replication == "" || !c.Measured() {
+			continue
+		}
+		switch c.Workload {
+		case "throughput":
+			thr = append(thr, c)
+		case "latency":
+			lat = append(lat, c)
+		}
+	}
+	if len(thr)+len(lat) == 0 {
+		return
+	}
+	b.WriteString("## Replication (master and slave, RocketMQ's classic HA)\n\n")
+	fmt.Fprintf(b, "The store under test is the master; its slave runs in a process of its own (an mqbench worker over package ha), in its own directory%s, with the same backend and flush mode. Master to slave: %s.\n\n",
+		map[bool]string{true: " (" + f.Config.SlaveDir + ", --slave-dir)", false: " beside the master's"}[f.Config.SlaveDir != ""], delayText(f.Config.HADelay.Nanoseconds()))
+	if len(thr) > 0 {
+		b.WriteString("| backend | size | flush | master role | producers | msgs/s | durable MB/s | p50 | p99 | p99.9 | lag p50 | lag p99 | lag bytes p50 | lag bytes p99 | unacked | slave durable MB/s |\n")
+		b.WriteString("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range thr {
+			args := []any{c.Backend, sizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), c.Producers, fig(c, "msgsPerSec", fmtCount),
+				fig(c, "durableMBps", fmtFloat), fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF)}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", append(args, replFigs(c)...)...)
+		}
+		b.WriteString("\n")
+	}
+	if len(lat) > 0 {
+		sort.SliceStable(lat, func(i, j int) bool { return lat[i].RatePerSec < lat[j].RatePerSec })
+		b.WriteString("| backend | size | flush | master role | rate | status | p50 | p99 | p99.9 | lag p50 | lag p99 | lag bytes p50 | lag bytes p99 | unacked | slave durable MB/s |\n")
+		b.WriteString("|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range lat {
+			status := c.Status
+			if c.GeneratorBound {
+				status += " †"
+			}
+			args := []any{c.Backend, sizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), status,
+				latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns")}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", append(args, replFigs(c)...)...)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("*lag*: for every record acknowledged to a producer in the window, the time from its Put's start (its append) to the first slave acknowledgement covering its end — with SYNC_MASTER the Put waited for it, so the lag is part of the Put's latency; *lag bytes*: how far the slave's acknowledged offset was behind the record's end when its Put returned (0 with SYNC_MASTER: acknowledged bytes a loss of the master at that moment would lose). *unacked*: records the slave had not acknowledged by the end of the catch-up after the window (their lag is counted up to it: a lower bound). *slave durable MB/s*: the slave's own flushed offset over the window, read from its process at the window's edges. The master sends only committed bytes: a buffered backend's commit interval is part of an ASYNC_MASTER's lag.\n\n")
+	writeNamedComparison(b, f)
+}
+
+// replFigs are a replicated cell's lag and slave columns.
+func replFigs(c *runfile.Cell) []any {
+	return []any{fig(c, "replLagP50Ns", fmtNsF), fig(c, "replLagP99Ns", fmtNsF), fig(c, "replLagBytesP50", fmtBytes), fig(c, "replLagBytesP99", fmtBytes),
+		fmtPct(c.Max.ReplUnackedFraction), fig(c, "slaveDurableMBps", fmtFloat)}
+}
+
+// writeNamedComparison is issue 16's table: per backend, size and point
+// (producer count or offered rate), the four named configurations.
+func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
+	type point struct {
+		backend, target string
+		size, producers int
+		rate            float64
+	}
+	delay := f.Config.HADelay.Nanoseconds()
+	find := func(p point, rc replicaConfig) *runfile.Cell {
+		for i := range f.Cells {
+			c := &f.Cells[i]
+			if c.Backend != p.backend || c.Target != p.target || c.SizeBytes != p.size || c.Producers != p.producers || c.RatePerSec != p.rate ||
+				c.Flush != rc.flush || c.Replication != rc.repl || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" {
+				continue
+			}
+			if rc.repl != "" && c.HADelayNs != delay {
+				continue
+			}
+			return c
+		}
+		return nil
+	}
+	var points []point
+	seen := map[point]bool{}
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Replication != "sync" || c.Flush != "async" || (c.Workload != "throughput" && c.Workload != "latency") {
+			continue
+		}
+		p := point{backend: c.Backend, target: c.Target, size: c.SizeBytes, producers: c.Producers, rate: c.RatePerSec}
+		if !seen[p] {
+			seen[p] = true
+			points = append(points, p)
+		}
+	}
+	if len(points) == 0 {
+		return
+	}
+	sort.SliceStable(points, func(i, j int) bool {
+		a, c := points[i], points[j]
+		if a.backend != c.backend {
+			return a.backend < c.backend
+		}
+		if (a.rate > 0) != (c.rate > 0) {
+			return a.rate == 0
+		}
+		return a.producers < c.producers || (a.producers == c.producers && a.rate < c.rate)
+	})
+	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (issue 16; master to slave: %s)\n\n", delayText(delay))
+	b.WriteString("\"Usually configure master and slave with ASYNC_FLUSH, and SYNC_MASTER replication between them: even if one machine fails, no data is lost.\" Each group compares the four configurations at the same producers (closed loop: throughput, service-time percentiles) or the same offered rate (open loop: latency from the intended start); the ratio is to SYNC_FLUSH alone, a difference is called only where the intervals separate.\n\n")
+	b.WriteString("| backend, size | point | configuration | status | msgs/s | ÷ SYNC_FLUSH alone | p50 | p99 | p99.9 | lag p50 / p99 | losing the master's machine loses |\n")
+	b.WriteString("|---|---|---|---|---:|---|---:|---:|---:|---|---|\n")
+	var verdicts []string
+	for _, p := range points {
+		where := fmt.Sprintf("%d producers", p.producers)
+		cmpFig, cmpName := "msgsPerSec", "throughput"
+		if p.rate > 0 {
+			where, cmpFig, cmpName = fmt.Sprintf("%s msgs/s offered", fmtCount(p.rate)), "p99Ns", "p99"
+		}
+		base := find(p, namedConfigs[0])
+		for _, rc := range namedConfigs {
+			c := find(p, rc)
+			if c == nil {
+				fmt.Fprintf(b, "| %s %s | %s | %s | not in this run | | | | | | | |\n", p.backend, sizeLabel(p.size), where, rc.name)
+				continue
+			}
+			if !c.Measured() {
+				fmt.Fprintf(b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, sizeLabel(p.size), where, rc.name, c.Status)
+				continue
+			}
+			ratio, lag, loss := "—", "—", "—"
+			if rc.repl != "" {
+				lag = fig(c, "replLagP50Ns", fmtNsF) + " / " + fig(c, "replLagP99Ns", fmtNsF)
+			}
+			if c.Durability != nil {
+				loss = orDefault(c.Durability.MachineLoss, "—")
+			}
+			if base != nil && base.Measured() && c != base {
+				ratio = namedRatio(base, c, cmpFig)
+				if rc.seed {
+					verdicts = append(verdicts, fmt.Sprintf("%s %s at %s: ASYNC_FLUSH + SYNC_MASTER ÷ SYNC_FLUSH alone, %s: %s", p.backend, sizeLabel(p.size),
+						where, cmpName, ratio))
+				}
+			}
+			status := c.Status
+			if c.GeneratorBound {
+				status += " †"
+			}
+			fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.backend, sizeLabel(p.size), where, rc.name, status,
+				fig(c, "msgsPerSec", fmtCount), ratio, latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), lag, loss)
+		}
+	}
+	b.WriteString("\n")
+	for _, v := range verdicts {
+		fmt.Fprintf(b, "- %s\n", v)
+	}
+	if len(verdicts) > 0 {
+		b.WriteString("\n")
+	}
+}
+
+// namedRatio is c ÷ base for a figure, with the widest ratio the intervals
+// allow and the verdict they support.
+func namedRatio(base, c *runfile.Cell, figure string) string {
+	if !base.Comparable() || !c.Comparable() {
+		var why []string
+		for _, x := range []struct {
+			who string
+			c   *runfile.Cell
+		}{{"SYNC_FLUSH alone", base}, {"this one", c}} {
+			switch {
+			case x.c.Status == runfile.StatusSaturated:
+				why = append(why, x.who+" saturated")
+			case x.c.GeneratorBound:
+				why = append(why, x.who+" generator-bound †")
+			}
+		}
+		return "not compared: " + strings.Join(why, ", ")
+	}
+	r := ratioOf("replication", c, base.Name, figure, base.Interval(figure), "")
+	text := withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
+	if !runfile.Separated(base.Interval(figure), c.Interval(figure)) {
+		return text + " — no significant difference"
+	}
+	better := r.Median > 1
+	if strings.HasSuffix(figure, "Ns") {
+		better = r.Median < 1
+	}
+	if better {
+		return text + " — significantly better"
+	}
+	return text + " — significantly worse"
+}

@@ -1,0 +1,235 @@
+package report
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+// known builds a measured cell whose figures are given as [median, lo, hi]
+// (the interval of five repeats), as a summarized cell carries them.
+func known(name, workload, backend, flush string, producers int, figs map[string][3]float64) runfile.Cell {
+	c := runfile.Cell{Name: name, Workload: workload, Backend: backend, Flush: flush, SizeBytes: 1024, Producers: producers, Pressure: "none",
+		Target: "vda", Status: runfile.StatusOK, CILevel: 0.9375}
+	if workload == "latency" || workload == "e2e" {
+		c.Producers, c.RatePerSec = 0, float64(producers)
+	}
+	set := func(f *runfile.Figures, name string, v float64) {
+		switch name {
+		case "msgsPerSec":
+			f.MsgsPerSec = v
+		case "durableMBps":
+			f.DurableMBps = v
+		case "writtenMBps":
+			f.WrittenMBps = v
+		case "p50Ns":
+			f.P50Ns = int64(v)
+		case "p99Ns":
+			f.P99Ns = int64(v)
+		case "p999Ns":
+			f.P999Ns = int64(v)
+		case "replLagP50Ns":
+			f.ReplLagP50Ns = int64(v)
+		case "replLagP99Ns":
+			f.ReplLagP99Ns = int64(v)
+		case "mbPerSec":
+			f.MBPerSec = v
+		default:
+			panic(name)
+		}
+	}
+	for n, v := range figs {
+		set(&c.Figures, n, v[0])
+		set(&c.CILow, n, v[1])
+		set(&c.CIHigh, n, v[2])
+	}
+	yes := true
+	c.Sustained = &yes
+	return c
+}
+
+func limitWith(name string, figure string, med, lo, hi float64) runfile.Limit {
+	l := runfile.Limit{Name: name, Target: "vda", Status: runfile.StatusOK, CILevel: 0.9375}
+	switch figure {
+	case "p50Ns":
+		l.Figures.P50Ns, l.CILow.P50Ns, l.CIHigh.P50Ns = int64(med), int64(lo), int64(hi)
+	case "mbPerSec":
+		l.Figures.MBPerSec, l.CILow.MBPerSec, l.CIHigh.MBPerSec = med, lo, hi
+	}
+	return l
+}
+
+func baseRun() *runfile.RunFile {
+	f := fakeRun()
+	f.Cells, f.Peers, f.Limits, f.Floors = nil, nil, nil, nil
+	f.Config.Backends = []string{"mmap", "uring-direct"}
+	return f
+}
+
+// TestVersusPebbleWAL: each system ÷ pebble-wal per producer count, "no
+// significant difference" where the intervals overlap; an async
+// pebble-wal that reports durability only at Drain gives no ratio and is
+// explained, never called slower.
+func TestVersusPebbleWAL(t *testing.T) {
+	f := baseRun()
+	f.Config.Producers = []int{1, 16}
+	tp := func(m, lo, hi float64) map[string][3]float64 { return map[string][3]float64{"msgsPerSec": {m, lo, hi}} }
+	f.Cells = []runfile.Cell{
+		known("throughput-mmap-1024-sync-p1", "throughput", "mmap", "sync", 1, tp(10e3, 9.5e3, 10.5e3)),
+		known("throughput-uring-direct-1024-sync-p1", "throughput", "uring-direct", "sync", 1, tp(25e3, 24e3, 26e3)),
+		known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, tp(40e3, 38e3, 42e3)),
+		known("throughput-mmap-1024-async-p16", "throughput", "mmap", "async", 16, map[string][3]float64{"msgsPerSec": {300e3, 290e3, 310e3}, "durableMBps": {330, 320, 340}}),
+	}
+	pw1 := known("throughput-pebble-wal-1024-sync-p1", "throughput", "pebble-wal", "sync", 1, tp(10.2e3, 9.8e3, 10.6e3))
+	pw16 := known("throughput-pebble-wal-1024-sync-p16", "throughput", "pebble-wal", "sync", 16, tp(20e3, 19e3, 21e3))
+	pwA := known("throughput-pebble-wal-1024-async-p16", "throughput", "pebble-wal", "async", 16, tp(900e3, 880e3, 920e3))
+	pwA.Sustained, pwA.DurableAtDrainOnly = nil, true
+	pwA.Durability = &runfile.Durability{Mechanism: "none during the run; Drain appends an empty record with SyncRecord"}
+	for _, p := range []*runfile.Cell{&pw1, &pw16, &pwA} {
+		p.Peer = true
+	}
+	f.Peers = []runfile.Cell{pw1, pw16, pwA}
+	var b strings.Builder
+	writeVersusPebbleWAL(&b, f)
+	out := b.String()
+	for _, want := range []string{
+		"| mmap | 1KiB | 0.98× [0.896×–1.07×] no significant difference | 2× [1.81×–2.21×] |",
+		"| uring-direct | 1KiB | 2.45× [2.26×–2.65×] | — |",
+		"| system | size | 1 producer | 16 producers |",
+		"No ratio: `pebble-wal` async reports durable bytes only at Drain (its own statement: \"none during the run;",
+		"not a failure to keep up",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
+// TestAtDrainOnlyPeerIsNotCondemned: a NATS async row whose durable
+// position moved only at Drain shows no durable MB/s and no "not
+// sustained", is explained as an accounting limit, and its ratios do not
+// say it fell behind.
+func TestAtDrainOnlyPeerIsNotCondemned(t *testing.T) {
+	f := fakeRun()
+	p := &f.Peers[0]
+	p.Sustained, p.DurableAtDrainOnly, p.DurableMBps = nil, true, 0
+	p.Durability.Mechanism = "a timer fsyncs every block each sync_interval; durable is counted only at Drain"
+	Analyze(f)
+	out := SummaryTables(f)
+	if !strings.Contains(out, "an accounting limit of the peer") || !strings.Contains(out, "**not the peer failing to keep up**") ||
+		!strings.Contains(out, "durable is counted only at Drain") {
+		t.Errorf("no explanation of the ‡ row:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "| nats (peer)") && strings.Contains(line, "**no**") {
+			t.Errorf("the peer is called not sustained: %s", line)
+		}
+	}
+	for _, r := range f.Ratios {
+		if strings.Contains(r.Note, "did not keep durable up") && strings.Contains(r.Note, "nats") {
+			t.Errorf("a ratio condemns the peer: %+v", r)
+		}
+	}
+}
+
+// TestNamedComparisonRendered: the four configurations at the same
+// producers, the seed's recommendation named, ratios to SYNC_FLUSH alone
+// with verdicts only where intervals separate.
+func TestNamedComparisonRendered(t *testing.T) {
+	f := baseRun()
+	f.Config.Replication = []string{"none", "async", "sync"}
+	mk := func(flush, repl string, m, lo, hi float64) runfile.Cell {
+		name := "throughput-mmap-1024-" + flush + "-p16"
+		if repl != "" {
+			name += "-ha" + repl
+		}
+		c := known(name, "throughput", "mmap", flush, 16, map[string][3]float64{"msgsPerSec": {m, lo, hi}, "p50Ns": {1e6, 0.9e6, 1.1e6},
+			"replLagP50Ns": {2e5, 1e5, 3e5}, "replLagP99Ns": {9e5, 8e5, 1e6}})
+		c.Replication = repl
+		c.Durability = &runfile.Durability{MachineLoss: map[string]string{"": "everything: no other copy", "sync": "nothing acknowledged", "async": "the replication lag"}[repl]}
+		return c
+	}
+	f.Cells = []runfile.Cell{mk("sync", "", 10e3, 9e3, 11e3), mk("sync", "sync", 8e3, 7e3, 9.5e3), mk("async", "sync", 30e3, 28e3, 32e3), mk("async", "async", 300e3, 290e3, 310e3)}
+	var b strings.Builder
+	writeReplication(&b, f)
+	out := b.String()
+	for _, want := range []string{
+		"### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH",
+		"| mmap 1KiB | 16 producers | SYNC_FLUSH alone (no slave) | ok | 10k [9k–11k] | — |",
+		"| mmap 1KiB | 16 producers | SYNC_FLUSH + SYNC_MASTER | ok | 8k [7k–9.5k] | 0.8× [0.636×–1.06×] — no significant difference |",
+		"| mmap 1KiB | 16 producers | **ASYNC_FLUSH + SYNC_MASTER** (the seed's recommendation) | ok | 30k [28k–32k] | 3× [2.55×–3.56×] — significantly better |",
+		"200µs [100µs–300µs] / 900µs [800µs–1ms] | nothing acknowledged |",
+		"ASYNC_FLUSH + ASYNC_MASTER | ok | 300k [290k–310k] |",
+		"- mmap 1KiB at 16 producers: ASYNC_FLUSH + SYNC_MASTER ÷ SYNC_FLUSH alone, throughput: 3× [2.55×–3.56×] — significantly better",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
+// TestGoalsOnKnownFigures: each goal's verdict from intervals against its
+// bar — met, not met, and not determined where they straddle it or the
+// cells are missing.
+func TestGoalsOnKnownFigures(t *testing.T) {
+	f := baseRun()
+	f.Config.Backends = []string{"mmap", "transient", "uring-direct"}
+	f.Config.Producers = []int{1, 16, 64}
+	lat := func(m, lo, hi float64) map[string][3]float64 { return map[string][3]float64{"p50Ns": {m, lo, hi}} }
+	thr := func(m, lo, hi, p99 float64) map[string][3]float64 {
+		return map[string][3]float64{"msgsPerSec": {m, lo, hi}, "p99Ns": {p99, p99 * 0.9, p99 * 1.1}}
+	}
+	f.Cells = []runfile.Cell{
+		known("a", "throughput", "mmap", "sync", 1, lat(110e3, 108e3, 112e3)),         // ÷ 100 [95–105]: ≤ 1.18 → met
+		known("b", "throughput", "transient", "sync", 1, lat(200e3, 190e3, 210e3)),    // ≥ 1.81 → not met
+		known("c", "throughput", "uring-direct", "sync", 1, lat(120e3, 100e3, 140e3)), // [0.95, 1.47] → not determined
+		known("d", "throughput", "uring-direct", "sync", 16, thr(50e3, 48e3, 52e3, 1e6)),
+		known("e", "throughput", "mmap", "sync", 16, thr(30e3, 29e3, 31e3, 1e6)),
+		known("f", "throughput", "transient", "sync", 16, thr(35e3, 34e3, 36e3, 1e6)),
+		known("g", "throughput", "uring-direct", "sync", 64, thr(50e3, 40e3, 60e3, 1e6)),
+		known("h", "throughput", "mmap", "sync", 64, thr(45e3, 44e3, 46e3, 1e6)),
+		known("i", "throughput", "transient", "sync", 64, thr(20e3, 19e3, 21e3, 1e6)),
+		known("j", "throughput", "uring-direct", "async", 16, map[string][3]float64{"durableMBps": {950, 940, 960}}),
+		known("k", "e2e", "mmap", "async", 1000, lat(0.5e6, 0.4e6, 0.6e6)),
+		known("l", "e2e", "transient", "async", 1000, lat(0.8e6, 0.7e6, 1.2e6)),
+		known("m", "e2e", "uring-direct", "async", 1000, lat(0.3e6, 0.2e6, 0.4e6)),
+	}
+	pw16 := known("pw16", "throughput", "pebble-wal", "sync", 16, thr(40e3, 39e3, 41e3, 2e6)) // 50/40 ≥ 1.2 (48/41 = 1.17: straddles)
+	pw64 := known("pw64", "throughput", "pebble-wal", "sync", 64, thr(30e3, 29e3, 31e3, 0.5e6))
+	pw16.Peer, pw64.Peer = true, true
+	f.Peers = []runfile.Cell{pw16, pw64}
+	f.Limits = []runfile.Limit{limitWith(runfile.LimitDeviceSyncPrewritten, "p50Ns", 100e3, 95e3, 105e3), limitWith(runfile.LimitDeviceSeq, "mbPerSec", 1000, 990, 1010)}
+	got := map[string]string{}
+	for _, g := range Goals(f) {
+		got[g.Goal] = g.Verdict
+	}
+	want := map[string]string{
+		"sync, 1 producer: mmap":                 GoalMet,
+		"sync, 1 producer: transient":            GoalNotMet,
+		"sync, 1 producer: uring-direct":         GoalNotDetermined,
+		"sync, 16 producers: uring-direct":       GoalNotDetermined, // above every backend, p99 below pebble-wal's, but 1.17–1.33× pebble-wal straddles 1.2
+		"sync, 64 producers: uring-direct":       GoalNotMet,        // p99 1 ms [0.9–1.1] above pebble-wal's 0.5 ms [0.45–0.55]
+		"async: uring-direct durable MB/s":       GoalMet,           // 940/1010 = 0.93 ≥ 0.9
+		"async end to end at 1k msgs/s":          GoalNotDetermined, // transient's 0.7–1.2 ms straddles 1 ms
+		"sync, 16 / 64 / 256 producers: nothing": "",
+	}
+	delete(want, "sync, 16 / 64 / 256 producers: nothing")
+	for g, v := range want {
+		if got[g] != v {
+			t.Errorf("%s: %q, want %q (all: %v)", g, got[g], v, got)
+		}
+	}
+	// Without the cells a goal is not determined, never met.
+	f.Cells, f.Peers, f.Limits = f.Cells[:1], nil, nil
+	for _, g := range Goals(f) {
+		if g.Verdict != GoalNotDetermined {
+			t.Errorf("%s without its cells or probe: %s (%s)", g.Goal, g.Verdict, g.Figures)
+		}
+	}
+	var b strings.Builder
+	writeGoals(&b, fakeRun())
+	if !strings.Contains(b.String(), "## Goals (issue 15") {
+		t.Errorf("no goals section:\n%s", b.String())
+	}
+}
