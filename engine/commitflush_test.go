@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -86,4 +88,86 @@ func TestFlushIsNotHeldBackByACommit(t *testing.T) {
 	}
 	cancelCommit()
 	<-committing
+}
+
+// holdPwrites blocks every pwrite under its directory while held.
+type holdPwrites struct {
+	held    atomic.Bool
+	inside  chan struct{}
+	release chan struct{}
+}
+
+func (h *holdPwrites) Before(op segfile.Op) error {
+	if op.Kind == segfile.OpPwrite && h.held.Load() {
+		select {
+		case h.inside <- struct{}{}:
+		default:
+		}
+		<-h.release
+	}
+	return nil
+}
+
+func (h *holdPwrites) After(segfile.Op, error) {}
+
+// TestDispatchStopsAtTheCommittedPosition: uring serves reads of records
+// still in its staging ring, but a process crash loses what no commit wrote
+// to the file. Consumers must not see such a record: after a restart its
+// queue offset would belong to another message. Before the scan bound was
+// the committed position, dispatch indexed the uncommitted record below.
+func TestDispatchStopsAtTheCommittedPosition(t *testing.T) {
+	dir := t.TempDir()
+	hold := &holdPwrites{inside: make(chan struct{}, 1), release: make(chan struct{})}
+	defer segfile.Install(dir, hold)()
+	o := smallLogicsOptions(Options{Backend: "uring", FlushMode: FlushAsync})
+	o.FlushInterval, o.FlushThoroughInterval = time.Hour, time.Hour
+	s := openStore(t, dir, o)
+	defer close(hold.release) // before the store's cleanup closes it
+	ctx := context.Background()
+	hold.held.Store(true)
+	res, err := s.Put(ctx, testMessage("T", 0, 1, 300))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select { // the commit service is inside the pwrite of that record
+	case <-hold.inside:
+	case <-time.After(time.Minute):
+		t.Fatal("no commit started within a minute of the Put")
+	}
+	if s.log.queue.Last().ReadablePosition() == 0 {
+		t.Fatal("the backend does not serve uncommitted records (the test needs uring's staging ring)")
+	}
+	if err := s.dispatcher.dispatchAvailable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.DispatchedOffset(); got != 0 {
+		t.Fatalf("dispatched up to %d while the record [%d, %d) was not committed", got, res.PhysicalOffset, res.PhysicalOffset+int64(res.Size))
+	}
+	hold.held.Store(false)
+	hold.release <- struct{}{}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := s.WaitDispatched(wctx, res.PhysicalOffset+int64(res.Size)); err != nil {
+		t.Fatalf("once committed the record is not dispatched: %v", err)
+	}
+}
+
+// TestAPutWakesACommitOfEverything: a buffered backend's record becomes
+// visible once committed; the commit service woken by a Put commits it even
+// when fewer than CommitLeastPages are pending. Before, a lone small record
+// waited for the thorough interval (here an hour; by default 200 ms).
+func TestAPutWakesACommitOfEverything(t *testing.T) {
+	o := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true}), FlushMode: FlushAsync})
+	o.CommitInterval, o.CommitThoroughInterval, o.CommitLeastPages = time.Hour, time.Hour, 4
+	s := openStore(t, t.TempDir(), o)
+	ctx := context.Background()
+	res, err := s.Put(ctx, testMessage("T", 0, 1, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.WaitDispatched(wctx, res.PhysicalOffset+int64(res.Size)); err != nil {
+		t.Fatalf("a lone record below CommitLeastPages was not committed and dispatched after the Put's wake-up: %v", err)
+	}
 }

@@ -293,12 +293,23 @@ func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkC
 	return end, nil
 }
 
+// scanBound is where scans of a segment stop: its readable bytes that are
+// also committed. A backend may serve reads of bytes not yet committed
+// (uring's staging ring), but a process crash loses those: a consumer that
+// saw one would hold a queue offset that a different message takes after the
+// restart. So dispatch (and so Get, queries and replication) covers only
+// what a process crash keeps; recovery and Verify open files whose positions
+// are all equal, where this is the readable end.
+func scanBound(mf mappedfile.MappedFile) int64 {
+	return min(mf.ReadablePosition(), mf.CommittedPosition())
+}
+
 // scanSegment scans one segment from start. full reports that the segment
 // ended with a blank or exactly at its end, so the log continues in the next.
 func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, start int64, buf []byte, checkCRC bool,
 	topics *record.Interner, fn scanFunc) (int64, bool, error) {
 	size := mf.SizeBytes()
-	readable := mf.ReadablePosition()
+	readable := scanBound(mf)
 	pos := start
 	winStart, winEnd := int64(0), int64(0) // buf holds [winStart, winEnd) of the segment
 	for {

@@ -337,7 +337,7 @@ type logicsFlusher struct {
 func (f *logicsFlusher) run() {
 	s := f.store
 	f.periodic(s.opts.ConsumeQueueFlushInterval, s.opts.ConsumeQueueFlushThoroughInterval, consumeQueueFlushLeastPages, s.opts.now,
-		func(least int) {
+		func(least int, _ bool) {
 			if err := s.flushLogics(context.Background(), least); err != nil {
 				s.opts.Logger.Error("flush consume queues", slog.Any("err", err))
 			}

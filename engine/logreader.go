@@ -26,11 +26,6 @@ import (
 // (or blank) and a commit moves up to the write position.
 type CommitLogReader struct{ s *Store }
 
-// replicable is how far a segment can be read by a CommitLogReader.
-func replicable(mf mappedfile.MappedFile) int64 {
-	return min(mf.ReadablePosition(), mf.CommittedPosition())
-}
-
 // CommitLogReader returns a reader of the store's CommitLog. It is cheap;
 // every method is safe for concurrent use.
 func (s *Store) CommitLogReader() *CommitLogReader { return &CommitLogReader{s: s} }
@@ -57,13 +52,13 @@ func (r *CommitLogReader) Available(offset int64, max int) (int, error) {
 	}
 	mf := q.Find(offset)
 	if mf == nil {
-		if offset == last.FromOffset()+last.SizeBytes() && replicable(last) == last.SizeBytes() {
+		if offset == last.FromOffset()+last.SizeBytes() && scanBound(last) == last.SizeBytes() {
 			return 0, nil // the next segment is not created yet
 		}
 		return 0, r.beyond(offset)
 	}
 	pos := offset - mf.FromOffset()
-	readable := replicable(mf)
+	readable := scanBound(mf)
 	switch {
 	case pos < readable:
 		return int(min(readable-pos, int64(max))), nil
@@ -83,7 +78,7 @@ func (r *CommitLogReader) beyond(offset int64) error {
 // less for a backend whose readable bytes are not all committed).
 func (r *CommitLogReader) End() int64 {
 	if last := r.s.log.queue.Last(); last != nil {
-		return last.FromOffset() + replicable(last)
+		return last.FromOffset() + scanBound(last)
 	}
 	return 0
 }

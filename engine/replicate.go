@@ -174,7 +174,7 @@ func (s *Store) slaveAvailable(end int64) error {
 // backend must not wait for the commit interval.
 // The replication waiter calls it once per batch of waiters.
 func (s *Store) makeReadable(target int64) {
-	if mf := s.log.queue.Find(target - 1); mf == nil || mf.FromOffset()+replicable(mf) >= target {
+	if mf := s.log.queue.Find(target - 1); mf == nil || mf.FromOffset()+scanBound(mf) >= target {
 		return
 	}
 	if _, err := s.log.commit(context.Background(), 0); err != nil {
