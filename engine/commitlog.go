@@ -259,21 +259,26 @@ type scanEnd struct {
 // checking every CRC. It stops at the end of the data or the first invalid
 // record and says where.
 func (c *commitLog) scan(ctx context.Context, from int64, fn scanFunc) (scanEnd, error) {
-	return c.scanWith(ctx, from, make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20)), true, nil, fn)
+	return c.scanWith(ctx, from, make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20)), true, nil, nil, fn)
 }
 
 // scanWith is scan with the caller's buffer (at least maxRecordBytes+8) and
 // a choice of CRC checks (dispatch reads what was just appended and skips
-// them, as RocketMQ's reput does).
-func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkCRC bool, topics *record.Interner, fn scanFunc) (scanEnd, error) {
-	files := c.queue.Files()
+// them, as RocketMQ's reput does). topics and rec, when not nil, are the
+// caller's reusable interner and record (fn gets rec): with them a scan
+// does not allocate — dispatch runs one per batch of Puts.
+func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkCRC bool, topics *record.Interner, rec *record.Record, fn scanFunc) (scanEnd, error) {
+	if rec == nil {
+		rec = new(record.Record)
+	}
+	files := c.queue.Snapshot()
 	end := scanEnd{validEnd: from}
 	for _, mf := range files {
 		if mf.FromOffset()+mf.SizeBytes() <= from {
 			continue
 		}
 		start := max(from-mf.FromOffset(), 0)
-		segEnd, full, err := c.scanSegment(ctx, mf, start, buf, checkCRC, topics, fn)
+		segEnd, full, err := c.scanSegment(ctx, mf, start, buf, checkCRC, topics, rec, fn)
 		end.validEnd = mf.FromOffset() + segEnd
 		if err != nil {
 			if errors.Is(err, ErrStopScan) {
@@ -307,7 +312,7 @@ func scanBound(mf mappedfile.MappedFile) int64 {
 // scanSegment scans one segment from start. full reports that the segment
 // ended with a blank or exactly at its end, so the log continues in the next.
 func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, start int64, buf []byte, checkCRC bool,
-	topics *record.Interner, fn scanFunc) (int64, bool, error) {
+	topics *record.Interner, r *record.Record, fn scanFunc) (int64, bool, error) {
 	size := mf.SizeBytes()
 	readable := scanBound(mf)
 	pos := start
@@ -364,12 +369,11 @@ func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, s
 			}
 		}
 		rec := buf[pos-winStart : pos-winStart+int64(total)]
-		r, err := record.DecodeInterned(rec, at, checkCRC, topics)
-		if err != nil {
+		if *r, err = record.DecodeInterned(rec, at, checkCRC, topics); err != nil {
 			return pos, false, err
 		}
 		if checkCRC {
-			if err := checkTail(rec, &r, at); err != nil {
+			if err := checkTail(rec, r, at); err != nil {
 				return pos, false, err
 			}
 		}
@@ -378,7 +382,7 @@ func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, s
 				Reason: fmt.Sprintf("says %d, the record is at %d", r.PhysicalOffset, at), Err: record.ErrCorrupt}
 		}
 		if fn != nil {
-			if err := fn(at, rec, &r); err != nil {
+			if err := fn(at, rec, r); err != nil {
 				return pos, false, err
 			}
 		}

@@ -163,7 +163,8 @@ type dispatcher struct {
 	buf     []byte
 	touched map[queueKey]struct{}
 	topics  record.Interner
-	keyBuf  []byte // "topic#key" for index puts, reused
+	rec     record.Record // the record being dispatched, reused
+	keyBuf  []byte        // "topic#key" for index puts, reused
 }
 
 func newDispatcher(s *Store) *dispatcher {
@@ -224,7 +225,7 @@ func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
 	if from >= s.log.queue.ReadableOffset() {
 		return nil
 	}
-	end, err := s.log.scanWith(ctx, from, d.buf, false, &d.topics, func(offset int64, _ []byte, r *record.Record) error {
+	end, err := s.log.scanWith(ctx, from, d.buf, false, &d.topics, &d.rec, func(offset int64, _ []byte, r *record.Record) error {
 		if r == nil {
 			return nil
 		}

@@ -534,7 +534,7 @@ func (s *Store) ReplicaResume(ctx context.Context) (verifyFrom, end int64, err e
 	buf := make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20))
 	for seg := c.queue.Find(end - 1); seg != nil && last < 0; seg = c.queue.Find(seg.FromOffset() - 1) {
 		from := max(seg.FromOffset(), s.MinOffset())
-		if _, err := c.scanWith(ctx, from, buf, false, nil, func(offset int64, _ []byte, rec *record.Record) error {
+		if _, err := c.scanWith(ctx, from, buf, false, nil, nil, func(offset int64, _ []byte, rec *record.Record) error {
 			if rec != nil && offset < end {
 				last = offset
 			}

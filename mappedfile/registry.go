@@ -213,7 +213,7 @@ func OptionsAs[T any](backend string, options any) (T, error) {
 // nothing on disk (tests, and benchmarks of the engine's own cost).
 var MemRegistration = Registration{
 	Name:        "mem",
-	Description: "in memory, nothing on disk: flush copies to a durable image that a simulated crash keeps (tests; the engine's own cost)",
+	Description: "in memory, nothing on disk: a model of a page cache, a disk and directory entries that simulated kills and power losses cut as a real machine would (tests; the engine's own cost)",
 	Requires:    "nothing",
 	Volatile:    true,
 	NewOptions:  func() any { return &MemOptions{} },

@@ -101,8 +101,9 @@ type Options struct {
 	// is four times larger.
 	RingEntries uint32
 	// Logger receives the backend's rare warnings (a staging buffer not
-	// registered, a broken ring); nil means slog.Default().
-	Logger *slog.Logger
+	// registered, a broken ring); nil means slog.Default(). Not part of
+	// the options a run records.
+	Logger *slog.Logger `json:"-"`
 }
 
 const (

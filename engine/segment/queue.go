@@ -151,6 +151,17 @@ func (q *Queue) Files() []mappedfile.MappedFile {
 	return append([]mappedfile.MappedFile(nil), q.files...)
 }
 
+// Snapshot returns the segments, oldest first, without copying: the caller
+// must not modify the slice. It stays valid however the queue changes — the
+// queue only appends past a snapshot's length, and replaces its slice when
+// it removes segments — which is what lets a scan or a flush pass run
+// without allocating.
+func (q *Queue) Snapshot() []mappedfile.MappedFile {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return q.files[:len(q.files):len(q.files)]
+}
+
 // Len returns the number of segments.
 func (q *Queue) Len() int {
 	q.mu.RLock()
