@@ -239,6 +239,11 @@ func (s *Store) AppendReplicated(ctx context.Context, offset int64, data []byte)
 	if p := s.writeErr.Load(); p != nil {
 		return 0, fmt.Errorf("append replicated bytes at %d: %w: %w", offset, ErrServiceNotAvailable, *p)
 	}
+	if p := s.logics.dispatchErr.Load(); p != nil {
+		// As Put: a slave whose queues stopped being built must not take
+		// more bytes it would never make readable to its consumers.
+		return 0, fmt.Errorf("append replicated bytes at %d: %w: dispatch stopped: %w", offset, ErrServiceNotAvailable, *p)
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("append replicated bytes at %d: %w", offset, err)
 	}
