@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/mqstore/mqstore/internal/testenv"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -26,7 +28,7 @@ func TestProbeSegmentIsWhatItSays(t *testing.T) {
 		switch {
 		case !c.prewrite && err == nil:
 			f.Close()
-			t.Skipf("this file system reports a fallocated file as data from %d (no unwritten extents to tell apart)", off)
+			testenv.Skip(t, testenv.Extents, "this file system reports a fallocated file as data from %d (no unwritten extents to tell apart)", off)
 		case !c.prewrite && !errors.Is(err, unix.ENXIO):
 			t.Errorf("SEEK_DATA on a fallocated probe file: %d, %v; want ENXIO (all unwritten)", off, err)
 		case c.prewrite && (err != nil || off != 0):
