@@ -7,7 +7,9 @@
 // Both append into an off-heap staging ring per segment being written
 // (Options.StagingBytes, 16 MiB by default, never more than the segment)
 // and make records readable at once, at the write position: bytes not yet
-// in the file are read from the ring, the rest from the file.
+// in the file are read from the ring, the rest from the file. (The engine
+// dispatches to consumers only what is committed — what a process crash
+// keeps — so the ring's uncommitted tail serves the writer's own reads.)
 //
 //   - "uring" (buffered): Commit is pwrite(2) of the pending bytes and
 //     Flush is fdatasync(2) — plain system calls, not io_uring. On ext4 a

@@ -19,7 +19,7 @@ func registration(name string) mappedfile.Registration {
 	direct := name == NameDirect
 	reg := mappedfile.Registration{
 		Name: name,
-		Description: "appends into an off-heap staging ring, readable at once; commit is pwrite (ext4 sends buffered io_uring writes to a worker thread), " +
+		Description: "appends into an off-heap staging ring (served to reads at once; the engine shows consumers only committed records); commit is pwrite (ext4 sends buffered io_uring writes to a worker thread), " +
 			"flush fdatasync; with sync flush each commit is pwrite+fdatasync",
 		Requires:   "Linux 5.6+ with io_uring allowed (not disabled by kernel.io_uring_disabled or seccomp)",
 		NewOptions: func() any { return &Options{Direct: direct} },
@@ -50,7 +50,7 @@ func registration(name string) mappedfile.Registration {
 		},
 	}
 	if direct {
-		reg.Description = "O_DIRECT: appends into an off-heap staging ring, readable at once; commit is one vectored io_uring write of whole blocks " +
+		reg.Description = "O_DIRECT: appends into an off-heap staging ring (served to reads at once; the engine shows consumers only committed records); commit is one vectored io_uring write of whole blocks " +
 			"(the partial last block padded with zeros, rewritten by the next commit); flush is an io_uring FSYNC(DATASYNC); " +
 			"with sync flush each commit is one pwritev2(RWF_DSYNC) of those blocks (one write and one device flush on a pre-written segment)"
 		reg.Requires += ", and a file system with O_DIRECT (not tmpfs)"
@@ -88,7 +88,7 @@ func durability(opts Options, syncFlush bool) (mappedfile.Durability, error) {
 	}
 	if !o.Direct {
 		return mappedfile.Durability{
-			Ack:          "after the record is copied into the segment's off-heap staging ring (readable at once); committed and flushed in the background",
+			Ack:          "after the record is copied into the segment's off-heap staging ring; committed (then visible to consumers) and flushed in the background",
 			ProcessCrash: "what the commit service has not yet written from the staging ring to the file (pwrite): up to the commit interval, more while commits fall behind",
 			PowerLoss:    "everything not yet fdatasynced: up to the commit interval plus the flush interval, the whole backlog when they fall behind",
 			Mechanism: "commit: pwrite(2) from the staging ring into the page cache (a system call: ext4 would send a buffered io_uring write to a worker thread); " +
@@ -96,7 +96,7 @@ func durability(opts Options, syncFlush bool) (mappedfile.Durability, error) {
 		}, nil
 	}
 	return mappedfile.Durability{
-		Ack:          "after the record is copied into the segment's aligned off-heap staging ring (readable at once); committed and flushed in the background",
+		Ack:          "after the record is copied into the segment's aligned off-heap staging ring; committed (then visible to consumers) and flushed in the background",
 		ProcessCrash: "what the commit service has not yet written from the staging ring with O_DIRECT: up to the commit interval, more while commits fall behind",
 		PowerLoss: "everything since the last flush: a committed O_DIRECT write may still be in the device's volatile cache, and one into unwritten " +
 			"(fallocated) extents needs the journal commit the flush makes — up to the commit interval plus the flush interval, the whole backlog when they fall behind",

@@ -445,7 +445,7 @@ func writeE2E(b *strings.Builder, f *runfile.RunFile) {
 			fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), latencyFig(c, "maxNs"),
 			fig(c, "serviceP999Ns", fmtNsF), fmtPct(c.Max.UnstartedFraction))
 	}
-	b.WriteString("\nLatency = the consumer's clock once it has decoded the message − the message's *intended* start (stamped in the body), so a producer that started late does not hide the wait. Messages become visible once dispatch has put them in their ConsumeQueue, which follows the CommitLog's readable position: the write position for a backend that serves its unwritten tail from memory, the committed position for one that serves only what its commit service wrote into the file — whose end-to-end latency then follows the commit interval. *Put latency*: the producers' service time.\n\n")
+	b.WriteString("\nLatency = the consumer's clock once it has decoded the message − the message's *intended* start (stamped in the body), so a producer that started late does not hide the wait. Messages become visible once dispatch has put them in their ConsumeQueue, which follows the CommitLog's committed position — what a process crash keeps: the write position for mmap, what the commit service has written into the file for the buffered backends (a Put wakes a commit of everything pending, so their end-to-end latency follows the commit's, not the commit interval). *Put latency*: the producers' service time.\n\n")
 }
 
 func writeConsume(b *strings.Builder, f *runfile.RunFile) {
