@@ -721,13 +721,21 @@ func (r *Ring) complete(s uint32, c Completion) {
 			break // a real failure or a short result: later cancellations are the link's
 		}
 	}
+	// Walk the chain before delivering anything: a delivered slot goes back
+	// to its waiter, who frees it, and a submitter may describe it again
+	// (its next link included) while this loop would still be reading it.
 	var again []uint32
+	var members [16]uint32
+	chain := members[:0]
 	for t := m.head; t >= 0; t = r.meta[t].next {
-		if t == cut || len(again) > 0 {
-			again = append(again, uint32(t))
+		chain = append(chain, uint32(t))
+	}
+	for _, t := range chain {
+		if int32(t) == cut || len(again) > 0 {
+			again = append(again, t)
 			continue
 		}
-		r.deliver(uint32(t), r.meta[t].res)
+		r.deliver(t, r.meta[t].res)
 	}
 	if len(again) > 0 {
 		r.rescue(again)
