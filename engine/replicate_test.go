@@ -525,7 +525,9 @@ func TestSyncMasterStatuses(t *testing.T) {
 			if last.Status != SlaveNotAvailable {
 				t.Fatalf("slave too far behind: %v", last.Status)
 			}
-			if err := s.WaitDispatched(ctx, s.MaxOffset()); err != nil {
+			// Wait for the last record itself: MaxOffset is what readers
+			// can read, which on a buffered backend may not include it yet.
+			if err := s.WaitDispatched(ctx, last.PhysicalOffset+int64(last.Size)); err != nil {
 				t.Fatal(err)
 			}
 			got, err := s.Get(ctx, "g", "S", 0, 0, 1000, nil)
