@@ -25,10 +25,18 @@ func (b blockingBackend) Open(ctx context.Context, spec mappedfile.Spec) (mapped
 	if err != nil {
 		return nil, err
 	}
+	if ow, ok := mf.(mappedfile.Overwriter); ok { // the index overwrites its slots and header
+		return blockingOverwriter{blockingFile{mf}, ow}, nil
+	}
 	return blockingFile{mf}, nil
 }
 
 type blockingFile struct{ mappedfile.MappedFile }
+
+type blockingOverwriter struct {
+	blockingFile
+	mappedfile.Overwriter
+}
 
 func (f blockingFile) Commit(ctx context.Context, leastPages int) (int64, error) {
 	if inside, ok := ctx.Value(blockCommitKey{}).(chan struct{}); ok {

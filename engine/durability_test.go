@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -414,6 +415,79 @@ func TestRedispatchIndexesTheBoundaryRecordOnce(t *testing.T) {
 				offs[j] = got[j].PhysicalOffset
 			}
 			t.Fatalf("query of %s after the re-dispatch: %v %v, want the record at %d once", key, offs, err, r.PhysicalOffset)
+		}
+	}
+}
+
+// TestIndexCheckpointInTheSameMillisecond: a full flush of the logics
+// checkpoints the index at the last dispatched record's store timestamp;
+// records dispatched after it in the same millisecond leave the index
+// file's EndTimestamp equal to the checkpoint's. A power loss during the
+// next flush (its header written, its entries not synced) must not leave
+// a file that recovery trusts with entries missing: recovery decides by
+// the checkpoint's dispatched offset as well as by the timestamp. Every
+// crash point of that flush is tried, with several torn write-backs.
+func TestIndexCheckpointInTheSameMillisecond(t *testing.T) {
+	ctx := context.Background()
+	frozen := time.UnixMilli(1_800_000_000_000)
+	const before, after = 10, 10
+	for n := int64(1); ; n++ {
+		fired := false
+		for seed := uint64(1); seed <= 8; seed++ {
+			fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+			o := smallLogicsOptions(Options{BackendImpl: fs, FlushMode: FlushSync})
+			o.IndexMaxEntries = 1000
+			o.ConsumeQueueFlushInterval, o.ConsumeQueueFlushThoroughInterval = time.Hour, time.Hour
+			o.now = func() time.Time { return frozen }
+			dir := t.TempDir()
+			s := openStore(t, dir, o)
+			var res []PutResult
+			put := func(i int) {
+				r, err := s.Put(ctx, testMessage("Q", 0, i, 100))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res = append(res, r)
+			}
+			for i := 0; i < before; i++ {
+				put(i)
+			}
+			if err := s.WaitDispatched(ctx, res[len(res)-1].PhysicalOffset+int64(res[len(res)-1].Size)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.flushLogics(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			for i := before; i < before+after; i++ {
+				put(i)
+			}
+			if err := s.WaitDispatched(ctx, res[len(res)-1].PhysicalOffset+int64(res[len(res)-1].Size)); err != nil {
+				t.Fatal(err)
+			}
+			tail := []mappedfile.TornTail{mappedfile.TornPartialPage, mappedfile.TornRandomPages}[seed%2]
+			fs.ArmCrash(n, tail, rand.New(rand.NewPCG(seed, uint64(n))))
+			_ = s.flushLogics(ctx, 0)
+			if fs.Disarm() {
+				fs.Kill() // the flush completed before the crash point: nothing more to try
+			} else {
+				fired = true
+			}
+			reopenAfter(s, fs)
+			s = openStore(t, dir, o)
+			for i, r := range res { // sync flush: every record was acknowledged
+				key := fmt.Sprintf("k%d", i)
+				got, err := s.QueryMessages(ctx, "Q", key, 0, 0, 10)
+				if err != nil || len(got) != 1 || got[0].PhysicalOffset != r.PhysicalOffset {
+					s.Close()
+					t.Fatalf("crash at operation %d of the flush (%v, seed %d): query of %s: %d results, %v; want the record at %d",
+						n, tail, seed, key, len(got), err, r.PhysicalOffset)
+				}
+			}
+			s.Close()
+		}
+		if !fired {
+			t.Logf("%d crash points tried", n-1)
+			return
 		}
 	}
 }

@@ -181,9 +181,18 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 	if redispatchFrom >= 0 {
 		reputFrom = redispatchFrom
 		// Index files not known durable by the checkpoint are dropped
-		// whole and rebuilt (RocketMQ's rule): a torn entry cannot be undone.
+		// whole and rebuilt: a torn entry cannot be undone. RocketMQ's
+		// rule compares the file's EndTimestamp with the checkpoint's, but
+		// a record dispatched after the checkpoint in the same millisecond
+		// leaves them equal; so a file that indexes a record at or past the
+		// checkpoint's dispatched offset goes too (and, without that
+		// offset, one whose EndTimestamp equals the checkpoint's).
+		known, indexTs := s.checkpoint.logicsOffset.Load(), s.checkpoint.index.Load()
 		for _, f := range l.index.Files() {
-			if f.EndTimestamp > s.checkpoint.index.Load() {
+			if f.IndexCount <= 1 {
+				continue // no entry
+			}
+			if f.EndTimestamp > indexTs || (known > 0 && f.EndPhyOffset >= known) || (known <= 0 && f.EndTimestamp >= indexTs) {
 				indexCut = min(indexCut, f.BeginPhyOffset)
 				break
 			}
