@@ -2,6 +2,8 @@ package hostctl
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -282,6 +284,33 @@ func TestCleanupAfterKillCgroup(t *testing.T) {
 	}
 	stateDir, procSys := killedChild(t, true)
 	checkCleanup(t, stateDir, procSys, []string{ChangeVMDirty, ChangeSysctl, ChangeFile, ChangeDir, ChangeProcess, ChangeCgroup})
+}
+
+// TestLeftoverStatesIgnoresARunThatChangedNothing: a run killed before its
+// first system change leaves a state file with no change; the next run
+// must not be refused for it (the file goes), while a file with a change
+// is reported.
+func TestLeftoverStatesIgnoresARunThatChangedNothing(t *testing.T) {
+	dir := t.TempDir()
+	dead := func(name string, changes []Change) string {
+		p := filepath.Join(dir, name)
+		b, err := json.Marshal(journalState{PID: 1 << 30, StartTicks: 1, Changes: changes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	empty := dead("run-1.json", nil)
+	changed := dead("run-2.json", []Change{{Kind: ChangeFile, Path: filepath.Join(dir, "scratch")}})
+	if left := LeftoverStates(dir); len(left) != 1 || left[0] != changed {
+		t.Fatalf("leftover states %v, want only %s", left, changed)
+	}
+	if _, err := os.Stat(empty); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the empty state file is still there: %v", err)
+	}
 }
 
 func checkCleanup(t *testing.T, stateDir, procSys string, kinds []string) {

@@ -227,13 +227,18 @@ func Cleanup(dir string, force bool) ([]CleanupReport, error) {
 	return out, nil
 }
 
-// LeftoverStates lists state files of runs that are no longer alive.
+// LeftoverStates lists state files of runs that are no longer alive and
+// left system changes to undo. A dead run's file that records no change
+// (killed before it made one) is removed: there is nothing to clean up.
 func LeftoverStates(dir string) []string {
 	files, _ := filepath.Glob(filepath.Join(dir, "run-*.json"))
 	var out []string
 	for _, f := range files {
 		var st journalState
 		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &st) == nil && !ProcessAlive(st.PID, st.StartTicks) {
+			if len(st.Changes) == 0 && os.Remove(f) == nil {
+				continue
+			}
 			out = append(out, f)
 		}
 	}
