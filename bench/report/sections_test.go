@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
@@ -231,5 +232,47 @@ func TestGoalsOnKnownFigures(t *testing.T) {
 	writeGoals(&b, fakeRun())
 	if !strings.Contains(b.String(), "## Goals (issue 15") {
 		t.Errorf("no goals section:\n%s", b.String())
+	}
+}
+
+// TestSustainedColumnSaysWhenTheIntervalStraddles: the column's verdict is
+// the median repeat's; when the backlog share's interval straddles the 10 %
+// bar (the recommendation then calls the cell undetermined) the column
+// says so rather than a bare yes or no.
+func TestSustainedColumnSaysWhenTheIntervalStraddles(t *testing.T) {
+	cell := func(median, low, high float64) *runfile.Cell {
+		c := &runfile.Cell{CILevel: 0.9375}
+		c.BacklogShare, c.CILow.BacklogShare, c.CIHigh.BacklogShare = median, low, high
+		ok := median <= load.SustainedBacklogShare
+		c.Sustained = &ok
+		return c
+	}
+	for _, tc := range []struct {
+		c    *runfile.Cell
+		want string
+	}{
+		{cell(0.01, 0, 0.05), "yes"},
+		{cell(0.02, 0, 0.4), "yes (median; its interval straddles 10 %)"},
+		{cell(0.3, 0, 0.5), "**no** (median; its interval straddles 10 %)"},
+		{cell(0.5, 0.3, 0.8), "**no**"},
+	} {
+		if got := sustainedText(tc.c); got != tc.want {
+			t.Errorf("backlog share %v [%v–%v]: %q, want %q", tc.c.BacklogShare, tc.c.CILow.BacklogShare, tc.c.CIHigh.BacklogShare, got, tc.want)
+		}
+	}
+}
+
+// TestSustainableRateIsALowerBoundUntilNarrowed: a search whose probes ran
+// out before the sustained and the saturated rate came within 10 % reports
+// a lower bound, not a rate.
+func TestSustainableRateIsALowerBoundUntilNarrowed(t *testing.T) {
+	if got := sustainableRateText(1000, 25900); got != "≥ 1k (saturated at 25.9k; the probes ran out before 10 %)" {
+		t.Errorf("not narrowed: %q", got)
+	}
+	if got := sustainableRateText(27200, 29000); got != "27.2k" {
+		t.Errorf("narrowed: %q", got)
+	}
+	if got := sustainableRateText(27200, 0); got != "27.2k" {
+		t.Errorf("nothing saturated: %q", got)
 	}
 }
