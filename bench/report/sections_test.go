@@ -255,6 +255,7 @@ func TestSustainedColumnSaysWhenTheIntervalStraddles(t *testing.T) {
 		{cell(0.02, 0, 0.4), "yes (median; its interval straddles 10 %)"},
 		{cell(0.3, 0, 0.5), "**no** (median; its interval straddles 10 %)"},
 		{cell(0.5, 0.3, 0.8), "**no**"},
+		{func() *runfile.Cell { c := cell(0, 0, 0); c.Status = runfile.StatusSaturated; return c }(), "**no** (saturated)"},
 	} {
 		if got := sustainedText(tc.c); got != tc.want {
 			t.Errorf("backlog share %v [%v–%v]: %q, want %q", tc.c.BacklogShare, tc.c.CILow.BacklogShare, tc.c.CIHigh.BacklogShare, got, tc.want)

@@ -132,6 +132,8 @@ func sustainedText(c *runfile.Cell) string {
 	switch {
 	case c.DurableAtDrainOnly:
 		return "— ‡"
+	case c.Status == runfile.StatusSaturated:
+		return "**no** (saturated)" // it did not keep its schedule, whatever its backlog
 	case c.Sustained == nil:
 		return "—"
 	}
