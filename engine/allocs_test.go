@@ -7,17 +7,22 @@ import (
 	"testing"
 )
 
-// TestPutAllocs: an async Put allocates nothing in steady state, on the mmap
+// TestPutAllocs: a Put allocates nothing in steady state, async or sync
+// (the group commit's waiter and its deadline timer are pooled), on the mmap
 // and the in-memory backend — the record is encoded into a pooled buffer and
 // copied once into the segment, and dispatch (ConsumeQueue unit, index
 // entries) allocates nothing either. AllocsPerRun counts every allocation
 // of the process during the Puts, the background services' included.
 // (Built without -race: the race detector allocates.)
 func TestPutAllocs(t *testing.T) {
-	for _, backend := range []string{"mem", "mmap"} {
-		t.Run(backend, func(t *testing.T) {
+	for _, tc := range []struct {
+		backend string
+		mode    FlushMode
+	}{{"mem", FlushAsync}, {"mmap", FlushAsync}, {"mem", FlushSync}, {"mmap", FlushSync}} {
+		backend := tc.backend
+		t.Run(backend+"/"+tc.mode.String(), func(t *testing.T) {
 			ctx := context.Background()
-			o := Options{Backend: backend, FlushMode: FlushAsync, SegmentSizeBytes: 64 << 20,
+			o := Options{Backend: backend, FlushMode: tc.mode, SegmentSizeBytes: 64 << 20,
 				IndexSlotCount: 5000, IndexMaxEntries: 1 << 20, Logger: quietLogger}
 			s := openStore(t, t.TempDir(), o)
 			defer s.Close()
@@ -35,7 +40,7 @@ func TestPutAllocs(t *testing.T) {
 				t.Fatal(err)
 			}
 			if allocs := testing.AllocsPerRun(5000, put); allocs != 0 {
-				t.Fatalf("an async Put allocates %.2f times in steady state, want 0", allocs)
+				t.Fatalf("a Put (%v flush) allocates %.2f times in steady state, want 0", tc.mode, allocs)
 			}
 		})
 	}

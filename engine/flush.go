@@ -166,6 +166,10 @@ type offsetWaiter struct {
 	offset   int64
 	deadline time.Time  // a passive owner answers timeoutErr after it
 	done     chan error // capacity 1: the owner never blocks on a waiter
+	// timer is the producer's deadline, made once per pooled waiter and
+	// Reset for each wait (since Go 1.23 a stopped or fired timer can be
+	// Reset without draining): a sync Put allocates no timer.
+	timer *time.Timer
 }
 
 var offsetWaiterPool = sync.Pool{New: func() any { return &offsetWaiter{done: make(chan error, 1)} }}
@@ -230,16 +234,21 @@ func (q *offsetWaiters) end(ctx context.Context, w *offsetWaiter) error {
 	if w == nil {
 		return nil
 	}
-	timer := time.NewTimer(time.Until(w.deadline))
-	defer timer.Stop()
+	if w.timer == nil {
+		w.timer = time.NewTimer(time.Until(w.deadline))
+	} else {
+		w.timer.Reset(time.Until(w.deadline))
+	}
 	select {
 	case err := <-w.done:
+		w.timer.Stop()
 		offsetWaiterPool.Put(w) // answered: safe to reuse
 		return err
-	case <-timer.C:
+	case <-w.timer.C:
 		// w stays with the owner, which will still answer it: not reused.
 		return q.timeoutErr
 	case <-ctx.Done():
+		w.timer.Stop() // w stays with the owner, as above
 		return ctx.Err()
 	}
 }
