@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/testenv"
@@ -172,6 +173,61 @@ func TestDirectReadsFromBufferUntilSealed(t *testing.T) {
 	}
 	if !bytes.Equal(all, want) {
 		t.Fatalf("sealed segment read differs at %d", commonPrefix(all, want))
+	}
+}
+
+// TestDirectReadsCommittedBytesFromTheRing: bytes an O_DIRECT commit wrote
+// are not in the page cache; while the staging ring still holds them a read
+// copies them from the ring instead of reading the file (which for a
+// just-committed record means waiting for the device: dispatch reads every
+// record right after its commit). Before, a read below the committed block
+// went to the file and brought its pages into the page cache.
+func TestDirectReadsCommittedBytesFromTheRing(t *testing.T) {
+	b := newTestBackend(t, Options{Direct: true})
+	const size = 16 * 4096
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "a")
+	mf := openSeg(t, b, path, size)
+	const n = 3*4096 + 100
+	if _, err := mf.Append(n, fill(3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mf.Commit(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mf.Flush(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil { // none cached, whatever the kernel did
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	if m, err := mf.ReadAt(got, 0); m != n || err != nil {
+		t.Fatalf("read: %d, %v", m, err)
+	}
+	want := make([]byte, size)
+	_ = fill(3).EncodeAt(want, 0)
+	if !bytes.Equal(got, want[:n]) {
+		t.Fatalf("read differs at %d", commonPrefix(got, want[:n]))
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	vec := make([]byte, size/4096)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal(errno)
+	}
+	for i, v := range vec[:3] {
+		if v&1 != 0 {
+			t.Fatalf("page %d of the committed bytes is in the page cache after the read: it was read from the file, not the ring", i)
+		}
 	}
 }
 

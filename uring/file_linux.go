@@ -24,6 +24,10 @@ type lease struct {
 	buf    *stagingBuffer
 	refs   mappedfile.RefCount
 	locked atomic.Bool
+	// start is the first file position the ring holds (a new segment's 0,
+	// or the block a Truncate reloaded): below it the ring never had the
+	// segment's bytes.
+	start atomic.Int64
 }
 
 // file is one segment of the uring or uring-direct backend.
@@ -32,8 +36,12 @@ type lease struct {
 //
 // Appends encode in place into the lease's staging ring at position mod
 // ringBytes (the mirror after the ring keeps a wrapping append contiguous).
-// The ring holds the segment's bytes from fileReadable to wrote; below
-// fileReadable they are read from the file. Commit writes the pending bytes
+// The ring holds the segment's bytes from fileReadable to wrote, and keeps
+// those below until the appender comes round to them; readers copy from
+// the ring whatever it still holds (for uring-direct the file's pages are
+// not cached — an O_DIRECT write drops them — so a read of a just-committed
+// record from the file would wait for the device, and dispatch reads every
+// record just after its commit), and read the rest from the file. Commit writes the pending bytes
 // to the file and moves fileReadable up: to committed for uring (the bytes
 // are in the page cache), to the start of the block holding committed for
 // uring-direct (that block is written again, padded, by the next commit;
@@ -521,6 +529,7 @@ func (f *file) startLease(ctx context.Context, from int64) (*lease, error) {
 		return nil, fmt.Errorf("%s: %s: %w", f.name, f.Path(), err)
 	}
 	l := &lease{buf: buf}
+	l.start.Store(from - from%f.align)
 	l.refs.Init()
 	return l, nil
 }
@@ -580,6 +589,9 @@ func (f *file) ReadAt(dst []byte, filePos int64) (int, error) {
 
 // read fills dst with the bytes at filePos, all below wrote.
 func (f *file) read(dst []byte, filePos int64) error {
+	if f.readRing(dst, filePos) {
+		return nil
+	}
 	for len(dst) > 0 {
 		fromFile := int64(len(dst))
 		var l *lease
@@ -614,6 +626,23 @@ func (f *file) read(dst []byte, filePos int64) error {
 		// now; the next round reads them from there.
 	}
 	return nil
+}
+
+// readRing copies dst from the staging ring when the ring still holds every
+// byte of it (at or after the lease's start, not yet come round to by the
+// appender) and reports whether it did; false leaves the read to the file.
+func (f *file) readRing(dst []byte, filePos int64) bool {
+	l := f.retainLease()
+	if l == nil {
+		return false
+	}
+	defer l.refs.Release()
+	if int64(len(dst)) > l.buf.ringBytes || filePos < l.start.Load() || f.reserved.Load()-l.buf.ringBytes > filePos {
+		return false
+	}
+	off := filePos % l.buf.ringBytes
+	copy(dst, l.buf.ring[off:off+int64(len(dst))])
+	return !f.lapped(l, filePos)
 }
 
 // lapped reports whether the appender may have overwritten the ring bytes
@@ -791,6 +820,11 @@ func (f *file) Truncate(ctx context.Context, validEnd int64) error {
 	if old := f.lease.Load(); old != l {
 		f.releaseLease()
 		f.lease.Store(l)
+	} else if l != nil {
+		// The same ring goes on from validEnd: what it held below the
+		// appender's old reach minus a ring is gone, and lowering reserved
+		// below must not make those bytes look held again.
+		l.start.Store(max(l.start.Load(), f.reserved.Load()-l.buf.ringBytes))
 	}
 	low := validEnd
 	if f.direct {
