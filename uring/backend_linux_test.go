@@ -215,6 +215,15 @@ func TestDirectReadsCommittedBytesFromTheRing(t *testing.T) {
 	if !bytes.Equal(got, want[:n]) {
 		t.Fatalf("read differs at %d", commonPrefix(got, want[:n]))
 	}
+	// The same for SendRange (a slave's sender): from the ring, not
+	// sendfile from the file.
+	var sent bytes.Buffer
+	if m, err := mf.SendRange(ctx, &sent, 0, n); m != n || err != nil {
+		t.Fatalf("send: %d, %v", m, err)
+	}
+	if !bytes.Equal(sent.Bytes(), want[:n]) {
+		t.Fatalf("sent bytes differ at %d", commonPrefix(sent.Bytes(), want[:n]))
+	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +235,7 @@ func TestDirectReadsCommittedBytesFromTheRing(t *testing.T) {
 	}
 	for i, v := range vec[:3] {
 		if v&1 != 0 {
-			t.Fatalf("page %d of the committed bytes is in the page cache after the read: it was read from the file, not the ring", i)
+			t.Fatalf("page %d of the committed bytes is in the page cache after the read and the send: it was read from the file, not the ring", i)
 		}
 	}
 }

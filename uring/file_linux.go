@@ -645,6 +645,17 @@ func (f *file) readRing(dst []byte, filePos int64) bool {
 	return !f.lapped(l, filePos)
 }
 
+// ringHolds reports whether the staging ring still holds the byte at pos
+// (a hint: a read from the ring checks again, see readRing).
+func (f *file) ringHolds(pos int64) bool {
+	l := f.retainLease()
+	if l == nil {
+		return false
+	}
+	defer l.refs.Release()
+	return pos >= l.start.Load() && f.reserved.Load()-l.buf.ringBytes <= pos
+}
+
 // lapped reports whether the appender may have overwritten the ring bytes
 // of positions ≥ from that a reader just copied. The atomic add is a full
 // barrier, so the copy's loads happen before the reservation is read.
@@ -681,7 +692,10 @@ func (f *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (in
 			return sent, fmt.Errorf("%s: send %s: %w", f.name, f.Path(), err)
 		}
 		pos := filePos + sent
-		if low := f.fileReadable.Load(); pos < low {
+		// sendfile from the page cache — except, for uring-direct, bytes the
+		// ring still holds: O_DIRECT commits leave them uncached, and a
+		// slave's sender would read them back from the device.
+		if low := f.fileReadable.Load(); pos < low && !(f.direct && f.ringHolds(pos)) {
 			m, err := segfile.SendFile(ctx, w, f.readFile, pos, min(low-pos, n-sent))
 			sent += m
 			if err != nil {
