@@ -8,10 +8,6 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// searchResolution: the search stops when the sustained and the saturated
-// rate are within this factor of each other.
-const searchResolution = 1.1
-
 // search finds the highest rate sys sustains in the open loop — keeps its
 // schedule and, for a system that reports durability, keeps what it
 // accepts durable (backlog ≤ 10 % of what it wrote): one-repeat probes of
@@ -26,11 +22,8 @@ const searchResolution = 1.1
 // out. The highest rate that did not saturate is recorded on the search
 // and on every latency cell of the system.
 func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
-	s := runfile.RateSearch{Group: fmt.Sprintf("%s-%d-%s", sys.backend, sys.size, sys.pol.Flush), Backend: sys.backend, Peer: sys.peer,
+	s := runfile.RateSearch{Group: runfile.SearchGroup(sys.backend, sys.size, sys.pol.Flush, sys.pol.Name), Backend: sys.backend, Peer: sys.peer,
 		Flush: sys.pol.Flush, Size: sys.size, Target: ph.t.label, Pressure: ph.pressure}
-	if sys.pol.Name != "" {
-		s.Group += "-" + runfile.SafeName(sys.pol.Name)
-	}
 	var cells []*runfile.Cell
 	all := &r.file.Cells
 	if sys.peer {
@@ -58,7 +51,7 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	near := false // the last probe was a guess at the capacity, and it held
 	for probe := 0; probe < r.cfg.SearchProbes && ctx.Err() == nil; probe++ {
 		lo, hi := s.SustainableRatePerSec, s.SaturatedAtPerSec
-		if lo > 0 && hi > 0 && hi/lo <= searchResolution {
+		if lo > 0 && hi > 0 && hi/lo <= runfile.SearchResolution {
 			break
 		}
 		rate := nextProbe(lo, hi, guess, near)

@@ -589,16 +589,11 @@ func (f *file) ReadAt(dst []byte, filePos int64) (int, error) {
 
 // read fills dst with the bytes at filePos, all below wrote.
 func (f *file) read(dst []byte, filePos int64) error {
-	if f.readRing(dst, filePos) {
-		return nil
-	}
 	for len(dst) > 0 {
 		fromFile := int64(len(dst))
-		var l *lease
-		if low := f.fileReadable.Load(); filePos+fromFile > low {
-			if l = f.retainLease(); l != nil {
-				fromFile = max(min(low-filePos, fromFile), 0)
-			}
+		l := f.retainLease()
+		if l != nil {
+			fromFile = max(min(f.ringFrom(l)-filePos, fromFile), 0)
 		}
 		if fromFile > 0 {
 			if m, err := f.readFile.ReadAt(dst[:fromFile], filePos); err != nil {
@@ -628,32 +623,12 @@ func (f *file) read(dst []byte, filePos int64) error {
 	return nil
 }
 
-// readRing copies dst from the staging ring when the ring still holds every
-// byte of it (at or after the lease's start, not yet come round to by the
-// appender) and reports whether it did; false leaves the read to the file.
-func (f *file) readRing(dst []byte, filePos int64) bool {
-	l := f.retainLease()
-	if l == nil {
-		return false
-	}
-	defer l.refs.Release()
-	if int64(len(dst)) > l.buf.ringBytes || filePos < l.start.Load() || f.reserved.Load()-l.buf.ringBytes > filePos {
-		return false
-	}
-	off := filePos % l.buf.ringBytes
-	copy(dst, l.buf.ring[off:off+int64(len(dst))])
-	return !f.lapped(l, filePos)
-}
-
-// ringHolds reports whether the staging ring still holds the byte at pos
-// (a hint: a read from the ring checks again, see readRing).
-func (f *file) ringHolds(pos int64) bool {
-	l := f.retainLease()
-	if l == nil {
-		return false
-	}
-	defer l.refs.Release()
-	return pos >= l.start.Load() && f.reserved.Load()-l.buf.ringBytes <= pos
+// ringFrom is the lowest position the ring of l still holds: at or after
+// the lease's start, not yet come round to by the appender, and at most
+// fileReadable (above it the ring is the only copy). A reader checks again
+// after copying (lapped).
+func (f *file) ringFrom(l *lease) int64 {
+	return min(f.fileReadable.Load(), max(l.start.Load(), f.reserved.Load()-l.buf.ringBytes))
 }
 
 // lapped reports whether the appender may have overwritten the ring bytes
@@ -695,7 +670,14 @@ func (f *file) SendRange(ctx context.Context, w io.Writer, filePos, n int64) (in
 		// sendfile from the page cache — except, for uring-direct, bytes the
 		// ring still holds: O_DIRECT commits leave them uncached, and a
 		// slave's sender would read them back from the device.
-		if low := f.fileReadable.Load(); pos < low && !(f.direct && f.ringHolds(pos)) {
+		low := f.fileReadable.Load()
+		if f.direct {
+			if l := f.retainLease(); l != nil {
+				low = f.ringFrom(l)
+				l.refs.Release()
+			}
+		}
+		if pos < low {
 			m, err := segfile.SendFile(ctx, w, f.readFile, pos, min(low-pos, n-sent))
 			sent += m
 			if err != nil {

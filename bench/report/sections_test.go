@@ -265,15 +265,30 @@ func TestSustainedColumnSaysWhenTheIntervalStraddles(t *testing.T) {
 
 // TestSustainableRateIsALowerBoundUntilNarrowed: a search whose probes ran
 // out before the sustained and the saturated rate came within 10 % reports
-// a lower bound, not a rate.
+// a lower bound, not a rate — in the search table and in the latency
+// table's column, which finds the cell's search by its group.
 func TestSustainableRateIsALowerBoundUntilNarrowed(t *testing.T) {
-	if got := sustainableRateText(1000, 25900); got != "≥ 1k (saturated at 25.9k; the probes ran out before 10 %)" {
-		t.Errorf("not narrowed: %q", got)
-	}
-	if got := sustainableRateText(27200, 29000); got != "27.2k" {
-		t.Errorf("narrowed: %q", got)
-	}
-	if got := sustainableRateText(27200, 0); got != "27.2k" {
-		t.Errorf("nothing saturated: %q", got)
+	for _, tc := range []struct {
+		sustainable, saturatedAt float64
+		latency, search          string
+	}{
+		{1000, 25900, "≥ 1k (saturated at 25.9k; the probes ran out before 10 %)", "≥ 1k (not narrowed to 10 %)"},
+		{27200, 29000, "27.2k", "27.2k"},
+		{27200, 0, "27.2k", "27.2k"},
+	} {
+		c := known("latency-mmap-1024-sync-r1000", "latency", "mmap", "sync", 1000, map[string][3]float64{"msgsPerSec": {1000, 990, 1010}})
+		c.SustainableRatePerSec = tc.sustainable
+		f := &runfile.RunFile{Cells: []runfile.Cell{c}, Searches: []runfile.RateSearch{{Group: runfile.SearchGroup("mmap", 1024, "sync", ""),
+			Backend: "mmap", Flush: "sync", Size: 1024, Target: "vda", Pressure: "none",
+			SustainableRatePerSec: tc.sustainable, SaturatedAtPerSec: tc.saturatedAt}}}
+		var lat, sea strings.Builder
+		writeLatency(&lat, f)
+		writeSearches(&sea, f)
+		if !strings.Contains(lat.String(), "| "+tc.latency+" |") {
+			t.Errorf("sustainable %v, saturated at %v: the latency table lacks %q:\n%s", tc.sustainable, tc.saturatedAt, tc.latency, lat.String())
+		}
+		if !strings.Contains(sea.String(), "| "+tc.search+" |") {
+			t.Errorf("sustainable %v, saturated at %v: the search table lacks %q:\n%s", tc.sustainable, tc.saturatedAt, tc.search, sea.String())
+		}
 	}
 }

@@ -237,13 +237,10 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 			floor = fmtNs(c.FloorP999Ns)
 		}
 		if c.SustainableRatePerSec > 0 {
-			saturatedAt := 0.0
-			for _, s := range f.Searches {
-				if s.Backend == c.Backend && s.Peer == c.Peer && s.Flush == c.Flush && s.Size == c.SizeBytes && s.Target == c.Target && s.Pressure == c.Pressure {
-					saturatedAt = s.SaturatedAtPerSec
-				}
+			sustainable = fmtCount(c.SustainableRatePerSec)
+			if s := f.SearchOf(c); s != nil && !s.Narrowed() {
+				sustainable = "≥ " + sustainable + " (saturated at " + fmtCount(s.SaturatedAtPerSec) + "; the probes ran out before 10 %)"
 			}
-			sustainable = sustainableRateText(c.SustainableRatePerSec, saturatedAt)
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush,
 			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"),
@@ -278,7 +275,7 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		}
 		if s.SustainableRatePerSec > 0 {
 			sus = fmtCount(s.SustainableRatePerSec)
-			if s.SaturatedAtPerSec > s.SustainableRatePerSec*1.1 {
+			if !s.Narrowed() {
 				sus = "≥ " + sus + " (not narrowed to 10 %)"
 			}
 		}
@@ -288,16 +285,6 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		fmt.Fprintf(b, "| %s %s %s | %s | %s | %s |\n", name, sizeLabel(s.Size), s.Flush, sus, sat, strings.Join(probes, ", "))
 	}
 	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %.\n\n")
-}
-
-// sustainableRateText is a search's result: the rate when the search
-// narrowed it to within 10 % of the lowest rate that saturated; a lower
-// bound ("≥") when the probes ran out first.
-func sustainableRateText(sustainable, saturatedAt float64) string {
-	if saturatedAt > sustainable*1.1 {
-		return "≥ " + fmtCount(sustainable) + " (saturated at " + fmtCount(saturatedAt) + "; the probes ran out before 10 %)"
-	}
-	return fmtCount(sustainable)
 }
 
 func writeFloors(b *strings.Builder, f *runfile.RunFile) {

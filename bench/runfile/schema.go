@@ -373,6 +373,40 @@ func (l *Limit) Interval(figure string) Interval {
 	return Interval{Median: l.Figures.Figure(figure), Lo: l.CILow.Figure(figure), Hi: l.CIHigh.Figure(figure), Level: l.CILevel}
 }
 
+// SearchResolution: a rate search stops when the sustained and the
+// saturated rate are within this factor of each other.
+const SearchResolution = 1.1
+
+// Narrowed reports whether the search got its sustained and saturated
+// rates within SearchResolution (or found nothing saturating): otherwise
+// its sustainable rate is only a lower bound (the probes ran out).
+func (s *RateSearch) Narrowed() bool {
+	return s.SaturatedAtPerSec <= s.SustainableRatePerSec*SearchResolution
+}
+
+// SearchGroup names the rate search of one system: backend, body size,
+// flush mode and, for a sweep's policy, its name. The harness names each
+// search so and the report finds a latency cell's search by it.
+func SearchGroup(backend string, size int, flush, policy string) string {
+	g := fmt.Sprintf("%s-%d-%s", backend, size, flush)
+	if policy != "" {
+		g += "-" + SafeName(policy)
+	}
+	return g
+}
+
+// SearchOf returns the rate search that covers latency cell c (nil: none).
+func (f *RunFile) SearchOf(c *Cell) *RateSearch {
+	g := SearchGroup(c.Backend, c.SizeBytes, c.Flush, c.Policy)
+	for i := range f.Searches {
+		s := &f.Searches[i]
+		if s.Group == g && s.Peer == c.Peer && s.Target == c.Target && s.Pressure == c.Pressure {
+			return s
+		}
+	}
+	return nil
+}
+
 // RateSearch is the search for the highest rate a system sustains in the
 // open loop: probes of one repeat each, bisecting between a rate that was
 // sustained and one that saturated.
