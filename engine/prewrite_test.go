@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/segfile"
-	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 // TestPrewriteDefaultFollowsFlushMode: PrewriteSegments resolves at Open —
@@ -88,7 +88,7 @@ func TestCommitLogSegmentsArePrewritten(t *testing.T) {
 		for _, prewrite := range []PrewriteMode{PrewriteDefault, PrewriteOff} {
 			t.Run(backend+"/"+prewrite.String(), func(t *testing.T) {
 				dir := t.TempDir()
-				needExtents(t, dir)
+				disktest.NeedExtents(t, dir)
 				o := Options{Backend: backend, FlushMode: FlushSync, PrewriteSegments: prewrite,
 					SegmentSizeBytes: 256 << 10, Logger: quietLogger}
 				put := func(s *Store, from, n int) {
@@ -148,23 +148,5 @@ func checkSegmentsWritten(t *testing.T, dir string, written bool, minFiles int) 
 	}
 	if !written && !unwrittenSomewhere {
 		t.Fatalf("no segment in %s has unwritten bytes with prewrite off: the check cannot tell", dir)
-	}
-}
-
-// needExtents skips (or fails, under MQSTORE_TEST_REQUIRE=extents) unless
-// dir's file system reports fallocated blocks as unwritten extents.
-func needExtents(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.CreateTemp(dir, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if err := segfile.Preallocate(f, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := segfile.UnwrittenBytes(f, 0, 1<<20); err != nil || n != 1<<20 {
-		testenv.Skip(t, testenv.Extents, "%s: a fallocated MiB has %d unwritten bytes (%v)", dir, n, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
@@ -64,7 +65,7 @@ func benchmarkMakeWritten(b *testing.B, size int64, method string) {
 		}
 		cpu += processCPU(b) - before
 		b.StopTimer()
-		if u := unwrittenIn(b, spec.Path, 0, size); u != 0 {
+		if u := disktest.Unwritten(b, spec.Path, 0, size); u != 0 {
 			b.Fatalf("%s left %d unwritten bytes", method, u)
 		}
 		if err := mf.Delete(); err != nil {

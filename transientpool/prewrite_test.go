@@ -1,47 +1,14 @@
 package transientpool
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/segfile"
-	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 )
-
-// needExtents skips (or fails, under MQSTORE_TEST_REQUIRE=extents) unless
-// dir's file system reports fallocated blocks as unwritten extents.
-func needExtents(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.CreateTemp(dir, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if err := segfile.Preallocate(f, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := segfile.UnwrittenBytes(f, 0, 1<<20); err != nil || n != 1<<20 {
-		testenv.Skip(t, testenv.Extents, "%s: a fallocated MiB has %d unwritten bytes (%v)", dir, n, err)
-	}
-}
-
-func unwrittenIn(t *testing.T, path string, off, n int64) int64 {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	u, err := segfile.UnwrittenBytes(f, off, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
 
 // TestPrewrittenSegmentStaysWritten: a segment opened with Spec.Prewrite has
 // no unwritten extent; commits, a flush and a Truncate that discards some
@@ -65,13 +32,13 @@ func TestPrewrittenSegmentStaysWritten(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			needExtents(t, dir)
+			disktest.NeedExtents(t, dir)
 			b := newTestBackend(t, Options{SegmentSizeBytes: size, PoolSize: 2, NoLock: true})
 			spec := mappedfile.Spec{Path: filepath.Join(dir, "seg"), SizeBytes: size, Prewrite: tc.prewrite}
 			want := make([]byte, size)
 			check := func(when string, validEnd int64) {
 				t.Helper()
-				u := unwrittenIn(t, spec.Path, 0, size)
+				u := disktest.Unwritten(t, spec.Path, 0, size)
 				if tc.prewrite && u != 0 {
 					t.Fatalf("%s: %d unwritten bytes in a prewritten segment", when, u)
 				}

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/pagecache"
 	"github.com/mqstore/mqstore/internal/segfile"
@@ -356,11 +357,13 @@ func TestTruncateKeepsExtentsWritten(t *testing.T) {
 	for _, v := range []Options{{PreZero: true}, {Direct: true, PreZero: true}} {
 		t.Run(fmt.Sprintf("direct=%v", v.Direct), func(t *testing.T) {
 			b := newTestBackend(t, v)
-			path := filepath.Join(t.TempDir(), "seg")
+			dir := t.TempDir()
+			disktest.NeedExtents(t, dir)
+			path := filepath.Join(dir, "seg")
 			const size = 64 * 4096
 			ctx := context.Background()
 			mf := openSeg(t, b, path, size)
-			if n := unwrittenBytes(t, path); n != 0 {
+			if n := disktest.Unwritten(t, path, 0, size); n != 0 {
 				t.Fatalf("a pre-zeroed segment has %d bytes of unwritten extents", n)
 			}
 			if _, err := mf.Append(40*4096, fill(5)); err != nil {
@@ -377,7 +380,7 @@ func TestTruncateKeepsExtentsWritten(t *testing.T) {
 			if err := mf.Truncate(ctx, 10*4096+123); err != nil {
 				t.Fatal(err)
 			}
-			if n := unwrittenBytes(t, path); n != 0 {
+			if n := disktest.Unwritten(t, path, 0, size); n != 0 {
 				t.Fatalf("after Truncate %d bytes are unwritten extents again", n)
 			}
 			onDisk, err := os.ReadFile(path)
@@ -391,38 +394,6 @@ func TestTruncateKeepsExtentsWritten(t *testing.T) {
 			}
 		})
 	}
-}
-
-// unwrittenBytes sums the unwritten extents of path (FS_IOC_FIEMAP).
-func unwrittenBytes(t *testing.T, path string) int64 {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	const maxExtents = 256
-	// struct fiemap (32 bytes) + maxExtents × struct fiemap_extent (56 bytes).
-	buf := make([]byte, 32+maxExtents*56)
-	*(*uint64)(unsafe.Pointer(&buf[0])) = 0                   // fm_start
-	*(*uint64)(unsafe.Pointer(&buf[8])) = ^uint64(0)          // fm_length
-	*(*uint32)(unsafe.Pointer(&buf[16])) = 1                  // fm_flags: FIEMAP_FLAG_SYNC
-	*(*uint32)(unsafe.Pointer(&buf[24])) = uint32(maxExtents) // fm_extent_count
-	const fsIocFiemap = 0xC020660B
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fsIocFiemap, uintptr(unsafe.Pointer(&buf[0]))); e != 0 {
-		testenv.Skip(t, testenv.Uring, "FIEMAP on the test directory's file system: %v", e)
-	}
-	n := int(*(*uint32)(unsafe.Pointer(&buf[20]))) // fm_mapped_extents
-	var unwritten int64
-	for i := range n {
-		e := buf[32+i*56:]
-		length := *(*uint64)(unsafe.Pointer(&e[16]))
-		flags := *(*uint32)(unsafe.Pointer(&e[40]))
-		if flags&0x800 != 0 { // FIEMAP_EXTENT_UNWRITTEN
-			unwritten += int64(length)
-		}
-	}
-	return unwritten
 }
 
 // ctxCancelledLater is live for its first two Err calls (the commit's

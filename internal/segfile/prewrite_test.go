@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/pagecache"
 	"github.com/mqstore/mqstore/internal/segfile"
@@ -21,43 +22,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// needExtents skips (or fails, under MQSTORE_TEST_REQUIRE=extents) unless
-// dir's file system reports a fallocated file as unwritten extents and
-// accepts O_DIRECT.
+// needExtents is disktest.NeedExtents plus O_DIRECT, which the
+// O_DIRECT prewrite tests need too.
 func needExtents(t *testing.T, dir string) {
 	t.Helper()
+	disktest.NeedExtents(t, dir)
 	f, err := os.CreateTemp(dir, "probe")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	if err := segfile.Fallocate(f.Name(), int(f.Fd()), 0, 0, 1<<20); err != nil {
-		testenv.Skip(t, testenv.Extents, "fallocate in %s: %v", dir, err)
-	}
-	n, err := segfile.UnwrittenBytes(f, 0, 1<<20)
-	if err != nil || n != 1<<20 {
-		testenv.Skip(t, testenv.Extents, "%s: a fallocated MiB has %d unwritten bytes (%v)", dir, n, err)
-	}
 	d, err := os.OpenFile(f.Name(), os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
 		testenv.Skip(t, testenv.Extents, "O_DIRECT in %s: %v", dir, err)
 	}
 	d.Close()
-}
-
-func unwritten(t *testing.T, path string, off, n int64) int64 {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	u, err := segfile.UnwrittenBytes(f, off, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
 }
 
 // covered checks that the calls of kind on path cover [0, size) exactly,
@@ -128,7 +108,7 @@ func TestPrewriteWritesEveryBlock(t *testing.T) {
 				// Before anything reads the file or asks FIEMAP (whose SYNC
 				// flag writes dirty pages back).
 				checkCache(t, spec.Path, tc.size, tc.cached)
-				if u := unwritten(t, spec.Path, 0, tc.size); u != 0 {
+				if u := disktest.Unwritten(t, spec.Path, 0, tc.size); u != 0 {
 					t.Fatalf("%d unwritten bytes in a prewritten segment", u)
 				}
 			}
@@ -165,7 +145,7 @@ func TestPrewriteWritesEveryBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		if u := unwritten(t, spec.Path, 0, spec.SizeBytes); u != spec.SizeBytes {
+		if u := disktest.Unwritten(t, spec.Path, 0, spec.SizeBytes); u != spec.SizeBytes {
 			t.Fatalf("a fallocated segment has %d of %d bytes unwritten: the check cannot tell", u, spec.SizeBytes)
 		}
 	})
@@ -396,7 +376,7 @@ func TestCrashDuringPrewriteLeavesNoSegment(t *testing.T) {
 				t.Fatalf("create again: %v (existed %v)", err, existed)
 			}
 			f.Close()
-			if u := unwritten(t, path, 0, 64<<20); u != 0 {
+			if u := disktest.Unwritten(t, path, 0, 64<<20); u != 0 {
 				t.Fatalf("%d unwritten bytes after creating it again", u)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/pagecache"
 	"github.com/mqstore/mqstore/internal/segfile"
@@ -188,7 +189,7 @@ func TestZeroRangeRewritesOnlyNonZeroPages(t *testing.T) {
 			} else if err != nil {
 				t.Fatalf("after ZeroRange: %v", err)
 			}
-			u := unwritten(t, spec.Path, zrValidEnd, zrSize-zrValidEnd)
+			u := disktest.Unwritten(t, spec.Path, zrValidEnd, zrSize-zrValidEnd)
 			switch {
 			case k.prewrite && u != 0:
 				t.Fatalf("%d bytes of a prewritten file's range turned unwritten", u)
