@@ -242,7 +242,11 @@ func TestReplicatedRepeat(t *testing.T) {
 			root := t.TempDir()
 			sys := system{backend: "mmap", size: 1024, pol: Policy{Flush: c.flush}, repl: c.repl, delay: c.delay}
 			sp := load.Spec{Workload: load.Throughput, SizeBytes: 1024, Producers: 2, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond}
-			rep, options := runReplicatedRepeat(context.Background(), StoreConfig{SegmentSizeBytes: 16 << 20}, filepath.Join(root, "m"), filepath.Join(root, "s"), sys, sp)
+			// A flush interval well inside the 300 ms window: with the
+			// default 500 ms an async-flush slave may flush nothing in it,
+			// and its durable rate is then truly 0.
+			store := StoreConfig{SegmentSizeBytes: 16 << 20, FlushInterval: 50 * time.Millisecond}
+			rep, options := runReplicatedRepeat(context.Background(), store, filepath.Join(root, "m"), filepath.Join(root, "s"), sys, sp)
 			if rep.Status != runfile.StatusOK {
 				t.Fatalf("%s: %s", rep.Status, rep.Reason)
 			}
