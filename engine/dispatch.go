@@ -165,11 +165,32 @@ type dispatcher struct {
 	topics  record.Interner
 	rec     record.Record // the record being dispatched, reused
 	keyBuf  []byte        // "topic#key" for index puts, reused
+	// pending holds each queue's units of the records scanned so far,
+	// appended with one AppendUnits per queue when the scan ends (or
+	// maxPendingUnits gather): a unit costs a copy, not a file append.
+	pending      map[queueKey]*pendingUnits
+	pendingCount int
+	// pendingTimestamp is the STORETIMESTAMP of the newest record scanned:
+	// lastDispatchedTimestamp takes it once its unit is appended (the
+	// logics flush reads it as "every unit up to here is in its queue").
+	pendingTimestamp int64
 }
+
+// pendingUnits are one queue's units waiting to be appended, from queue
+// offset first on.
+type pendingUnits struct {
+	q     *consumequeue.Queue
+	first int64
+	units []consumequeue.Unit
+}
+
+// maxPendingUnits bounds the units dispatch holds before it appends them.
+const maxPendingUnits = 4096
 
 func newDispatcher(s *Store) *dispatcher {
 	return &dispatcher{service: newService(), store: s,
-		buf: make([]byte, max(s.log.maxRecordBytes+record.BlankSize, 1<<20)), touched: make(map[queueKey]struct{})}
+		buf: make([]byte, max(s.log.maxRecordBytes+record.BlankSize, 1<<20)), touched: make(map[queueKey]struct{}),
+		pending: make(map[queueKey]*pendingUnits)}
 }
 
 // maxDispatchRetries bounds how often dispatch retries a transient error at
@@ -230,8 +251,14 @@ func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
 		if r == nil {
 			return nil
 		}
-		return s.dispatchRecord(ctx, offset, r, d.touched, &d.keyBuf)
+		return d.dispatch(ctx, offset, r)
 	})
+	if ferr := d.appendPending(ctx); ferr != nil {
+		// The units not appended are dispatched again from the last
+		// dispatched offset; those appended are verified then (Append
+		// is idempotent).
+		return ferr
+	}
 	if end.validEnd > from {
 		l.dispatchedOffset.Store(end.validEnd)
 		l.notify(d.touched)
@@ -242,6 +269,87 @@ func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
 	}
 	if end.corrupt != nil && end.validEnd < s.log.queue.ReadableOffset() {
 		return fmt.Errorf("dispatch stopped at offset %d: %w", end.validEnd, end.corrupt)
+	}
+	return nil
+}
+
+// dispatch is dispatchRecord for the dispatch service: the record's unit
+// joins its queue's pending run (appended by appendPending); its index
+// entries are written at once.
+func (d *dispatcher) dispatch(ctx context.Context, offset int64, r *record.Record) error {
+	s := d.store
+	l := s.logics
+	if takesQueueOffset(r.SysFlag) {
+		key := queueKey{topic: r.Topic, queueID: r.QueueID}
+		p := d.pending[key]
+		if p == nil || p.q == nil {
+			q, err := l.queue(ctx, key, true)
+			if err != nil {
+				return err
+			}
+			if p == nil {
+				p = &pendingUnits{}
+				d.pending[key] = p
+			}
+			p.q = q
+		}
+		if len(p.units) > 0 && r.QueueOffset != p.first+int64(len(p.units)) {
+			if err := d.appendPending(ctx); err != nil { // not a run: append what is there first
+				return err
+			}
+		}
+		if len(p.units) == 0 {
+			p.first = r.QueueOffset
+		}
+		tags, _ := record.LookupProperty(r.Properties, record.PropTags)
+		p.units = append(p.units, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(view(tags))})
+		d.touched[key] = struct{}{}
+		if d.pendingCount++; d.pendingCount >= maxPendingUnits {
+			if err := d.appendPending(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if offset >= l.index.MaxPhysicalOffset() {
+		if err := s.indexRecord(ctx, offset, r, &d.keyBuf); err != nil {
+			return err
+		}
+	}
+	d.pendingTimestamp = r.StoreTimestamp
+	return nil
+}
+
+// appendPending appends every queue's pending units. A queue closed since
+// (retention, Close) is looked up again on its next unit.
+func (d *dispatcher) appendPending(ctx context.Context) error {
+	if d.pendingCount == 0 {
+		if d.pendingTimestamp != 0 {
+			d.store.logics.lastDispatchedTimestamp.Store(d.pendingTimestamp)
+			d.pendingTimestamp = 0
+		}
+		return nil
+	}
+	var errs []error
+	for key, p := range d.pending {
+		if len(p.units) == 0 {
+			continue
+		}
+		if err := p.q.AppendUnits(ctx, p.first, p.units); err != nil {
+			errs = append(errs, fmt.Errorf("dispatch %d units from queue offset %d to %s/%d: %w", len(p.units), p.first, key.topic, key.queueID, err))
+			p.q = nil
+		}
+		p.units = p.units[:0]
+		if cap(p.units) > maxPendingUnits/4 && len(d.pending) > 64 {
+			p.units = nil // with many queues, one busy batch does not keep its memory for each
+		}
+	}
+	d.pendingCount = 0
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if d.pendingTimestamp != 0 {
+		d.store.logics.lastDispatchedTimestamp.Store(d.pendingTimestamp)
+		d.pendingTimestamp = 0
 	}
 	return nil
 }

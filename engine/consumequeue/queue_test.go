@@ -688,3 +688,59 @@ func TestTruncateAllCrashLeavesAPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendUnitsMatchesAppend: AppendUnits writes exactly what Append
+// writes unit by unit — across file boundaries, from an empty queue that
+// starts past 0, re-dispatching units already there (verified, not
+// duplicated), and refusing a conflicting one and a gap.
+func TestAppendUnitsMatchesAppend(t *testing.T) {
+	ctx := context.Background()
+	be := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	open := func(name string) *Queue {
+		q, err := Open(ctx, Config{Dir: "/cq-" + name, Backend: be, FileSizeBytes: 7 * UnitSize}, "T", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { q.Close() })
+		return q
+	}
+	one, batch := open("one"), open("batch")
+	units := make([]Unit, 40)
+	for i := range units {
+		units[i] = Unit{PhysicalOffset: int64(1000 + 100*i), Size: 100, TagsCode: int64(i)}
+	}
+	const start = 3
+	for i, u := range units {
+		if err := one.Append(ctx, start+int64(i), u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, run := range [][2]int{{0, 1}, {1, 9}, {9, 10}, {10, 33}, {33, 40}} {
+		if err := batch.AppendUnits(ctx, start+int64(run[0]), units[run[0]:run[1]]); err != nil {
+			t.Fatalf("units %v: %v", run, err)
+		}
+	}
+	if err := batch.AppendUnits(ctx, start+5, units[5:12]); err != nil { // re-dispatch
+		t.Fatalf("re-dispatch: %v", err)
+	}
+	for _, q := range []*Queue{one, batch} {
+		if q.MinOffset() != start || q.MaxOffset() != start+int64(len(units)) {
+			t.Fatalf("queue [%d, %d), want [%d, %d)", q.MinOffset(), q.MaxOffset(), start, start+len(units))
+		}
+	}
+	for i := range units {
+		a, errA := one.Get(start + int64(i))
+		b, errB := batch.Get(start + int64(i))
+		if errA != nil || errB != nil || a != b || b != units[i] {
+			t.Fatalf("unit %d: Append %+v %v, AppendUnits %+v %v", i, a, errA, b, errB)
+		}
+	}
+	bad := units[7]
+	bad.Size++
+	if err := batch.AppendUnits(ctx, start+6, []Unit{units[6], bad}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("conflicting re-dispatch: %v, want ErrConflict", err)
+	}
+	if err := batch.AppendUnits(ctx, start+int64(len(units))+1, units[:1]); !errors.Is(err, ErrGap) {
+		t.Fatalf("append past the end: %v, want ErrGap", err)
+	}
+}
