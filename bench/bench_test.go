@@ -282,7 +282,7 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	if l := names[LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) || l.MBPerSec != 0 {
 		t.Errorf("segment creation, fallocated %+v", l)
 	}
-	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(1024)) {
+	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(cfg.Store.Message, 1024)) {
 		t.Errorf("memcpy %+v", l)
 	}
 	if l := names[LimitFaults]; l == nil || l.FaultsPerSec <= 0 || len(l.Repeats) != cfg.Repeat+1 || !l.Repeats[0].Warm {

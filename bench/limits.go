@@ -107,10 +107,11 @@ func segmentCreate(ctx context.Context, p DeviceProber, dir string, sizeBytes in
 	return f, nil
 }
 
-// memcpyCeiling runs the memcpy ceiling once for a body size: MB/s of
-// record bytes (what the cells' writtenMBps counts), msgs/s of records.
-func memcpyCeiling(ctx context.Context, dir string, sizeBytes int, fileBytes int64, d time.Duration) (runfile.Figures, error) {
-	rec := recordBytes(sizeBytes)
+// memcpyCeiling runs the memcpy ceiling once for the records of a message
+// kind and body size: MB/s of record bytes (what the cells' writtenMBps
+// counts), msgs/s of records.
+func memcpyCeiling(ctx context.Context, dir, kind string, sizeBytes int, fileBytes int64, d time.Duration) (runfile.Figures, error) {
+	rec := recordBytes(kind, sizeBytes)
 	res, err := device.MemcpyCeiling(ctx, dir, rec, fileBytes, d)
 	if err != nil {
 		return runfile.Figures{}, err
@@ -161,10 +162,10 @@ func (r *runner) measureLimits(ctx context.Context) {
 	}
 	for _, size := range cfg.Sizes {
 		l := runfile.Limit{Name: LimitMemcpy, Tool: "mqbench (memcpy into a pre-populated shared mapping, 1 goroutine)", SizeBytes: size, Dir: r.work,
-			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.MemcpyBytes, 10), "recordBytes": strconv.Itoa(recordBytes(size)),
+			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.MemcpyBytes, 10), "recordBytes": strconv.Itoa(recordBytes(cfg.Store.Message, size)), "message": messageKind(cfg.Store.Message),
 				"minDuration": cfg.MemcpyDuration.String()}}
 		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) {
-			return memcpyCeiling(ctx, r.work, size, cfg.MemcpyBytes, cfg.MemcpyDuration)
+			return memcpyCeiling(ctx, r.work, cfg.Store.Message, size, cfg.MemcpyBytes, cfg.MemcpyDuration)
 		})
 	}
 	faults := runfile.Limit{Name: LimitFaults, Tool: "mqbench (first write to each page of a fresh fallocated file mapping)", SizeBytes: 4096, Dir: r.work,

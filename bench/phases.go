@@ -97,6 +97,8 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 		c.InFlight, c.Arrival = r.cfg.InFlight, r.cfg.Arrival
 	}
 	if !sys.peer {
+		c.Message = messageKind(sys.pol.Store.Message)
+		c.RecordBytes = recordBytes(c.Message, sys.size)
 		c.Replication, c.HADelayNs = sys.replicationLabel(), sys.haDelay().Nanoseconds()
 		c.Durability = cellDurability(sys, nil)
 		_, c.Tuning, _ = backendOptions(sys.pol.Store, sys.backend, sys.pol.Flush)

@@ -149,6 +149,9 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 			}
 			if c.Workload == "throughput" {
 				note := "accepted msgs/s, same producers; higher: mqstore faster"
+				if c.Message != "" && c.Message != "bare" {
+					note += " (mqstore puts the " + c.Message + " message, the peer the body alone)"
+				}
 				if sustainedNo(c) || sustainedNo(&p) {
 					note += " — but " + strings.Join(notSustained(c, &p), " and ") + " did not keep durable up with what it accepted"
 				}

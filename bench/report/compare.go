@@ -17,10 +17,15 @@ var compareFigures = map[string][]string{
 	"recovery":   {"openNs"},
 }
 
-// pointKey identifies a cell across runs up to its open-loop rate.
+// pointKey identifies a cell across runs up to its open-loop rate (a
+// store cell's message included: a bare and a rocketmq cell differ).
 func pointKey(c *runfile.Cell) string {
-	return fmt.Sprintf("%s|%s|%s|%v|%d|%s|%s|%s|%s|%d|%s|%s|%d", c.Workload, c.Variant, c.Backend, c.Peer, c.SizeBytes, c.Flush, c.Pressure, c.Policy,
-		c.Target, c.Producers, c.TwinOf, c.Replication, c.HADelayNs)
+	msg := c.Message
+	if msg == "" && !c.Peer {
+		msg = "bare" // before the message was recorded, every cell put the body alone
+	}
+	return fmt.Sprintf("%s|%s|%s|%v|%d|%s|%s|%s|%s|%d|%s|%s|%d|%s", c.Workload, c.Variant, c.Backend, c.Peer, c.SizeBytes, c.Flush, c.Pressure, c.Policy,
+		c.Target, c.Producers, c.TwinOf, c.Replication, c.HADelayNs, msg)
 }
 
 // Compare renders two runs side by side: every cell present in both (open-

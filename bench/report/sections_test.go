@@ -292,3 +292,35 @@ func TestSustainableRateIsALowerBoundUntilNarrowed(t *testing.T) {
 		}
 	}
 }
+
+// TestMessageIsNamed: a store cell that put the rocketmq message says so
+// in its label, the run's context names its record size, and the
+// comparison with the peers says they wrote the body alone.
+func TestMessageIsNamed(t *testing.T) {
+	f := baseRun()
+	f.Config.Producers = []int{16}
+	tp := map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}}
+	c := known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, tp)
+	c.Message, c.RecordBytes = "rocketmq", 1290
+	p := known("throughput-pebble-wal-1024-sync-p16", "throughput", "pebble-wal", "sync", 16, tp)
+	p.Peer = true
+	f.Cells, f.Peers = []runfile.Cell{c}, []runfile.Cell{p}
+	Analyze(f)
+	out := Summary(f)
+	for _, want := range []string{
+		"| mmap · rocketmq msg | 1KiB | sync | 16 |",
+		"- message: mqstore's cells put the *rocketmq* message (records of 1290 B for a 1KiB body:",
+		"Not the same message: mqstore's cells put the *rocketmq* message",
+		"(mqstore puts the rocketmq message, the peer the body alone)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	c.Message = "bare"
+	f.Cells = []runfile.Cell{c}
+	Analyze(f)
+	if out := Summary(f); strings.Contains(out, "rocketmq") || strings.Contains(out, "Not the same message") {
+		t.Errorf("a bare run speaks of another message:\n%s", out)
+	}
+}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,6 +22,9 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 	if c.Policy != "" {
 		l += " [" + c.Policy + "]"
 	}
+	if c.Message != "" && c.Message != "bare" {
+		l += " · " + c.Message + " msg"
+	}
 	if c.Pressure != "" && c.Pressure != "none" {
 		l += " · pressure " + c.Pressure
 	}
@@ -39,6 +43,28 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 		l += " @" + c.Target
 	}
 	return l
+}
+
+// messageNote says what the store cells put when it is not the bare body
+// the peers write ("" when it is): the message and its record sizes.
+func messageNote(f *runfile.RunFile) string {
+	var kinds, sizes []string
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Message == "" || c.Message == "bare" || c.RecordBytes == 0 {
+			continue
+		}
+		if !slices.Contains(kinds, c.Message) {
+			kinds = append(kinds, c.Message)
+		}
+		if s := fmt.Sprintf("%d B for a %s body", c.RecordBytes, sizeLabel(c.SizeBytes)); !slices.Contains(sizes, s) {
+			sizes = append(sizes, s)
+		}
+	}
+	if len(kinds) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("mqstore's cells put the *%s* message (records of %s: TAGS, two KEYS and a UNIQ_KEY unique per message, WAIT, CLUSTER, a user property; the IndexFile indexes every key); the peers write the body alone, in their own format", strings.Join(kinds, ", "), strings.Join(sizes, ", "))
 }
 
 func cellsOf(f *runfile.RunFile, workload string, peers bool) []*runfile.Cell {

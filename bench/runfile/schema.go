@@ -143,7 +143,12 @@ type Cell struct {
 	// TwinOf names the cell this one measures again (the A/A check).
 	TwinOf    string `json:"twinOf,omitempty"`
 	SizeBytes int    `json:"sizeBytes"`
-	Flush     string `json:"flush"`
+	// Message is the message an mqstore cell put (StoreConfig.Message:
+	// bare or rocketmq) and RecordBytes its CommitLog record's size; a
+	// peer writes the body alone, in its own format (both empty).
+	Message     string `json:"message,omitempty"`
+	RecordBytes int    `json:"recordBytes,omitempty"`
+	Flush       string `json:"flush"`
 	// Options are the effective engine options (mqstore) or the peer's
 	// options, as it reported them.
 	Options map[string]string `json:"options,omitempty"`

@@ -104,6 +104,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.Var(bytesFlag{&cfg.DeviceProbeBytes}, "probe-bytes", "bytes written by the O_DIRECT device probe and fio")
 	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat")
 	fs.StringVar(&cfg.PeerCommand, "peer-cmd", "", "a built mqpeer binary (default: build it from bench/peers)")
+	fs.StringVar(&cfg.Store.Message, "message", cfg.Store.Message, "what the store cells' producers put: bare (the body alone, what the peers write) or rocketmq (a RocketMQ producer's message: TAGS, two KEYS and a UNIQ_KEY unique per message, WAIT, CLUSTER, a user property)")
 	fs.Var(bytesFlag{&cfg.Store.SegmentSizeBytes}, "segment-size", "CommitLog segment size")
 	fs.DurationVar(&cfg.Store.FlushInterval, "flush-interval", 0, "async flush interval (0: engine default 500ms)")
 	fs.IntVar(&cfg.Store.FlushLeastPages, "flush-least-pages", 0, "async flush least pages (0: engine default 4)")
