@@ -135,7 +135,13 @@ func notComparable(a *runfile.Cell, an string, b *runfile.Cell, bn string) strin
 	return strings.Join(why, ", ")
 }
 
-func limitKey(l *runfile.Limit) string { return fmt.Sprintf("%s-%d", l.Name, l.SizeBytes) }
+func limitKey(l *runfile.Limit) string {
+	k := fmt.Sprintf("%s-%d", l.Name, l.SizeBytes)
+	if l.Producers > 0 {
+		k += fmt.Sprintf("-%dB×%d-inflight%d", l.RecordBytes, l.Producers, l.InFlight)
+	}
+	return k
+}
 
 // higherIsBetter says which way a figure improves.
 func higherIsBetter(figure string) bool {

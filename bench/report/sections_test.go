@@ -324,3 +324,48 @@ func TestMessageIsNamed(t *testing.T) {
 		t.Errorf("a bare run speaks of another message:\n%s", out)
 	}
 }
+
+// TestGroupCommitLimit: a sync throughput cell ÷ the better of the one-
+// and two-in-flight group-commit limits at its producer count and record
+// size, with the interval [the higher low, the higher high] of the two;
+// a cell of another record size gets none.
+func TestGroupCommitLimit(t *testing.T) {
+	f := baseRun()
+	f.Config.Producers = []int{16}
+	c := known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
+	c.Message, c.RecordBytes = "rocketmq", 1290
+	other := known("throughput-uring-1024-sync-p16", "throughput", "uring", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
+	other.Message, other.RecordBytes = "bare", 1100
+	f.Cells = []runfile.Cell{c, other}
+	gc := func(inFlight int, med, lo, hi float64) runfile.Limit {
+		l := runfile.Limit{Name: runfile.LimitGroupCommit, Target: "vda", Status: runfile.StatusOK, SizeBytes: 1024, RecordBytes: 1290, Producers: 16,
+			InFlight: inFlight, Params: map[string]string{"message": "rocketmq"}, CILevel: 0.9375}
+		l.Figures.MsgsPerSec, l.CILow.MsgsPerSec, l.CIHigh.MsgsPerSec = med, lo, hi
+		l.Figures.OpsPerSec, l.CILow.OpsPerSec, l.CIHigh.OpsPerSec = med/16, lo/16, hi/16
+		l.Figures.P50Ns, l.Figures.P99Ns = 120_000, 300_000
+		return l
+	}
+	f.Limits = []runfile.Limit{gc(1, 100e3, 95e3, 105e3), gc(2, 120e3, 110e3, 150e3)}
+	Analyze(f)
+	r := find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "group-commit" })
+	if r.Cell != c.Name || !near(r.Median, 40.0/120) || !near(r.Low, 38.0/150) || !near(r.High, 42.0/110) || r.Figure != "msgsPerSec" {
+		t.Errorf("group-commit ratio %+v", r)
+	}
+	for _, r := range f.Ratios {
+		if r.Kind == "group-commit" && r.Cell == other.Name {
+			t.Errorf("a cell of other records has a group-commit ratio: %+v", r)
+		}
+	}
+	out := Summary(f)
+	for _, want := range []string{
+		"| ÷ group-commit limit |",
+		"| 0.333× [0.253×–0.382×] |",
+		"| device-group-commit | 1290 B (rocketmq 1KiB body) | 16 | 2 | 7.5k [6.88k–9.38k] | 120k [110k–150k] |",
+		"### sync store ÷ the device's group-commit limit",
+		"device-group-commit ×16 (1 or 2 in flight)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}

@@ -322,14 +322,20 @@ type Floor struct {
 
 // Limit is a reference figure measured without the store.
 type Limit struct {
-	Name      string            `json:"name"`
-	Target    string            `json:"target,omitempty"`
-	Tool      string            `json:"tool"`
-	SizeBytes int               `json:"sizeBytes,omitempty"`
-	Dir       string            `json:"dir"`
-	Params    map[string]string `json:"params,omitempty"`
-	Status    string            `json:"status"`
-	Reason    string            `json:"reason,omitempty"`
+	Name      string `json:"name"`
+	Target    string `json:"target,omitempty"`
+	Tool      string `json:"tool"`
+	SizeBytes int    `json:"sizeBytes,omitempty"`
+	// RecordBytes, Producers and InFlight place a group-commit limit: the
+	// record size of the run's message at body SizeBytes, the records per
+	// write (a producer count of the run) and the syncs in flight.
+	RecordBytes int               `json:"recordBytes,omitempty"`
+	Producers   int               `json:"producers,omitempty"`
+	InFlight    int               `json:"inFlight,omitempty"`
+	Dir         string            `json:"dir"`
+	Params      map[string]string `json:"params,omitempty"`
+	Status      string            `json:"status"`
+	Reason      string            `json:"reason,omitempty"`
 	// Repeats: the first repeat of a limit that discards one is Warm.
 	Repeats []LimitRepeat `json:"repeats"`
 	Figures
@@ -365,6 +371,12 @@ const (
 	LimitSegmentFallocated       = "segment-create-fallocated"
 	LimitSegmentPrewritten       = "segment-create-prewritten"
 	LimitSegmentPrewrittenDirect = "segment-create-prewritten-direct"
+	// LimitGroupCommit: Producers records of RecordBytes written as one
+	// pwrite and fdatasynced, one op after another (InFlight 1) or by two
+	// writers at once on the two halves of one pre-written file (InFlight
+	// 2): the best a group commit of that many producers can do on the
+	// device — msgs/s is Producers × ops/s.
+	LimitGroupCommit = "device-group-commit"
 )
 
 // LimitRepeat is one measurement of a limit.
@@ -444,7 +456,7 @@ type Probe struct {
 // Ratio is cell ÷ reference for one figure: the ratio of the medians and
 // the widest ratio their confidence intervals allow.
 type Ratio struct {
-	Kind    string  `json:"kind"` // memcpy-ceiling, fault-ceiling, device, peer, pressure, sendfile
+	Kind    string  `json:"kind"` // memcpy-ceiling, fault-ceiling, device, group-commit, peer, pressure, sendfile
 	Cell    string  `json:"cell"`
 	Against string  `json:"against"`
 	Figure  string  `json:"figure"`
