@@ -503,5 +503,8 @@ func (r *runner) profile(ctx context.Context, sys system, cell string) {
 	case rep.Status == runfile.StatusFailed:
 		r.progress.note("profile %s: the profiled run failed: %s", cell, rep.Reason)
 	}
+	for i := range summaries {
+		perMessage(&summaries[i], rep.Result.CPUUserNs+rep.Result.CPUSysNs, rep.Result.Messages)
+	}
 	r.file.Profiles = append(r.file.Profiles, summaries...)
 }

@@ -369,3 +369,33 @@ func TestGroupCommitLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestStageCPUTable: one row per profiled cell with stages, a column per
+// stage that appears (in the engine's order, other last), µs/msg and %,
+// and the total; a profile without stages gets no row.
+func TestStageCPUTable(t *testing.T) {
+	f := baseRun()
+	f.Profiles = []runfile.ProfileSummary{
+		{Cell: "throughput-mmap-1024-sync-p16", Kind: "cpu", Total: 100, CPUPerMsgNs: 20_000, Messages: 1000, Stages: []runfile.StageCost{
+			{Stage: "append", Pct: 10, UsPerMsg: 2}, {Stage: "flush", Pct: 50, UsPerMsg: 10}, {Stage: "other", Pct: 40, UsPerMsg: 8}}},
+		{Cell: "throughput-mmap-1024-sync-p16", Kind: "heap", Total: 100},
+		{Cell: "throughput-uring-1024-async-p16", Kind: "cpu", Total: 100, Stages: []runfile.StageCost{
+			{Stage: "wait", Pct: 25}, {Stage: "other", Pct: 75}}},
+		{Cell: "throughput-transient-1024-async-p16", Kind: "cpu", Total: 100},
+	}
+	var b strings.Builder
+	writeStageCPU(&b, f)
+	out := b.String()
+	for _, want := range []string{
+		"| cell | append | wait | flush | other | total |",
+		"| throughput-mmap-1024-sync-p16 | 2 (10%) | — | 10 (50%) | 8 (40%) | 20 (100%) |",
+		"| throughput-uring-1024-async-p16 | — | — (25%) | — | — (75%) | — (100%) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "transient") {
+		t.Errorf("a profile without stages has a row:\n%s", out)
+	}
+}

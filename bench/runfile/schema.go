@@ -495,7 +495,8 @@ type Recommendation struct {
 	Excluded []string `json:"excluded,omitempty"`
 }
 
-// ProfileSummary is one profile's top functions.
+// ProfileSummary is one profile's top functions and, for a CPU profile
+// whose samples carry the engine's stage labels, the CPU by stage.
 type ProfileSummary struct {
 	Cell       string         `json:"cell"`
 	Kind       string         `json:"kind"`
@@ -504,8 +505,40 @@ type ProfileSummary struct {
 	Unit       string         `json:"unit"`
 	Total      int64          `json:"total"`
 	Top        []FunctionCost `json:"top"`
-	Error      string         `json:"error,omitempty"`
+	// Stages split a CPU profile by the engine's pprof label mqstore.stage
+	// (engine.Options.ProfileLabels; "other": samples without it — the
+	// harness and the runtime), in StageOrder; empty when no sample carries
+	// the label. CPUPerMsgNs is the profiled run's CPU per message that the
+	// stages' µs/msg share out, and CPUSource where it comes from: the
+	// run's getrusage, or the profile's samples when the run has none.
+	Stages      []StageCost `json:"stages,omitempty"`
+	Messages    int64       `json:"messages,omitempty"`
+	CPUPerMsgNs float64     `json:"cpuPerMsgNs,omitempty"`
+	CPUSource   string      `json:"cpuSource,omitempty"`
+	Error       string      `json:"error,omitempty"`
 }
+
+// StageCost is one stage's share of a CPU profile: its samples' value,
+// its percentage of the profile's, and that share of the CPU per message.
+type StageCost struct {
+	Stage    string  `json:"stage"`
+	Value    int64   `json:"value"`
+	Pct      float64 `json:"pct"`
+	UsPerMsg float64 `json:"usPerMsg,omitempty"`
+}
+
+// StageLabel is the pprof label key the engine's goroutines carry when
+// engine.Options.ProfileLabels is set; StageOrder its values in the order
+// tables show them, then StageOther, the samples without the label.
+const (
+	StageLabel = "mqstore.stage"
+	StageOther = "other"
+)
+
+// StageOrder lists the engine's stages: a producer inside Put before it
+// waits (append), a producer waiting for durability (wait), then the
+// services.
+var StageOrder = []string{"append", "wait", "commit", "flush", "dispatch", "prewrite", "replicate"}
 
 // FunctionCost is a function's flat and cumulative share of a profile.
 type FunctionCost struct {
