@@ -23,6 +23,7 @@ type allocator struct {
 	doWarm  bool
 	timeout time.Duration
 	log     *slog.Logger
+	labels  bool // Options.ProfileLabels
 
 	// prewrite: new segments are written with zeros and synced before use
 	// (Options.PrewriteSegments, resolved).
@@ -52,6 +53,7 @@ func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options) *alloc
 		prewrite: o.PrewriteSegments == PrewriteOn,
 		timeout:  o.AllocationTimeout,
 		log:      o.Logger,
+		labels:   o.ProfileLabels,
 		requests: make(map[string]*allocation),
 		work:     make(chan *allocation, 4),
 		stop:     make(chan struct{}),
@@ -63,6 +65,7 @@ func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options) *alloc
 
 func (a *allocator) run() {
 	defer close(a.done)
+	labelService(a.labels, StagePrewrite)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {

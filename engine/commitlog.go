@@ -31,7 +31,7 @@ type commitLog struct {
 
 	// appendMu serializes appends (RocketMQ's putMessageLock). Everything
 	// below it is guarded by it.
-	appendMu     sync.Mutex
+	appendMu     spinMutex
 	queueOffsets map[queueKey]int64 // next queue offset per queue
 	blank        blankEncoder
 
@@ -111,10 +111,18 @@ type appendResult struct {
 	rolled         bool
 }
 
-// appendRecord appends an encoded record; it takes the append lock.
-func (c *commitLog) appendRecord(ctx context.Context, e *encodeBuffer, key queueKey, sysFlag int32, now func() time.Time) (appendResult, error) {
-	c.appendMu.Lock()
-	c.lockedSince.Store(now().UnixNano())
+// appendRecord appends an encoded record; it takes the append lock. now is
+// the Put's clock reading, taken before the lock: a Put that got the lock at
+// once reads no clock under it. One that had to wait reads clock once it has
+// the lock, so lockedSince (Put's OSPageCacheBusy check) and the store
+// timestamp say when the lock was taken, not when the wait began — a
+// producer overtaken for a while on a loaded machine must not make the lock
+// look stuck.
+func (c *commitLog) appendRecord(ctx context.Context, e *encodeBuffer, key queueKey, sysFlag int32, now time.Time, clock func() time.Time) (appendResult, error) {
+	if c.appendMu.lock() {
+		now = clock()
+	}
+	c.lockedSince.Store(now.UnixNano())
 	defer func() {
 		c.lockedSince.Store(0)
 		c.appendMu.Unlock()
@@ -129,7 +137,7 @@ func takesQueueOffset(sysFlag int32) bool {
 	return t != 0x4 && t != 0xC
 }
 
-func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queueKey, sysFlag int32, now func() time.Time) (appendResult, error) {
+func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queueKey, sysFlag int32, now time.Time) (appendResult, error) {
 	var res appendResult
 	mf, err := c.queue.NextForAppend(ctx, 0)
 	if err != nil {
@@ -156,7 +164,9 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queue
 		queueOffset = c.queueOffsets[key]
 	}
 	e.queueOffset = queueOffset
-	e.storeTimestamp = now().UnixMilli()
+	// The clock was read before the lock: keep store timestamps in log
+	// order, as a reading under the lock kept them.
+	e.storeTimestamp = max(now.UnixMilli(), c.lastStoreTimestamp.Load())
 	e.fromOffset = mf.FromOffset()
 	pos, err := mf.Append(e.size, e)
 	if err != nil {

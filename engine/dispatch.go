@@ -178,6 +178,7 @@ const maxDispatchRetries = 10
 
 func (d *dispatcher) run() {
 	defer close(d.done)
+	labelService(d.store.opts.ProfileLabels, StageDispatch)
 	var retry *time.Timer
 	defer func() {
 		if retry != nil {
@@ -337,6 +338,7 @@ type logicsFlusher struct {
 
 func (f *logicsFlusher) run() {
 	s := f.store
+	labelService(s.opts.ProfileLabels, StageDispatch)
 	f.periodic(s.opts.ConsumeQueueFlushInterval, s.opts.ConsumeQueueFlushThoroughInterval, consumeQueueFlushLeastPages, s.opts.now,
 		func(least int, _ bool) {
 			if err := s.flushLogics(context.Background(), least); err != nil {

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -74,6 +73,7 @@ type asyncFlusher struct {
 
 func (f *asyncFlusher) run() {
 	s := f.store
+	labelService(s.opts.ProfileLabels, StageFlush)
 	f.periodic(s.opts.FlushInterval, s.opts.FlushThoroughInterval, s.opts.FlushLeastPages, s.opts.now, func(least int, _ bool) {
 		s.flushOnce(context.Background(), least, false)
 	})
@@ -99,6 +99,7 @@ type committer struct {
 
 func (c *committer) run() {
 	s := c.store
+	labelService(s.opts.ProfileLabels, StageCommit)
 	c.periodic(s.opts.CommitInterval, s.opts.CommitThoroughInterval, s.opts.CommitLeastPages, s.opts.now, func(least int, woken bool) {
 		if woken {
 			least = 0
@@ -178,32 +179,6 @@ var offsetWaiterPool = sync.Pool{New: func() any { return &offsetWaiter{done: ma
 // whose deadline passed (their producers stopped listening at the deadline;
 // this only keeps the queue bounded).
 const passiveRecheck = 100 * time.Millisecond
-
-// newGroupCommitter returns the sync flush service of s.
-func newGroupCommitter(s *Store) *offsetWaiters {
-	return &offsetWaiters{
-		service:  newService(),
-		position: s.log.flushedOffset.Load,
-		advance: func(target int64) (int64, error) {
-			// Twice, as RocketMQ does: a waiter whose record rolled into a
-			// new segment may need a second pass.
-			var flushed int64
-			var err error
-			for pass := 0; pass < 2; pass++ {
-				flushed, err = s.flushOnce(context.Background(), 0, true)
-				if err != nil || flushed >= target {
-					break
-				}
-			}
-			return flushed, err
-		},
-		behind:     errFlushBehind,
-		timeout:    s.opts.SyncFlushTimeout,
-		timeoutErr: fmt.Errorf("not flushed after %v: %w", s.opts.SyncFlushTimeout, ErrFlushDiskTimeout),
-		fullErr:    errGroupCommitQueueFull,
-		limit:      s.opts.GroupCommitQueueSize,
-	}
-}
 
 // begin queues a waiter for offset and returns it; nil (and no error) when
 // the position is already there; fullErr when the queue is full.

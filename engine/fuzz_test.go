@@ -64,7 +64,7 @@ func FuzzRecoveryScan(f *testing.F) {
 			if err := record.Encode(e.buf, m, props); err != nil {
 				t.Fatal(err)
 			}
-			res, err := c.appendLocked(ctx, e, queueKey{"F", 0}, 0, time.Now)
+			res, err := c.appendLocked(ctx, e, queueKey{"F", 0}, 0, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

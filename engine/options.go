@@ -258,8 +258,19 @@ type Options struct {
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
 
-	// now is the clock (tests inject it through withClock).
-	now func() time.Time
+	// ProfileLabels labels the store's goroutines for pprof with
+	// ProfileLabelKey: its services for good, and a producer inside Put as
+	// StageAppend and then StageWait. Put then sets the labels of ctx back
+	// on the producer's goroutine when it returns (labels set with pprof.Do
+	// travel in ctx; others are replaced by ctx's). Off by default: it
+	// costs two label switches per Put.
+	ProfileLabels bool
+
+	// now is the clock (tests inject it through withClock); realClock says
+	// it is time.Now, so a Put reads the clock once for its latency and its
+	// timestamps.
+	now       func() time.Time
+	realClock bool
 	// diskUsed reports how full the store's file system is, in percent
 	// (tests inject a full disk).
 	diskUsed func(dir string) (float64, error)
@@ -341,6 +352,7 @@ func (o Options) withDefaults() Options {
 	}
 	if o.now == nil {
 		o.now = time.Now
+		o.realClock = true
 	}
 	if o.diskUsed == nil {
 		o.diskUsed = diskUsedPercent

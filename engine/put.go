@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"time"
 
 	"github.com/mqstore/mqstore/engine/record"
@@ -16,8 +17,16 @@ import (
 // not confirmed durable; the result's offsets are valid.
 func (s *Store) Put(ctx context.Context, m *Message) (PutResult, error) {
 	start := time.Now()
+	now := start // the one clock read of a Put: latency, timestamps, deadlines
+	if !s.opts.realClock {
+		now = s.opts.now()
+	}
+	if s.labels.on {
+		pprof.SetGoroutineLabels(s.labels.append)
+		defer pprof.SetGoroutineLabels(ctx)
+	}
 	s.closeMu.RLock()
-	res, err := s.put(ctx, m)
+	res, err := s.put(ctx, m, start, now)
 	s.closeMu.RUnlock()
 	if res.Status == PutOK {
 		s.stats.puts.Add(1)
@@ -29,7 +38,7 @@ func (s *Store) Put(ctx context.Context, m *Message) (PutResult, error) {
 	return res, err
 }
 
-func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
+func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutResult, error) {
 	fail := func(st PutStatus, err error) (PutResult, error) {
 		return PutResult{Status: st}, fmt.Errorf("put to %s/%d: %w: %w", m.Topic, m.QueueID, statusError(st), err)
 	}
@@ -67,7 +76,7 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 	stored := *m
 	stored.StoreHost = s.opts.StoreHost
 	if stored.BornTimestamp == 0 {
-		stored.BornTimestamp = s.opts.now().UnixMilli()
+		stored.BornTimestamp = now.UnixMilli()
 	}
 	size := record.Size(&stored, len(props))
 	if size > s.opts.MaxMessageSizeBytes {
@@ -80,11 +89,11 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 	if err := record.Encode(e.buf[:size], &stored, props); err != nil {
 		return fail(MessageIllegal, err)
 	}
-	if since := s.log.lockedSince.Load(); since != 0 && s.opts.now().UnixNano()-since > int64(s.opts.OSPageCacheBusyTimeout) {
+	if since := s.log.lockedSince.Load(); since != 0 && now.UnixNano()-since > int64(s.opts.OSPageCacheBusyTimeout) {
 		s.stats.osPageCacheBusy.Add(1)
-		return fail(OSPageCacheBusy, fmt.Errorf("append lock held for %v", time.Duration(s.opts.now().UnixNano()-since)))
+		return fail(OSPageCacheBusy, fmt.Errorf("append lock held for %v", time.Duration(now.UnixNano()-since)))
 	}
-	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, stored.SysFlag, s.opts.now)
+	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, stored.SysFlag, now, s.opts.now)
 	if err != nil {
 		if errors.Is(err, segment.ErrCreate) || errors.Is(err, context.Canceled) {
 			return fail(CreateMappedFileFailed, err)
@@ -96,14 +105,22 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 		s.stats.rolls.Add(1)
 	}
 	res := PutResult{Status: PutOK, PhysicalOffset: ar.physicalOffset, Size: ar.size, QueueOffset: ar.queueOffset, StoreTimestamp: ar.storeTimestamp}
-	s.committer.Wakeup()
-	s.dispatcher.Wakeup()
+	if s.group == nil {
+		// Visibility: a buffered backend's record is readable once
+		// committed. With sync flush the group commit commits and wakes
+		// dispatch once per batch instead — the only durable writer.
+		s.committer.Wakeup()
+		s.dispatcher.Wakeup()
+	}
 	s.repl.growth.notify()
 	if s.group == nil && s.repl.waiters == nil {
 		s.flusher.Wakeup()
 		return res, nil
 	}
-	if err := s.waitDurable(ctx, &res); err != nil {
+	if s.labels.on {
+		pprof.SetGoroutineLabels(s.labels.wait)
+	}
+	if err := s.waitDurable(ctx, &res, now); err != nil {
 		return res, fmt.Errorf("put to %s/%d at offset %d: %w", m.Topic, m.QueueID, res.PhysicalOffset, err)
 	}
 	return res, nil
@@ -113,12 +130,13 @@ func (s *Store) put(ctx context.Context, m *Message) (PutResult, error) {
 // acknowledged by a slave (SYNC_MASTER), both at once, and sets the
 // status as RocketMQ does: a replication failure wins over a flush one.
 // The record stays in the CommitLog whatever the outcome.
-func (s *Store) waitDurable(ctx context.Context, res *PutResult) error {
+func (s *Store) waitDurable(ctx context.Context, res *PutResult, now time.Time) error {
 	end := res.PhysicalOffset + int64(res.Size)
-	var flushW, replW *offsetWaiter
+	var flushW *groupWaiter
+	var replW *offsetWaiter
 	var flushErr, replErr error
 	if s.group != nil {
-		flushW, flushErr = s.group.begin(end)
+		flushW, flushErr = s.group.begin(end, now)
 	} else {
 		s.flusher.Wakeup()
 	}

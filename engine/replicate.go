@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/mqstore/mqstore/engine/record"
@@ -497,7 +498,7 @@ func (s *Store) ReplicaAckOffset(ctx context.Context) (int64, error) {
 	if s.group == nil {
 		return end, nil
 	}
-	w, err := s.group.begin(end)
+	w, err := s.group.begin(end, time.Now())
 	if err == nil {
 		err = s.group.end(ctx, w)
 	}

@@ -555,9 +555,9 @@ func TestSyncMasterNeverAcksAheadOfTheSlave(t *testing.T) {
 	stop := make(chan struct{})
 	var acker sync.WaitGroup
 	acker.Add(1)
+	s.ReportSlaves(1, 0) // connected before the first Put (a Put with no slave answers SlaveNotAvailable)
 	go func() { // a slave that acknowledges half of what is there, then the rest
 		defer acker.Done()
-		s.ReportSlaves(1, 0)
 		for {
 			select {
 			case <-stop:

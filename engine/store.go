@@ -54,8 +54,9 @@ type Store struct {
 	committer *committer
 	flusher   interface{ Wakeup() } // asyncFlusher or the group committer
 	async     *asyncFlusher
-	group     *offsetWaiters // the group committer (sync flush)
+	group     *groupCommit // the group committer (sync flush)
 
+	labels   stageLabels // pprof labels of a Put's stages (Options.ProfileLabels)
 	stats    storeStats
 	writeErr atomic.Pointer[error]
 	repl     replication // replicate.go
@@ -187,14 +188,18 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 }
 
 func (s *Store) startServices() {
+	s.labels = newStageLabels(s.opts.ProfileLabels)
 	s.dispatcher = newDispatcher(s)
 	s.logicsFlusher = &logicsFlusher{service: newService(), store: s}
 	s.committer = &committer{service: newService(), store: s}
 	s.cleaner = &cleaner{service: newService(), store: s}
 	if s.opts.FlushMode == FlushSync {
-		s.group = newGroupCommitter(s)
+		s.group = newGroupCommit(s)
 		s.flusher = s.group
-		go s.group.run()
+		go func() {
+			labelService(s.opts.ProfileLabels, StageFlush)
+			s.group.run()
+		}()
 	} else {
 		s.async = &asyncFlusher{service: newService(), store: s}
 		s.flusher = s.async

@@ -3,7 +3,6 @@ package record
 import (
 	"bytes"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -42,11 +41,20 @@ func EncodeProperties(dst []byte, props []Property) ([]byte, error) {
 	return dst, nil
 }
 
+// checkPropertyText refuses the separators and text that is not UTF-8, in
+// one pass over the bytes (a Put checks every property: TAGS, KEYS, UNIQ_KEY
+// and the rest are short and ASCII, so the UTF-8 check rarely runs).
 func checkPropertyText(s string) error {
-	if i := strings.IndexAny(s, "\x01\x02"); i >= 0 {
-		return fmt.Errorf("separator byte 0x%02X at byte %d", s[i], i)
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == nameValueSeparator || c == propertySeparator:
+			return fmt.Errorf("separator byte 0x%02X at byte %d", c, i)
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
 	}
-	if !utf8.ValidString(s) {
+	if !ascii && !utf8.ValidString(s) {
 		return fmt.Errorf("not valid UTF-8")
 	}
 	return nil

@@ -1,0 +1,297 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// groupCommit is the sync flush service (RocketMQ's GroupCommitService):
+// producers queue a waiter for the end of their record, and one owner
+// goroutine makes every durable write of sync mode — it takes the queued
+// waiters, commits and flushes once, and hands every waiter it took the
+// same answer. No other party writes durably on a sync Put's behalf: Puts
+// do not wake the commit service, so an owner's flush never queues behind
+// another durable commit.
+//
+// The cost per Put is what the device cannot batch away, so the owner keeps
+// batches full and waiters cheap:
+//
+//   - Linger. After a flush the producers it released append again, one
+//     after another as they get a CPU. Taking whoever has queued at once
+//     splits them into two alternating convoys of half the producers each.
+//     So before it takes a batch, the owner yields its CPU to them until as
+//     many waiters have queued as it answered last time, or until the last
+//     flush's duration has passed (lingering longer than a flush costs more
+//     than the convoy it avoids), whichever comes first. A lone producer is
+//     never held: a batch of one lingers not at all.
+//   - A waiter costs one channel receive (a select with ctx's channel only
+//     when ctx can end). There is no timer per Put: the owner's watchdog
+//     answers the waiters whose deadline has passed, queued or in a flush
+//     that has not returned, with FlushDiskTimeout.
+//   - Only the first waiter of a batch wakes the owner.
+//
+// Every waiter is answered exactly once: the owner, the watchdog and a
+// producer whose ctx ended race for the waiter's answered flag, and only the
+// winner answers (or, for the producer, leaves). A waiter goes back to the
+// pool from whoever touches it last: the producer after an answer from the
+// owner, the owner when another party won the flag.
+type groupCommit struct {
+	service
+	// flushed is the position the waiters wait on; advance moves it (two
+	// passes of commit and flush, as RocketMQ does: a waiter whose record
+	// rolled into a new segment may need a second one) and returns where it
+	// got. On a successful advance that did not reach a waiter, the waiter
+	// is answered errFlushBehind.
+	flushed    func() int64
+	advance    func(target int64) (int64, error)
+	timeout    time.Duration
+	timeoutErr error
+	limit      int // waiters queued or in a flush, at most
+
+	mu       sync.Mutex
+	queued   []*groupWaiter // not yet taken by the owner
+	flushing []*groupWaiter // taken, the flush not returned: the watchdog may answer them
+	count    int            // len(queued) + len(flushing)
+	// queuedLen is len(queued), read by the lingering owner without mu.
+	queuedLen atomic.Int32
+
+	// Owned by the owner goroutine.
+	lastBatch int           // waiters answered by the last flush
+	lastFlush time.Duration // how long the last flush took
+}
+
+// groupWaiter is one producer waiting until the flushed position reaches offset.
+type groupWaiter struct {
+	offset   int64
+	deadline int64 // unix ns: the watchdog answers timeoutErr after it
+	answered atomic.Bool
+	done     chan error // capacity 1: an answer never blocks
+}
+
+var groupWaiterPool = sync.Pool{New: func() any { return &groupWaiter{done: make(chan error, 1)} }}
+
+// maxLingerYields bounds how often the owner yields while a batch fills,
+// whatever the last flush took (a yield on a busy machine can take long).
+const maxLingerYields = 64
+
+// maxLinger bounds the linger in time.
+const maxLinger = time.Millisecond
+
+func newGroupCommit(s *Store) *groupCommit {
+	return &groupCommit{
+		service: newService(),
+		flushed: s.log.flushedOffset.Load,
+		advance: func(target int64) (int64, error) {
+			var flushed int64
+			var err error
+			for pass := 0; pass < 2; pass++ {
+				flushed, err = s.flushOnce(context.Background(), 0, true)
+				if err != nil || flushed >= target {
+					break
+				}
+			}
+			return flushed, err
+		},
+		timeout:    s.opts.SyncFlushTimeout,
+		timeoutErr: fmt.Errorf("not flushed after %v: %w", s.opts.SyncFlushTimeout, ErrFlushDiskTimeout),
+		limit:      s.opts.GroupCommitQueueSize,
+	}
+}
+
+// begin queues a waiter for offset; now is the Put's start, from which its
+// deadline runs. It returns nil (and no error) when the position is already
+// there, and errGroupCommitQueueFull when the queue is full.
+func (q *groupCommit) begin(offset int64, now time.Time) (*groupWaiter, error) {
+	if q.flushed() >= offset {
+		return nil, nil
+	}
+	w := groupWaiterPool.Get().(*groupWaiter)
+	w.offset = offset
+	w.deadline = now.UnixNano() + int64(q.timeout)
+	w.answered.Store(false)
+	q.mu.Lock()
+	if q.count >= q.limit {
+		q.mu.Unlock()
+		groupWaiterPool.Put(w)
+		return nil, errGroupCommitQueueFull
+	}
+	q.queued = append(q.queued, w)
+	q.count++
+	n := len(q.queued)
+	q.queuedLen.Store(int32(n))
+	q.mu.Unlock()
+	if n == 1 {
+		q.Wakeup()
+	}
+	return w, nil
+}
+
+// end waits for w's answer: nil when the flushed position reached its
+// offset, timeoutErr at its deadline, ctx's error when ctx ends first. A nil
+// w (begin found the position there) returns nil.
+func (q *groupCommit) end(ctx context.Context, w *groupWaiter) error {
+	if w == nil {
+		return nil
+	}
+	var err error
+	if cancel := ctx.Done(); cancel == nil {
+		err = <-w.done
+	} else {
+		select {
+		case err = <-w.done:
+		case <-cancel:
+			if w.answered.CompareAndSwap(false, true) {
+				return ctx.Err() // the owner will find the flag taken and pool w
+			}
+			err = <-w.done // answered meanwhile: the answer is on its way
+		}
+	}
+	if err != q.timeoutErr { // the watchdog's answer leaves w with the owner
+		groupWaiterPool.Put(w)
+	}
+	return err
+}
+
+// run is the owner loop.
+//
+// Why one flush serves every waiter taken before it: a producer queues its
+// waiter only after its append returned, so its record ends at or below the
+// CommitLog's write position at that moment. The owner takes the waiters
+// first (under mu, after lingering), and only then commits and flushes, and
+// the flush covers everything written up to the moment it reads the write
+// position — which is after the waiters were taken, hence after every taken
+// producer's append. Positions only move forward, so flushed ≥ every taken
+// waiter's offset when the flush succeeds; each waiter is still checked
+// against the position the flush returned before it is released. Waiters
+// that queue while a flush runs wait for the next one: they are never
+// acknowledged by a flush that may have read the position before their
+// append. Lingering changes none of this: it only delays the taking.
+func (q *groupCommit) run() {
+	watching := make(chan struct{})
+	go q.watch(watching)
+	defer func() {
+		<-watching
+		close(q.done)
+	}()
+	var taken []*groupWaiter
+	for {
+		select {
+		case <-q.stop:
+			q.failAll(ErrClosed)
+			return
+		case <-q.wake:
+		}
+		for {
+			q.linger()
+			q.mu.Lock()
+			taken, q.queued = q.queued, taken[:0]
+			q.queuedLen.Store(0)
+			q.flushing = taken
+			q.mu.Unlock()
+			if len(taken) == 0 {
+				break
+			}
+			target := int64(0)
+			for _, w := range taken {
+				target = max(target, w.offset)
+			}
+			start := time.Now()
+			reached, err := q.advance(target)
+			q.lastFlush = time.Since(start)
+			q.answer(taken, reached, err)
+			clear(taken)
+		}
+	}
+}
+
+// watch is the watchdog: a goroutine of its own, since the owner may be
+// blocked in a flush that does not return. It ticks at an eighth of the
+// timeout, so a waiter is answered between SyncFlushTimeout and 1.125 times
+// it after its Put began.
+func (q *groupCommit) watch(done chan<- struct{}) {
+	defer close(done)
+	ticker := time.NewTicker(max(q.timeout/8, time.Millisecond))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-q.stop:
+			return
+		case now := <-ticker.C:
+			q.expire(now.UnixNano())
+		}
+	}
+}
+
+// linger yields the owner's CPU until every producer it expects has queued:
+// those its last flush released (they append again) and those that queued
+// while it ran — two convoys that merge into one batch. It lingers at most
+// the last flush's duration (and maxLinger, maxLingerYields): when the
+// producers need longer than a flush to append again, a flush of part of
+// them while the rest append keeps the device busy better than waiting.
+func (q *groupCommit) linger() {
+	want := int32(q.lastBatch) + q.queuedLen.Load()
+	if q.lastBatch <= 1 && want <= 1 {
+		return
+	}
+	deadline := time.Now().Add(min(q.lastFlush, maxLinger))
+	for range maxLingerYields {
+		if q.queuedLen.Load() >= want || !time.Now().Before(deadline) {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// answer answers the waiters of one flush.
+func (q *groupCommit) answer(taken []*groupWaiter, reached int64, err error) {
+	q.mu.Lock()
+	q.flushing = nil // the watchdog no longer sees them
+	q.count -= len(taken)
+	q.mu.Unlock()
+	for _, w := range taken {
+		res := err
+		if res == nil && reached < w.offset {
+			res = errFlushBehind
+		}
+		if w.answered.CompareAndSwap(false, true) {
+			w.done <- res
+		} else {
+			groupWaiterPool.Put(w) // its producer has left (timeout or ctx)
+		}
+	}
+	q.lastBatch = len(taken)
+}
+
+// expire answers timeoutErr to every waiter whose deadline has passed,
+// whether queued or in a flush that has not returned (a device that hangs
+// must not hang its producers past SyncFlushTimeout). The owner still takes
+// or finishes them, and pools them.
+func (q *groupCommit) expire(now int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, ws := range [2][]*groupWaiter{q.queued, q.flushing} {
+		for _, w := range ws {
+			if now > w.deadline && w.answered.CompareAndSwap(false, true) {
+				w.done <- q.timeoutErr
+			}
+		}
+	}
+}
+
+// failAll answers every waiter left with err (the store is closing).
+func (q *groupCommit) failAll(err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, w := range q.queued {
+		if w.answered.CompareAndSwap(false, true) {
+			w.done <- err
+		}
+	}
+	q.queued = nil
+	q.queuedLen.Store(0)
+	q.count = 0
+}

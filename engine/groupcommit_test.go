@@ -1,0 +1,177 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/faultfile"
+)
+
+// TestGroupCommitFillsItsBatch: four producers on a device whose flush takes
+// a few milliseconds. Without the linger the owner took whoever had queued
+// when a flush returned — one producer, the others appending again — and
+// the producers split into two convoys of two; with it a flush carries all
+// four.
+func TestGroupCommitFillsItsBatch(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	slow := faultfile.NewFaulty(fs, faultfile.NewFaults(faultfile.Fault{Op: faultfile.OpFlush, Latency: 3 * time.Millisecond, PathContains: "commitlog"}))
+	s := openStore(t, t.TempDir(), Options{BackendImpl: slow, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, Logger: quietLogger})
+	defer s.Close()
+	const producers, each = 4, 60
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if _, err := s.Put(ctx, testMessage("G", int32(p), i, 100)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(p)
+	}
+	wg.Wait()
+	st := s.Stats()
+	perFlush := float64(st.Puts) / float64(st.Flushes)
+	t.Logf("%d puts, %d flushes: %.2f per flush", st.Puts, st.Flushes, perFlush)
+	if perFlush < 2.8 {
+		t.Fatalf("%.2f puts per flush with %d producers: the batches do not fill", perFlush, producers)
+	}
+}
+
+// TestGroupCommitTimesOutWhileTheFlushHangs: a flush that does not return
+// must not hold its producers past SyncFlushTimeout — neither the one whose
+// record is in the hanging flush nor one queued behind it. The records stay
+// appended, and once the device answers they become durable and later Puts
+// succeed (the waiters the watchdog answered are not reused early).
+func TestGroupCommitTimesOutWhileTheFlushHangs(t *testing.T) {
+	ctx := context.Background()
+	faults := faultfile.NewFaults()
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
+	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SyncFlushTimeout: 50 * time.Millisecond,
+		SegmentSizeBytes: 1 << 20, Logger: quietLogger})
+	defer s.Close()
+	faults.Add(faultfile.Fault{Op: faultfile.OpFlush, Latency: 1500 * time.Millisecond, PathContains: "commitlog"})
+	results := make(chan PutResult, 8)
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func(i int) {
+			res, err := s.Put(ctx, testMessage("H", 0, i, 10))
+			results <- res
+			errs <- err
+		}(i)
+	}
+	for i := 0; i < 8; i++ {
+		res, err := <-results, <-errs
+		if res.Status != FlushDiskTimeout || !errors.Is(err, ErrFlushDiskTimeout) {
+			t.Fatalf("put during a hanging flush: %v %v; want FlushDiskTimeout", res.Status, err)
+		}
+	}
+	faults.Clear()
+	for i := 0; i < 200; i++ {
+		res, err := s.Put(ctx, testMessage("H", 0, 100+i, 10))
+		if errors.Is(err, ErrFlushDiskTimeout) {
+			continue // the hanging flush may still be returning
+		}
+		if err != nil || res.Status != PutOK {
+			t.Fatalf("put after the device answered: %v %v", res.Status, err)
+		}
+		if end := res.PhysicalOffset + int64(res.Size); s.FlushedOffset() < end {
+			t.Fatalf("acknowledged at %d, flushed %d", end, s.FlushedOffset())
+		}
+	}
+}
+
+// TestGroupCommitHonoursContext: a producer whose ctx ends while it waits
+// gets ctx's error at once, and the waiter it leaves behind is answered and
+// pooled by the owner without disturbing later waiters.
+func TestGroupCommitHonoursContext(t *testing.T) {
+	faults := faultfile.NewFaults(faultfile.Fault{Op: faultfile.OpFlush, Latency: 200 * time.Millisecond, PathContains: "commitlog"})
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
+	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, Logger: quietLogger})
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(ctx, testMessage("C", 0, 0, 10))
+		done <- err
+	}()
+	waitFor(t, "the put to wait", func() bool {
+		s.group.mu.Lock()
+		defer s.group.mu.Unlock()
+		return s.group.count > 0
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || !errors.Is(err, ErrFlushDiskTimeout) {
+		t.Fatalf("cancelled wait: %v; want context.Canceled as FlushDiskTimeout", err)
+	}
+	faults.Clear()
+	var wg sync.WaitGroup
+	for p := 0; p < 8; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				res, err := s.Put(context.Background(), testMessage("C", int32(p), i, 10))
+				if err != nil || s.FlushedOffset() < res.PhysicalOffset+int64(res.Size) {
+					t.Errorf("put after a cancelled wait: %v %v (flushed %d)", res.Status, err, s.FlushedOffset())
+					return
+				}
+			}
+		}(p)
+	}
+	wg.Wait()
+}
+
+// TestProfileLabels: with ProfileLabels the services carry their stage, a
+// producer waiting for durability is labelled wait, and Put gives the
+// producer its own labels back when it returns.
+func TestProfileLabels(t *testing.T) {
+	faults := faultfile.NewFaults()
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true}), faults)
+	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, ProfileLabels: true, Logger: quietLogger})
+	defer s.Close()
+	label := func(stage string) string { return fmt.Sprintf("%q:%q", ProfileLabelKey, stage) }
+	goroutines := func() string {
+		var b bytes.Buffer
+		if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	for _, stage := range []string{StageFlush, StageCommit, StageDispatch} {
+		if g := goroutines(); !strings.Contains(g, label(stage)) {
+			t.Fatalf("no goroutine labelled %s:\n%s", stage, g)
+		}
+	}
+	faults.Add(faultfile.Fault{Op: faultfile.OpFlush, Latency: 300 * time.Millisecond, PathContains: "commitlog"})
+	returned := make(chan struct{})
+	release := make(chan struct{})
+	go pprof.Do(context.Background(), pprof.Labels("caller", "producer-7"), func(ctx context.Context) {
+		if _, err := s.Put(ctx, testMessage("L", 0, 0, 10)); err != nil {
+			t.Error(err)
+		}
+		close(returned)
+		<-release // the profile below sees this goroutine after its Put
+	})
+	waitFor(t, "a producer labelled wait", func() bool { return strings.Contains(goroutines(), label(StageWait)) })
+	<-returned
+	g := goroutines()
+	close(release)
+	if !strings.Contains(g, `"caller":"producer-7"`) {
+		t.Fatalf("the producer's own labels are gone after Put:\n%s", g)
+	}
+	if strings.Contains(g, label(StageWait)) {
+		t.Fatalf("a goroutine is still labelled wait after its Put returned:\n%s", g)
+	}
+}

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/internal/testenv"
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+var (
+	loadDuration  = flag.Duration("load-duration", 2*time.Second, "BenchmarkPutLoad: length of the timed window")
+	loadProducers = flag.String("load-producers", "4,16,64,256", "BenchmarkPutLoad: producer counts, comma separated")
+	loadBackends  = flag.String("load-backends", "", "BenchmarkPutLoad: backends (default every registered one but mem)")
+	loadModes     = flag.String("load-modes", "sync", "BenchmarkPutLoad: flush modes, comma separated")
+	loadBare      = flag.Bool("load-bare", false, "BenchmarkPutLoad: bodies without properties (no tags, no keys: the index does nothing)")
+	loadCancel    = flag.Bool("load-cancel", false, "BenchmarkPutLoad: Put with one cancellable context shared by the producers, as mqbench does")
+)
+
+// BenchmarkPutLoad is a closed loop of N producer goroutines, each putting
+// 1 KiB messages with tags, keys and a UNIQ_KEY for -load-duration after a
+// 300 ms warm-up, the way mqbench's throughput cell does, with the figures a
+// profile of the Put path needs: msgs/s, the process's CPU per message
+// (getrusage: every goroutine of the store included), and messages per
+// durable flush.
+//
+//	go test -run '^$' -bench PutLoad -benchtime 1x ./engine/ -args -load-producers 16,256 -load-backends uring-direct
+func BenchmarkPutLoad(b *testing.B) {
+	backends := BackendNames()
+	if *loadBackends != "" {
+		backends = strings.Split(*loadBackends, ",")
+	}
+	for _, mode := range strings.Split(*loadModes, ",") {
+		for _, backend := range backends {
+			if backend == "mem" && *loadBackends == "" {
+				continue
+			}
+			for _, p := range strings.Split(*loadProducers, ",") {
+				producers, err := strconv.Atoi(p)
+				if err != nil || producers <= 0 {
+					b.Fatalf("-load-producers: %q is not a count", p)
+				}
+				fm, err := ParseFlushMode(mode)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Run(fmt.Sprintf("backend=%s/flush=%s/producers=%d", backend, mode, producers), func(b *testing.B) {
+					benchPutLoad(b, backend, fm, producers)
+				})
+			}
+		}
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
+	ctx := context.Background()
+	if *loadCancel {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
+	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: 64 << 20, Logger: quietLogger})
+	if errors.Is(err, mappedfile.ErrUnsupported) {
+		testenv.Skip(b, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
+	}
+	if err != nil {
+		b.Fatalf("backend %s: %v", backend, err)
+	}
+	defer s.Close()
+	var measuring atomic.Bool
+	var stop atomic.Bool
+	var count atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < producers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			m := testMessage("BenchTopic", int32(w%8), w, 1024)
+			if *loadBare {
+				m.Properties = nil
+			}
+			n := int64(0)
+			for !stop.Load() {
+				if _, err := s.Put(ctx, m); err != nil {
+					b.Error(err)
+					return
+				}
+				if measuring.Load() {
+					n++
+				}
+			}
+			count.Add(n)
+		}(w)
+	}
+	time.Sleep(300 * time.Millisecond)
+	before := s.Stats()
+	cpu0 := cpuTime()
+	t0 := time.Now()
+	measuring.Store(true)
+	time.Sleep(*loadDuration)
+	measuring.Store(false)
+	elapsed := time.Since(t0)
+	cpu := cpuTime() - cpu0
+	after := s.Stats()
+	stop.Store(true)
+	wg.Wait()
+	msgs := after.Puts - before.Puts
+	b.ReportMetric(float64(msgs)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(max(msgs, 1)), "cpu-µs/msg")
+	if f := after.Flushes - before.Flushes; f > 0 {
+		b.ReportMetric(float64(msgs)/float64(f), "msgs/flush")
+	}
+	b.ReportMetric(float64(after.Commits-before.Commits)/elapsed.Seconds(), "commits/s")
+}
