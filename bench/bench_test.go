@@ -130,6 +130,25 @@ func TestEndToEndRun(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// The profiled runs label the engine's goroutines: their CPU splits by
+	// stage, the shares add up, and so do the µs per message.
+	cpus := 0
+	for _, p := range f.Profiles {
+		if p.Kind != "cpu" {
+			continue
+		}
+		cpus++
+		var pct, us float64
+		for _, st := range p.Stages {
+			pct, us = pct+st.Pct, us+st.UsPerMsg
+		}
+		if len(p.Stages) < 2 || p.Messages <= 0 || p.CPUPerMsgNs <= 0 || math.Abs(pct-100) > 1e-6 || math.Abs(us-p.CPUPerMsgNs/1e3) > 1e-6*us {
+			t.Errorf("%s: stages %+v (%v%%, %v µs/msg of %v ns/msg, %d messages)", p.Cell, p.Stages, pct, us, p.CPUPerMsgNs, p.Messages)
+		}
+	}
+	if summary, err := os.ReadFile(filepath.Join(dir, "summary.md")); cpus != 2 || err != nil || !strings.Contains(string(summary), "## CPU by stage") {
+		t.Errorf("%d CPU profiles; summary: %v", cpus, err)
+	}
 	if entries, _ := os.ReadDir(cfg.Dir); len(entries) != 2 {
 		t.Errorf("work directory left behind: %v", entries)
 	}

@@ -494,7 +494,9 @@ func (r *runner) profile(ctx context.Context, sys system, cell string) {
 	r.progress.step(cell+" (profiling)", 0, 1, 0)
 	var summaries []runfile.ProfileSummary
 	var perr error
-	rep, _ := storeRepeat(ctx, sys.pol.Store, filepath.Join(r.work, cell+"-profile"), sys.backend, sys.pol.Flush, sp, func(run func()) {
+	store := sys.pol.Store
+	store.ProfileLabels = true // the engine labels its goroutines by stage: the CPU by stage
+	rep, _ := storeRepeat(ctx, store, filepath.Join(r.work, cell+"-profile"), sys.backend, sys.pol.Flush, sp, func(run func()) {
 		summaries, perr = profileRun(r.profDir, cell, run)
 	})
 	switch {

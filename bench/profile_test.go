@@ -3,11 +3,22 @@ package bench
 import (
 	"bytes"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/google/pprof/profile"
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/engine"
 )
+
+// TestStagesAreTheEngines: the run file's stage label and stages are the
+// engine's.
+func TestStagesAreTheEngines(t *testing.T) {
+	want := []string{engine.StageAppend, engine.StageWait, engine.StageCommit, engine.StageFlush, engine.StageDispatch, engine.StagePrewrite, engine.StageReplicate}
+	if runfile.StageLabel != engine.ProfileLabelKey || !slices.Equal(runfile.StageOrder, want) {
+		t.Errorf("runfile: %q %v, engine: %q %v", runfile.StageLabel, runfile.StageOrder, engine.ProfileLabelKey, want)
+	}
+}
 
 // stageProfile is a CPU profile with known samples: 10 ms in append,
 // 30 ms waiting, 20 ms flushing, 1 ms under a stage the table does not

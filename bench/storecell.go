@@ -45,7 +45,7 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 	return engine.Options{Backend: backend, BackendOptions: bo, FlushMode: mode, SegmentSizeBytes: s.SegmentSizeBytes,
 		FlushInterval: s.FlushInterval, FlushLeastPages: s.FlushLeastPages, FlushThoroughInterval: s.FlushThoroughInterval,
 		SyncFlushTimeout: s.SyncFlushTimeout, CommitInterval: s.CommitInterval, CommitLeastPages: s.CommitLeastPages,
-		WarmSegments: s.WarmSegments, LockSegments: s.LockSegments,
+		WarmSegments: s.WarmSegments, LockSegments: s.LockSegments, ProfileLabels: s.ProfileLabels,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 

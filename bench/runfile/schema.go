@@ -528,8 +528,10 @@ type StageCost struct {
 }
 
 // StageLabel is the pprof label key the engine's goroutines carry when
-// engine.Options.ProfileLabels is set; StageOrder its values in the order
-// tables show them, then StageOther, the samples without the label.
+// engine.Options.ProfileLabels is set (engine.ProfileLabelKey; runfile
+// does not import the engine, a bench test checks they agree);
+// StageOrder its values (engine.Stage*) in the order tables show them,
+// then StageOther, the samples without the label.
 const (
 	StageLabel = "mqstore.stage"
 	StageOther = "other"
