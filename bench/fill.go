@@ -13,8 +13,8 @@ import (
 const consumeGroup = "mqbench"
 
 // fillStore appends the run's messages (store.Message) with bodies of
-// sizeBytes to queue 0 of the bench topic with
-// four producers until the CommitLog holds at least totalBytes, and waits
+// sizeBytes to queue 0 of the bench topic with four producers until the
+// CommitLog holds at least totalBytes, and waits
 // until every message is dispatched to the ConsumeQueue. keep receives the
 // open store; without keep the store is left open (the produce-crash
 // worker is killed holding it).

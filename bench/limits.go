@@ -183,18 +183,18 @@ func (r *runner) measureLimits(ctx context.Context) {
 // prewrittenFile says how the sync probes' pre-written file is made.
 const prewrittenFile = "made as the engine makes a pre-written segment (segfile.OpenOrCreate with Prewrite: zeros through the page cache, synced): each fdatasync commits data only, no extent conversion"
 
-// groupCommitRuns reports whether the run measures the group-commit
-// limits (it has sync store cells in the closed loop, whose producer
-// counts they are measured at) and how many there are.
-func groupCommitRuns(c *Config) (bool, int) {
+// groupCommitRuns is how many group-commit limits the run measures: one
+// per body size, producer count and syncs in flight (1, 2) when it has
+// sync store cells in the closed loop, none otherwise.
+func groupCommitRuns(c *Config) int {
 	sync := slices.Contains(c.Flushes, "sync")
 	for _, p := range c.Policies {
 		sync = sync || p.Flush == "sync"
 	}
 	if !sync || !hasWorkload(c, string(load.Throughput)) || len(c.Backends) == 0 {
-		return false, 0
+		return 0
 	}
-	return true, len(c.Sizes) * len(c.Producers) * 2
+	return len(c.Sizes) * len(c.Producers) * 2
 }
 
 // groupCommitLimits measures, for each body size and producer count N of
@@ -204,7 +204,7 @@ func groupCommitRuns(c *Config) (bool, int) {
 // of N producers (msgs/s = N × ops/s).
 func (r *runner) groupCommitLimits(ctx context.Context) {
 	cfg := r.cfg
-	if ok, _ := groupCommitRuns(&cfg); !ok {
+	if groupCommitRuns(&cfg) == 0 {
 		return
 	}
 	for _, size := range cfg.Sizes {

@@ -142,7 +142,7 @@ func limitSeconds(c *Config) float64 {
 	memcpy := c.MemcpyDuration.Seconds() * float64(len(c.Sizes))
 	fault := float64(c.FaultBytes) / 4096 * 1e-6
 	segments := 2*float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // two pre-written ones at ~1 GB/s, a fallocated one
-	if ok, _ := groupCommitRuns(c); ok {
+	if groupCommitRuns(c) > 0 {
 		// Per op ~200 µs and its bytes at ~1 GB/s, twice (pre-written, then written).
 		for _, size := range c.Sizes {
 			for _, n := range c.Producers {
@@ -161,8 +161,7 @@ func limitRuns(c *Config, targets int) int {
 	}
 	// seq, sync, pre-written sync, three segments, memcpy per size, fio's
 	// two, the group-commit limits
-	_, groupCommit := groupCommitRuns(c)
-	return targets * (c.Repeat*(6+len(c.Sizes)+2+groupCommit) + c.Repeat + 1)
+	return targets * (c.Repeat*(6+len(c.Sizes)+2+groupCommitRuns(c)) + c.Repeat + 1)
 }
 
 func planLine(p *runfile.Plan, c *Config) string {
