@@ -48,7 +48,7 @@ clean:
 ## each system's sustainable rate, the device limits, and the open loop again under dirty-page pressure (root;
 ## skipped with the reason otherwise). 1 s windows: shorter than the automatic window on most machines (see README).
 ## Writes results/<YYYYMMDD-HHMMSS>-<host>/ and profiles/<run>/. BENCH_FLAGS adds or overrides flags.
-BENCH_QUICK := --sizes 1024 --flush async,sync --workloads throughput,latency --pressure none,dirty --pressure-workloads latency \
+BENCH_QUICK := --message rocketmq --sizes 1024 --flush async,sync --workloads throughput,latency --pressure none,dirty --pressure-workloads latency \
 	--producers 16 --rates 1000 --repeat 5 --duration 1s --warmup 200ms --peers pebble-wal --search-probes 3 --search-duration 500ms \
 	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --memcpy-bytes 64MiB --fault-bytes 128MiB --profile-duration 300ms
 BENCH_FLAGS ?=

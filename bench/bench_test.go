@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/device"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
@@ -129,6 +130,25 @@ func TestEndToEndRun(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// The profiled runs label the engine's goroutines: their CPU splits by
+	// stage, the shares add up, and so do the µs per message.
+	cpus := 0
+	for _, p := range f.Profiles {
+		if p.Kind != "cpu" {
+			continue
+		}
+		cpus++
+		var pct, us float64
+		for _, st := range p.Stages {
+			pct, us = pct+st.Pct, us+st.UsPerMsg
+		}
+		if len(p.Stages) < 2 || p.Messages <= 0 || p.CPUPerMsgNs <= 0 || math.Abs(pct-100) > 1e-6 || math.Abs(us-p.CPUPerMsgNs/1e3) > 1e-6*us {
+			t.Errorf("%s: stages %+v (%v%%, %v µs/msg of %v ns/msg, %d messages)", p.Cell, p.Stages, pct, us, p.CPUPerMsgNs, p.Messages)
+		}
+	}
+	if summary, err := os.ReadFile(filepath.Join(dir, "summary.md")); cpus != 2 || err != nil || !strings.Contains(string(summary), "## CPU by stage") {
+		t.Errorf("%d CPU profiles; summary: %v", cpus, err)
+	}
 	if entries, _ := os.ReadDir(cfg.Dir); len(entries) != 2 {
 		t.Errorf("work directory left behind: %v", entries)
 	}
@@ -225,15 +245,19 @@ func (fakeProber) SequentialWrite(_ context.Context, _ string, total int64, _, _
 	return total, time.Duration(total), nil
 }
 
-func (fakeProber) SyncLatency(_ context.Context, _ string, count int, prewritten bool) ([]time.Duration, error) {
-	out := make([]time.Duration, count)
-	for i := range out {
-		out[i] = time.Duration(i+1) * time.Microsecond
-		if prewritten {
-			out[i] /= 2
+// SyncWrites: the writes' latencies are 1..count µs (half that
+// pre-written), and the writers overlap perfectly.
+func (fakeProber) SyncWrites(_ context.Context, _ string, p device.SyncProbe) (device.SyncResult, error) {
+	r := device.SyncResult{Latencies: make([]time.Duration, p.Count/p.InFlight*p.InFlight)}
+	for i := range r.Latencies {
+		r.Latencies[i] = time.Duration(i+1) * time.Microsecond
+		if p.Prewritten {
+			r.Latencies[i] /= 2
 		}
+		r.Elapsed += r.Latencies[i]
 	}
-	return out, nil
+	r.Elapsed /= time.Duration(p.InFlight)
+	return r, nil
 }
 
 // CreateSegment: 1 ns per byte pre-written (1000 MB/s), half that with
@@ -254,6 +278,7 @@ func (fakeProber) CreateSegment(_ context.Context, _ string, size int64, prewrit
 func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Workloads, cfg.NoLimits, cfg.AA = []string{"throughput"}, false, false
+	cfg.Flushes, cfg.Producers, cfg.Store.Message = []string{"sync"}, []int{2, 8}, MessageRocketMQ
 	cfg.MemcpyBytes, cfg.MemcpyDuration, cfg.FaultBytes, cfg.DeviceProbeBytes, cfg.SyncProbeCount = 4<<20, 20*time.Millisecond, 4<<20, 4<<20, 10
 	var progress lockedBuffer
 	f, _, err := Run(context.Background(), cfg, RunOptions{Prober: fakeProber{}, Progress: &progress})
@@ -282,8 +307,32 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	if l := names[LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) || l.MBPerSec != 0 {
 		t.Errorf("segment creation, fallocated %+v", l)
 	}
-	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(1024)) {
+	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(cfg.Store.Message, 1024)) {
 		t.Errorf("memcpy %+v", l)
+	}
+	// The group-commit limits: N records of the rocketmq message per write,
+	// one and two in flight, for each producer count; msgs/s = N × ops/s.
+	// With the fake's 10 pre-written writes of 0.5..5 µs, one writer does
+	// 10 ops in 27.5 µs.
+	rec := recordBytes(MessageRocketMQ, 1024)
+	groupCommit := map[[2]int]*runfile.Limit{}
+	for i := range f.Limits {
+		if l := &f.Limits[i]; l.Name == LimitGroupCommit {
+			groupCommit[[2]int{l.Producers, l.InFlight}] = l
+			if l.RecordBytes != rec || l.SizeBytes != 1024 || l.Params["writeBytes"] != strconv.Itoa(l.Producers*rec) || l.Status != runfile.StatusOK {
+				t.Errorf("group-commit limit %+v: want %d-byte records, %d per write", l, rec, l.Producers)
+			}
+		}
+	}
+	for _, n := range cfg.Producers {
+		one, two := groupCommit[[2]int{n, 1}], groupCommit[[2]int{n, 2}]
+		if one == nil || two == nil {
+			t.Fatalf("group-commit limits at %d producers: %v, %v", n, one, two)
+		}
+		if !within(one.OpsPerSec, 10/27.5e-6) || !within(one.MsgsPerSec, float64(n)*one.OpsPerSec) || !within(two.MsgsPerSec, 2*one.MsgsPerSec) ||
+			!within(one.MBPerSec, one.MsgsPerSec*float64(rec)/1e6) {
+			t.Errorf("%d producers: one in flight %v ops/s %v msgs/s %v MB/s, two %v msgs/s", n, one.OpsPerSec, one.MsgsPerSec, one.MBPerSec, two.MsgsPerSec)
+		}
 	}
 	if l := names[LimitFaults]; l == nil || l.FaultsPerSec <= 0 || len(l.Repeats) != cfg.Repeat+1 || !l.Repeats[0].Warm {
 		t.Errorf("faults %+v", l)
@@ -294,6 +343,8 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 		t.Errorf("the last progress line does not reach its total: %q", lines[len(lines)-1])
 	}
 }
+
+func within(a, b float64) bool { return a > b*(1-1e-6) && a < b*(1+1e-6) }
 
 // TestStoreDurability: a real store's positions through the adapter, on a
 // buffered backend whose commit and flush lag its appends.

@@ -94,7 +94,7 @@ func DefaultConfig() Config {
 		Replication: []string{ReplicationNone},
 		Dir:         ".", Out: "results", ProfilesRoot: "profiles", Profile: true, ProfileDuration: time.Second,
 		MemcpyBytes: 64 << 20, MemcpyDuration: time.Second, FaultBytes: 256 << 20, DeviceProbeBytes: 1 << 30, SyncProbeCount: 1000,
-		Store:             StoreConfig{SegmentSizeBytes: 256 << 20},
+		Store:             StoreConfig{SegmentSizeBytes: 256 << 20, Message: MessageBare},
 		EmulateImageBytes: 4 << 30, HDDBandwidthBytes: 150e6, HDDIOPS: 150,
 		ConsumeBytes: 256 << 20, RecoveryBytes: 1 << 30, ColdReads: true,
 		DirtyBytes: 32 << 20, DirtyBackgroundBytes: 8 << 20, DirtyFileBytes: 1 << 30,
@@ -139,6 +139,9 @@ func Validate(c *Config) error {
 		if !slices.Contains(known, b) {
 			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(known, ", "))
 		}
+	}
+	if m := c.Store.Message; m != "" && !slices.Contains(MessageKinds(), m) {
+		return fmt.Errorf("message %q: want %s", m, strings.Join(MessageKinds(), " or "))
 	}
 	for _, s := range c.Sizes {
 		if s <= 0 || s > 4<<20 {

@@ -57,8 +57,10 @@ func e2eRepeat(ctx context.Context, store StoreConfig, dir, backend, flush strin
 	}
 	res := load.RunTimed(ctx, spec, nil, nil, func(worker int) load.TimedOp {
 		q := worker % queues
-		m := &engine.Message{Topic: benchTopic, QueueID: int32(q), Body: Body(worker, spec.SizeBytes)}
+		g := newProducerMessages(store.Message, worker, spec.SizeBytes)
 		return func(ctx context.Context, intended time.Time) error {
+			m := g.next()
+			m.QueueID = int32(q)
 			binary.LittleEndian.PutUint64(m.Body, uint64(intended.UnixNano()))
 			if _, err := s.Put(ctx, m); err != nil {
 				return err

@@ -12,8 +12,9 @@ import (
 
 const consumeGroup = "mqbench"
 
-// fillStore appends bodies of sizeBytes to queue 0 of the bench topic with
-// four producers until the CommitLog holds at least totalBytes, and waits
+// fillStore appends the run's messages (store.Message) with bodies of
+// sizeBytes to queue 0 of the bench topic with four producers until the
+// CommitLog holds at least totalBytes, and waits
 // until every message is dispatched to the ConsumeQueue. keep receives the
 // open store; without keep the store is left open (the produce-crash
 // worker is killed holding it).
@@ -22,7 +23,7 @@ func fillStore(ctx context.Context, store StoreConfig, dir, backend string, size
 	if err != nil {
 		return err
 	}
-	if err := fill(ctx, s, sizeBytes, totalBytes); err != nil {
+	if err := fill(ctx, s, store.Message, sizeBytes, totalBytes); err != nil {
 		s.Close()
 		return err
 	}
@@ -32,15 +33,17 @@ func fillStore(ctx context.Context, store StoreConfig, dir, backend string, size
 	return nil
 }
 
-func fill(ctx context.Context, s *engine.Store, sizeBytes int, totalBytes int64) error {
+func fill(ctx context.Context, s *engine.Store, message string, sizeBytes int, totalBytes int64) error {
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m := &engine.Message{Topic: benchTopic, QueueID: 0, Body: Body(w, sizeBytes)}
+			g := newProducerMessages(message, w, sizeBytes)
 			for s.MaxOffset() < totalBytes && ctx.Err() == nil {
+				m := g.next()
+				m.QueueID = 0
 				if _, err := s.Put(ctx, m); err != nil {
 					errs[w] = fmt.Errorf("fill: %w", err)
 					return

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -28,6 +29,9 @@ const (
 	LimitSegmentFallocated       = runfile.LimitSegmentFallocated
 	LimitSegmentPrewritten       = runfile.LimitSegmentPrewritten
 	LimitSegmentPrewrittenDirect = runfile.LimitSegmentPrewrittenDirect
+	// LimitGroupCommit is N records of a cell's size as one write +
+	// fdatasync, one and two in flight, for each producer count N.
+	LimitGroupCommit = runfile.LimitGroupCommit
 )
 
 // DeviceProber measures the device under a directory. The default is the
@@ -36,9 +40,8 @@ type DeviceProber interface {
 	// SequentialWrite writes totalBytes with O_DIRECT, depth blocks of
 	// blockBytes in flight, and returns the bytes written and the time.
 	SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockBytes, depth int) (int64, time.Duration, error)
-	// SyncLatency returns count latencies of a 4 KiB write + fdatasync, on
-	// a fallocated file or a pre-written one.
-	SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([]time.Duration, error)
+	// SyncWrites runs a write + fdatasync probe (device.SyncProbe).
+	SyncWrites(ctx context.Context, dir string, p device.SyncProbe) (device.SyncResult, error)
 	// CreateSegment returns the time to create (fallocate, optionally
 	// pre-write — through the page cache, or with O_DIRECT when direct —,
 	// sync) one segment of sizeBytes.
@@ -54,9 +57,9 @@ func (BuiltinProber) SequentialWrite(ctx context.Context, dir string, totalBytes
 	return r.Bytes, r.Duration, err
 }
 
-// SyncLatency runs device.SyncLatency (plain pwrite + fdatasync).
-func (BuiltinProber) SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([]time.Duration, error) {
-	return device.SyncLatency(ctx, dir, count, prewritten)
+// SyncWrites runs device.SyncWrites (plain pwrite + fdatasync).
+func (BuiltinProber) SyncWrites(ctx context.Context, dir string, p device.SyncProbe) (device.SyncResult, error) {
+	return device.SyncWrites(ctx, dir, p)
 }
 
 // CreateSegment runs device.CreateSegment.
@@ -74,22 +77,23 @@ func deviceSeq(ctx context.Context, p DeviceProber, dir string, totalBytes int64
 	return runfile.Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec()}, nil
 }
 
-// deviceSync runs the write+fdatasync probe once.
-func deviceSync(ctx context.Context, p DeviceProber, dir string, count int, prewritten bool) (runfile.Figures, error) {
-	lat, err := p.SyncLatency(ctx, dir, count, prewritten)
+// deviceSync runs a write+fdatasync probe once: its ops/s (every writer's
+// together, over the probe's elapsed time), msgs/s (msgsPerOp records per
+// write), MB/s and the latency of one op.
+func deviceSync(ctx context.Context, p DeviceProber, dir string, probe device.SyncProbe, msgsPerOp int) (runfile.Figures, error) {
+	res, err := p.SyncWrites(ctx, dir, probe)
 	if err != nil {
 		return runfile.Figures{}, err
 	}
 	h := load.NewHistogram()
-	var total time.Duration
-	for _, d := range lat {
+	for _, d := range res.Latencies {
 		h.Record(d)
-		total += d
 	}
 	pc := h.Percentiles()
-	r := load.Result{Messages: int64(len(lat)), PayloadBytes: int64(len(lat)) * 4096, ElapsedNs: total.Nanoseconds()}
-	return runfile.Figures{MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec(), P50Ns: pc.P50Ns, P90Ns: pc.P90Ns, P99Ns: pc.P99Ns,
-		P999Ns: pc.P999Ns, P9999Ns: pc.P9999Ns, MaxNs: pc.MaxNs}, nil
+	ops := int64(len(res.Latencies))
+	r := load.Result{Messages: ops, PayloadBytes: ops * int64(probe.WriteBytes), ElapsedNs: res.Elapsed.Nanoseconds()}
+	return runfile.Figures{OpsPerSec: r.MsgsPerSec(), MsgsPerSec: r.MsgsPerSec() * float64(msgsPerOp), MBPerSec: r.MBPerSec(),
+		P50Ns: pc.P50Ns, P90Ns: pc.P90Ns, P99Ns: pc.P99Ns, P999Ns: pc.P999Ns, P9999Ns: pc.P9999Ns, MaxNs: pc.MaxNs}, nil
 }
 
 // segmentCreate times making one segment: its creation time as p50 (one
@@ -107,10 +111,11 @@ func segmentCreate(ctx context.Context, p DeviceProber, dir string, sizeBytes in
 	return f, nil
 }
 
-// memcpyCeiling runs the memcpy ceiling once for a body size: MB/s of
-// record bytes (what the cells' writtenMBps counts), msgs/s of records.
-func memcpyCeiling(ctx context.Context, dir string, sizeBytes int, fileBytes int64, d time.Duration) (runfile.Figures, error) {
-	rec := recordBytes(sizeBytes)
+// memcpyCeiling runs the memcpy ceiling once for the records of a message
+// kind and body size: MB/s of record bytes (what the cells' writtenMBps
+// counts), msgs/s of records.
+func memcpyCeiling(ctx context.Context, dir, kind string, sizeBytes int, fileBytes int64, d time.Duration) (runfile.Figures, error) {
+	rec := recordBytes(kind, sizeBytes)
 	res, err := device.MemcpyCeiling(ctx, dir, rec, fileBytes, d)
 	if err != nil {
 		return runfile.Figures{}, err
@@ -138,11 +143,13 @@ func (r *runner) measureLimits(ctx context.Context) {
 	r.repeatLimit(ctx, &seq, false, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes) })
 	sync := runfile.Limit{Name: LimitDeviceSync, Tool: "mqbench device probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount)}}
-	r.repeatLimit(ctx, &sync, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount, false) })
+	probe := device.SyncProbe{WriteBytes: 4096, Count: cfg.SyncProbeCount, InFlight: 1}
+	r.repeatLimit(ctx, &sync, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
 	pre := runfile.Limit{Name: LimitDeviceSyncPrewritten, Tool: "mqbench device probe (pwrite + fdatasync on a pre-written file)", SizeBytes: 4096, Dir: r.work,
-		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount),
-			"file": "made as the engine makes a pre-written segment (segfile.OpenOrCreate with Prewrite: zeros through the page cache, synced): each fdatasync commits data only, no extent conversion"}}
-	r.repeatLimit(ctx, &pre, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, cfg.SyncProbeCount, true) })
+		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount), "file": prewrittenFile}}
+	probe.Prewritten = true
+	r.repeatLimit(ctx, &pre, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
+	r.groupCommitLimits(ctx)
 	seg := cfg.Store.SegmentSizeBytes
 	for _, k := range []struct {
 		name, tool  string
@@ -161,16 +168,62 @@ func (r *runner) measureLimits(ctx context.Context) {
 	}
 	for _, size := range cfg.Sizes {
 		l := runfile.Limit{Name: LimitMemcpy, Tool: "mqbench (memcpy into a pre-populated shared mapping, 1 goroutine)", SizeBytes: size, Dir: r.work,
-			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.MemcpyBytes, 10), "recordBytes": strconv.Itoa(recordBytes(size)),
+			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.MemcpyBytes, 10), "recordBytes": strconv.Itoa(recordBytes(cfg.Store.Message, size)), "message": messageKind(cfg.Store.Message),
 				"minDuration": cfg.MemcpyDuration.String()}}
 		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) {
-			return memcpyCeiling(ctx, r.work, size, cfg.MemcpyBytes, cfg.MemcpyDuration)
+			return memcpyCeiling(ctx, r.work, cfg.Store.Message, size, cfg.MemcpyBytes, cfg.MemcpyDuration)
 		})
 	}
 	faults := runfile.Limit{Name: LimitFaults, Tool: "mqbench (first write to each page of a fresh fallocated file mapping)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.FaultBytes, 10)}}
 	r.repeatLimit(ctx, &faults, true, func() (runfile.Figures, error) { return faultCeiling(ctx, r.work, cfg.FaultBytes) })
 	r.fioLimits(ctx)
+}
+
+// prewrittenFile says how the sync probes' pre-written file is made.
+const prewrittenFile = "made as the engine makes a pre-written segment (segfile.OpenOrCreate with Prewrite: zeros through the page cache, synced): each fdatasync commits data only, no extent conversion"
+
+// groupCommitRuns is how many group-commit limits the run measures: one
+// per body size, producer count and syncs in flight (1, 2) when it has
+// sync store cells in the closed loop, none otherwise.
+func groupCommitRuns(c *Config) int {
+	sync := slices.Contains(c.Flushes, "sync")
+	for _, p := range c.Policies {
+		sync = sync || p.Flush == "sync"
+	}
+	if !sync || !hasWorkload(c, string(load.Throughput)) || len(c.Backends) == 0 {
+		return 0
+	}
+	return len(c.Sizes) * len(c.Producers) * 2
+}
+
+// groupCommitLimits measures, for each body size and producer count N of
+// the run, N records of the run's message written as one pwrite and
+// fdatasynced, with one op in flight and with two writers at once on the
+// two halves of one pre-written file: the device's bound on a group commit
+// of N producers (msgs/s = N × ops/s).
+func (r *runner) groupCommitLimits(ctx context.Context) {
+	cfg := r.cfg
+	if groupCommitRuns(&cfg) == 0 {
+		return
+	}
+	for _, size := range cfg.Sizes {
+		rec := recordBytes(cfg.Store.Message, size)
+		for _, n := range cfg.Producers {
+			for _, inFlight := range []int{1, 2} {
+				probe := device.SyncProbe{WriteBytes: n * rec, Count: max(cfg.SyncProbeCount, inFlight), InFlight: inFlight, Prewritten: true}
+				writers := "one op at a time"
+				if inFlight == 2 {
+					writers = "two goroutines at once, each on its own half of the one file (two syncs in flight on one segment)"
+				}
+				l := runfile.Limit{Name: LimitGroupCommit, Tool: "mqbench device probe (N records as one pwrite + fdatasync, pre-written file)",
+					SizeBytes: size, RecordBytes: rec, Producers: n, InFlight: inFlight, Dir: r.work,
+					Params: map[string]string{"writeBytes": strconv.Itoa(probe.WriteBytes), "count": strconv.Itoa(probe.Count),
+						"message": messageKind(cfg.Store.Message), "writers": writers, "file": prewrittenFile}}
+				r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, n) })
+			}
+		}
+	}
 }
 
 // repeatLimit measures l cfg.Repeat times (after one discarded repeat when
@@ -185,7 +238,11 @@ func (r *runner) repeatLimit(ctx context.Context, l *runfile.Limit, warm bool, m
 			l.Status, l.Reason = runfile.StatusInterrupted, "interrupted"
 			break
 		}
-		r.progress.step(fmt.Sprintf("limit %s %s", l.Name, sizeLabel(l.SizeBytes)), i+1, r.cfg.Repeat, 0)
+		what := fmt.Sprintf("limit %s %s", l.Name, sizeLabel(l.SizeBytes))
+		if l.Producers > 0 {
+			what += fmt.Sprintf(" ×%d, %d in flight", l.Producers, l.InFlight)
+		}
+		r.progress.step(what, i+1, r.cfg.Repeat, 0)
 		f, err := measure()
 		r.progress.advance(1)
 		if err != nil {

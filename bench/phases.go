@@ -97,6 +97,8 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 		c.InFlight, c.Arrival = r.cfg.InFlight, r.cfg.Arrival
 	}
 	if !sys.peer {
+		c.Message = messageKind(sys.pol.Store.Message)
+		c.RecordBytes = recordBytes(c.Message, sys.size)
 		c.Replication, c.HADelayNs = sys.replicationLabel(), sys.haDelay().Nanoseconds()
 		c.Durability = cellDurability(sys, nil)
 		_, c.Tuning, _ = backendOptions(sys.pol.Store, sys.backend, sys.pol.Flush)
@@ -492,7 +494,9 @@ func (r *runner) profile(ctx context.Context, sys system, cell string) {
 	r.progress.step(cell+" (profiling)", 0, 1, 0)
 	var summaries []runfile.ProfileSummary
 	var perr error
-	rep, _ := storeRepeat(ctx, sys.pol.Store, filepath.Join(r.work, cell+"-profile"), sys.backend, sys.pol.Flush, sp, func(run func()) {
+	store := sys.pol.Store
+	store.ProfileLabels = true // the engine labels its goroutines by stage: the CPU by stage
+	rep, _ := storeRepeat(ctx, store, filepath.Join(r.work, cell+"-profile"), sys.backend, sys.pol.Flush, sp, func(run func()) {
 		summaries, perr = profileRun(r.profDir, cell, run)
 	})
 	switch {
@@ -500,6 +504,9 @@ func (r *runner) profile(ctx context.Context, sys system, cell string) {
 		r.progress.note("profile %s: %v", cell, perr)
 	case rep.Status == runfile.StatusFailed:
 		r.progress.note("profile %s: the profiled run failed: %s", cell, rep.Reason)
+	}
+	for i := range summaries {
+		perMessage(&summaries[i], rep.Result.CPUUserNs+rep.Result.CPUSysNs, rep.Result.Messages)
 	}
 	r.file.Profiles = append(r.file.Profiles, summaries...)
 }

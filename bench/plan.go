@@ -142,6 +142,15 @@ func limitSeconds(c *Config) float64 {
 	memcpy := c.MemcpyDuration.Seconds() * float64(len(c.Sizes))
 	fault := float64(c.FaultBytes) / 4096 * 1e-6
 	segments := 2*float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // two pre-written ones at ~1 GB/s, a fallocated one
+	if groupCommitRuns(c) > 0 {
+		// Per op ~200 µs and its bytes at ~1 GB/s, twice (pre-written, then written).
+		for _, size := range c.Sizes {
+			for _, n := range c.Producers {
+				bytes := float64(c.SyncProbeCount) * float64(n*recordBytes(c.Store.Message, size))
+				sync += 2 * (float64(c.SyncProbeCount)*200e-6 + 2*bytes/1e9)
+			}
+		}
+	}
 	return r*(seq+sync+memcpy+segments) + (r+1)*fault
 }
 
@@ -150,8 +159,9 @@ func limitRuns(c *Config, targets int) int {
 	if c.NoLimits {
 		return 0
 	}
-	// seq, sync, pre-written sync, three segments, memcpy per size, fio's two
-	return targets * (c.Repeat*(6+len(c.Sizes)+2) + c.Repeat + 1)
+	// seq, sync, pre-written sync, three segments, memcpy per size, fio's
+	// two, the group-commit limits
+	return targets * (c.Repeat*(6+len(c.Sizes)+2+groupCommitRuns(c)) + c.Repeat + 1)
 }
 
 func planLine(p *runfile.Plan, c *Config) string {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -23,6 +24,9 @@ type ProfileSummary = runfile.ProfileSummary
 
 // FunctionCost is a function's flat and cumulative share of a profile.
 type FunctionCost = runfile.FunctionCost
+
+// StageCost is one engine stage's share of a CPU profile.
+type StageCost = runfile.StageCost
 
 // profileTopN is how many functions a summary keeps.
 const profileTopN = 8
@@ -208,5 +212,64 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (ProfileSumm
 		}
 		s.Top = append(s.Top, fc)
 	}
+	if sampleType == "cpu" {
+		s.Stages = stageCosts(p, idx, s.Total)
+	}
 	return s, nil
+}
+
+// stageCosts splits the value of p's sample type idx (of total) by the
+// engine's stage label (runfile.StageLabel): the stages in
+// runfile.StageOrder, then any other value of the label, then
+// runfile.StageOther for the samples without it. Nil when no sample
+// carries the label (a store run without engine.Options.ProfileLabels):
+// there is nothing to split.
+func stageCosts(p *profile.Profile, idx int, total int64) []StageCost {
+	by := map[string]int64{}
+	labelled := false
+	for _, sample := range p.Sample {
+		v := sample.Value[idx]
+		if v <= 0 {
+			continue
+		}
+		stage := runfile.StageOther
+		if vs := sample.Label[runfile.StageLabel]; len(vs) > 0 {
+			stage, labelled = vs[0], true
+		}
+		by[stage] += v
+	}
+	if !labelled || total <= 0 {
+		return nil
+	}
+	order := slices.Clone(runfile.StageOrder)
+	for stage := range by {
+		if !slices.Contains(order, stage) && stage != runfile.StageOther {
+			order = append(order, stage)
+		}
+	}
+	slices.Sort(order[len(runfile.StageOrder):])
+	var out []StageCost
+	for _, stage := range append(order, runfile.StageOther) {
+		if v, ok := by[stage]; ok {
+			out = append(out, StageCost{Stage: stage, Value: v, Pct: 100 * float64(v) / float64(total)})
+		}
+	}
+	return out
+}
+
+// perMessage shares a CPU profile's stages out as µs per message: the
+// profiled run's CPU (getrusage, cpuNs) per message, or — when the run
+// reported none — the profile's own samples per message.
+func perMessage(s *ProfileSummary, cpuNs, messages int64) {
+	if len(s.Stages) == 0 || messages <= 0 {
+		return
+	}
+	s.Messages, s.CPUSource = messages, "getrusage of the profiled run"
+	if cpuNs <= 0 {
+		cpuNs, s.CPUSource = s.Total, "the CPU profile's samples"
+	}
+	s.CPUPerMsgNs = float64(cpuNs) / float64(messages)
+	for i := range s.Stages {
+		s.Stages[i].UsPerMsg = s.Stages[i].Pct / 100 * s.CPUPerMsgNs / 1e3
+	}
 }

@@ -482,10 +482,10 @@ func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir s
 	watched := tr.watch(watchCtx, s.ReplicatedOffset, m.WaitAcked)
 	d := &replDurability{storeDurability: storeDurability{s: s}, tr: tr, slave: slave}
 	res := load.Run(ctx, spec, nil, d, func(worker int) load.Op {
-		msg := benchMessage(worker, spec.SizeBytes)
+		g := newProducerMessages(store.Message, worker, spec.SizeBytes)
 		return func(ctx context.Context) error {
 			start := tr.now()
-			r, err := s.Put(ctx, msg)
+			r, err := s.Put(ctx, g.next())
 			if err != nil {
 				return err
 			}

@@ -193,7 +193,7 @@ func TestSlaveProcessStartedAndStopped(t *testing.T) {
 	}
 	var end int64
 	for i := range 200 {
-		r, err := s.Put(ctx, benchMessage(i, 1000))
+		r, err := s.Put(ctx, newProducerMessages(MessageBare, i, 1000).next())
 		if err != nil {
 			t.Fatal(err)
 		}

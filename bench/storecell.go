@@ -13,17 +13,10 @@ import (
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
-	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/uring"
 )
 
 const benchTopic = "BenchTopic"
-
-// benchMessage is worker's message: a fixed, incompressible body of
-// sizeBytes, no properties (the body is the payload every system stores).
-func benchMessage(worker, sizeBytes int) *engine.Message {
-	return &engine.Message{Topic: benchTopic, QueueID: int32(worker % 8), Body: Body(worker, sizeBytes)}
-}
 
 // Body returns a deterministic, incompressible body (an xorshift stream).
 func Body(worker, sizeBytes int) []byte {
@@ -36,12 +29,6 @@ func Body(worker, sizeBytes int) []byte {
 		b[i] = byte(x)
 	}
 	return b
-}
-
-// recordBytes is the size of the CommitLog record the store writes for a
-// body of sizeBytes (what the memcpy ceiling copies).
-func recordBytes(sizeBytes int) int {
-	return record.Size(benchMessage(0, sizeBytes), 0)
 }
 
 // storeOptions are the engine options of a cell: the run's store
@@ -58,7 +45,7 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 	return engine.Options{Backend: backend, BackendOptions: bo, FlushMode: mode, SegmentSizeBytes: s.SegmentSizeBytes,
 		FlushInterval: s.FlushInterval, FlushLeastPages: s.FlushLeastPages, FlushThoroughInterval: s.FlushThoroughInterval,
 		SyncFlushTimeout: s.SyncFlushTimeout, CommitInterval: s.CommitInterval, CommitLeastPages: s.CommitLeastPages,
-		WarmSegments: s.WarmSegments, LockSegments: s.LockSegments,
+		WarmSegments: s.WarmSegments, LockSegments: s.LockSegments, ProfileLabels: s.ProfileLabels,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 
@@ -190,9 +177,9 @@ func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush strin
 	var res load.Result
 	run := func() {
 		res = load.Run(ctx, spec, nil, d, func(worker int) load.Op {
-			m := benchMessage(worker, spec.SizeBytes)
+			g := newProducerMessages(cfg.Message, worker, spec.SizeBytes)
 			return func(ctx context.Context) error {
-				_, err := s.Put(ctx, m)
+				_, err := s.Put(ctx, g.next())
 				return err
 			}
 		})

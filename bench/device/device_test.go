@@ -42,24 +42,38 @@ func TestSequentialWrite(t *testing.T) {
 	}
 }
 
-func TestSyncLatency(t *testing.T) {
-	for _, prewritten := range []bool{false, true} {
+func TestSyncWrites(t *testing.T) {
+	for _, p := range []SyncProbe{
+		{WriteBytes: 4096, Count: 20, InFlight: 1},
+		{WriteBytes: 4096, Count: 20, InFlight: 1, Prewritten: true},
+		{WriteBytes: 16 * 1290, Count: 21, InFlight: 2, Prewritten: true}, // 10 each: not block-sized, not block-aligned
+	} {
 		dir := t.TempDir()
-		lat, err := SyncLatency(context.Background(), dir, 20, prewritten)
+		r, err := SyncWrites(context.Background(), dir, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(lat) != 20 {
-			t.Fatalf("prewritten %v: %d latencies, want 20", prewritten, len(lat))
+		want := p.Count / p.InFlight * p.InFlight
+		if len(r.Latencies) != want {
+			t.Fatalf("%+v: %d latencies, want %d", p, len(r.Latencies), want)
 		}
-		for i, d := range lat {
+		var sum time.Duration
+		for i, d := range r.Latencies {
 			if d <= 0 {
-				t.Fatalf("prewritten %v: latency %d is %v", prewritten, i, d)
+				t.Fatalf("%+v: latency %d is %v", p, i, d)
 			}
+			sum += d
+		}
+		// One writer: the writes follow each other; two overlap, so the
+		// run is at least the longer writer's share and at most the sum.
+		if r.Elapsed < sum/time.Duration(p.InFlight) || (p.InFlight == 1 && r.Elapsed < sum) {
+			t.Errorf("%+v: elapsed %v for latencies summing to %v", p, r.Elapsed, sum)
 		}
 		noFilesLeft(t, dir)
-		if _, err := SyncLatency(context.Background(), dir, 0, prewritten); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("0 writes: %v", err)
+	}
+	for _, bad := range []SyncProbe{{WriteBytes: 4096, Count: 0, InFlight: 1}, {WriteBytes: 0, Count: 5, InFlight: 1}, {WriteBytes: 4096, Count: 1, InFlight: 2}} {
+		if _, err := SyncWrites(context.Background(), t.TempDir(), bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%+v: %v, want ErrInvalidArgument", bad, err)
 		}
 	}
 }

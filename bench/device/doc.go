@@ -2,18 +2,22 @@
 // the way: the device's sequential O_DIRECT write bandwidth (io_uring at a
 // queue depth, fio's --rw=write --direct=1 --ioengine=io_uring), the
 // latency of one durable 4 KiB append (pwrite + fdatasync), the memcpy
-// ceiling of an append into a pre-populated shared mapping, and the
-// page-fault rate of first writes into a fresh file mapping.
+// ceiling of an append into a pre-populated shared mapping, the page-fault
+// rate of first writes into a fresh file mapping, and the group-commit
+// limit (N records written and fdatasynced as one write, one or two in
+// flight).
 //
 // The io_uring probe drives the uring package's exported ring (NewRing,
 // RegisterBuffers, Submit, Wait); everything else is plain system calls.
 //
-// SyncLatency runs on a fallocated file (each sync also commits an extent
-// conversion) or a pre-written one (data only: the physical cost of one
-// durable append); CreateSegment times making a segment, fallocated or
-// pre-written (buffered or O_DIRECT zeros), with the engine's own code
+// SyncWrites (write + fdatasync, of any size, one or more writers) runs on
+// a fallocated file (each sync also commits an extent conversion) or a
+// pre-written one (data only: the physical cost of a durable append);
+// CreateSegment times making a segment, fallocated or pre-written
+// (buffered or O_DIRECT zeros), with the engine's own code
 // (internal/segfile.OpenOrCreate, which its allocation service uses).
 //
-// Files: probe_linux.go (SequentialWrite, SyncLatency, CreateSegment), probe_other.go,
-// ceiling.go (MemcpyCeiling, FaultRate), file_*.go (probe files).
+// Files: probe_linux.go (SequentialWrite, SyncWrites, CreateSegment),
+// probe_other.go, syncprobe.go (SyncProbe), ceiling.go (MemcpyCeiling,
+// FaultRate), file_*.go (probe files).
 package device

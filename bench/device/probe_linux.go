@@ -2,8 +2,11 @@ package device
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -135,40 +138,50 @@ func submitHolding(ctx context.Context, ring *uring.Ring, req []uring.Request, t
 	}
 }
 
-// SyncLatency measures the latency of a durable small append: count times,
-// a 4 KiB pwrite at the next offset of a new segment-like file in dir
-// followed by fdatasync (plain system calls: the device and file system,
-// not a ring). The file is removed afterwards.
-//
-// prewritten chooses the file, made as the engine's allocation service
-// makes a segment (segfile.OpenOrCreate): false, fallocated only (its
-// extents are allocated but unwritten, so each fdatasync also commits the
-// extent conversion of the block just written — a journal commit on ext4
-// and xfs); true, pre-written (zeros written through the page cache and
-// synced before the first sample, as the engine's PrewriteSegments does
-// for the buffered backends), so a sync commits data only: the physical
-// cost of one durable append.
-func SyncLatency(ctx context.Context, dir string, count int, prewritten bool) ([]time.Duration, error) {
-	const blockBytes = 4096
-	if count <= 0 {
-		return nil, fmt.Errorf("device: sync probe of %d writes: %w", count, ErrInvalidArgument)
+// SyncWrites runs p in a new file in dir (plain system calls: the device
+// and file system, not a ring), removed afterwards.
+func SyncWrites(ctx context.Context, dir string, p SyncProbe) (SyncResult, error) {
+	if p.WriteBytes <= 0 || p.InFlight <= 0 || p.Count < p.InFlight {
+		return SyncResult{}, fmt.Errorf("device: sync probe of %d writes of %d bytes, %d in flight: want positive sizes and at least one write per writer: %w",
+			p.Count, p.WriteBytes, p.InFlight, ErrInvalidArgument)
 	}
-	f, err := probeSegment(ctx, dir, int64(count)*blockBytes, prewritten, false)
+	per := p.Count / p.InFlight
+	region := int64(per) * int64(p.WriteBytes)
+	size := (region*int64(p.InFlight) + 4095) &^ 4095
+	f, err := probeSegment(ctx, dir, size, p.Prewritten, false)
 	if err != nil {
-		return nil, err
+		return SyncResult{}, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	block := make([]byte, blockBytes)
+	block := make([]byte, p.WriteBytes)
 	fillRandom(block)
 	fd := int(f.Fd())
+	lat := make([][]time.Duration, p.InFlight)
+	errs := make([]error, p.InFlight)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range p.InFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat[w], errs[w] = syncWriter(ctx, fd, block, int64(w)*region, per)
+		}()
+	}
+	wg.Wait()
+	return SyncResult{Latencies: slices.Concat(lat...), Elapsed: time.Since(start)}, errors.Join(errs...)
+}
+
+// syncWriter writes block count times from offset on, each write followed
+// by fdatasync, and returns each one's latency.
+func syncWriter(ctx context.Context, fd int, block []byte, offset int64, count int) ([]time.Duration, error) {
 	latencies := make([]time.Duration, 0, count)
 	for i := range count {
 		if err := ctx.Err(); err != nil {
 			return latencies, fmt.Errorf("device: sync probe: %w", err)
 		}
 		start := time.Now()
-		if _, err := unix.Pwrite(fd, block, int64(i)*blockBytes); err != nil {
+		if _, err := unix.Pwrite(fd, block, offset+int64(i)*int64(len(block))); err != nil {
 			return latencies, fmt.Errorf("device: sync probe: pwrite: %w", err)
 		}
 		if err := unix.Fdatasync(fd); err != nil {

@@ -15,9 +15,9 @@ func SequentialWrite(context.Context, string, int64, int, int) (Result, error) {
 	return Result{}, errNotLinux
 }
 
-// SyncLatency returns an error wrapping ErrUnsupported outside Linux.
-func SyncLatency(context.Context, string, int, bool) ([]time.Duration, error) {
-	return nil, errNotLinux
+// SyncWrites returns an error wrapping ErrUnsupported outside Linux.
+func SyncWrites(context.Context, string, SyncProbe) (SyncResult, error) {
+	return SyncResult{}, errNotLinux
 }
 
 // CreateSegment returns an error wrapping ErrUnsupported outside Linux.

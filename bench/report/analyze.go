@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"sort"
 	"strings"
@@ -134,6 +135,12 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 				}
 			}
 		}
+		if c.Workload == "throughput" && c.Flush == "sync" {
+			if ref, against, ok := groupCommitLimit(f, c); ok {
+				out = append(out, ratioOf("group-commit", c, against, "msgsPerSec", ref,
+					fmt.Sprintf("acknowledged msgs/s ÷ the device's %d records of %d B as one write+fdatasync (msgs/s, the better of one and two in flight): how close the group commit comes to the device", c.Producers, c.RecordBytes)))
+			}
+		}
 		if c.Workload == "latency" && c.Flush == "sync" {
 			for _, name := range []string{runfile.LimitDeviceSync, runfile.LimitDeviceSyncPrewritten, runfile.LimitFioSync} {
 				if l := limit(name, 0, c.Target); l != nil {
@@ -149,6 +156,9 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 			}
 			if c.Workload == "throughput" {
 				note := "accepted msgs/s, same producers; higher: mqstore faster"
+				if c.Message != "" && c.Message != "bare" {
+					note += " (mqstore puts the " + c.Message + " message, the peer the body alone)"
+				}
 				if sustainedNo(c) || sustainedNo(&p) {
 					note += " — but " + strings.Join(notSustained(c, &p), " and ") + " did not keep durable up with what it accepted"
 				}
@@ -202,6 +212,33 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 		}
 	}
 	return out
+}
+
+// groupCommitLimit is the device's group-commit limit for a sync
+// throughput cell: the better of the one- and two-in-flight limits'
+// msgs/s at its producer count and record size, on its target. The
+// interval of the better of two figures, each within its own interval, is
+// [the higher low, the higher high].
+func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell) (runfile.Interval, string, bool) {
+	var best runfile.Interval
+	var from []string
+	for i := range f.Limits {
+		l := &f.Limits[i]
+		if l.Name != runfile.LimitGroupCommit || l.Status != runfile.StatusOK || l.Target != c.Target || l.Producers != c.Producers ||
+			l.SizeBytes != c.SizeBytes || l.RecordBytes != c.RecordBytes || c.RecordBytes == 0 {
+			continue
+		}
+		iv := l.Interval("msgsPerSec")
+		if iv.Median > best.Median {
+			best.Median, best.Level = iv.Median, iv.Level
+		}
+		best.Lo, best.Hi = max(best.Lo, iv.Lo), max(best.Hi, iv.Hi)
+		from = append(from, strconv.Itoa(l.InFlight))
+	}
+	if len(from) == 0 {
+		return best, "", false
+	}
+	return best, fmt.Sprintf("%s ×%d (%s in flight)", runfile.LimitGroupCommit, c.Producers, strings.Join(from, " or ")), true
 }
 
 func sustainedNo(c *runfile.Cell) bool { return c.Sustained != nil && !*c.Sustained }

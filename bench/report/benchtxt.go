@@ -42,6 +42,9 @@ func WriteBenchTxt(w io.Writer, f *runfile.RunFile) error {
 			if len(f.Devices) > 1 && l.Target != "" {
 				target = "/target=" + runfile.SafeName(l.Target)
 			}
+			if l.Producers > 0 {
+				target = fmt.Sprintf("/producers=%d/inflight=%d", l.Producers, l.InFlight) + target
+			}
 			fmt.Fprintf(&b, "BenchmarkMQBenchLimit/limit=%s/size=%d%s 1%s\n", l.Name, l.SizeBytes, target, limitValues(&r.Figures))
 		}
 	}
@@ -144,7 +147,14 @@ func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
 func limitValues(f *runfile.Figures) string {
 	var v valueList
 	v.add(f.MBPerSec, "MB/s")
-	v.add(f.MsgsPerSec, "ops/s")
+	ops := f.OpsPerSec
+	if ops == 0 {
+		ops = f.MsgsPerSec // the limits that count one message per op
+	}
+	v.add(ops, "ops/s")
+	if f.OpsPerSec > 0 && f.MsgsPerSec != f.OpsPerSec {
+		v.add(f.MsgsPerSec, "msgs/s")
+	}
 	if f.P50Ns > 0 {
 		v.add(float64(f.P50Ns), "p50-ns")
 		v.add(float64(f.P99Ns), "p99-ns")

@@ -17,10 +17,15 @@ var compareFigures = map[string][]string{
 	"recovery":   {"openNs"},
 }
 
-// pointKey identifies a cell across runs up to its open-loop rate.
+// pointKey identifies a cell across runs up to its open-loop rate (a
+// store cell's message included: a bare and a rocketmq cell differ).
 func pointKey(c *runfile.Cell) string {
-	return fmt.Sprintf("%s|%s|%s|%v|%d|%s|%s|%s|%s|%d|%s|%s|%d", c.Workload, c.Variant, c.Backend, c.Peer, c.SizeBytes, c.Flush, c.Pressure, c.Policy,
-		c.Target, c.Producers, c.TwinOf, c.Replication, c.HADelayNs)
+	msg := c.Message
+	if msg == "" && !c.Peer {
+		msg = "bare" // before the message was recorded, every cell put the body alone
+	}
+	return fmt.Sprintf("%s|%s|%s|%v|%d|%s|%s|%s|%s|%d|%s|%s|%d|%s", c.Workload, c.Variant, c.Backend, c.Peer, c.SizeBytes, c.Flush, c.Pressure, c.Policy,
+		c.Target, c.Producers, c.TwinOf, c.Replication, c.HADelayNs, msg)
 }
 
 // Compare renders two runs side by side: every cell present in both (open-
@@ -130,7 +135,13 @@ func notComparable(a *runfile.Cell, an string, b *runfile.Cell, bn string) strin
 	return strings.Join(why, ", ")
 }
 
-func limitKey(l *runfile.Limit) string { return fmt.Sprintf("%s-%d", l.Name, l.SizeBytes) }
+func limitKey(l *runfile.Limit) string {
+	k := fmt.Sprintf("%s-%d", l.Name, l.SizeBytes)
+	if l.Producers > 0 {
+		k += fmt.Sprintf("-%dB×%d-inflight%d", l.RecordBytes, l.Producers, l.InFlight)
+	}
+	return k
+}
 
 // higherIsBetter says which way a figure improves.
 func higherIsBetter(figure string) bool {

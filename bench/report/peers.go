@@ -47,6 +47,9 @@ func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 	slices.Sort(producers)
 	b.WriteString("## Against pebble's WAL (each system ÷ `pebble-wal`, same producers, same run)\n\n")
 	b.WriteString("`pebble-wal` is pebble's write-ahead log alone — record.LogWriter with group-committed SyncRecord, the strongest Go append-only log with group commit we know — the row to read \"sync\" against. Each entry is the ratio of the medians with the widest ratio the two intervals allow; \"no significant difference\" where the intervals overlap.\n\n")
+	if n := messageNote(f); n != "" {
+		fmt.Fprintf(b, "Not the same message: %s.\n\n", n)
+	}
 	for _, flush := range []string{"sync", "async"} {
 		type rowKey struct {
 			name         string

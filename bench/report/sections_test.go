@@ -292,3 +292,110 @@ func TestSustainableRateIsALowerBoundUntilNarrowed(t *testing.T) {
 		}
 	}
 }
+
+// TestMessageIsNamed: a store cell that put the rocketmq message says so
+// in its label, the run's context names its record size, and the
+// comparison with the peers says they wrote the body alone.
+func TestMessageIsNamed(t *testing.T) {
+	f := baseRun()
+	f.Config.Producers = []int{16}
+	tp := map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}}
+	c := known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, tp)
+	c.Message, c.RecordBytes = "rocketmq", 1290
+	p := known("throughput-pebble-wal-1024-sync-p16", "throughput", "pebble-wal", "sync", 16, tp)
+	p.Peer = true
+	f.Cells, f.Peers = []runfile.Cell{c}, []runfile.Cell{p}
+	Analyze(f)
+	out := Summary(f)
+	for _, want := range []string{
+		"| mmap · rocketmq msg | 1KiB | sync | 16 |",
+		"- message: mqstore's cells put the *rocketmq* message (records of 1290 B for a 1KiB body:",
+		"Not the same message: mqstore's cells put the *rocketmq* message",
+		"(mqstore puts the rocketmq message, the peer the body alone)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	c.Message = "bare"
+	f.Cells = []runfile.Cell{c}
+	Analyze(f)
+	if out := Summary(f); strings.Contains(out, "rocketmq") || strings.Contains(out, "Not the same message") {
+		t.Errorf("a bare run speaks of another message:\n%s", out)
+	}
+}
+
+// TestGroupCommitLimit: a sync throughput cell ÷ the better of the one-
+// and two-in-flight group-commit limits at its producer count and record
+// size, with the interval [the higher low, the higher high] of the two;
+// a cell of another record size gets none.
+func TestGroupCommitLimit(t *testing.T) {
+	f := baseRun()
+	f.Config.Producers = []int{16}
+	c := known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
+	c.Message, c.RecordBytes = "rocketmq", 1290
+	other := known("throughput-uring-1024-sync-p16", "throughput", "uring", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
+	other.Message, other.RecordBytes = "bare", 1100
+	f.Cells = []runfile.Cell{c, other}
+	gc := func(inFlight int, med, lo, hi float64) runfile.Limit {
+		l := runfile.Limit{Name: runfile.LimitGroupCommit, Target: "vda", Status: runfile.StatusOK, SizeBytes: 1024, RecordBytes: 1290, Producers: 16,
+			InFlight: inFlight, Params: map[string]string{"message": "rocketmq"}, CILevel: 0.9375}
+		l.Figures.MsgsPerSec, l.CILow.MsgsPerSec, l.CIHigh.MsgsPerSec = med, lo, hi
+		l.Figures.OpsPerSec, l.CILow.OpsPerSec, l.CIHigh.OpsPerSec = med/16, lo/16, hi/16
+		l.Figures.P50Ns, l.Figures.P99Ns = 120_000, 300_000
+		return l
+	}
+	f.Limits = []runfile.Limit{gc(1, 100e3, 95e3, 105e3), gc(2, 120e3, 110e3, 150e3)}
+	Analyze(f)
+	r := find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "group-commit" })
+	if r.Cell != c.Name || !near(r.Median, 40.0/120) || !near(r.Low, 38.0/150) || !near(r.High, 42.0/110) || r.Figure != "msgsPerSec" {
+		t.Errorf("group-commit ratio %+v", r)
+	}
+	for _, r := range f.Ratios {
+		if r.Kind == "group-commit" && r.Cell == other.Name {
+			t.Errorf("a cell of other records has a group-commit ratio: %+v", r)
+		}
+	}
+	out := Summary(f)
+	for _, want := range []string{
+		"| ÷ group-commit limit |",
+		"| 0.333× [0.253×–0.382×] |",
+		"| device-group-commit | 1290 B (rocketmq 1KiB body) | 16 | 2 | 7.5k [6.88k–9.38k] | 120k [110k–150k] |",
+		"### sync store ÷ the device's group-commit limit",
+		"device-group-commit ×16 (1 or 2 in flight)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
+// TestStageCPUTable: one row per profiled cell with stages, a column per
+// stage that appears (in the engine's order, other last), µs/msg and %,
+// and the total; a profile without stages gets no row.
+func TestStageCPUTable(t *testing.T) {
+	f := baseRun()
+	f.Profiles = []runfile.ProfileSummary{
+		{Cell: "throughput-mmap-1024-sync-p16", Kind: "cpu", Total: 100, CPUPerMsgNs: 20_000, Messages: 1000, Stages: []runfile.StageCost{
+			{Stage: "append", Pct: 10, UsPerMsg: 2}, {Stage: "flush", Pct: 50, UsPerMsg: 10}, {Stage: "other", Pct: 40, UsPerMsg: 8}}},
+		{Cell: "throughput-mmap-1024-sync-p16", Kind: "heap", Total: 100},
+		{Cell: "throughput-uring-1024-async-p16", Kind: "cpu", Total: 100, Stages: []runfile.StageCost{
+			{Stage: "wait", Pct: 25}, {Stage: "other", Pct: 75}}},
+		{Cell: "throughput-transient-1024-async-p16", Kind: "cpu", Total: 100},
+	}
+	var b strings.Builder
+	writeStageCPU(&b, f)
+	out := b.String()
+	for _, want := range []string{
+		"| cell | append | wait | flush | other | total |",
+		"| throughput-mmap-1024-sync-p16 | 2 (10%) | — | 10 (50%) | 8 (40%) | 20 (100%) |",
+		"| throughput-uring-1024-async-p16 | — | — (25%) | — | — (75%) | — (100%) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "transient") {
+		t.Errorf("a profile without stages has a row:\n%s", out)
+	}
+}

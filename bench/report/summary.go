@@ -14,6 +14,7 @@ package report
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,9 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "- throughput: closed loop at %s producers; latency: open loop, %s arrivals at the absolute rates %s msgs/s (the same for every system), %d workers each owning its share of the schedule, latency from the *intended* start\n",
 		joinInts(c.Producers), c.Arrival, joinRates(c.Rates), c.InFlight)
 	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n", sizeLabel(int(c.Store.SegmentSizeBytes)))
+	if n := messageNote(f); n != "" {
+		fmt.Fprintf(b, "- message: %s\n", n)
+	}
 	writeBackendSettings(b, f)
 	if reps := replicationAxis(f); reps != "" {
 		fmt.Fprintf(b, "- replication: %s\n", reps)
@@ -168,6 +172,7 @@ func SummaryTables(f *runfile.RunFile) string {
 	writeThroughput(&b, f)
 	writeAtDrainOnly(&b, f)
 	writeVersusPebbleWAL(&b, f)
+	writeStageCPU(&b, f)
 	writeLatency(&b, f)
 	writeReplication(&b, f)
 	writeGoals(&b, f)
@@ -226,6 +231,63 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// writeStageCPU is the CPU by stage of each profiled cell whose CPU
+// profile carries the engine's stage labels: µs per message and the share
+// of the samples, one column per stage that appears.
+func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
+	var rows []*runfile.ProfileSummary
+	var stages []string
+	for i := range f.Profiles {
+		p := &f.Profiles[i]
+		if p.Kind != "cpu" || len(p.Stages) == 0 {
+			continue
+		}
+		rows = append(rows, p)
+		for _, st := range p.Stages {
+			if !slices.Contains(stages, st.Stage) {
+				stages = append(stages, st.Stage)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	rank := func(s string) int {
+		if i := slices.Index(runfile.StageOrder, s); i >= 0 {
+			return i
+		}
+		if s == runfile.StageOther {
+			return len(runfile.StageOrder) + 1
+		}
+		return len(runfile.StageOrder) // a stage this report does not know, before other
+	}
+	slices.SortStableFunc(stages, func(a, b string) int { return rank(a) - rank(b) })
+	b.WriteString("## CPU by stage (µs of CPU per message, and % of the CPU profile; the profiled run of each throughput cell)\n\n| cell |")
+	for _, st := range stages {
+		fmt.Fprintf(b, " %s |", st)
+	}
+	b.WriteString(" total |\n|---|" + strings.Repeat("---:|", len(stages)+1) + "\n")
+	us := func(v, pct float64, known bool) string {
+		if !known {
+			return fmt.Sprintf("— (%s%%)", fmtFloat(pct))
+		}
+		return fmt.Sprintf("%s (%s%%)", fmtFloat(v), fmtFloat(pct))
+	}
+	for _, p := range rows {
+		fmt.Fprintf(b, "| %s |", p.Cell)
+		for _, st := range stages {
+			i := slices.IndexFunc(p.Stages, func(c runfile.StageCost) bool { return c.Stage == st })
+			if i < 0 {
+				b.WriteString(" — |")
+				continue
+			}
+			fmt.Fprintf(b, " %s |", us(p.Stages[i].UsPerMsg, p.Stages[i].Pct, p.CPUPerMsgNs > 0))
+		}
+		fmt.Fprintf(b, " %s |\n", us(p.CPUPerMsgNs/1e3, 100, p.CPUPerMsgNs > 0))
+	}
+	b.WriteString("\nThe engine labels its goroutines by stage (pprof label `" + runfile.StageLabel + "`, engine.Options.ProfileLabels, set for the profiled runs only): *append* a producer inside Put before it waits, *wait* a producer waiting for durability, then the commit, flush, dispatch, pre-write and replication services; *other* is every sample without the label — the harness (load generator, clocks, histograms) and the Go runtime. A stage's µs/msg is its share of the profile's samples × the profiled run's CPU per message (getrusage; the profile's own samples when the run has none): run.json `profiles[].stages`.\n\n")
 }
 
 func shortFunc(name string) string {

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,6 +22,9 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 	if c.Policy != "" {
 		l += " [" + c.Policy + "]"
 	}
+	if c.Message != "" && c.Message != "bare" {
+		l += " · " + c.Message + " msg"
+	}
 	if c.Pressure != "" && c.Pressure != "none" {
 		l += " · pressure " + c.Pressure
 	}
@@ -39,6 +43,28 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 		l += " @" + c.Target
 	}
 	return l
+}
+
+// messageNote says what the store cells put when it is not the bare body
+// the peers write ("" when it is): the message and its record sizes.
+func messageNote(f *runfile.RunFile) string {
+	var kinds, sizes []string
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Message == "" || c.Message == "bare" || c.RecordBytes == 0 {
+			continue
+		}
+		if !slices.Contains(kinds, c.Message) {
+			kinds = append(kinds, c.Message)
+		}
+		if s := fmt.Sprintf("%d B for a %s body", c.RecordBytes, sizeLabel(c.SizeBytes)); !slices.Contains(sizes, s) {
+			sizes = append(sizes, s)
+		}
+	}
+	if len(kinds) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("mqstore's cells put the *%s* message (records of %s: TAGS, two KEYS and a UNIQ_KEY unique per message, WAIT, CLUSTER, a user property; the IndexFile indexes every key); the peers write the body alone, in their own format", strings.Join(kinds, ", "), strings.Join(sizes, ", "))
 }
 
 func cellsOf(f *runfile.RunFile, workload string, peers bool) []*runfile.Cell {
@@ -158,8 +184,8 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Throughput (closed loop)\n\n")
-	b.WriteString("| backend | size | flush | producers | msgs/s | accepted MB/s | durable MB/s | backlog | drain | time-to-durable MB/s | msgs/group commit | sustained | p50 | p99 | p99.9 | CPU s/GiB | allocs/msg |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| backend | size | flush | producers | msgs/s | accepted MB/s | durable MB/s | backlog | drain | time-to-durable MB/s | msgs/group commit | ÷ group-commit limit | sustained | p50 | p99 | p99.9 | CPU s/GiB | allocs/msg |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, c := range rows {
 		durable, backlog, drain, ttd := "—", "—", "—", "—"
 		switch {
@@ -176,11 +202,21 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		if c.WrittenMBps == 0 {
 			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, c.Producers,
-			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, sustainedText(c),
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, c.Producers,
+			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, ratioText(f, "group-commit", c), sustainedText(c),
 			fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
 	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
+}
+
+// ratioText is the cell's ratio of a kind, "—" without one.
+func ratioText(f *runfile.RunFile, kind string, c *runfile.Cell) string {
+	for _, r := range f.Ratios {
+		if r.Kind == kind && r.Cell == c.Name {
+			return withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
+		}
+	}
+	return "—"
 }
 
 // writeAtDrainOnly explains the ‡ rows: peers whose durable position moved
@@ -542,12 +578,17 @@ func limitLabel(f *runfile.RunFile, l *runfile.Limit) string {
 }
 
 func writeLimits(b *strings.Builder, f *runfile.RunFile) {
-	var ok []*runfile.Limit
+	var ok, groupCommit []*runfile.Limit
 	for i := range f.Limits {
-		if f.Limits[i].Status == runfile.StatusOK {
-			ok = append(ok, &f.Limits[i])
+		switch l := &f.Limits[i]; {
+		case l.Status != runfile.StatusOK:
+		case l.Name == runfile.LimitGroupCommit:
+			groupCommit = append(groupCommit, l)
+		default:
+			ok = append(ok, l)
 		}
 	}
+	defer writeGroupCommitLimits(b, f, groupCommit)
 	if len(ok) == 0 {
 		return
 	}
@@ -573,15 +614,30 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
 }
 
+// writeGroupCommitLimits is the device's group-commit limit at each
+// producer count: one row per count and syncs in flight.
+func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfile.Limit) {
+	if len(ls) == 0 {
+		return
+	}
+	b.WriteString("### The group-commit limit (N records as one pwrite + fdatasync on a pre-written file)\n\n| limit | record | N (producers) | in flight | ops/s | msgs/s (N × ops/s) | MB/s | p50 per op | p99 per op |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, l := range ls {
+		fmt.Fprintf(b, "| %s | %d B (%s %s body) | %d | %d | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.RecordBytes, l.Params["message"], sizeLabel(l.SizeBytes),
+			l.Producers, l.InFlight, ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
+			ci(l.Interval("p50Ns"), fmtNsF), ci(l.Interval("p99Ns"), fmtNsF))
+	}
+	b.WriteString("\nThe best a group commit of N producers can do on this device: each op writes N records of the cell's message, as one write, at the next offset of a file made as the engine makes a pre-written segment (data only, no extent conversion), then fdatasyncs; *in flight 2*: two goroutines at once, each on its own half of the one file (two syncs in flight on one segment, as a pipelined commit would). A sync throughput cell's *÷ group-commit limit* is its msgs/s over the better of the two at its producer count.\n\n")
+}
+
 func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Ratios) == 0 {
 		return
 	}
 	b.WriteString("## Ratios (median [the widest the intervals allow]; only comparable cells: not saturated, not generator-bound)\n\n")
 	titles := map[string]string{"memcpy-ceiling": "store ÷ memcpy ceiling (appends into present pages)", "fault-ceiling": "store ÷ page-fault ceiling (mmap appends into cold pages)",
-		"device": "store ÷ device", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
+		"device": "store ÷ device", "group-commit": "sync store ÷ the device's group-commit limit (same producers, same records)", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
 		"sendfile": "consume: sendfile ÷ copy"}
-	for _, kind := range []string{"pressure", "sendfile", "memcpy-ceiling", "fault-ceiling", "device", "peer"} {
+	for _, kind := range []string{"pressure", "sendfile", "memcpy-ceiling", "fault-ceiling", "device", "group-commit", "peer"} {
 		var rows []runfile.Ratio
 		for _, r := range f.Ratios {
 			if r.Kind == kind {

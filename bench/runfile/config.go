@@ -117,6 +117,14 @@ type StoreConfig struct {
 	// BackendOptions are backends' own options as JSON, by backend name
 	// (--backend-options); a backend not named runs with its defaults.
 	BackendOptions map[string]string `json:"backendOptions,omitempty"`
+	// ProfileLabels is engine.Options.ProfileLabels: the engine labels its
+	// goroutines by stage (the profiled runs set it; measured cells never).
+	ProfileLabels bool `json:"profileLabels,omitempty"`
+	// Message is not an engine option but what the store cells' producers
+	// put (--message): "bare", the body alone (what the peers write; also
+	// what "" means, in files written before it was recorded), or
+	// "rocketmq", a RocketMQ producer's message (TAGS, KEYS, UNIQ_KEY, …).
+	Message string `json:"message,omitempty"`
 }
 
 // Policy is one flush policy of a sweep.

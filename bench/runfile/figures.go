@@ -59,8 +59,11 @@ type Figures struct {
 	ResidentFraction    float64 `json:"residentFraction,omitempty"`
 	// Recovery: how long engine.Open of the crashed store took.
 	OpenNs int64 `json:"openNs,omitempty"`
-	// Limits: the page-fault ceiling's faults per second.
+	// Limits: the page-fault ceiling's faults per second; a write+fdatasync
+	// probe's operations per second (all writers together; MsgsPerSec is
+	// the records they made durable).
 	FaultsPerSec float64 `json:"faultsPerSec,omitempty"`
+	OpsPerSec    float64 `json:"opsPerSec,omitempty"`
 	// Replication (cells with a slave, ReplicationResult): the lag from a
 	// Put's acknowledgement to the slave's acknowledgement of its record, in
 	// time and in bytes, at p50 and p99; the share of acknowledged records
@@ -181,6 +184,7 @@ var figureFields = []struct {
 	{name: "residentFraction", get: func(f *Figures) *float64 { return &f.ResidentFraction }},
 	{name: "openNs", geti: func(f *Figures) *int64 { return &f.OpenNs }},
 	{name: "faultsPerSec", get: func(f *Figures) *float64 { return &f.FaultsPerSec }},
+	{name: "opsPerSec", get: func(f *Figures) *float64 { return &f.OpsPerSec }},
 	{name: "replLagP50Ns", geti: func(f *Figures) *int64 { return &f.ReplLagP50Ns }},
 	{name: "replLagP99Ns", geti: func(f *Figures) *int64 { return &f.ReplLagP99Ns }},
 	{name: "replLagBytesP50", get: func(f *Figures) *float64 { return &f.ReplLagBytesP50 }},

@@ -143,7 +143,12 @@ type Cell struct {
 	// TwinOf names the cell this one measures again (the A/A check).
 	TwinOf    string `json:"twinOf,omitempty"`
 	SizeBytes int    `json:"sizeBytes"`
-	Flush     string `json:"flush"`
+	// Message is the message an mqstore cell put (StoreConfig.Message:
+	// bare or rocketmq) and RecordBytes its CommitLog record's size; a
+	// peer writes the body alone, in its own format (both empty).
+	Message     string `json:"message,omitempty"`
+	RecordBytes int    `json:"recordBytes,omitempty"`
+	Flush       string `json:"flush"`
 	// Options are the effective engine options (mqstore) or the peer's
 	// options, as it reported them.
 	Options map[string]string `json:"options,omitempty"`
@@ -317,14 +322,20 @@ type Floor struct {
 
 // Limit is a reference figure measured without the store.
 type Limit struct {
-	Name      string            `json:"name"`
-	Target    string            `json:"target,omitempty"`
-	Tool      string            `json:"tool"`
-	SizeBytes int               `json:"sizeBytes,omitempty"`
-	Dir       string            `json:"dir"`
-	Params    map[string]string `json:"params,omitempty"`
-	Status    string            `json:"status"`
-	Reason    string            `json:"reason,omitempty"`
+	Name      string `json:"name"`
+	Target    string `json:"target,omitempty"`
+	Tool      string `json:"tool"`
+	SizeBytes int    `json:"sizeBytes,omitempty"`
+	// RecordBytes, Producers and InFlight place a group-commit limit: the
+	// record size of the run's message at body SizeBytes, the records per
+	// write (a producer count of the run) and the syncs in flight.
+	RecordBytes int               `json:"recordBytes,omitempty"`
+	Producers   int               `json:"producers,omitempty"`
+	InFlight    int               `json:"inFlight,omitempty"`
+	Dir         string            `json:"dir"`
+	Params      map[string]string `json:"params,omitempty"`
+	Status      string            `json:"status"`
+	Reason      string            `json:"reason,omitempty"`
 	// Repeats: the first repeat of a limit that discards one is Warm.
 	Repeats []LimitRepeat `json:"repeats"`
 	Figures
@@ -360,6 +371,12 @@ const (
 	LimitSegmentFallocated       = "segment-create-fallocated"
 	LimitSegmentPrewritten       = "segment-create-prewritten"
 	LimitSegmentPrewrittenDirect = "segment-create-prewritten-direct"
+	// LimitGroupCommit: Producers records of RecordBytes written as one
+	// pwrite and fdatasynced, one op after another (InFlight 1) or by two
+	// writers at once on the two halves of one pre-written file (InFlight
+	// 2): the best a group commit of that many producers can do on the
+	// device — msgs/s is Producers × ops/s.
+	LimitGroupCommit = "device-group-commit"
 )
 
 // LimitRepeat is one measurement of a limit.
@@ -439,7 +456,7 @@ type Probe struct {
 // Ratio is cell ÷ reference for one figure: the ratio of the medians and
 // the widest ratio their confidence intervals allow.
 type Ratio struct {
-	Kind    string  `json:"kind"` // memcpy-ceiling, fault-ceiling, device, peer, pressure, sendfile
+	Kind    string  `json:"kind"` // memcpy-ceiling, fault-ceiling, device, group-commit, peer, pressure, sendfile
 	Cell    string  `json:"cell"`
 	Against string  `json:"against"`
 	Figure  string  `json:"figure"`
@@ -478,7 +495,8 @@ type Recommendation struct {
 	Excluded []string `json:"excluded,omitempty"`
 }
 
-// ProfileSummary is one profile's top functions.
+// ProfileSummary is one profile's top functions and, for a CPU profile
+// whose samples carry the engine's stage labels, the CPU by stage.
 type ProfileSummary struct {
 	Cell       string         `json:"cell"`
 	Kind       string         `json:"kind"`
@@ -487,8 +505,42 @@ type ProfileSummary struct {
 	Unit       string         `json:"unit"`
 	Total      int64          `json:"total"`
 	Top        []FunctionCost `json:"top"`
-	Error      string         `json:"error,omitempty"`
+	// Stages split a CPU profile by the engine's pprof label mqstore.stage
+	// (engine.Options.ProfileLabels; "other": samples without it — the
+	// harness and the runtime), in StageOrder; empty when no sample carries
+	// the label. CPUPerMsgNs is the profiled run's CPU per message that the
+	// stages' µs/msg share out, and CPUSource where it comes from: the
+	// run's getrusage, or the profile's samples when the run has none.
+	Stages      []StageCost `json:"stages,omitempty"`
+	Messages    int64       `json:"messages,omitempty"`
+	CPUPerMsgNs float64     `json:"cpuPerMsgNs,omitempty"`
+	CPUSource   string      `json:"cpuSource,omitempty"`
+	Error       string      `json:"error,omitempty"`
 }
+
+// StageCost is one stage's share of a CPU profile: its samples' value,
+// its percentage of the profile's, and that share of the CPU per message.
+type StageCost struct {
+	Stage    string  `json:"stage"`
+	Value    int64   `json:"value"`
+	Pct      float64 `json:"pct"`
+	UsPerMsg float64 `json:"usPerMsg,omitempty"`
+}
+
+// StageLabel is the pprof label key the engine's goroutines carry when
+// engine.Options.ProfileLabels is set (engine.ProfileLabelKey; runfile
+// does not import the engine, a bench test checks they agree);
+// StageOrder its values (engine.Stage*) in the order tables show them,
+// then StageOther, the samples without the label.
+const (
+	StageLabel = "mqstore.stage"
+	StageOther = "other"
+)
+
+// StageOrder lists the engine's stages: a producer inside Put before it
+// waits (append), a producer waiting for durability (wait), then the
+// services.
+var StageOrder = []string{"append", "wait", "commit", "flush", "dispatch", "prewrite", "replicate"}
 
 // FunctionCost is a function's flat and cumulative share of a profile.
 type FunctionCost struct {

@@ -104,6 +104,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.Var(bytesFlag{&cfg.DeviceProbeBytes}, "probe-bytes", "bytes written by the O_DIRECT device probe and fio")
 	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat")
 	fs.StringVar(&cfg.PeerCommand, "peer-cmd", "", "a built mqpeer binary (default: build it from bench/peers)")
+	fs.StringVar(&cfg.Store.Message, "message", cfg.Store.Message, "what the store cells' producers put: bare (the body alone, what the peers write) or rocketmq (a RocketMQ producer's message: TAGS, two KEYS and a UNIQ_KEY unique per message, WAIT, CLUSTER, a user property)")
 	fs.Var(bytesFlag{&cfg.Store.SegmentSizeBytes}, "segment-size", "CommitLog segment size")
 	fs.DurationVar(&cfg.Store.FlushInterval, "flush-interval", 0, "async flush interval (0: engine default 500ms)")
 	fs.IntVar(&cfg.Store.FlushLeastPages, "flush-least-pages", 0, "async flush least pages (0: engine default 4)")
@@ -178,11 +179,13 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 
 func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
-	c := newCommand("device", "mqbench device --dir DIR [--sizes 1024] [--repeat N] [--probe-bytes 1GiB] [--sync-probes N]",
-		"Measures the limits of DIR's device with no engine: the memcpy ceiling (records into a pre-populated mapping), the page-fault ceiling (first writes into a fresh mapping), sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync on a fallocated and on a pre-written file, the time to create a segment fallocated and pre-written, and fio's equivalents when fio is on PATH.")
+	c := newCommand("device", "mqbench device --dir DIR [--sizes 1024] [--producers 1,4,16] [--message bare|rocketmq] [--repeat N] [--probe-bytes 1GiB] [--sync-probes N]",
+		"Measures the limits of DIR's device with no engine: the memcpy ceiling (records into a pre-populated mapping), the page-fault ceiling (first writes into a fresh mapping), sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync on a fallocated and on a pre-written file, the group-commit limit (N records as one write+fdatasync on a pre-written file, one and two in flight, for each producer count N), the time to create a segment fallocated and pre-written, and fio's equivalents when fio is on PATH.")
 	fs := c.fs
 	fs.StringVar(&cfg.Dir, "dir", "", "directory whose device is measured (required)")
-	sizes := fs.String("sizes", "1024", "body sizes of the memcpy ceiling's records")
+	sizes := fs.String("sizes", "1024", "body sizes of the memcpy ceiling's and the group-commit limit's records")
+	producers := fs.String("producers", joinInts(cfg.Producers), "records per write of the group-commit limit (the producer counts it bounds), comma-separated")
+	fs.StringVar(&cfg.Store.Message, "message", cfg.Store.Message, "the message whose records the memcpy ceiling and the group-commit limit write: bare or rocketmq")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each probe")
 	fs.Var(bytesFlag{&cfg.MemcpyBytes}, "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
 	fs.DurationVar(&cfg.MemcpyDuration, "memcpy-duration", cfg.MemcpyDuration, "least time of each memcpy-ceiling repeat")
@@ -200,8 +203,14 @@ func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
 		return c.bad(stderr, "%v", err)
 	}
+	if cfg.Producers, err = splitInts(*producers, "producers"); err != nil {
+		return c.bad(stderr, "%v", err)
+	}
 	if cfg.Dir == "" || cfg.Repeat < 1 || cfg.SyncProbeCount < 1 {
 		return c.bad(stderr, "--dir is required; --repeat and --sync-probes must be ≥ 1")
+	}
+	if err := bench.Validate(&cfg); err != nil {
+		return c.bad(stderr, "%v", err)
 	}
 	f, err := bench.MeasureDevice(ctx, cfg, progressOptions(stderr))
 	if f != nil {

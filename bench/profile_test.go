@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/google/pprof/profile"
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/engine"
+)
+
+// TestStagesAreTheEngines: the run file's stage label and stages are the
+// engine's.
+func TestStagesAreTheEngines(t *testing.T) {
+	want := []string{engine.StageAppend, engine.StageWait, engine.StageCommit, engine.StageFlush, engine.StageDispatch, engine.StagePrewrite, engine.StageReplicate}
+	if runfile.StageLabel != engine.ProfileLabelKey || !slices.Equal(runfile.StageOrder, want) {
+		t.Errorf("runfile: %q %v, engine: %q %v", runfile.StageLabel, runfile.StageOrder, engine.ProfileLabelKey, want)
+	}
+}
+
+// stageProfile is a CPU profile with known samples: 10 ms in append,
+// 30 ms waiting, 20 ms flushing, 1 ms under a stage the table does not
+// know, 39 ms with no label (the harness and the runtime) — 100 ms.
+func stageProfile() *profile.Profile {
+	fn := &profile.Function{ID: 1, Name: "github.com/mqstore/mqstore/engine.(*Store).Put"}
+	loc := &profile.Location{ID: 1, Line: []profile.Line{{Function: fn}}}
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		Function: []*profile.Function{fn}, Location: []*profile.Location{loc}, PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}, Period: 1e7}
+	for _, s := range []struct {
+		stage string
+		ms    int64
+	}{{"append", 10}, {"wait", 30}, {"flush", 12}, {"", 39}, {"flush", 8}, {"zz-new", 1}} {
+		sample := &profile.Sample{Location: []*profile.Location{loc}, Value: []int64{s.ms / 10, s.ms * 1e6}}
+		if s.stage != "" {
+			sample.Label = map[string][]string{runfile.StageLabel: {s.stage}, "other-key": {"x"}}
+		}
+		p.Sample = append(p.Sample, sample)
+	}
+	return p
+}
+
+func TestStagesOfACPUProfile(t *testing.T) {
+	// Through the wire format, as profiles/<run>/<cell>.cpu.pprof is read.
+	var buf bytes.Buffer
+	if err := stageProfile().Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := SummarizeProfile(p, "cpu", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run did 1000 messages on 200 ms of CPU (getrusage): 200 µs/msg.
+	perMessage(&s, 200e6, 1000)
+	type stageWant struct {
+		stage         string
+		value         int64
+		pct, usPerMsg float64
+	}
+	want := []stageWant{{"append", 10e6, 10, 20}, {"wait", 30e6, 30, 60}, {"flush", 20e6, 20, 40}, {"zz-new", 1e6, 1, 2}, {"other", 39e6, 39, 78}}
+	if len(s.Stages) != len(want) || s.CPUPerMsgNs != 200e3 || s.Messages != 1000 {
+		t.Fatalf("stages %+v, %v ns/msg", s.Stages, s.CPUPerMsgNs)
+	}
+	for i, w := range want {
+		g := s.Stages[i]
+		if g.Stage != w.stage || g.Value != w.value || math.Abs(g.Pct-w.pct) > 1e-9 || math.Abs(g.UsPerMsg-w.usPerMsg) > 1e-9 {
+			t.Errorf("stage %d: %+v, want %+v", i, g, w)
+		}
+	}
+	// No CPU from the run: the profile's own 100 ms over the messages.
+	s2, _ := SummarizeProfile(p, "cpu", 8)
+	perMessage(&s2, 0, 1000)
+	if s2.CPUPerMsgNs != 100e3 || math.Abs(s2.Stages[1].UsPerMsg-30) > 1e-9 || s2.CPUSource != "the CPU profile's samples" {
+		t.Errorf("from the profile's samples: %v ns/msg, wait %+v (%s)", s2.CPUPerMsgNs, s2.Stages[1], s2.CPUSource)
+	}
+	// Without a single label there is nothing to split.
+	for _, sample := range p.Sample {
+		sample.Label = nil
+	}
+	if s3, _ := SummarizeProfile(p, "cpu", 8); s3.Stages != nil {
+		t.Errorf("an unlabelled profile has stages %+v", s3.Stages)
+	}
+}
