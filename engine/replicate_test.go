@@ -556,7 +556,7 @@ func TestSyncMasterNeverAcksAheadOfTheSlave(t *testing.T) {
 	var acker sync.WaitGroup
 	acker.Add(1)
 	s.ReportSlaves(1, 0) // connected before the first Put (a Put with no slave answers SlaveNotAvailable)
-	go func() { // a slave that acknowledges half of what is there, then the rest
+	go func() {          // a slave that acknowledges half of what is there, then the rest
 		defer acker.Done()
 		for {
 			select {
