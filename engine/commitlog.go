@@ -31,8 +31,13 @@ type commitLog struct {
 
 	// appendMu serializes appends (RocketMQ's putMessageLock). Everything
 	// below it is guarded by it.
-	appendMu     spinMutex
-	queueOffsets map[queueKey]int64 // next queue offset per queue
+	appendMu spinMutex
+	// queueOffsets is the next queue offset of each queue. The map is
+	// copied on write (a new queue, under appendMu) and read without a lock
+	// through queueTable, so Put finds its queue's counter before it takes
+	// the lock; the counters themselves are guarded by appendMu.
+	queueOffsets map[queueKey]*queueCounter
+	queueTable   atomic.Pointer[map[queueKey]*queueCounter]
 	blank        blankEncoder
 
 	// lockedSince is when the current holder took appendMu (unix ns, 0 when
@@ -52,6 +57,67 @@ type commitLog struct {
 	flushMu         sync.Mutex
 	committedOffset atomic.Int64
 	flushedOffset   atomic.Int64
+}
+
+// queueCounter is the next queue offset of one queue (guarded by appendMu).
+type queueCounter struct{ next int64 }
+
+// counter returns the counter of key without a lock; nil when the queue
+// has none yet.
+func (c *commitLog) counter(key queueKey) *queueCounter {
+	if t := c.queueTable.Load(); t != nil {
+		return (*t)[key]
+	}
+	return nil
+}
+
+// counterLocked returns the counter of key, making it when the queue has
+// none; appendMu held (or the log not yet shared).
+func (c *commitLog) counterLocked(key queueKey) *queueCounter {
+	if qc := c.queueOffsets[key]; qc != nil {
+		return qc
+	}
+	qc := &queueCounter{}
+	if c.queueTable.Load() == nil { // not shared yet (recovery): no copy
+		c.queueOffsets[key] = qc
+		return qc
+	}
+	t := make(map[queueKey]*queueCounter, len(c.queueOffsets)+1)
+	for k, v := range c.queueOffsets {
+		t[k] = v
+	}
+	t[key] = qc
+	c.queueOffsets = t
+	c.queueTable.Store(&t)
+	return qc
+}
+
+// shareQueueOffsets publishes the counters to Put's lock-free lookup;
+// from then on a new queue copies the map.
+func (c *commitLog) shareQueueOffsets() {
+	t := c.queueOffsets
+	c.queueTable.Store(&t)
+}
+
+// nextQueueOffset is the next queue offset of key (0 and false for a queue
+// with no record); appendMu held or the log not yet shared.
+func (c *commitLog) nextQueueOffset(key queueKey) (int64, bool) {
+	if qc := c.queueOffsets[key]; qc != nil {
+		return qc.next, true
+	}
+	return 0, false
+}
+
+// nextQueueOffsetOf is nextQueueOffset without the flag.
+func (c *commitLog) nextQueueOffsetOf(key queueKey) int64 {
+	next, _ := c.nextQueueOffset(key)
+	return next
+}
+
+// setNextQueueOffset sets the next queue offset of key; appendMu held or
+// the log not yet shared.
+func (c *commitLog) setNextQueueOffset(key queueKey, next int64) {
+	c.counterLocked(key).next = next
 }
 
 // encodeBuffer holds one encoded record between encoding (outside the lock)
@@ -119,6 +185,7 @@ type appendResult struct {
 // producer overtaken for a while on a loaded machine must not make the lock
 // look stuck.
 func (c *commitLog) appendRecord(ctx context.Context, e *encodeBuffer, key queueKey, sysFlag int32, now time.Time, clock func() time.Time) (appendResult, error) {
+	qc := c.counter(key) // before the lock: no map lookup by a hashed topic under it
 	if c.appendMu.lock() {
 		now = clock()
 	}
@@ -127,7 +194,10 @@ func (c *commitLog) appendRecord(ctx context.Context, e *encodeBuffer, key queue
 		c.lockedSince.Store(0)
 		c.appendMu.Unlock()
 	}()
-	return c.appendLocked(ctx, e, key, sysFlag, now)
+	if qc == nil {
+		qc = c.counterLocked(key) // the queue's first record
+	}
+	return c.appendLocked(ctx, e, qc, sysFlag, now)
 }
 
 // transactionPrepared and transactionRollback records do not take a queue
@@ -137,7 +207,7 @@ func takesQueueOffset(sysFlag int32) bool {
 	return t != 0x4 && t != 0xC
 }
 
-func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queueKey, sysFlag int32, now time.Time) (appendResult, error) {
+func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, qc *queueCounter, sysFlag int32, now time.Time) (appendResult, error) {
 	var res appendResult
 	mf, err := c.queue.NextForAppend(ctx, 0)
 	if err != nil {
@@ -161,7 +231,7 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queue
 	}
 	queueOffset := int64(0)
 	if takesQueueOffset(sysFlag) {
-		queueOffset = c.queueOffsets[key]
+		queueOffset = qc.next
 	}
 	e.queueOffset = queueOffset
 	// The clock was read before the lock: keep store timestamps in log
@@ -173,7 +243,7 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, key queue
 		return res, fmt.Errorf("append %d bytes to %s: %w", e.size, mf.Path(), err)
 	}
 	if takesQueueOffset(sysFlag) {
-		c.queueOffsets[key] = queueOffset + 1
+		qc.next = queueOffset + 1
 	}
 	c.lastStoreTimestamp.Store(e.storeTimestamp)
 	res.physicalOffset = mf.FromOffset() + pos

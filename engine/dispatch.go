@@ -164,7 +164,7 @@ type dispatcher struct {
 	touched map[queueKey]struct{}
 	topics  record.Interner
 	rec     record.Record // the record being dispatched, reused
-	keyBuf  []byte        // "topic#key" for index puts, reused
+	keyBuf  indexKeys     // the record's index keys, reused
 	// pending holds each queue's units of the records scanned so far,
 	// appended with one AppendUnits per queue when the scan ends (or
 	// maxPendingUnits gather): a unit costs a copy, not a file append.
@@ -359,7 +359,7 @@ func (d *dispatcher) appendPending(ctx context.Context) error {
 //
 // It does not allocate in steady state: the tags and index keys are hashed
 // through transient string views of the record's bytes (keyBuf is reused).
-func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Record, touched map[queueKey]struct{}, keyBuf *[]byte) error {
+func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Record, touched map[queueKey]struct{}, keyBuf *indexKeys) error {
 	l := s.logics
 	if takesQueueOffset(r.SysFlag) {
 		key := queueKey{topic: r.Topic, queueID: r.QueueID}
@@ -384,36 +384,50 @@ func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Reco
 	return nil
 }
 
-func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record, keyBuf *[]byte) error {
-	idx := s.logics.index
-	put := func(what string, key []byte) error {
-		b := append(append(append((*keyBuf)[:0], r.Topic...), '#'), key...)
-		*keyBuf = b
-		// Index.Put only hashes the key: the view need not outlive the call.
-		if err := idx.Put(ctx, view(b), offset, r.StoreTimestamp); err != nil {
-			return fmt.Errorf("index %s %q of the record at %d: %w", what, key, offset, err)
-		}
-		return nil
+// indexKeys is the reusable scratch of indexRecord: a record's index keys
+// ("topic#key") one after another in buf, and string views of them.
+type indexKeys struct {
+	buf   []byte
+	ends  []int
+	views []string
+}
+
+// indexRecord indexes the record's KEYS (space separated) and UNIQ_KEY,
+// with one Index.PutKeys.
+func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record, k *indexKeys) error {
+	k.buf, k.ends = k.buf[:0], k.ends[:0]
+	add := func(key []byte) {
+		k.buf = append(append(append(k.buf, r.Topic...), '#'), key...)
+		k.ends = append(k.ends, len(k.buf))
 	}
 	if keys, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
 		for len(keys) > 0 {
-			k := keys
+			key := keys
 			if i := bytes.IndexByte(keys, ' '); i >= 0 {
-				k, keys = keys[:i], keys[i+1:]
+				key, keys = keys[:i], keys[i+1:]
 			} else {
 				keys = nil
 			}
-			if len(k) > 0 {
-				if err := put("key", k); err != nil {
-					return err
-				}
+			if len(key) > 0 {
+				add(key)
 			}
 		}
 	}
 	if u, ok := record.LookupProperty(r.Properties, record.PropUniqKey); ok && len(u) > 0 {
-		if err := put("UNIQ_KEY", u); err != nil {
-			return err
-		}
+		add(u)
+	}
+	if len(k.ends) == 0 {
+		return nil
+	}
+	k.views = k.views[:0]
+	start := 0
+	for _, end := range k.ends {
+		// Index.PutKeys only hashes the keys: the views need not outlive the call.
+		k.views = append(k.views, view(k.buf[start:end]))
+		start = end
+	}
+	if err := s.logics.index.PutKeys(ctx, k.views, offset, r.StoreTimestamp); err != nil {
+		return fmt.Errorf("index the keys %q of the record at %d: %w", k.views, offset, err)
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func FuzzRecoveryScan(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &commitLog{queue: q, segmentSizeBytes: size, maxRecordBytes: size - 16, queueOffsets: map[queueKey]int64{}}
+		c := &commitLog{queue: q, segmentSizeBytes: size, maxRecordBytes: size - 16, queueOffsets: map[queueKey]*queueCounter{}}
 		var starts, ends []int64
 		for i := 0; i < int(records%8); i++ {
 			m := &Message{Topic: "F", Body: bytes.Repeat([]byte{byte(i)}, 10+i*37), Properties: []Property{{Name: "K", Value: "v"}}}
@@ -64,7 +64,7 @@ func FuzzRecoveryScan(f *testing.F) {
 			if err := record.Encode(e.buf, m, props); err != nil {
 				t.Fatal(err)
 			}
-			res, err := c.appendLocked(ctx, e, queueKey{"F", 0}, 0, time.Now())
+			res, err := c.appendLocked(ctx, e, c.counterLocked(queueKey{"F", 0}), 0, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

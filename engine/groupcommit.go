@@ -23,15 +23,22 @@ import (
 //   - Linger. After a flush the producers it released append again, one
 //     after another as they get a CPU. Taking whoever has queued at once
 //     splits them into two alternating convoys of half the producers each.
-//     So before it takes a batch, the owner yields its CPU to them until as
-//     many waiters have queued as it answered last time, or until the last
-//     flush's duration has passed (lingering longer than a flush costs more
-//     than the convoy it avoids), whichever comes first. A lone producer is
-//     never held: a batch of one lingers not at all.
-//   - A waiter costs one channel receive (a select with ctx's channel only
-//     when ctx can end). There is no timer per Put: the owner's watchdog
-//     answers the waiters whose deadline has passed, queued or in a flush
-//     that has not returned, with FlushDiskTimeout.
+//     With N producers that each take g of wall time to append again and a
+//     flush of L, the convoys carry N/2 per max(L, N·g/2), one merged batch
+//     N per L + N·g: merging wins exactly when N·g < L, when every producer
+//     appends again within one flush. So before it takes a batch, the owner
+//     yields its CPU to the producers until all it expects have queued, for
+//     at most the last flush's duration; a linger that ran out (N·g ≥ L:
+//     many producers, few CPUs) switches lingering off for lingerBackoff
+//     flushes, and the convoys keep the device and the CPUs busy at once. A
+//     lone producer is never held.
+//   - A waiter costs one channel receive: no timer, and no select on ctx's
+//     channel (producers usually share a ctx, and a select on one channel
+//     by hundreds of them made its lock the hottest in the process). The
+//     owner's watchdog, a goroutine of its own, answers every waiter whose
+//     deadline has passed with FlushDiskTimeout and every waiter whose ctx
+//     has ended with ctx's error, queued or in a flush that has not
+//     returned, within watchPeriod.
 //   - Only the first waiter of a batch wakes the owner.
 //
 // Every waiter is answered exactly once: the owner, the watchdog and a
@@ -50,7 +57,8 @@ type groupCommit struct {
 	advance    func(target int64) (int64, error)
 	timeout    time.Duration
 	timeoutErr error
-	limit      int // waiters queued or in a flush, at most
+	limit      int           // waiters queued or in a flush, at most
+	maxLinger  time.Duration // bounds a linger, whatever the last flush took
 
 	mu       sync.Mutex
 	queued   []*groupWaiter // not yet taken by the owner
@@ -62,24 +70,34 @@ type groupCommit struct {
 	// Owned by the owner goroutine.
 	lastBatch int           // waiters answered by the last flush
 	lastFlush time.Duration // how long the last flush took
+	noLinger  int           // flushes left before the owner lingers again
 }
 
 // groupWaiter is one producer waiting until the flushed position reaches offset.
 type groupWaiter struct {
 	offset   int64
-	deadline int64 // unix ns: the watchdog answers timeoutErr after it
+	deadline int64           // unix ns: the watchdog answers timeoutErr after it
+	ctx      context.Context // nil when it cannot end; the watchdog answers its error
 	answered atomic.Bool
-	done     chan error // capacity 1: an answer never blocks
+	// byWatchdog is set by the watchdog before it answers: the producer
+	// then leaves the waiter to the owner, which still holds it.
+	byWatchdog bool
+	done       chan error // capacity 1: an answer never blocks
 }
 
 var groupWaiterPool = sync.Pool{New: func() any { return &groupWaiter{done: make(chan error, 1)} }}
 
-// maxLingerYields bounds how often the owner yields while a batch fills,
-// whatever the last flush took (a yield on a busy machine can take long).
-const maxLingerYields = 64
+// watchPeriod is how often the watchdog looks at the waiters (at most: an
+// eighth of SyncFlushTimeout when that is shorter).
+const watchPeriod = 10 * time.Millisecond
 
-// maxLinger bounds the linger in time.
-const maxLinger = time.Millisecond
+// lingerBackoff is how many flushes the owner takes without lingering
+// after a linger ran out of time, before it tries again.
+const lingerBackoff = 32
+
+// maxLinger bounds the linger in time, whatever the last flush took (one
+// stalled flush must not make the next batch wait as long).
+const maxLinger = 10 * time.Millisecond
 
 func newGroupCommit(s *Store) *groupCommit {
 	return &groupCommit{
@@ -99,19 +117,26 @@ func newGroupCommit(s *Store) *groupCommit {
 		timeout:    s.opts.SyncFlushTimeout,
 		timeoutErr: fmt.Errorf("not flushed after %v: %w", s.opts.SyncFlushTimeout, ErrFlushDiskTimeout),
 		limit:      s.opts.GroupCommitQueueSize,
+		maxLinger:  maxLinger,
 	}
 }
 
 // begin queues a waiter for offset; now is the Put's start, from which its
-// deadline runs. It returns nil (and no error) when the position is already
-// there, and errGroupCommitQueueFull when the queue is full.
-func (q *groupCommit) begin(offset int64, now time.Time) (*groupWaiter, error) {
+// deadline runs, and ctx ends its wait early. It returns nil (and no error)
+// when the position is already there, and errGroupCommitQueueFull when the
+// queue is full.
+func (q *groupCommit) begin(ctx context.Context, offset int64, now time.Time) (*groupWaiter, error) {
 	if q.flushed() >= offset {
 		return nil, nil
 	}
 	w := groupWaiterPool.Get().(*groupWaiter)
 	w.offset = offset
 	w.deadline = now.UnixNano() + int64(q.timeout)
+	w.ctx = nil
+	if ctx.Done() != nil {
+		w.ctx = ctx
+	}
+	w.byWatchdog = false
 	w.answered.Store(false)
 	q.mu.Lock()
 	if q.count >= q.limit {
@@ -131,26 +156,15 @@ func (q *groupCommit) begin(offset int64, now time.Time) (*groupWaiter, error) {
 }
 
 // end waits for w's answer: nil when the flushed position reached its
-// offset, timeoutErr at its deadline, ctx's error when ctx ends first. A nil
-// w (begin found the position there) returns nil.
-func (q *groupCommit) end(ctx context.Context, w *groupWaiter) error {
+// offset, timeoutErr at its deadline, the error of begin's ctx when that
+// ended first. A nil w (begin found the position there) returns nil.
+func (q *groupCommit) end(w *groupWaiter) error {
 	if w == nil {
 		return nil
 	}
-	var err error
-	if cancel := ctx.Done(); cancel == nil {
-		err = <-w.done
-	} else {
-		select {
-		case err = <-w.done:
-		case <-cancel:
-			if w.answered.CompareAndSwap(false, true) {
-				return ctx.Err() // the owner will find the flag taken and pool w
-			}
-			err = <-w.done // answered meanwhile: the answer is on its way
-		}
-	}
-	if err != q.timeoutErr { // the watchdog's answer leaves w with the owner
+	err := <-w.done
+	if !w.byWatchdog { // the watchdog's answer leaves w with the owner
+		w.ctx = nil
 		groupWaiterPool.Put(w)
 	}
 	return err
@@ -209,12 +223,11 @@ func (q *groupCommit) run() {
 }
 
 // watch is the watchdog: a goroutine of its own, since the owner may be
-// blocked in a flush that does not return. It ticks at an eighth of the
-// timeout, so a waiter is answered between SyncFlushTimeout and 1.125 times
-// it after its Put began.
+// blocked in a flush that does not return. It ticks every watchPeriod, so a
+// waiter is answered within a tick of its deadline or of its ctx's end.
 func (q *groupCommit) watch(done chan<- struct{}) {
 	defer close(done)
-	ticker := time.NewTicker(max(q.timeout/8, time.Millisecond))
+	ticker := time.NewTicker(max(min(q.timeout/8, watchPeriod), time.Millisecond))
 	defer ticker.Stop()
 	for {
 		select {
@@ -229,17 +242,28 @@ func (q *groupCommit) watch(done chan<- struct{}) {
 // linger yields the owner's CPU until every producer it expects has queued:
 // those its last flush released (they append again) and those that queued
 // while it ran — two convoys that merge into one batch. It lingers at most
-// the last flush's duration (and maxLinger, maxLingerYields): when the
-// producers need longer than a flush to append again, a flush of part of
-// them while the rest append keeps the device busy better than waiting.
+// the last flush's duration (and maxLinger): when the producers need longer
+// than a flush to append again, a flush of part of them while the rest
+// append keeps the device busy better than waiting, so a linger that runs
+// out turns lingering off for lingerBackoff flushes.
 func (q *groupCommit) linger() {
+	if q.noLinger > 0 {
+		q.noLinger--
+		return
+	}
 	want := int32(q.lastBatch) + q.queuedLen.Load()
 	if q.lastBatch <= 1 && want <= 1 {
 		return
 	}
-	deadline := time.Now().Add(min(q.lastFlush, maxLinger))
-	for range maxLingerYields {
-		if q.queuedLen.Load() >= want || !time.Now().Before(deadline) {
+	q.lingerFor(want)
+}
+
+// lingerFor yields until want waiters are queued or the linger runs out.
+func (q *groupCommit) lingerFor(want int32) {
+	deadline := time.Now().Add(min(q.lastFlush, q.maxLinger))
+	for q.queuedLen.Load() < want {
+		if !time.Now().Before(deadline) {
+			q.noLinger = lingerBackoff
 			return
 		}
 		runtime.Gosched()
@@ -260,23 +284,33 @@ func (q *groupCommit) answer(taken []*groupWaiter, reached int64, err error) {
 		if w.answered.CompareAndSwap(false, true) {
 			w.done <- res
 		} else {
-			groupWaiterPool.Put(w) // its producer has left (timeout or ctx)
+			w.ctx = nil
+			groupWaiterPool.Put(w) // the watchdog answered it: its producer has left
 		}
 	}
 	q.lastBatch = len(taken)
 }
 
-// expire answers timeoutErr to every waiter whose deadline has passed,
-// whether queued or in a flush that has not returned (a device that hangs
-// must not hang its producers past SyncFlushTimeout). The owner still takes
-// or finishes them, and pools them.
+// expire answers timeoutErr to every waiter whose deadline has passed and
+// its ctx's error to every waiter whose ctx has ended, whether queued or in
+// a flush that has not returned (a device that hangs must not hang its
+// producers past SyncFlushTimeout). The owner still takes or finishes them,
+// and pools them.
 func (q *groupCommit) expire(now int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, ws := range [2][]*groupWaiter{q.queued, q.flushing} {
 		for _, w := range ws {
-			if now > w.deadline && w.answered.CompareAndSwap(false, true) {
-				w.done <- q.timeoutErr
+			var err error
+			switch {
+			case now > w.deadline:
+				err = q.timeoutErr
+			case w.ctx != nil:
+				err = w.ctx.Err()
+			}
+			if err != nil && w.answered.CompareAndSwap(false, true) {
+				w.byWatchdog = true
+				w.done <- err
 			}
 		}
 	}

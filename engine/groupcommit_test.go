@@ -15,38 +15,59 @@ import (
 	"github.com/mqstore/mqstore/mappedfile/faultfile"
 )
 
-// TestGroupCommitFillsItsBatch: four producers on a device whose flush takes
-// a few milliseconds. Without the linger the owner took whoever had queued
-// when a flush returned — one producer, the others appending again — and
-// the producers split into two convoys of two; with it a flush carries all
-// four.
-func TestGroupCommitFillsItsBatch(t *testing.T) {
-	ctx := context.Background()
-	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
-	slow := faultfile.NewFaulty(fs, faultfile.NewFaults(faultfile.Fault{Op: faultfile.OpFlush, Latency: 3 * time.Millisecond, PathContains: "commitlog"}))
-	s := openStore(t, t.TempDir(), Options{BackendImpl: slow, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, Logger: quietLogger})
-	defer s.Close()
-	const producers, each = 4, 60
-	var wg sync.WaitGroup
-	for p := 0; p < producers; p++ {
-		wg.Add(1)
-		go func(p int) {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				if _, err := s.Put(ctx, testMessage("G", int32(p), i, 100)); err != nil {
-					t.Error(err)
-					return
-				}
+// TestGroupCommitLingers drives the owner's linger by hand: it waits for
+// the producers its last flush released and those queued meanwhile (the
+// two convoys), returns as soon as they are all there, and when they do not
+// come within the last flush's duration gives up and stops lingering for
+// lingerBackoff flushes.
+func TestGroupCommitLingers(t *testing.T) {
+	q := &groupCommit{flushed: func() int64 { return 0 }, timeout: time.Hour, limit: 100, maxLinger: time.Hour}
+	queue := func(n int) {
+		for i := 0; i < n; i++ {
+			if _, err := q.begin(context.Background(), 1, time.Now()); err != nil {
+				t.Fatal(err)
 			}
-		}(p)
+		}
 	}
-	wg.Wait()
-	st := s.Stats()
-	perFlush := float64(st.Puts) / float64(st.Flushes)
-	t.Logf("%d puts, %d flushes: %.2f per flush", st.Puts, st.Flushes, perFlush)
-	if perFlush < 2.8 {
-		t.Fatalf("%.2f puts per flush with %d producers: the batches do not fill", perFlush, producers)
+	q.lastBatch, q.lastFlush = 3, time.Hour // a slow device: lingering pays
+	queue(2)                                // the other convoy, queued during the last flush
+	returned := make(chan struct{})
+	want := int32(q.lastBatch) + q.queuedLen.Load() // what linger would wait for
+	if want != 5 {
+		t.Fatalf("linger would wait for %d waiters, want 5", want)
 	}
+	go func() {
+		q.lingerFor(want)
+		close(returned)
+	}()
+	queue(2)
+	select {
+	case <-returned:
+		t.Fatal("the owner stopped lingering with 4 of 5 producers queued")
+	case <-time.After(50 * time.Millisecond):
+	}
+	queue(1)
+	<-returned
+	if q.noLinger != 0 {
+		t.Fatalf("a linger that filled its batch turned lingering off (%d)", q.noLinger)
+	}
+
+	q.queued, q.count = q.queued[:0], 0
+	q.queuedLen.Store(0)
+	q.lastBatch, q.lastFlush = 8, time.Millisecond // producers slower than the device
+	queue(1)
+	q.linger() // returns after about a millisecond, the batch not full
+	if q.noLinger != lingerBackoff {
+		t.Fatalf("a linger that ran out left noLinger at %d, want %d", q.noLinger, lingerBackoff)
+	}
+	for i := 0; i < lingerBackoff; i++ {
+		q.linger() // returns at once: the convoys go on
+	}
+	if q.noLinger != 0 {
+		t.Fatalf("noLinger %d after %d flushes", q.noLinger, lingerBackoff)
+	}
+	q.lastBatch = 1
+	q.linger() // a lone producer is never held
 }
 
 // TestGroupCommitTimesOutWhileTheFlushHangs: a flush that does not return
@@ -150,9 +171,8 @@ func TestProfileLabels(t *testing.T) {
 		return b.String()
 	}
 	for _, stage := range []string{StageFlush, StageCommit, StageDispatch} {
-		if g := goroutines(); !strings.Contains(g, label(stage)) {
-			t.Fatalf("no goroutine labelled %s:\n%s", stage, g)
-		}
+		// A service labels itself when its goroutine starts.
+		waitFor(t, "a goroutine labelled "+stage, func() bool { return strings.Contains(goroutines(), label(stage)) })
 	}
 	faults.Add(faultfile.Fault{Op: faultfile.OpFlush, Latency: 300 * time.Millisecond, PathContains: "commitlog"})
 	returned := make(chan struct{})

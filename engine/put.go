@@ -120,7 +120,7 @@ func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutR
 	if s.labels.on {
 		pprof.SetGoroutineLabels(s.labels.wait)
 	}
-	if err := s.waitDurable(ctx, &res, now); err != nil {
+	if err := s.waitDurable(ctx, &res, start); err != nil {
 		return res, fmt.Errorf("put to %s/%d at offset %d: %w", m.Topic, m.QueueID, res.PhysicalOffset, err)
 	}
 	return res, nil
@@ -130,13 +130,13 @@ func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutR
 // acknowledged by a slave (SYNC_MASTER), both at once, and sets the
 // status as RocketMQ does: a replication failure wins over a flush one.
 // The record stays in the CommitLog whatever the outcome.
-func (s *Store) waitDurable(ctx context.Context, res *PutResult, now time.Time) error {
+func (s *Store) waitDurable(ctx context.Context, res *PutResult, start time.Time) error {
 	end := res.PhysicalOffset + int64(res.Size)
 	var flushW *groupWaiter
 	var replW *offsetWaiter
 	var flushErr, replErr error
 	if s.group != nil {
-		flushW, flushErr = s.group.begin(end, now)
+		flushW, flushErr = s.group.begin(ctx, end, start) // the deadline runs on the real clock, as the watchdog does
 	} else {
 		s.flusher.Wakeup()
 	}
@@ -146,7 +146,7 @@ func (s *Store) waitDurable(ctx context.Context, res *PutResult, now time.Time) 
 		}
 	}
 	if flushErr == nil && s.group != nil {
-		flushErr = s.group.end(ctx, flushW)
+		flushErr = s.group.end(flushW)
 	}
 	if replErr == nil && s.repl.waiters != nil {
 		replErr = s.repl.waiters.end(ctx, replW)

@@ -40,8 +40,8 @@ func (s *Store) recover(ctx context.Context) error {
 			}
 			if takesQueueOffset(r.SysFlag) {
 				key := queueKey{topic: r.Topic, queueID: r.QueueID}
-				if next := r.QueueOffset + 1; next > s.log.queueOffsets[key] {
-					s.log.queueOffsets[key] = next
+				if next := r.QueueOffset + 1; next > s.log.nextQueueOffsetOf(key) {
+					s.log.setNextQueueOffset(key, next)
 				}
 			}
 			if _, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
@@ -226,7 +226,7 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 				}
 			}
 		}
-		if cq.MaxOffset() < s.log.queueOffsets[key] { // units missing: dispatch from the last one it has
+		if cq.MaxOffset() < s.log.nextQueueOffsetOf(key) { // units missing: dispatch from the last one it has
 			start := logStart
 			if n := cq.MaxOffset(); n > cq.MinOffset() {
 				if u, err := cq.Get(n - 1); err == nil {
@@ -238,7 +238,7 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 	}
 	if reputFrom < validEnd {
 		s.opts.Logger.Info("rebuilding consume queues and index", slog.Int64("from", reputFrom), slog.Int64("to", validEnd))
-		var keyBuf []byte
+		var keyBuf indexKeys
 		end, err := s.log.scan(ctx, reputFrom, func(offset int64, _ []byte, r *record.Record) error {
 			if r == nil {
 				return nil
@@ -285,8 +285,8 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 	// ConsumeQueue's last unit (RocketMQ's recoverTopicQueueTable).
 	for _, q := range l.queues() {
 		key := queueKey{topic: q.Topic(), queueID: q.QueueID()}
-		if n := q.MaxOffset(); n > s.log.queueOffsets[key] {
-			s.log.queueOffsets[key] = n
+		if n := q.MaxOffset(); n > s.log.nextQueueOffsetOf(key) {
+			s.log.setNextQueueOffset(key, n)
 		}
 	}
 	// The queues are consistent now: move their minimum past what retention

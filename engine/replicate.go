@@ -441,11 +441,11 @@ func (s *Store) checkReplicaUnitLocked(unit []byte, at int64) error {
 	}
 	if takesQueueOffset(rec.SysFlag) {
 		key := queueKey{topic: rec.Topic, queueID: rec.QueueID}
-		if next, ok := s.log.queueOffsets[key]; ok && rec.QueueOffset != next {
+		if next, ok := s.log.nextQueueOffset(key); ok && rec.QueueOffset != next {
 			return fmt.Errorf("the record at %d has queue offset %d in %s/%d, the slave's next is %d: %w",
 				at, rec.QueueOffset, rec.Topic, rec.QueueID, next, ErrReplicaData)
 		}
-		s.log.queueOffsets[key] = rec.QueueOffset + 1
+		s.log.setNextQueueOffset(key, rec.QueueOffset+1)
 	}
 	s.log.lastStoreTimestamp.Store(rec.StoreTimestamp)
 	r.lastRecord = at
@@ -498,9 +498,9 @@ func (s *Store) ReplicaAckOffset(ctx context.Context) (int64, error) {
 	if s.group == nil {
 		return end, nil
 	}
-	w, err := s.group.begin(end, time.Now())
+	w, err := s.group.begin(ctx, end, time.Now())
 	if err == nil {
-		err = s.group.end(ctx, w)
+		err = s.group.end(w)
 	}
 	if err != nil {
 		return s.FlushedOffset(), fmt.Errorf("flush replicated bytes to %d: %w", end, err)

@@ -29,11 +29,15 @@ func (l *spinMutex) Lock() { l.lock() }
 
 // lock takes the lock and reports whether it had to wait for it.
 func (l *spinMutex) lock() (waited bool) {
-	for spins := 0; !l.state.CompareAndSwap(0, 1); spins++ {
+	for spins := 0; !l.state.CompareAndSwap(0, 1); {
 		waited = true
-		if spins >= spinsBeforeYield {
-			runtime.Gosched()
-			spins = 0
+		// Spin on a load, not on the CAS: a read keeps the holder's cache
+		// line shared until it is released.
+		for l.state.Load() != 0 {
+			if spins++; spins >= spinsBeforeYield {
+				runtime.Gosched()
+				spins = 0
+			}
 		}
 	}
 	return waited

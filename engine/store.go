@@ -164,7 +164,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store: commitlog: %w", err)
 	}
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
-		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]int64)}
+		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]*queueCounter)}
 	if o.truncateAt != nil { // TruncateCommitLog
 		if err := s.cutCommitLog(ctx, o.truncateAt); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", dir, err)
@@ -188,6 +188,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 }
 
 func (s *Store) startServices() {
+	s.log.shareQueueOffsets()
 	s.labels = newStageLabels(s.opts.ProfileLabels)
 	s.dispatcher = newDispatcher(s)
 	s.logicsFlusher = &logicsFlusher{service: newService(), store: s}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -345,6 +346,59 @@ func (x *Index) Put(ctx context.Context, key string, physicalOffset int64, store
 	return nil
 }
 
+// maxDedupKeys bounds the keys of one record PutKeys tells apart in memory;
+// past it a key is looked up in the file, as Put does.
+const maxDedupKeys = 16
+
+// PutKeys is Put for each of a record's keys, in order, under one lock.
+// When the record is newer than every indexed one — dispatch, in steady
+// state — no key of it can be in the files yet, so a key is compared with
+// the record's earlier keys in memory (by hash, as the file would compare
+// them) instead of searching the file's chain; a re-dispatch of the newest
+// indexed record searches the files as Put does. keys are not kept.
+func (x *Index) PutKeys(ctx context.Context, keys []string, physicalOffset int64, storeTimestamp int64) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return fmt.Errorf("indexfile %s: put: %w", x.dir, mappedfile.ErrClosed)
+	}
+	if x.writeErr != nil {
+		return x.writeErr
+	}
+	n := len(x.files)
+	if n > 0 && physicalOffset < x.files[n-1].header.EndPhyOffset {
+		return nil
+	}
+	redispatch := n > 0 && physicalOffset == x.files[n-1].header.EndPhyOffset
+	var hashes [maxDedupKeys]int32
+	seen := hashes[:0] // the hashes of this record's keys put so far
+	for _, key := range keys {
+		hash := record.IndexKeyHash(key)
+		if redispatch || len(seen) == maxDedupKeys {
+			if has, err := x.hasEntryLocked(key, physicalOffset); err != nil || has {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		} else {
+			if slices.Contains(seen, hash) {
+				continue
+			}
+			seen = append(seen, hash)
+		}
+		f, err := x.writableLocked(ctx)
+		if err != nil {
+			return err
+		}
+		if err := x.putHashLocked(ctx, f, hash, physicalOffset, storeTimestamp); err != nil {
+			x.writeErr = err
+			return err
+		}
+	}
+	return nil
+}
+
 // hasEntryLocked reports whether key is already indexed for the record at
 // physicalOffset, when that is the newest record indexed: a re-dispatch
 // after a crash starts at that record (its keys may be only partly there),
@@ -392,12 +446,15 @@ func (x *Index) writableLocked(ctx context.Context) (*file, error) {
 }
 
 func (x *Index) putLocked(ctx context.Context, f *file, key string, physicalOffset, storeTimestamp int64) error {
+	return x.putHashLocked(ctx, f, record.IndexKeyHash(key), physicalOffset, storeTimestamp)
+}
+
+func (x *Index) putHashLocked(ctx context.Context, f *file, keyHash int32, physicalOffset, storeTimestamp int64) error {
 	ow, err := x.overwriter(f)
 	if err != nil {
 		return err
 	}
 	h := &f.header
-	keyHash := record.IndexKeyHash(key)
 	slotPosition := x.slotPosition(int64(keyHash) % x.slotCount)
 	if _, err := f.mf.ReadAt(x.slot[:], slotPosition); err != nil {
 		return fmt.Errorf("indexfile: %s: read slot: %w", f.mf.Path(), err)

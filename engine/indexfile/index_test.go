@@ -809,3 +809,55 @@ func tornHeaderBeforeTheNewest(t *testing.T, victimIndex int, garbage []byte) {
 		t.Fatalf("after a crash: files %+v, MaxPhysicalOffset %d; want the torn file restarted, ending at %d", got, x.MaxPhysicalOffset(), wantEnd)
 	}
 }
+
+// TestPutKeysIsPutPerKey: PutKeys writes the same bytes as Put called for
+// each key — records with several keys, a key listed twice, keys whose
+// hashes collide, a roll to a new file in the middle of a record, and a
+// re-dispatch of the newest record with a key it lacked.
+func TestPutKeysIsPutPerKey(t *testing.T) {
+	ctx := context.Background()
+	one, batch := mappedfile.NewMemFS(mappedfile.MemOptions{}), mappedfile.NewMemFS(mappedfile.MemOptions{})
+	x, y := openIndex(t, one, 7, 6), openIndex(t, batch, 7, 6)
+	defer x.Close()
+	defer y.Close()
+	// "Aa" and "BB" have the same Java hash code: the file keeps one.
+	records := [][]string{
+		{"T#a", "T#b"}, {"T#c"}, {"T#d", "T#d", "T#e"}, {"T#Aa", "T#BB", "T#f"}, {"T#g", "T#h", "T#i", "T#j"},
+	}
+	ts := baseTime.UnixMilli()
+	for i, keys := range records {
+		phys := int64(1000 * (i + 1))
+		for _, k := range keys {
+			if err := x.Put(ctx, k, phys, ts+int64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := y.PutKeys(ctx, keys, phys, ts+int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := int64(1000 * len(records))
+	redo := []string{"T#h", "T#i", "T#j", "T#k"} // the re-dispatch brings a key the crash lost
+	for _, k := range redo {
+		if err := x.Put(ctx, k, last, ts+int64(len(records)-1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := y.PutKeys(ctx, redo, last, ts+int64(len(records)-1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(x.Flush(ctx), y.Flush(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	xf, yf := x.Files(), y.Files()
+	if len(xf) != len(yf) || len(xf) < 2 {
+		t.Fatalf("files %+v and %+v: want the same, at least two", xf, yf)
+	}
+	for i := range xf {
+		a, _ := one.Durable(filepath.Join(testDir, xf[i].Name))
+		b, _ := batch.Durable(filepath.Join(testDir, yf[i].Name))
+		if xf[i] != yf[i] || !bytes.Equal(a, b) {
+			t.Fatalf("file %d differs: %+v vs %+v", i, xf[i], yf[i])
+		}
+	}
+}
