@@ -261,7 +261,7 @@ func (b *Broker) housekeeping() {
 		if err := b.offsets.flush(); err != nil {
 			b.log.Error("broker: persist consumer offsets", slog.Any("err", err))
 		}
-		b.notifyChanged(b.clients.drop(nil, time.Now().Add(-b.opts.ClientExpiry)))
+		b.notifyChanged(b.clients.drop(nil, time.Now().Add(-b.opts.ClientExpiry)), nil)
 	}
 }
 
@@ -286,15 +286,25 @@ func (b *Broker) topicCreated(ctx context.Context) {
 }
 
 func (b *Broker) connClosed(c *remoting.Conn) {
-	b.notifyChanged(b.clients.drop(c, time.Time{}))
+	b.notifyChanged(b.clients.drop(c, time.Time{}), nil)
 	b.locks.dropConn(c)
 }
 
 // notifyChanged tells the members of each group that its membership
-// changed, so they rebalance now rather than at their next 20 s round.
-func (b *Broker) notifyChanged(groups []string) {
+// changed, so they rebalance now rather than at their next 20 s round —
+// all but except, the client whose heartbeat changed it (it rebalances
+// after its heartbeat anyway).
+func (b *Broker) notifyChanged(groups []string, except *remoting.Conn) {
 	for _, g := range groups {
-		conns := b.clients.conns(g)
+		var conns []*remoting.Conn
+		for _, c := range b.clients.conns(g) {
+			if c != except {
+				conns = append(conns, c)
+			}
+		}
+		if len(conns) == 0 {
+			continue
+		}
 		go remoting.Broadcast(b.ctx, b.log, conns, func() *remoting.Command {
 			return remoting.NewRequest(remoting.NotifyConsumerIDsChanged, map[string]string{"consumerGroup": g}, nil)
 		})
@@ -336,7 +346,7 @@ func (b *Broker) serve(ctx context.Context, c *remoting.Conn, req *remoting.Comm
 	case remoting.HeartBeat:
 		return b.heartbeat(ctx, c, req)
 	case remoting.UnregisterClient:
-		b.notifyChanged(b.clients.unregister(req.Field("clientID"), req.Field("producerGroup"), req.Field("consumerGroup")))
+		b.notifyChanged(b.clients.unregister(req.Field("clientID"), req.Field("producerGroup"), req.Field("consumerGroup")), c)
 		return remoting.NewResponse(req, remoting.Success, "")
 	case remoting.GetConsumerListByGroup:
 		return b.consumerList(req)
@@ -367,4 +377,10 @@ func (b *Broker) serve(ctx context.Context, c *remoting.Conn, req *remoting.Comm
 // badRequest answers a request whose header is wrong.
 func badRequest(req *remoting.Command, err error) *remoting.Command {
 	return remoting.NewResponse(req, remoting.SystemError, err.Error())
+}
+
+// ConsumerOffset is a group's committed offset of a queue (the next to
+// consume); ok is false when it has none.
+func (b *Broker) ConsumerOffset(topic, group string, queueID int32) (offset int64, ok bool) {
+	return b.offsets.get(topic, group, queueID)
 }

@@ -34,7 +34,7 @@ func (b *Broker) heartbeat(ctx context.Context, c *remoting.Conn, req *remoting.
 			}
 		}
 	}
-	b.notifyChanged(changed)
+	b.notifyChanged(changed, c)
 	return remoting.NewResponse(req, remoting.Success, "")
 }
 
