@@ -184,19 +184,6 @@ func (r *registry) subscription(group, topic string) (subscriptionData, bool) {
 	return s, ok
 }
 
-// consumerGroups lists the groups with a member, with their model.
-func (r *registry) consumerGroups() map[string]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string]string{}
-	for name, g := range r.consumers {
-		if len(g.clients) > 0 {
-			out[name] = g.model
-		}
-	}
-	return out
-}
-
 func decodeHeartbeat(body []byte) (*heartbeat, error) {
 	var hb heartbeat
 	if err := json.Unmarshal(body, &hb); err != nil {

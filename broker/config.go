@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 
 	"github.com/mqstore/mqstore/namesrv"
@@ -119,18 +117,6 @@ func (t *topicTable) snapshot() map[string]namesrv.TopicConfig {
 	return out
 }
 
-// names lists the topics, sorted.
-func (t *topicTable) names() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]string, 0, len(t.byName))
-	for k := range t.byName {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // put sets a topic (created reports whether it was new or changed) and
 // persists the table.
 func (t *topicTable) put(tc namesrv.TopicConfig) (changed bool, err error) {
@@ -169,10 +155,4 @@ func (t *topicTable) saveLocked() error {
 		return fmt.Errorf("encode topics: %w", err)
 	}
 	return writeFileAtomic(t.path, b)
-}
-
-// isSystemTopic reports the topics clients do not create (retry, DLQ and
-// the template).
-func isSystemTopic(name string) bool {
-	return name == DefaultTopic || strings.HasPrefix(name, RetryGroupPrefix) || strings.HasPrefix(name, DLQGroupPrefix)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -186,12 +185,4 @@ func (r *received) arrival(id string) (time.Time, bool) {
 	defer r.mu.Unlock()
 	at, ok := r.at[id]
 	return at, ok
-}
-
-func mustAddrPort(t *testing.T, s string) netip.AddrPort {
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ap
 }
