@@ -315,12 +315,17 @@ func (b *Broker) notifyChanged(groups []string, except *remoting.Conn) {
 func (b *Broker) ServeRemoting(ctx context.Context, c *remoting.Conn, req *remoting.Command) *remoting.Command {
 	start := time.Now()
 	resp := b.serve(ctx, c, req)
+	code := int16(-1)
+	if resp != nil {
+		code = resp.Code
+	}
+	took := time.Since(start)
 	if b.opts.OnRequest != nil {
-		code := int16(-1)
-		if resp != nil {
-			code = resp.Code
-		}
-		b.opts.OnRequest(req.Code, code, time.Since(start))
+		b.opts.OnRequest(req.Code, code, took)
+	}
+	if b.log.Enabled(ctx, slog.LevelDebug) {
+		b.log.Debug("broker: request", slog.Int("code", int(req.Code)), slog.Int("response", int(code)), slog.Duration("took", took),
+			slog.String("remote", c.RemoteAddr().String()), slog.Any("ext", req.ExtFields))
 	}
 	return resp
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -215,5 +216,60 @@ func TestIdleConsumerWokenByDispatch(t *testing.T) {
 	// bound only tells the two apart (speed is not what is tested).
 	if worst > 5*time.Second {
 		t.Fatalf("a message to an idle consumer took %v: the held pull was not woken by dispatch", worst)
+	}
+}
+
+// A message whose callback asks to retry comes back from the group's retry
+// topic with ReconsumeTimes 1 (the broker delivers retries at once: it
+// keeps no delay levels).
+func TestRetryAfterConsumeRetryLater(t *testing.T) {
+	c := startCluster(t)
+	p := newProducer(t, c)
+	sent := sendN(t, p, "retried", 3, nil)
+	var mu sync.Mutex
+	attempts := map[string][]int32{}
+	pc, err := rocketmq.NewPushConsumer(consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{c.ns.Addr()})),
+		consumer.WithGroupName("retry-group"), consumer.WithInstance(instance(t)),
+		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Subscribe("retried", consumer.MessageSelector{}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		result := consumer.ConsumeSuccess
+		for _, m := range msgs {
+			attempts[m.MsgId] = append(attempts[m.MsgId], m.ReconsumeTimes)
+			if m.ReconsumeTimes == 0 {
+				result = consumer.ConsumeRetryLater
+			}
+		}
+		return result, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Shutdown()
+	waitFor(t, 60*time.Second, "every message delivered twice", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range sent {
+			if len(attempts[id]) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range sent {
+		if a := attempts[id]; a[0] != 0 || a[1] != 1 {
+			t.Fatalf("message %s: reconsume times per delivery %v, want [0 1]", id, a)
+		}
+	}
+	if c.node.countMessages("%RETRY%retry-group", 1) < int64(len(sent)) {
+		t.Fatal("the retries did not go through the retry topic")
 	}
 }
