@@ -1,14 +1,21 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/mqstore/mqstore/broker"
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/ha"
 	"github.com/mqstore/mqstore/internal/cli"
+	"github.com/mqstore/mqstore/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // brokerFlags are serve's RocketMQ broker flags: with --remoting-listen the
@@ -21,7 +28,11 @@ type brokerFlags struct {
 	name        *string
 	id          *int64
 	noAutoTopic *bool
+	metrics     *string
 	ln          net.Listener
+
+	metricsServer *metrics.Server
+	remoting      *metrics.Remoting
 }
 
 func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
@@ -35,6 +46,7 @@ func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
 		name:        fs.String("broker-name", broker.DefaultBrokerName, "the broker group's name (a master and its slaves share it)"),
 		id:          fs.Int64("broker-id", -1, "0 for a master, above 0 for a slave (default: by --role)"),
 		noAutoTopic: fs.Bool("no-auto-create-topic", false, "refuse sends to unknown topics instead of creating them from TBW102"),
+		metrics:     fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (off by default; a bare :PORT binds loopback)"),
 	}
 }
 
@@ -42,6 +54,11 @@ func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
 // sets the store's StoreHost to the advertised address (records and
 // message ids carry it).
 func (bf *brokerFlags) open(fs *flag.FlagSet, o *engine.Options) error {
+	if *bf.metrics != "" {
+		if _, _, err := net.SplitHostPort(*bf.metrics); err != nil {
+			return cli.BadFlag(fs, "--metrics-listen %q: %v", *bf.metrics, err)
+		}
+	}
 	if *bf.listen == "" {
 		if *bf.namesrv != "" || *bf.advertise != "" {
 			return cli.BadFlag(fs, "--namesrv and --remoting-advertise go with --remoting-listen")
@@ -97,10 +114,36 @@ func (bf *brokerFlags) namesrvs() []string {
 	return out
 }
 
-// start serves the store to RocketMQ clients (nil when remoting is off).
-func (bf *brokerFlags) start(store *engine.Store, haAddr string, log *slog.Logger) (*broker.Broker, error) {
+// start serves the store's metrics (with --metrics-listen) and the store
+// to RocketMQ clients (with --remoting-listen; the broker is nil without).
+// slaveLags (nil for none) gives a master's slaves' lag.
+func (bf *brokerFlags) start(store *engine.Store, haAddr string, slaveLags func() map[string]int64, log *slog.Logger,
+	stderr io.Writer) (*broker.Broker, error) {
+	if *bf.metrics != "" {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(metrics.NewCollector(store, slaveLags)); err != nil {
+			return nil, err
+		}
+		if bf.ln != nil {
+			rm, err := metrics.NewRemoting(reg)
+			if err != nil {
+				return nil, err
+			}
+			bf.remoting = rm
+		}
+		srv, err := metrics.Listen(*bf.metrics, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		bf.metricsServer = srv
+		fmt.Fprintf(stderr, "metrics at http://%s/metrics\n", srv.Addr())
+	}
 	if bf.ln == nil {
 		return nil, nil
+	}
+	var onRequest func(code, response int16, took time.Duration)
+	if bf.remoting != nil {
+		onRequest = bf.remoting.Observe
 	}
 	id := *bf.id
 	if id < 0 {
@@ -110,20 +153,39 @@ func (bf *brokerFlags) start(store *engine.Store, haAddr string, log *slog.Logge
 		}
 	}
 	b, err := broker.New(store, bf.ln, broker.Options{AdvertisedAddr: *bf.advertise, Namesrv: bf.namesrvs(), Cluster: *bf.cluster,
-		BrokerName: *bf.name, BrokerID: id, HAAddr: haAddr, NoAutoCreateTopic: *bf.noAutoTopic, Logger: log})
+		BrokerName: *bf.name, BrokerID: id, HAAddr: haAddr, NoAutoCreateTopic: *bf.noAutoTopic, Logger: log, OnRequest: onRequest})
 	bf.ln = nil
+	if err == nil {
+		fmt.Fprintf(stderr, "broker listening on %s\n", b.Addr())
+	}
 	return b, err
 }
 
-// close stops the broker (before the store closes) or releases an unused
-// listener.
+// close stops the broker and the metrics (before the store closes), or
+// releases an unused listener.
 func (bf *brokerFlags) close(b *broker.Broker) error {
+	var errs []error
 	if bf.ln != nil {
 		bf.ln.Close()
 		bf.ln = nil
 	}
-	if b == nil {
-		return nil
+	if b != nil {
+		errs = append(errs, b.Close())
 	}
-	return b.Close()
+	if bf.metricsServer != nil {
+		errs = append(errs, bf.metricsServer.Close())
+		bf.metricsServer = nil
+	}
+	return errors.Join(errs...)
+}
+
+// masterSlaveLags is a master's slaves' lag in bytes, by address.
+func masterSlaveLags(m *ha.Master) func() map[string]int64 {
+	return func() map[string]int64 {
+		out := map[string]int64{}
+		for _, s := range m.Slaves() {
+			out[s.Addr] = s.LagBytes
+		}
+		return out
+	}
 }

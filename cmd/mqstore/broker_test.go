@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,6 +29,7 @@ func TestBrokerFlags(t *testing.T) {
 		{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "127.0.0.1:0", "--broker-id", "1"},
 		{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "127.0.0.1:0", "--remoting-advertise", "host:1"},
 		{"serve", "--dir", dir, "--role", "slave", "--master", "127.0.0.1:1", "--remoting-listen", "127.0.0.1:0", "--broker-id", "0"},
+		{"serve", "--dir", dir, "--role", "async-master", "--metrics-listen", "nowhere"},
 		{"namesrv", "--broker-expiry", "1ms"},
 		{"namesrv", "extra"},
 	} {
@@ -64,13 +67,15 @@ func TestServeBrokerWithSlave(t *testing.T) {
 	nsAddr := ns.waitLine(t, regexp.MustCompile(`name server listening on (\S+)`))[1]
 	m := filepath.Join(t.TempDir(), "master")
 	master := startProcess(t, false, "serve", "--dir", m, "--role", "async-master", "--ha-listen", "127.0.0.1:0",
-		"--remoting-listen", "127.0.0.1:0", "--namesrv", nsAddr, "--segment-size", "4194304", "--status-interval", "0")
+		"--remoting-listen", "127.0.0.1:0", "--namesrv", nsAddr, "--segment-size", "4194304", "--status-interval", "0",
+		"--metrics-listen", "127.0.0.1:0")
+	metricsAddr := master.waitLine(t, regexp.MustCompile(`metrics at http://(\S+)/metrics`))[1]
 	haAddr := master.waitLine(t, regexp.MustCompile(`ha master listening on (\S+)`))[1]
 	masterAddr := master.waitLine(t, regexp.MustCompile(`broker listening on (\S+)`))[1]
 	s := filepath.Join(t.TempDir(), "slave")
 	slave := startProcess(t, false, "serve", "--dir", s, "--role", "slave", "--master", haAddr,
 		"--remoting-listen", "127.0.0.1:0", "--namesrv", nsAddr, "--segment-size", "4194304", "--status-interval", "0")
-	slaveAddr := slave.waitLine(t, regexp.MustCompile(`msg="broker serving" addr=(\S+)`))[1]
+	slaveAddr := slave.waitLine(t, regexp.MustCompile(`broker listening on (\S+)`))[1]
 
 	send := remoting.NewRequest(remoting.SendMessage, map[string]string{"producerGroup": "pg", "topic": "cli", "queueId": "0",
 		"defaultTopic": "TBW102", "defaultTopicQueueNums": "4", "properties": "TAGS\x01t\x02"}, []byte("through the CLI"))
@@ -103,6 +108,18 @@ func TestServeBrokerWithSlave(t *testing.T) {
 	r, err := record.Decode(resp.Body, 0, true)
 	if err != nil || !bytes.Equal(r.Body, []byte("through the CLI")) || r.StoreHost.String() != masterAddr {
 		t.Fatalf("pulled from the slave %+v %v", r, err)
+	}
+	scrape, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(scrape.Body)
+	scrape.Body.Close()
+	for _, want := range []string{`mqstore_puts_total{status="PUT_OK"} 1`, `mqstore_remoting_requests_total{code="10",response="0"} 1`,
+		`mqstore_ha_lag_bytes{slave=`} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("the master's metrics lack %s:\n%s", want, body)
+		}
 	}
 	for _, p := range []*process{slave, master, ns} {
 		if code := p.stop(t, syscall.SIGTERM); code != 0 {

@@ -174,7 +174,7 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 			return err
 		}
 		defer bf.close(nil)
-		return serveSlave(ctx, *dir, o, so, *statusEvery, log, bf)
+		return serveSlave(ctx, *dir, o, so, *statusEvery, log, stderr, bf)
 	}
 	mo, err := h.masterOptions(fs, log)
 	if err != nil {
@@ -199,12 +199,9 @@ func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.Master
 		return err
 	}
 	fmt.Fprintf(stderr, "ha master listening on %s\n", m.Addr())
-	b, err := bf.start(store, m.Addr().String(), log)
+	b, err := bf.start(store, m.Addr().String(), masterSlaveLags(m), log, stderr)
 	if err != nil {
-		return errors.Join(err, m.Close(), store.Close())
-	}
-	if b != nil {
-		fmt.Fprintf(stderr, "broker listening on %s\n", b.Addr())
+		return errors.Join(err, bf.close(nil), m.Close(), store.Close())
 	}
 	stop := logStatus(every, func() { logMaster(log, store, m) })
 	<-ctx.Done()
@@ -214,7 +211,7 @@ func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.Master
 }
 
 func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOptions, every time.Duration, log *slog.Logger,
-	bf *brokerFlags) error {
+	stderr io.Writer, bf *brokerFlags) error {
 	store, err := engine.Open(ctx, dir, o)
 	if err != nil {
 		return err
@@ -224,9 +221,9 @@ func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOp
 		store.Close()
 		return err
 	}
-	b, err := bf.start(store, "", log)
+	b, err := bf.start(store, "", nil, log, stderr)
 	if err != nil {
-		return errors.Join(err, store.Close())
+		return errors.Join(err, bf.close(nil), store.Close())
 	}
 	stop := logStatus(every, func() { logSlave(log, s) })
 	err = s.Run(ctx)
