@@ -11,6 +11,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/mqstore/mqstore/broker"
 )
 
 func newPushConsumer(t *testing.T, c *cluster, group, topic, tags string, got *received) rocketmq.PushConsumer {
@@ -140,39 +141,68 @@ func TestOffsetsSurviveBrokerRestart(t *testing.T) {
 	got := newReceived()
 	pc := newPushConsumer(t, c, "durable-group", "durable", "", got)
 	waitFor(t, 30*time.Second, "the first 10 consumed", func() bool { return got.len() == len(first) })
-	// The client commits every 5 s (first after 10 s) and on Shutdown; it
-	// counts a message consumed only after its callback returns, so wait for
-	// the broker to hold all 10 before stopping it.
-	committed := func() int64 {
-		var total int64
-		for q := range int32(4) {
-			off, _ := c.node.broker.ConsumerOffset("durable", "durable-group", q)
+	offsets := func(b *broker.Broker) [4]int64 {
+		var out [4]int64
+		for q := range out {
+			out[q], _ = b.ConsumerOffset("durable", "durable-group", int32(q))
+		}
+		return out
+	}
+	// The client commits in its pulls, every 5 s (the first after 10 s)
+	// and at shutdown (oneway, which a broker stopped right after may not
+	// read). One more message per queue ends each held pull, and the next
+	// pull commits the first 10.
+	sendN(t, p, "durable", 4, nil)
+	waitFor(t, 30*time.Second, "the first 10 committed", func() bool {
+		total := int64(0)
+		for _, off := range offsets(c.node.broker) {
 			total += off
 		}
-		return total
-	}
-	waitFor(t, 30*time.Second, "the broker holds the committed offsets", func() bool { return committed() == int64(len(first)) })
+		return total >= int64(len(first))
+	})
 	if err := pc.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	c.node.restart()
-	if n := committed(); n != int64(len(first)) {
-		t.Fatalf("after the restart the broker holds offsets adding up to %d, want %d", n, len(first))
+	old := c.node.broker
+	c.node.stop() // persists the offsets
+	held := offsets(old)
+	*c.node = *openNode(t, c.node.dir, c.node.addr, c.node.ns)
+	if after := offsets(c.node.broker); after != held {
+		t.Fatalf("offsets before the restart %v, after %v", held, after)
 	}
-	second := sendN(t, p, "durable", 5, nil)
+	// What the client committed is not delivered again; what it had not
+	// committed when it stopped (at least once) and what is sent now is.
+	want := map[string]bool{}
+	for q, off := range held {
+		res, err := c.node.store.Get(context.Background(), "", "durable", int32(q), off, 32, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range res.Messages {
+			r, err := res.Message(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := r.UniqKey()
+			want[u] = true
+		}
+		res.Release()
+	}
+	redelivered := len(want)
+	for id := range sendN(t, p, "durable", 5, nil) {
+		want[id] = true
+	}
 	again := newReceived()
 	pc = newPushConsumer(t, c, "durable-group", "durable", "", again)
 	defer pc.Shutdown()
-	waitFor(t, 30*time.Second, "the 5 sent after the restart consumed", func() bool { return again.len() >= len(second) })
+	waitFor(t, 30*time.Second, fmt.Sprintf("the %d messages after the restart consumed", len(want)), func() bool { return again.len() >= len(want) })
 	msgs, _ := again.snapshot()
 	for id := range msgs {
-		if _, old := first[id]; old {
-			t.Fatalf("message %s consumed again after the restart", id)
+		if !want[id] {
+			t.Fatalf("message %s, committed before the restart, consumed again", id)
 		}
 	}
-	if len(msgs) != len(second) {
-		t.Fatalf("after the restart received %d, want %d", len(msgs), len(second))
-	}
+	t.Logf("offsets %v survived the restart; %d uncommitted messages delivered again", held, redelivered)
 }
 
 func TestPullConsumer(t *testing.T) {
