@@ -87,6 +87,7 @@ type Conn struct {
 	opaque    atomic.Int32
 
 	slots    chan struct{}
+	global   chan struct{} // the server's bound over all its connections (nil: none)
 	handlers sync.WaitGroup
 	done     chan struct{} // closed when the reader has stopped
 	closeErr atomic.Pointer[error]
@@ -192,6 +193,14 @@ func (c *Conn) readLoop() {
 		case <-c.ctx.Done():
 			return
 		}
+		if c.global != nil {
+			select {
+			case c.global <- struct{}{}:
+			case <-c.ctx.Done():
+				<-c.slots
+				return
+			}
+		}
 		c.handlers.Add(1)
 		go c.serve(cmd)
 	}
@@ -230,7 +239,12 @@ func (c *Conn) deliver(resp *Command) {
 
 func (c *Conn) serve(req *Command) {
 	defer c.handlers.Done()
-	defer func() { <-c.slots }()
+	defer func() {
+		<-c.slots
+		if c.global != nil {
+			<-c.global
+		}
+	}()
 	var resp *Command
 	if c.handler == nil {
 		resp = NewResponse(req, 3, fmt.Sprintf("request code %d not supported", req.Code))

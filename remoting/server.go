@@ -13,6 +13,9 @@ import (
 // Defaults of ServerOptions.
 const (
 	DefaultMaxConns = 4096
+	// DefaultMaxInFlightTotal bounds the requests served at once over all
+	// of a server's connections.
+	DefaultMaxInFlightTotal = 16384
 	// DefaultIdleTimeout is longer than the clients' 30 s heartbeat and
 	// their own 120 s idle close.
 	DefaultIdleTimeout = 150 * time.Second
@@ -24,6 +27,9 @@ type ServerOptions struct {
 	// MaxConns bounds the open connections (4096); one more is closed at
 	// once and logged.
 	MaxConns int
+	// MaxInFlightTotal bounds the requests served at once over all the
+	// connections (16384); a connection's reader waits for a free slot.
+	MaxInFlightTotal int
 	// OnClose, when set, is called once per connection after it closed
 	// and its handlers returned (a registry drops the client).
 	OnClose func(c *Conn)
@@ -35,6 +41,8 @@ type Server struct {
 	handler Handler
 	opts    ServerOptions
 	log     *slog.Logger
+
+	global chan struct{}
 
 	mu     sync.Mutex
 	conns  map[*Conn]struct{}
@@ -60,8 +68,12 @@ func Serve(ln net.Listener, h Handler, opts ServerOptions) *Server {
 	if opts.Conn.IdleTimeout == 0 {
 		opts.Conn.IdleTimeout = DefaultIdleTimeout
 	}
+	if opts.MaxInFlightTotal <= 0 {
+		opts.MaxInFlightTotal = DefaultMaxInFlightTotal
+	}
 	opts.Conn = opts.Conn.withDefaults()
-	s := &Server{ln: ln, handler: h, opts: opts, log: opts.Conn.Logger, conns: map[*Conn]struct{}{}}
+	s := &Server{ln: ln, handler: h, opts: opts, log: opts.Conn.Logger, conns: map[*Conn]struct{}{},
+		global: make(chan struct{}, opts.MaxInFlightTotal)}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s
@@ -115,6 +127,7 @@ func (s *Server) acceptLoop() {
 			continue
 		}
 		c := newConn(nc, s.handler, s.opts.Conn)
+		c.global = s.global
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()

@@ -227,6 +227,45 @@ func TestInFlightBound(t *testing.T) {
 	}
 }
 
+func TestServerWideInFlightBound(t *testing.T) {
+	release := make(chan struct{})
+	var running, peak atomic.Int32
+	s := startServer(t, HandlerFunc(func(ctx context.Context, c *Conn, req *Command) *Command {
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		<-release
+		running.Add(-1)
+		return NewResponse(req, 0, "")
+	}), ServerOptions{MaxInFlightTotal: 3})
+	ctx := deadline(t)
+	errs := make(chan error, 6)
+	for range 3 {
+		c := dial(t, s, nil)
+		for range 2 {
+			go func() {
+				_, err := c.Invoke(ctx, NewRequest(1, nil, nil))
+				errs <- err
+			}()
+		}
+	}
+	for running.Load() < 3 {
+		if ctx.Err() != nil {
+			t.Fatal("three requests never ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	for range 6 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := peak.Load(); p != 3 {
+		t.Fatalf("%d requests ran at once over three connections; the bound is 3", p)
+	}
+}
+
 func TestConnectionBound(t *testing.T) {
 	s := startServer(t, HandlerFunc(func(ctx context.Context, c *Conn, req *Command) *Command {
 		return NewResponse(req, 0, "")
