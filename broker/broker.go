@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mqstore/mqstore/engine"
@@ -102,7 +103,8 @@ type Broker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	uniq uniqIDs
+	uniq      uniqIDs
+	heldPulls atomic.Int64
 }
 
 // Listen opens the broker's listener (before the store, whose StoreHost
@@ -389,3 +391,6 @@ func badRequest(req *remoting.Command, err error) *remoting.Command {
 func (b *Broker) ConsumerOffset(topic, group string, queueID int32) (offset int64, ok bool) {
 	return b.offsets.get(topic, group, queueID)
 }
+
+// HeldPulls is how many long-polled pulls are held now.
+func (b *Broker) HeldPulls() int64 { return b.heldPulls.Load() }

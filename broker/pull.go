@@ -155,6 +155,8 @@ func (b *Broker) pull(ctx context.Context, req *remoting.Command) *remoting.Comm
 // (it read further from the master than the slave has replicated).
 func (b *Broker) holdPull(ctx context.Context, hold time.Duration, group, topic string, queueID int32, offset int64, maxMsgs int,
 	filter engine.MessageFilter) (*engine.GetResult, error) {
+	b.heldPulls.Add(1)
+	defer b.heldPulls.Add(-1)
 	ctx, cancel := context.WithTimeout(ctx, hold)
 	defer cancel()
 	for {
