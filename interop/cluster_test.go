@@ -83,13 +83,6 @@ func (n *node) stop() {
 	n.broker = nil
 }
 
-// restart stops the node and starts it again on the same directory and
-// address.
-func (n *node) restart() {
-	n.stop()
-	*n = *openNode(n.t, n.dir, n.addr, n.ns)
-}
-
 // cluster is a name server and one broker.
 type cluster struct {
 	ns   *namesrv.Server
