@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,9 +110,11 @@ func (t *offsetTable) replace(body []byte) error {
 		return fmt.Errorf("consumer offsets from the master: %w", err)
 	}
 	t.mu.Lock()
-	t.table = table
-	t.dirty = true
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	if !maps.EqualFunc(t.table, table, func(a, b map[int32]int64) bool { return maps.Equal(a, b) }) {
+		t.table = table
+		t.dirty = true
+	}
 	return nil
 }
 
