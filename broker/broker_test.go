@@ -504,3 +504,35 @@ func TestRegistersWithNameServer(t *testing.T) {
 		t.Fatalf("route JSON %s", b)
 	}
 }
+
+func TestSlaveCopiesTopicsAndOffsets(t *testing.T) {
+	ns, err := namesrv.Start(namesrv.Options{ListenAddr: "127.0.0.1:0", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	m := start(t, t.TempDir(), Options{Namesrv: []string{ns.Addr()}}, engine.AsyncMaster)
+	s := start(t, t.TempDir(), Options{Namesrv: []string{ns.Addr()}, SlaveSyncInterval: 10 * time.Millisecond}, engine.Slave)
+	mustCode(t, m.call(remoting.UpdateAndCreateTopic, map[string]string{"topic": "copied", "readQueueNums": "3", "writeQueueNums": "3",
+		"perm": "6"}, nil), remoting.Success)
+	mustCode(t, m.call(remoting.UpdateConsumerOffset, map[string]string{"consumerGroup": "cg", "topic": "copied", "queueId": "2",
+		"commitOffset": "9"}, nil), remoting.Success)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tc, ok := s.broker.topics.get("copied")
+		off, _ := s.broker.ConsumerOffset("copied", "cg", 2)
+		if ok && tc.WriteQueueNums == 3 && off == 9 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slave has topic %+v (%v) and offset %d", tc, ok, off)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The slave's registration does not change the route's queues, and
+	// adds its address.
+	rd, ok := ns.Route("copied")
+	if !ok || len(rd.BrokerDatas) != 1 || rd.BrokerDatas[0].BrokerAddrs[1] != s.broker.Addr() || rd.QueueDatas[0].WriteQueueNums != 3 {
+		t.Fatalf("route %+v", rd)
+	}
+}
