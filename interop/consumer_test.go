@@ -53,10 +53,7 @@ func newPullConsumer(t *testing.T, c *cluster, group, topic string) rocketmq.Pul
 	if err := pc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Not shut down: the client's Start rebalances on a goroutine of its own
-	// that its Shutdown does not wait for, and the race detector reports the
-	// two inside the client. The consumer's goroutines end with the test
-	// binary; its broker is closed by the test.
+	// Not shut down (see newProducer).
 	return pc
 }
 
@@ -120,8 +117,7 @@ func TestPushConsumerWithTagFilter(t *testing.T) {
 		}
 	}
 	got := newReceived()
-	pc := newPushConsumer(t, c, "tag-group", "tagged", "A || C", got)
-	defer pc.Shutdown()
+	newPushConsumer(t, c, "tag-group", "tagged", "A || C", got)
 	waitFor(t, 30*time.Second, fmt.Sprintf("%d A and C messages consumed", len(want)), func() bool { return got.len() >= len(want) })
 	msgs, dups := got.snapshot()
 	if dups != 0 || len(msgs) != len(want) {
@@ -138,9 +134,8 @@ func TestOffsetsSurviveBrokerRestart(t *testing.T) {
 	c := startCluster(t)
 	p := newProducer(t, c)
 	first := sendN(t, p, "durable", 10, nil)
-	got := newReceived()
-	pc := newPushConsumer(t, c, "durable-group", "durable", "", got)
-	waitFor(t, 30*time.Second, "the first 10 consumed", func() bool { return got.len() == len(first) })
+	pc := startConsumerProc(t, c, "durable-group", "durable", "")
+	waitFor(t, 30*time.Second, "the first 10 consumed", func() bool { return pc.got.len() == len(first) })
 	offsets := func(b *broker.Broker) [4]int64 {
 		var out [4]int64
 		for q := range out {
@@ -149,9 +144,8 @@ func TestOffsetsSurviveBrokerRestart(t *testing.T) {
 		return out
 	}
 	// The client commits in its pulls, every 5 s (the first after 10 s)
-	// and at shutdown (oneway, which a broker stopped right after may not
-	// read). One more message per queue ends each held pull, and the next
-	// pull commits the first 10.
+	// and at shutdown. One more message per queue ends each held pull, and
+	// the next pull commits the first 10.
 	sendN(t, p, "durable", 4, nil)
 	waitFor(t, 30*time.Second, "the first 10 committed", func() bool {
 		total := int64(0)
@@ -160,9 +154,7 @@ func TestOffsetsSurviveBrokerRestart(t *testing.T) {
 		}
 		return total >= int64(len(first))
 	})
-	if err := pc.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
+	pc.stop()
 	old := c.node.broker
 	c.node.stop() // persists the offsets
 	held := offsets(old)
@@ -192,11 +184,10 @@ func TestOffsetsSurviveBrokerRestart(t *testing.T) {
 	for id := range sendN(t, p, "durable", 5, nil) {
 		want[id] = true
 	}
-	again := newReceived()
-	pc = newPushConsumer(t, c, "durable-group", "durable", "", again)
-	defer pc.Shutdown()
-	waitFor(t, 30*time.Second, fmt.Sprintf("the %d messages after the restart consumed", len(want)), func() bool { return again.len() >= len(want) })
-	msgs, _ := again.snapshot()
+	again := startConsumerProc(t, c, "durable-group", "durable", "")
+	waitFor(t, 30*time.Second, fmt.Sprintf("the %d messages after the restart consumed", len(want)), func() bool { return again.got.len() >= len(want) })
+	again.stop()
+	msgs, _ := again.got.snapshot()
 	for id := range msgs {
 		if !want[id] {
 			t.Fatalf("message %s, committed before the restart, consumed again", id)
@@ -226,8 +217,7 @@ func TestIdleConsumerWokenByDispatch(t *testing.T) {
 	p := newProducer(t, c)
 	warm := sendN(t, p, "idle", 4, nil) // one per queue: every queue's offset is resolved
 	got := newReceived()
-	pc := newPushConsumer(t, c, "idle-group", "idle", "", got)
-	defer pc.Shutdown()
+	newPushConsumer(t, c, "idle-group", "idle", "", got)
 	waitFor(t, 30*time.Second, "the warm-up messages consumed", func() bool { return got.len() == len(warm) })
 	var worst time.Duration
 	for i := range 3 {
@@ -281,7 +271,6 @@ func TestRetryAfterConsumeRetryLater(t *testing.T) {
 	if err := pc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Shutdown()
 	waitFor(t, 60*time.Second, "every message delivered twice", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -302,4 +291,56 @@ func TestRetryAfterConsumeRetryLater(t *testing.T) {
 	if c.node.countMessages("%RETRY%retry-group", 1) < int64(len(sent)) {
 		t.Fatal("the retries did not go through the retry topic")
 	}
+}
+
+// Two consumers of one group split the topic's queues (the broker tells the
+// first when the second joins, so it rebalances at once); when one stops,
+// the other takes its queues.
+func TestTwoConsumersSplitTheQueues(t *testing.T) {
+	c := startCluster(t)
+	p := newProducer(t, c)
+	sendN(t, p, "split", 4, nil) // the topic exists, one message per queue
+	a := startConsumerProc(t, c, "split-group", "split", "")
+	waitFor(t, 30*time.Second, "the first consumer has the first 4", func() bool { return a.got.len() == 4 })
+	b := startConsumerProc(t, c, "split-group", "split", "")
+	consumedBy := func(sent map[string]string, who ...*consumerProc) []int {
+		counts := make([]int, len(who))
+		for i, w := range who {
+			msgs, _ := w.got.snapshot()
+			for id := range sent {
+				if _, ok := msgs[id]; ok {
+					counts[i]++
+				}
+			}
+		}
+		return counts
+	}
+	// Both hold two queues once each consumes two of four messages sent
+	// round robin over the queues.
+	waitFor(t, 60*time.Second, "the queues split two and two", func() bool {
+		sent := sendN(t, p, "split", 4, nil)
+		if !waitUntil(30*time.Second, func() bool { n := consumedBy(sent, a, b); return n[0]+n[1] >= 4 }) {
+			t.Fatal("4 messages not consumed in 30 s")
+		}
+		n := consumedBy(sent, a, b)
+		return n[0] == 2 && n[1] == 2
+	})
+	b.stop()
+	waitFor(t, 60*time.Second, "the remaining consumer receives from every queue", func() bool {
+		sent := sendN(t, p, "split", 4, nil)
+		return waitUntil(30*time.Second, func() bool { return consumedBy(sent, a)[0] == 4 })
+	})
+	a.stop()
+}
+
+// waitUntil polls cond until it holds (true) or limit passes (false).
+func waitUntil(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }

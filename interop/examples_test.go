@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,20 +19,10 @@ func TestClientExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the client's examples (-short)")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build the client's examples: %v", err)
-	}
-	bin := t.TempDir()
+	producer := build(t, "github.com/apache/rocketmq-client-go/v2/examples/producer/simple")
+	consumer := build(t, "github.com/apache/rocketmq-client-go/v2/examples/consumer/simple")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for _, ex := range []string{"producer", "consumer"} {
-		cmd := exec.CommandContext(ctx, goBin, "build", "-o", filepath.Join(bin, ex),
-			"github.com/apache/rocketmq-client-go/v2/examples/"+ex+"/simple")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build the client's %s example: %v\n%s", ex, err, out)
-		}
-	}
 	ns, err := namesrv.Start(namesrv.Options{ListenAddr: namesrv.DefaultListenAddr, Logger: quiet()})
 	if err != nil {
 		t.Fatalf("the examples hard-code the name server 127.0.0.1:9876, which must be free: %v", err)
@@ -41,7 +30,7 @@ func TestClientExamples(t *testing.T) {
 	defer ns.Close()
 	startNode(t, t.TempDir(), "127.0.0.1:0", ns.Addr())
 
-	out, err := exec.CommandContext(ctx, filepath.Join(bin, "producer")).CombinedOutput()
+	out, err := exec.CommandContext(ctx, producer).CombinedOutput()
 	if err != nil {
 		t.Fatalf("producer example: %v\n%s", err, out)
 	}
@@ -51,7 +40,7 @@ func TestClientExamples(t *testing.T) {
 
 	// The consumer example never exits by itself (it waits on a channel
 	// nothing signals): read its output until the 10 arrive, then kill it.
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "consumer"))
+	cmd := exec.CommandContext(ctx, consumer)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

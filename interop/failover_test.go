@@ -69,7 +69,6 @@ func TestConsumeFromSlaveAfterMasterDies(t *testing.T) {
 	warm := sendN(t, p, "failover", 4, nil) // one per queue: every queue's offset resolved at the master
 	got := newReceived()
 	pc := newPushConsumer(t, c, "failover-group", "failover", "", got)
-	defer pc.Shutdown()
 	waitFor(t, 30*time.Second, "the warm-up consumed", func() bool { return got.len() == len(warm) })
 
 	pc.Suspend()
