@@ -27,6 +27,7 @@ var tool = cli.Tool{Name: "mqstore", Commands: map[string]cli.Command{
 	"slave":   {Summary: "run a slave that replicates a master (serve --role slave)", Run: runSlave},
 	"repair-slave": {Summary: "cut a diverged slave's CommitLog where it parts from its master's",
 		Run: runRepairSlave},
+	"namesrv": {Summary: "run a RocketMQ name server that brokers register with", Run: runNamesrv},
 }}
 
 func main() {

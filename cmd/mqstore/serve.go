@@ -121,15 +121,18 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		role = "-"
 	}
 	h := addHAFlags(fs, role, true)
+	bf := addBrokerFlags(fs)
 	fs.Usage = func() {
 		if name == "slave" {
 			fmt.Fprintln(fs.Output(), "usage: mqstore slave --dir DIR --master HOST:PORT [--backend NAME] [--flush async|sync] [--segment-size BYTES]\n\n"+
 				"Runs a slave store (serve --role slave) until SIGINT or SIGTERM: it replicates the master's CommitLog\nand serves reads.")
 		} else {
 			fmt.Fprintln(fs.Output(), "usage: mqstore serve --dir DIR --role async-master|sync-master|slave [--ha-listen ADDR] [--master HOST:PORT]\n"+
-				"       [--backend NAME] [--flush async|sync] [--segment-size BYTES]\n\n"+
+				"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--remoting-listen ADDR --namesrv ADDR]\n\n"+
 				"Runs a store until SIGINT or SIGTERM, then closes it cleanly. A master listens for slaves on --ha-listen;\n"+
-				"a slave replicates the master at --master. The replication state is logged every --status-interval.")
+				"a slave replicates the master at --master. The replication state is logged every --status-interval.\n"+
+				"With --remoting-listen the store is also a RocketMQ broker: RocketMQ clients produce and consume through it,\n"+
+				"and it registers with the name servers at --namesrv (mqstore namesrv).")
 		}
 		fs.PrintDefaults()
 	}
@@ -167,16 +170,25 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		return serveSlave(ctx, *dir, o, so, *statusEvery, log)
+		if err := bf.open(fs, &o); err != nil {
+			return err
+		}
+		defer bf.close(nil)
+		return serveSlave(ctx, *dir, o, so, *statusEvery, log, stderr, bf)
 	}
 	mo, err := h.masterOptions(fs, log)
 	if err != nil {
 		return err
 	}
-	return serveMaster(ctx, *dir, o, mo, *statusEvery, log, stderr)
+	if err := bf.open(fs, &o); err != nil {
+		return err
+	}
+	defer bf.close(nil)
+	return serveMaster(ctx, *dir, o, mo, *statusEvery, log, stderr, bf)
 }
 
-func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.MasterOptions, every time.Duration, log *slog.Logger, stderr io.Writer) error {
+func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.MasterOptions, every time.Duration, log *slog.Logger, stderr io.Writer,
+	bf *brokerFlags) error {
 	store, err := engine.Open(ctx, dir, o)
 	if err != nil {
 		return err
@@ -187,14 +199,19 @@ func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.Master
 		return err
 	}
 	fmt.Fprintf(stderr, "ha master listening on %s\n", m.Addr())
+	b, err := bf.start(store, m.Addr().String(), masterSlaveLags(m), log, stderr)
+	if err != nil {
+		return errors.Join(err, bf.close(nil), m.Close(), store.Close())
+	}
 	stop := logStatus(every, func() { logMaster(log, store, m) })
 	<-ctx.Done()
 	stop()
 	logMaster(log, store, m)
-	return errors.Join(m.Close(), store.Close())
+	return errors.Join(bf.close(b), m.Close(), store.Close())
 }
 
-func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOptions, every time.Duration, log *slog.Logger) error {
+func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOptions, every time.Duration, log *slog.Logger,
+	stderr io.Writer, bf *brokerFlags) error {
 	store, err := engine.Open(ctx, dir, o)
 	if err != nil {
 		return err
@@ -204,11 +221,15 @@ func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOp
 		store.Close()
 		return err
 	}
+	b, err := bf.start(store, "", nil, log, stderr)
+	if err != nil {
+		return errors.Join(err, bf.close(nil), store.Close())
+	}
 	stop := logStatus(every, func() { logSlave(log, s) })
 	err = s.Run(ctx)
 	stop()
 	logSlave(log, s)
-	return errors.Join(err, store.Close())
+	return errors.Join(err, bf.close(b), store.Close())
 }
 
 // logStatus calls f every interval until the returned stop is called.

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/mqstore/mqstore/broker"
+	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/ha"
+	"github.com/mqstore/mqstore/internal/cli"
+	"github.com/mqstore/mqstore/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// brokerFlags are serve's RocketMQ broker flags: with --remoting-listen the
+// store is also served to RocketMQ clients.
+type brokerFlags struct {
+	listen      *string
+	advertise   *string
+	namesrv     *string
+	cluster     *string
+	name        *string
+	id          *int64
+	noAutoTopic *bool
+	metrics     *string
+	ln          net.Listener
+
+	metricsServer *metrics.Server
+	remoting      *metrics.Remoting
+}
+
+func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
+	return &brokerFlags{
+		listen: fs.String("remoting-listen", "", "serve RocketMQ clients (remoting protocol) on this address, e.g. 127.0.0.1:10911; "+
+			"a bare :PORT binds loopback (off by default)"),
+		advertise: fs.String("remoting-advertise", "", "the broker address clients dial and message ids carry (default: the listen address; "+
+			"required with a wildcard listen address)"),
+		namesrv:     fs.String("namesrv", "", "name servers to register with, host:port separated by ';' or ','"),
+		cluster:     fs.String("cluster", broker.DefaultCluster, "the broker's cluster name"),
+		name:        fs.String("broker-name", broker.DefaultBrokerName, "the broker group's name (a master and its slaves share it)"),
+		id:          fs.Int64("broker-id", -1, "0 for a master, above 0 for a slave (default: by --role)"),
+		noAutoTopic: fs.Bool("no-auto-create-topic", false, "refuse sends to unknown topics instead of creating them from TBW102"),
+		metrics:     fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (off by default; a bare :PORT binds loopback)"),
+	}
+}
+
+// open checks the flags and, when remoting is on, opens the listener and
+// sets the store's StoreHost to the advertised address (records and
+// message ids carry it).
+func (bf *brokerFlags) open(fs *flag.FlagSet, o *engine.Options) error {
+	if *bf.metrics != "" {
+		if _, _, err := net.SplitHostPort(*bf.metrics); err != nil {
+			return cli.BadFlag(fs, "--metrics-listen %q: %v", *bf.metrics, err)
+		}
+	}
+	if *bf.listen == "" {
+		if *bf.namesrv != "" || *bf.advertise != "" {
+			return cli.BadFlag(fs, "--namesrv and --remoting-advertise go with --remoting-listen")
+		}
+		return nil
+	}
+	addr := *bf.listen
+	if strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1" + addr
+	}
+	switch {
+	case o.Role == engine.Slave && *bf.id == 0:
+		return cli.BadFlag(fs, "--broker-id 0 is a master's; a slave's is above 0")
+	case o.Role != engine.Slave && *bf.id > 0:
+		return cli.BadFlag(fs, "--broker-id %d is a slave's; a %v's is 0", *bf.id, o.Role)
+	}
+	for _, ns := range bf.namesrvs() {
+		if _, _, err := net.SplitHostPort(ns); err != nil {
+			return cli.BadFlag(fs, "--namesrv %q: %v", ns, err)
+		}
+	}
+	if *bf.advertise != "" {
+		if _, err := broker.StoreHost(*bf.advertise); err != nil {
+			return cli.BadFlag(fs, "--remoting-advertise: %v", err)
+		}
+	}
+	ln, err := broker.Listen(addr)
+	if err != nil {
+		return err
+	}
+	adv := *bf.advertise
+	if adv == "" {
+		adv = ln.Addr().String()
+	}
+	host, err := broker.StoreHost(adv)
+	if err != nil {
+		ln.Close()
+		return cli.BadFlag(fs, "--remoting-listen: %v", err)
+	}
+	*bf.advertise = adv
+	o.StoreHost = host
+	bf.ln = ln
+	return nil
+}
+
+func (bf *brokerFlags) namesrvs() []string {
+	var out []string
+	for _, s := range strings.FieldsFunc(*bf.namesrv, func(r rune) bool { return r == ';' || r == ',' }) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// start serves the store's metrics (with --metrics-listen) and the store
+// to RocketMQ clients (with --remoting-listen; the broker is nil without).
+// slaveLags (nil for none) gives a master's slaves' lag.
+func (bf *brokerFlags) start(store *engine.Store, haAddr string, slaveLags func() map[string]int64, log *slog.Logger,
+	stderr io.Writer) (*broker.Broker, error) {
+	if *bf.metrics != "" {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(metrics.NewCollector(store, slaveLags)); err != nil {
+			return nil, err
+		}
+		if bf.ln != nil {
+			rm, err := metrics.NewRemoting(reg)
+			if err != nil {
+				return nil, err
+			}
+			bf.remoting = rm
+		}
+		srv, err := metrics.Listen(*bf.metrics, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		bf.metricsServer = srv
+		fmt.Fprintf(stderr, "metrics at http://%s/metrics\n", srv.Addr())
+	}
+	if bf.ln == nil {
+		return nil, nil
+	}
+	var onRequest func(code, response int16, took time.Duration)
+	if bf.remoting != nil {
+		onRequest = bf.remoting.Observe
+	}
+	id := *bf.id
+	if id < 0 {
+		id = 0
+		if store.Options().Role == engine.Slave {
+			id = 1
+		}
+	}
+	b, err := broker.New(store, bf.ln, broker.Options{AdvertisedAddr: *bf.advertise, Namesrv: bf.namesrvs(), Cluster: *bf.cluster,
+		BrokerName: *bf.name, BrokerID: id, HAAddr: haAddr, NoAutoCreateTopic: *bf.noAutoTopic, Logger: log, OnRequest: onRequest})
+	bf.ln = nil
+	if err == nil {
+		fmt.Fprintf(stderr, "broker listening on %s\n", b.Addr())
+	}
+	return b, err
+}
+
+// close stops the broker and the metrics (before the store closes), or
+// releases an unused listener.
+func (bf *brokerFlags) close(b *broker.Broker) error {
+	var errs []error
+	if bf.ln != nil {
+		bf.ln.Close()
+		bf.ln = nil
+	}
+	if b != nil {
+		errs = append(errs, b.Close())
+	}
+	if bf.metricsServer != nil {
+		errs = append(errs, bf.metricsServer.Close())
+		bf.metricsServer = nil
+	}
+	return errors.Join(errs...)
+}
+
+// masterSlaveLags is a master's slaves' lag in bytes, by address.
+func masterSlaveLags(m *ha.Master) func() map[string]int64 {
+	return func() map[string]int64 {
+		out := map[string]int64{}
+		for _, s := range m.Slaves() {
+			out[s.Addr] = s.LagBytes
+		}
+		return out
+	}
+}
