@@ -6,7 +6,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all build test test-interop lint vet staticcheck fmt-check tools clean bench bench-full bench-pressure bench-sweep bench-durable bench-replication bench-peers report
+.PHONY: all build test test-interop test-peers lint vet staticcheck fmt-check tools clean bench bench-full bench-pressure bench-sweep bench-durable bench-replication bench-peers report
 
 all: build
 
@@ -16,11 +16,17 @@ build:
 ## test: everything CI runs — gofmt check, go vet, staticcheck, go test -race over every package,
 ## then the allocation checks without -race (the race detector allocates; those tests are built
 ## with `//go:build !race` and named *Allocs*), then the interop module (rocketmq-client-go against
-## the name server and broker, loopback only; its examples test needs 127.0.0.1:9876 free).
+## the name server and broker, loopback only; its examples test needs 127.0.0.1:9876 free), then
+## the peers' module (pebble, NATS).
 test: fmt-check vet staticcheck
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -count=1 -run Allocs -timeout 5m ./...
 	$(MAKE) test-interop
+	$(MAKE) test-peers
+
+## test-peers: the peers' module alone (its own go.mod: pebble's and NATS's dependencies stay out of ours).
+test-peers:
+	cd bench/peers && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 
 ## test-interop: the interop module alone (its own go.mod: the client's dependencies stay out of ours).
 test-interop:
