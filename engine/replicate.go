@@ -86,7 +86,7 @@ type replication struct {
 
 	// Master side. waiters is nil unless the role is SyncMaster.
 	waiters         *offsetWaiters
-	ackedOffset     atomic.Int64 // highest offset any slave acknowledged; never moves back
+	ackedOffset     atomic.Int64 // highest offset a verified slave acknowledged; never moves back
 	slaves          atomic.Int32 // connected slaves that reported an offset
 	bestSlaveOffset atomic.Int64 // highest offset one of them acknowledged
 
@@ -133,24 +133,88 @@ func (s *Store) stopReplication() {
 	}
 }
 
+// SlaveReport is what the HA master knows of one slave connection.
+type SlaveReport struct {
+	// Addr names the connection (the slave's address), for Stats and logs.
+	Addr string
+	// Verified: the connection proved it holds the master's bytes — it
+	// acknowledged bytes past its first report, bytes the master sent it
+	// on this connection after it compared its own newest record with the
+	// master's. Only a verified connection's AckedOffset counts: a first
+	// report says where a slave wants to start and proves nothing (any
+	// client can write 8 bytes).
+	Verified bool
+	// AckedOffset is what a verified slave acknowledged: what its flush
+	// mode makes durable (sync flush: flushed; otherwise committed to its
+	// files, what a kill -9 of the slave keeps). Ignored unless Verified.
+	AckedOffset int64
+	// Position is where the slave is: AckedOffset once verified, before
+	// that the offset it asked to start from. It only decides whether a
+	// Put waits for the slave or gets SlaveNotAvailable at once
+	// (HASlaveFallbehindMax), never that a record is acknowledged.
+	Position int64
+}
+
 // ReportSlaves is how the HA master keeps the store informed about its
-// slaves: connected is how many are connected and have reported an offset,
-// bestOffset the highest offset one of them has acknowledged (-1 when
-// none). The replicated position SYNC_MASTER Puts wait for is the highest
-// offset any slave ever acknowledged: it never moves back (a record a slave
-// acknowledged stays acknowledged after that slave disconnects).
-func (s *Store) ReportSlaves(connected int, bestOffset int64) {
+// slaves: one report per connected slave that has said where it starts.
+// The replicated position SYNC_MASTER Puts wait for is the highest offset a
+// verified slave ever acknowledged: it never moves back (a record a slave
+// acknowledged stays acknowledged after that slave disconnects), and an
+// unverified connection cannot move it.
+func (s *Store) ReportSlaves(slaves []SlaveReport) {
 	r := &s.repl
-	r.slaves.Store(int32(connected))
-	r.bestSlaveOffset.Store(bestOffset)
-	raise(&r.ackedOffset, bestOffset)
+	best, acked := int64(-1), int64(-1)
+	for _, sl := range slaves {
+		best = max(best, sl.Position)
+		if sl.Verified {
+			acked = max(acked, sl.AckedOffset)
+		}
+	}
+	r.slaves.Store(int32(len(slaves)))
+	r.bestSlaveOffset.Store(best)
+	raise(&r.ackedOffset, acked)
 	if r.waiters != nil {
 		r.waiters.signalMoved()
 	}
 }
 
-// ReplicatedOffset is the highest CommitLog offset a slave has acknowledged.
+// ReplicatedOffset is the highest CommitLog offset a verified slave has
+// acknowledged.
 func (s *Store) ReplicatedOffset() int64 { return s.repl.ackedOffset.Load() }
+
+// UnitStart reports whether offset is where a unit (a record or an
+// end-of-segment blank) of the committed CommitLog starts, or its end: the
+// only offsets a slave can hold its log up to. The HA master refuses a
+// slave that asks to start anywhere else (inside a record: another
+// history, or not a slave). A record is recognised by its magic and its
+// PHYSICALOFFSET, which is its own offset; a segment's first byte is
+// always a unit start.
+func (r *CommitLogReader) UnitStart(offset int64) (bool, error) {
+	end := r.End()
+	switch {
+	case offset == end:
+		return true, nil
+	case offset > end || offset < r.Start():
+		return false, nil
+	}
+	var head [record.OffPhysicalOffset + 8]byte
+	n, err := r.ReadAt(head[:record.BlankSize], offset)
+	if n < record.BlankSize {
+		return false, fmt.Errorf("read the CommitLog at %d: %w", offset, err)
+	}
+	switch int32(binary.BigEndian.Uint32(head[record.OffMagic:])) {
+	case record.MagicBlank:
+		seg := r.SegmentSizeBytes()
+		return int64(binary.BigEndian.Uint32(head[:])) == seg-offset%seg, nil
+	case record.MagicV1, record.MagicV2:
+	default:
+		return false, nil
+	}
+	if n, err := r.ReadAt(head[:], offset); n < len(head) {
+		return false, fmt.Errorf("read the CommitLog at %d: %w", offset, err)
+	}
+	return int64(binary.BigEndian.Uint64(head[record.OffPhysicalOffset:])) == offset, nil
+}
 
 // slaveAvailable is RocketMQ's isSlaveOK: a slave is connected and the best
 // one is less than HASlaveFallbehindMax behind end. It returns nil or an
@@ -488,21 +552,35 @@ func (e *replicaEncoder) EncodeAt(dst []byte, _ int64) error {
 }
 
 // ReplicaAckOffset is the offset a slave may acknowledge to its master:
-// the end of the complete records it appended — flushed first when its
-// flush mode is sync, so with a sync-flush slave an acknowledgement means
-// durable on the slave. On a flush timeout it returns the flushed offset
-// with the error.
+// the end of the complete records it appended that its flush mode makes
+// safe. With sync flush they are flushed first: an acknowledgement means
+// durable on the slave (it survives a power loss). Otherwise they are
+// committed first — handed to the slave's files, out of any process buffer
+// (transient, uring) — and the committed offset is acknowledged: what a
+// kill -9 of the slave keeps (a power loss before its flush may not). On
+// an error it returns what is safe so far with the error.
 func (s *Store) ReplicaAckOffset(ctx context.Context) (int64, error) {
 	end := s.log.queue.WroteOffset()
 	if s.group == nil {
-		return end, nil
+		before := s.log.committedOffset.Load()
+		committed, err := s.log.commit(ctx, 0)
+		if committed > before { // as the commit service does: committed bytes are readable
+			s.flusher.Wakeup()
+			s.dispatcher.Wakeup()
+			s.repl.growth.notify()
+		}
+		if err != nil {
+			s.writeFailed("commit", err)
+			return min(s.log.committedOffset.Load(), end), fmt.Errorf("commit replicated bytes to %d: %w", end, err)
+		}
+		return min(committed, end), nil
 	}
 	w, err := s.group.begin(end)
 	if err == nil {
 		err = s.group.end(ctx, w)
 	}
 	if err != nil {
-		return s.FlushedOffset(), fmt.Errorf("flush replicated bytes to %d: %w", end, err)
+		return min(s.FlushedOffset(), end), fmt.Errorf("flush replicated bytes to %d: %w", end, err)
 	}
 	return end, nil
 }

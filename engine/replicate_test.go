@@ -457,6 +457,11 @@ func TestSyncFlushSlaveAcksDurable(t *testing.T) {
 			if err != nil || ack != end {
 				t.Fatalf("ack offset %d, %v; want %d", ack, err, end)
 			}
+			// Never bytes still in a process buffer: what a kill -9 of
+			// the slave keeps, at least.
+			if committed := slave.Stats().CommittedOffset; committed < end {
+				t.Fatalf("flush %v: acknowledged %d with only %d committed", mode, ack, committed)
+			}
 			durable := slave.FlushedOffset() >= end
 			if durable != (mode == FlushSync) {
 				t.Fatalf("flush %v: flushed %d of %d at the ack", mode, slave.FlushedOffset(), end)
@@ -482,7 +487,7 @@ func TestSyncMasterStatuses(t *testing.T) {
 			if res.Status != SlaveNotAvailable || !errors.Is(err, ErrSlaveNotAvailable) || res.Size == 0 {
 				t.Fatalf("no slave: %v %v", res.Status, err)
 			}
-			s.ReportSlaves(1, 0) // a slave at 0: within 4 KiB
+			reportSlave(s, 0) // a slave at 0: within 4 KiB
 			res, err = put(1)
 			if res.Status != FlushSlaveTimeout || !errors.Is(err, ErrFlushSlaveTimeout) {
 				t.Fatalf("silent slave: %v %v", res.Status, err)
@@ -493,7 +498,7 @@ func TestSyncMasterStatuses(t *testing.T) {
 			go func() {
 				defer close(done)
 				for {
-					s.ReportSlaves(1, s.MaxOffset())
+					reportSlave(s, s.MaxOffset())
 					select {
 					case <-stop:
 						return
@@ -557,7 +562,7 @@ func TestSyncMasterNeverAcksAheadOfTheSlave(t *testing.T) {
 	acker.Add(1)
 	go func() { // a slave that acknowledges half of what is there, then the rest
 		defer acker.Done()
-		s.ReportSlaves(1, 0)
+		reportSlave(s, 0)
 		for {
 			select {
 			case <-stop:
@@ -565,7 +570,7 @@ func TestSyncMasterNeverAcksAheadOfTheSlave(t *testing.T) {
 			default:
 			}
 			end := s.MaxOffset()
-			s.ReportSlaves(1, s.ReplicatedOffset()+(end-s.ReplicatedOffset()+1)/2)
+			reportSlave(s, s.ReplicatedOffset()+(end-s.ReplicatedOffset()+1)/2)
 			time.Sleep(200 * time.Microsecond)
 		}
 	}()
@@ -805,4 +810,60 @@ func BenchmarkAppendReplicated(b *testing.B) {
 	}
 	b.StopTimer()
 	slave.Close()
+}
+
+// reportSlave reports one verified slave that acknowledged offset.
+func reportSlave(s *Store, offset int64) {
+	s.ReportSlaves([]SlaveReport{{Addr: "slave", Verified: true, AckedOffset: offset, Position: offset}})
+}
+
+// TestUnverifiedSlaveAcksNothing: a connection that has not proved it
+// holds the master's bytes makes a Put wait (it may be a slave about to
+// prove it) but never moves the replicated offset, whatever it claims.
+func TestUnverifiedSlaveAcksNothing(t *testing.T) {
+	ctx := context.Background()
+	o := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), Role: SyncMaster,
+		SlaveTimeout: 100 * time.Millisecond})
+	s := openRole(t, t.TempDir(), o)
+	defer s.Close()
+	claim := int64(1 << 40)
+	s.ReportSlaves([]SlaveReport{{Addr: "raw", AckedOffset: claim, Position: claim}})
+	res, err := s.Put(ctx, testMessage("U", 0, 0, 100))
+	if res.Status != FlushSlaveTimeout || !errors.Is(err, ErrFlushSlaveTimeout) {
+		t.Fatalf("an unverified slave only: %v %v", res.Status, err)
+	}
+	if got := s.ReplicatedOffset(); got > 0 {
+		t.Fatalf("the replicated offset moved to %d on an unverified report", got)
+	}
+	end := res.PhysicalOffset + int64(res.Size)
+	s.ReportSlaves([]SlaveReport{{Addr: "raw", AckedOffset: claim, Position: claim}, {Addr: "slave", Verified: true, AckedOffset: end, Position: end}})
+	if got := s.ReplicatedOffset(); got != end {
+		t.Fatalf("replicated offset %d; the verified slave acknowledged %d", got, end)
+	}
+}
+
+// TestUnitStart: the master's check of where a slave asks to start.
+func TestUnitStart(t *testing.T) {
+	s := openRole(t, t.TempDir(), smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}))
+	defer s.Close()
+	var starts []int64
+	for i := 0; i < 5; i++ {
+		res, err := s.Put(context.Background(), testMessage("B", 0, i, 300))
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, res.PhysicalOffset)
+	}
+	r := s.CommitLogReader()
+	waitFor(t, "the log committed", func() bool { return r.End() == s.Stats().WroteOffset })
+	for _, off := range append(starts, r.End()) {
+		if ok, err := r.UnitStart(off); !ok || err != nil {
+			t.Errorf("offset %d starts a record: %v %v", off, ok, err)
+		}
+	}
+	for _, off := range []int64{1, starts[1] + 4, starts[2] - 1, r.End() + 1, -3} {
+		if ok, err := r.UnitStart(off); ok || err != nil {
+			t.Errorf("offset %d is inside a record: %v %v", off, ok, err)
+		}
+	}
 }

@@ -58,9 +58,11 @@ type slaveConn struct {
 	decided     chan struct{} // closed by the sender once it accepted the first report
 
 	dropped   atomic.Bool
-	reported  atomic.Bool  // the first report was accepted: the slave counts
+	reported  atomic.Bool  // the first report was accepted: the slave is connected
+	verified  atomic.Bool  // it acknowledged bytes sent on this connection: its acks count
 	requested atomic.Int64 // its first report
-	acked     atomic.Int64 // its latest report
+	start     atomic.Int64 // where the master started it
+	acked     atomic.Int64 // its latest report once verified (-1 before)
 	lastAckAt atomic.Int64 // unix ns
 	sentEnd   atomic.Int64 // frames written (or being written) up to here
 	frames    atomic.Uint64
@@ -113,7 +115,7 @@ func (m *Master) Close() error {
 	}
 	m.mu.Unlock()
 	m.wg.Wait()
-	m.store.ReportSlaves(0, -1)
+	m.store.ReportSlaves(nil)
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("ha master: close: %w", err)
 	}
@@ -138,6 +140,7 @@ func (m *Master) accept() {
 			first: make(chan int64, 1), decided: make(chan struct{})}
 		sc.acked.Store(-1)
 		sc.requested.Store(-1)
+		sc.start.Store(-1)
 		m.mu.Lock()
 		if m.closed {
 			m.mu.Unlock()
@@ -184,10 +187,21 @@ func (sc *slaveConn) readReports() {
 	var buf [reportSize]byte
 	first := true
 	for {
-		sc.c.SetReadDeadline(time.Now().Add(sc.m.opts.HousekeepingInterval))
+		// A slave reports as soon as it connects: a peer that says nothing
+		// for a heartbeat interval is not one, and holds no connection
+		// slot for longer.
+		timeout := sc.m.opts.HousekeepingInterval
+		if first {
+			timeout = sc.m.opts.SendHeartbeatInterval
+		}
+		sc.c.SetReadDeadline(time.Now().Add(timeout))
 		if _, err := io.ReadFull(sc.c, buf[:]); err != nil {
 			switch {
 			case sc.ctx.Err() != nil:
+			case first && errors.Is(err, os.ErrDeadlineExceeded):
+				sc.m.refused.Add(1)
+				sc.drop(slog.LevelWarn, fmt.Sprintf("the peer reported nothing within %v of connecting: not an HA slave? (%v)",
+					timeout, ErrProtocol), nil)
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				sc.drop(slog.LevelWarn, fmt.Sprintf("the slave said nothing for %v (housekeeping)", sc.m.opts.HousekeepingInterval), nil)
 			case errors.Is(err, io.EOF):
@@ -215,9 +229,23 @@ func (sc *slaveConn) readReports() {
 				offset, asText(offset), why, ErrProtocol), nil)
 			return
 		}
-		if sent := sc.sentEnd.Load(); offset > sent && sc.reported.Load() {
+		if sent := sc.sentEnd.Load(); offset > sent {
 			sc.drop(slog.LevelError, fmt.Sprintf("the slave acknowledged offset %d, past the %d bytes sent to it (%v)", offset, sent, ErrProtocol), nil)
 			return
+		}
+		if !sc.verified.Load() {
+			// Verified once it acknowledges bytes past both its first
+			// report and where it was started: bytes sent on this
+			// connection, which a slave acknowledges only after it
+			// compared its own newest record with the master's copy (and
+			// appended, and flushed or committed, what followed). Its
+			// first report, and heartbeats repeating it, prove nothing.
+			if offset <= max(sc.requested.Load(), sc.start.Load()) {
+				continue
+			}
+			sc.verified.Store(true)
+			sc.m.log.Info("ha master: slave verified; its acknowledgements count", slog.String("slave", sc.addr),
+				slog.Int64("acked", offset), slog.Int64("requested", sc.requested.Load()))
 		}
 		if sc.raiseAcked(offset) {
 			sc.m.slavesChanged()
@@ -259,6 +287,14 @@ func (sc *slaveConn) startOffset(offset int64) (start int64, refused bool, why s
 	case offset < first:
 		return first, true, fmt.Sprintf("the slave needs offset %d, but the master's CommitLog starts at %d (%v)", offset, first, ErrMasterGap)
 	}
+	ok, err := m.reader.UnitStart(offset)
+	switch {
+	case err != nil:
+		return end, true, fmt.Sprintf("cannot check where the slave asks to start (%d): %v", offset, err)
+	case !ok:
+		return notAUnit, true, fmt.Sprintf("the slave asks to start at %d, which is inside a record of the master's CommitLog: "+
+			"its CommitLog is another history, or it is not an HA slave (%v)", offset, ErrDiverged)
+	}
 	return offset, false, ""
 }
 
@@ -285,7 +321,7 @@ func (sc *slaveConn) send() {
 		return
 	}
 	sc.requested.Store(offset)
-	sc.raiseAcked(offset)
+	sc.start.Store(start)
 	sc.sentEnd.Store(start)
 	sc.reported.Store(true)
 	close(sc.decided)
@@ -360,21 +396,30 @@ func (sc *slaveConn) writeFrame(offset int64, n int) error {
 	return err
 }
 
-// slavesChanged tells the store how many slaves there are and the best
-// acknowledged offset among them, and wakes WaitSlaves and WaitAcked.
+// slavesChanged tells the store about the connected slaves (only a
+// verified one's acknowledgements count) and wakes WaitSlaves and
+// WaitAcked.
 func (m *Master) slavesChanged() {
 	m.mu.Lock()
-	n, best := 0, int64(-1)
+	reports := make([]engine.SlaveReport, 0, len(m.conns))
 	for sc := range m.conns {
 		if sc.reported.Load() {
-			n++
-			best = max(best, sc.acked.Load())
+			reports = append(reports, sc.report())
 		}
 	}
 	close(m.changed)
 	m.changed = make(chan struct{})
 	m.mu.Unlock()
-	m.store.ReportSlaves(n, best)
+	m.store.ReportSlaves(reports)
+}
+
+func (sc *slaveConn) report() engine.SlaveReport {
+	r := engine.SlaveReport{Addr: sc.addr, Verified: sc.verified.Load(), AckedOffset: sc.acked.Load()}
+	r.Position = max(sc.requested.Load(), sc.start.Load())
+	if r.Verified {
+		r.Position = r.AckedOffset
+	}
+	return r
 }
 
 // SlaveInfo describes one connected slave.
@@ -382,11 +427,14 @@ type SlaveInfo struct {
 	Addr            string
 	ConnectedAt     time.Time
 	RequestedOffset int64 // its first report (-1: none yet)
-	AckedOffset     int64 // its latest report (-1: none yet)
-	LagBytes        int64 // the master's CommitLog end minus AckedOffset
-	LastAckAt       time.Time
-	Frames          uint64
-	SentBytes       uint64
+	// Verified: it acknowledged bytes sent on this connection (see
+	// engine.SlaveReport); before that its reports count for nothing.
+	Verified    bool
+	AckedOffset int64 // its latest report once verified (-1: none yet)
+	LagBytes    int64 // the master's CommitLog end minus AckedOffset
+	LastAckAt   time.Time
+	Frames      uint64
+	SentBytes   uint64
 }
 
 // Slaves describes the connected slaves, by address.
@@ -395,8 +443,9 @@ func (m *Master) Slaves() []SlaveInfo {
 	m.mu.Lock()
 	out := make([]SlaveInfo, 0, len(m.conns))
 	for sc := range m.conns {
-		i := SlaveInfo{Addr: sc.addr, ConnectedAt: sc.connectedAt, RequestedOffset: sc.requested.Load(), AckedOffset: sc.acked.Load(),
-			Frames: sc.frames.Load(), SentBytes: sc.sentBytes.Load()}
+		i := SlaveInfo{Addr: sc.addr, ConnectedAt: sc.connectedAt, RequestedOffset: sc.requested.Load(), Verified: sc.verified.Load(),
+			AckedOffset: sc.acked.Load(),
+			Frames:      sc.frames.Load(), SentBytes: sc.sentBytes.Load()}
 		if ns := sc.lastAckAt.Load(); ns != 0 {
 			i.LastAckAt = time.Unix(0, ns)
 		}

@@ -312,6 +312,10 @@ func (ss *session) readError(ctx context.Context, err error) error {
 func (ss *session) heartbeat(offset int64) error {
 	ss.s.update(func(st *SlaveStatus) { st.MasterOffset = max(st.MasterOffset, offset) })
 	switch {
+	case offset == notAUnit && !ss.gotData:
+		return fmt.Errorf("the master %s refused this slave: the offset it asked to start from, %d (where its newest record starts; "+
+			"it holds up to %d), is inside a record of the master's CommitLog: the master's CommitLog differs from this slave's there. %s: %w",
+			ss.addr, ss.verifyFrom, ss.verifyEnd, ss.repairAdvice(), ErrDiverged)
 	case ss.expect < 0:
 		return nil // an empty slave: the master has nothing to send yet
 	case offset == ss.expect && ss.expect < ss.verifyEnd, offset < ss.expect && !ss.gotData:
