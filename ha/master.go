@@ -38,12 +38,15 @@ type Master struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	peerLog *logLimiter // lines about peers that are not (good) slaves
+
 	mu      sync.Mutex
 	conns   map[*slaveConn]struct{}
 	changed chan struct{} // closed and replaced when a slave connects, acknowledges or leaves
 	closed  bool
 
-	refused atomic.Uint64
+	refused      atomic.Uint64
+	acceptErrors atomic.Uint64
 }
 
 // slaveConn is one slave connection.
@@ -80,13 +83,17 @@ func NewMaster(store *engine.Store, opts MasterOptions) (*Master, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", o.ListenAddr)
-	if err != nil {
-		return nil, fmt.Errorf("ha master: listen on %s: %w", o.ListenAddr, err)
+	ln := o.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", o.ListenAddr); err != nil {
+			return nil, fmt.Errorf("ha master: listen on %s: %w", o.ListenAddr, err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Master{store: store, reader: store.CommitLogReader(), opts: o, log: o.Logger, ln: ln,
-		ctx: ctx, cancel: cancel, conns: make(map[*slaveConn]struct{}), changed: make(chan struct{})}
+		ctx: ctx, cancel: cancel, conns: make(map[*slaveConn]struct{}), changed: make(chan struct{}),
+		peerLog: newLogLimiter(o.Logger, 5, time.Second)}
 	m.log.Info("ha master listening", slog.String("addr", ln.Addr().String()), slog.String("role", store.Options().Role.String()),
 		slog.String("emptySlaveStart", o.EmptySlaveStart.String()))
 	m.wg.Add(1)
@@ -122,16 +129,44 @@ func (m *Master) Close() error {
 	return nil
 }
 
+// Accept retry delays, as net/http's Server uses for a failed Accept.
+const (
+	acceptMinDelay = 5 * time.Millisecond
+	acceptMaxDelay = time.Second
+)
+
+// accept serves the listener until the master closes. A failed Accept
+// (EMFILE when the process is out of descriptors, ECONNABORTED, ...) is
+// retried after a delay that doubles from 5 ms to 1 s, as net/http does,
+// never the end of the loop: slaves that connect once descriptors are
+// free again are served. A connection beyond MaxConnections is closed at
+// once.
 func (m *Master) accept() {
 	defer m.wg.Done()
+	var delay time.Duration
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
-			if m.ctx.Err() == nil {
-				m.log.Error("ha master: accept", slog.Any("err", err))
+			if m.ctx.Err() != nil {
+				return
 			}
-			return
+			if errors.Is(err, net.ErrClosed) {
+				m.log.Error("ha master: the listener was closed; no more slaves are accepted", slog.Any("err", err))
+				return
+			}
+			delay = min(max(2*delay, acceptMinDelay), acceptMaxDelay)
+			m.acceptErrors.Add(1)
+			m.peerLog.Log(slog.LevelError, "ha master: accept failed; retrying", slog.Duration("after", delay), slog.Any("err", err))
+			t := time.NewTimer(delay)
+			select {
+			case <-m.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
 		}
+		delay = 0
 		if tc, ok := c.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
@@ -148,17 +183,39 @@ func (m *Master) accept() {
 			cancel()
 			return
 		}
+		if n := len(m.conns); n >= m.opts.MaxConnections {
+			m.mu.Unlock()
+			c.Close()
+			cancel()
+			m.refused.Add(1)
+			m.peerLog.Log(slog.LevelWarn, "ha master: connection refused: MaxConnections reached", slog.String("peer", sc.addr),
+				slog.Int("connections", n))
+			continue
+		}
 		m.conns[sc] = struct{}{}
 		m.mu.Unlock()
-		m.log.Info("ha master: slave connected", slog.String("slave", sc.addr))
+		m.log.Debug("ha master: connection accepted", slog.String("peer", sc.addr))
 		m.wg.Add(2)
 		go sc.readReports()
 		go sc.send()
 	}
 }
 
+// refuse drops a peer that is not a slave, broke the protocol or may not
+// replicate this master; the line is rate-limited.
+func (sc *slaveConn) refuse(why string) {
+	sc.m.refused.Add(1)
+	sc.dropWith(sc.m.peerLog.Log, slog.LevelWarn, "refused: "+why, nil)
+}
+
 // drop ends a connection (once both goroutines are done it is forgotten).
 func (sc *slaveConn) drop(level slog.Level, why string, err error) {
+	sc.dropWith(func(level slog.Level, msg string, attrs ...any) {
+		sc.m.log.Log(context.Background(), level, msg, attrs...)
+	}, level, why, err)
+}
+
+func (sc *slaveConn) dropWith(logf func(slog.Level, string, ...any), level slog.Level, why string, err error) {
 	if !sc.dropped.CompareAndSwap(false, true) {
 		return
 	}
@@ -171,7 +228,7 @@ func (sc *slaveConn) drop(level slog.Level, why string, err error) {
 	if err != nil {
 		attrs = append(attrs, slog.Any("err", err))
 	}
-	sc.m.log.Log(context.Background(), level, "ha master: slave connection closed", attrs...)
+	logf(level, "ha master: slave connection closed", attrs...)
 	sc.m.mu.Lock()
 	delete(sc.m.conns, sc)
 	sc.m.mu.Unlock()
@@ -199,9 +256,9 @@ func (sc *slaveConn) readReports() {
 			switch {
 			case sc.ctx.Err() != nil:
 			case first && errors.Is(err, os.ErrDeadlineExceeded):
-				sc.m.refused.Add(1)
-				sc.drop(slog.LevelWarn, fmt.Sprintf("the peer reported nothing within %v of connecting: not an HA slave? (%v)",
-					timeout, ErrProtocol), nil)
+				sc.refuse(fmt.Sprintf("the peer reported nothing within %v of connecting: not an HA slave? (%v)", timeout, ErrProtocol))
+			case first:
+				sc.refuse(fmt.Sprintf("the peer left before its first report (%v)", err))
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				sc.drop(slog.LevelWarn, fmt.Sprintf("the slave said nothing for %v (housekeeping)", sc.m.opts.HousekeepingInterval), nil)
 			case errors.Is(err, io.EOF):
@@ -225,12 +282,11 @@ func (sc *slaveConn) readReports() {
 			continue
 		}
 		if why := implausible(offset, sc.m.reader.End()); why != "" {
-			sc.drop(slog.LevelError, fmt.Sprintf("the slave reported offset %d (bytes %s): %s; is it an HA slave? (%v)",
-				offset, asText(offset), why, ErrProtocol), nil)
+			sc.refuse(fmt.Sprintf("the slave reported offset %d (bytes %s): %s; is it an HA slave? (%v)", offset, asText(offset), why, ErrProtocol))
 			return
 		}
 		if sent := sc.sentEnd.Load(); offset > sent {
-			sc.drop(slog.LevelError, fmt.Sprintf("the slave acknowledged offset %d, past the %d bytes sent to it (%v)", offset, sent, ErrProtocol), nil)
+			sc.refuse(fmt.Sprintf("the slave acknowledged offset %d, past the %d bytes sent to it (%v)", offset, sent, ErrProtocol))
 			return
 		}
 		if !sc.verified.Load() {
@@ -315,9 +371,8 @@ func (sc *slaveConn) send() {
 	}
 	start, refused, why := sc.startOffset(offset)
 	if refused {
-		m.refused.Add(1)
 		sc.writeHeader(start, 0) // the slave learns the master's end (or start)
-		sc.drop(slog.LevelError, "refused: "+why, nil)
+		sc.refuse(why)
 		return
 	}
 	sc.requested.Store(offset)
@@ -459,9 +514,13 @@ func (m *Master) Slaves() []SlaveInfo {
 	return out
 }
 
-// Refused is how many slave connections were refused (ahead of the master,
-// behind its first offset, or not speaking the protocol).
+// Refused is how many connections were refused (ahead of the master,
+// behind its first offset, not speaking the protocol, silent, or beyond
+// MaxConnections).
 func (m *Master) Refused() uint64 { return m.refused.Load() }
+
+// AcceptErrors is how many Accepts failed (and were retried).
+func (m *Master) AcceptErrors() uint64 { return m.acceptErrors.Load() }
 
 // WaitSlaves blocks until at least n slaves are connected and have
 // reported where they are, or ctx ends.

@@ -27,6 +27,9 @@ const (
 	// DefaultDialTimeout bounds one connection attempt (RocketMQ's
 	// RemotingUtil.connect: 5 s).
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultMaxConnections caps a master's open HA connections (RocketMQ
+	// has no cap): a slave or two, repair probes, and room to spare.
+	DefaultMaxConnections = 32
 )
 
 // ErrInvalidOption marks a bad option value; the error says which.
@@ -95,7 +98,14 @@ type MasterOptions struct {
 	TransferBatchSize int
 	// EmptySlaveStart is where an empty slave starts (StartAtMinOffset).
 	EmptySlaveStart EmptySlaveStart
-	// Logger receives connection events and refusals (slog.Default()).
+	// MaxConnections caps the open connections (DefaultMaxConnections);
+	// one more is closed as soon as it is accepted.
+	MaxConnections int
+	// Listener, when set, is used instead of listening on ListenAddr
+	// (which is then ignored); Close closes it.
+	Listener net.Listener
+	// Logger receives connection events and refusals (slog.Default());
+	// lines about peers that are not slaves are rate-limited.
 	Logger *slog.Logger
 }
 
@@ -111,6 +121,9 @@ func (o MasterOptions) withDefaults() MasterOptions {
 	}
 	if o.TransferBatchSize == 0 {
 		o.TransferBatchSize = DefaultTransferBatchSize
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -133,6 +146,11 @@ func (o MasterOptions) validate() error {
 		return badOption("TransferBatchSize %d exceeds %d, the largest frame a slave accepts", o.TransferBatchSize, DefaultMaxFrameBytes)
 	case o.EmptySlaveStart != StartAtMinOffset && o.EmptySlaveStart != StartAtLastSegment:
 		return badOption("EmptySlaveStart %d is unknown", o.EmptySlaveStart)
+	case o.MaxConnections < 0:
+		return badOption("MaxConnections %d is negative", o.MaxConnections)
+	}
+	if o.Listener != nil {
+		return nil
 	}
 	if _, _, err := net.SplitHostPort(o.ListenAddr); err != nil {
 		return badOption("ListenAddr %q: %v", o.ListenAddr, err)

@@ -56,6 +56,9 @@ type SlaveStatus struct {
 	MasterOffset int64
 	LastFrameAt  time.Time
 	LastError    string
+	// Backoff is the wait before the next connection attempt after the
+	// last one ended.
+	Backoff time.Duration
 }
 
 // NewSlave returns the HA client of store, whose role must be Slave. Run
@@ -113,9 +116,14 @@ func (s *Slave) Run(ctx context.Context) error {
 			s.log.Error("ha slave: stopped", slog.String("master", s.opts.MasterAddress), slog.Any("err", err))
 			return err
 		}
-		if progressed {
+		// Only a session that replicated resets the backoff, and only
+		// when the master did not break the protocol or send bad data: a
+		// peer that sends a frame and then garbage on every connection is
+		// retried ever more slowly, not in a loop.
+		if progressed && !errors.Is(err, ErrProtocol) && !errors.Is(err, engine.ErrReplicaData) && !errors.Is(err, engine.ErrReplicaOffset) {
 			backoff = s.opts.ReconnectMinBackoff
 		}
+		s.update(func(st *SlaveStatus) { st.Backoff = backoff })
 		s.log.Warn("ha slave: connection ended; connecting again", slog.String("master", s.opts.MasterAddress),
 			slog.Duration("after", backoff), slog.Any("err", err))
 		t := time.NewTimer(backoff)
@@ -199,7 +207,7 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	err = ss.readFrames(ctx)
 	cancel()
 	wg.Wait()
-	return ss.gotData, err
+	return ss.gotData && ss.verified.Load(), err
 }
 
 func (ss *session) writeReport(offset int64) error {
