@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -90,12 +91,15 @@ func NewMaster(store *engine.Store, opts MasterOptions) (*Master, error) {
 			return nil, fmt.Errorf("ha master: listen on %s: %w", o.ListenAddr, err)
 		}
 	}
+	if o.TLS != nil {
+		ln = tls.NewListener(ln, o.TLS)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Master{store: store, reader: store.CommitLogReader(), opts: o, log: o.Logger, ln: ln,
 		ctx: ctx, cancel: cancel, conns: make(map[*slaveConn]struct{}), changed: make(chan struct{}),
 		peerLog: newLogLimiter(o.Logger, 5, time.Second)}
 	m.log.Info("ha master listening", slog.String("addr", ln.Addr().String()), slog.String("role", store.Options().Role.String()),
-		slog.String("emptySlaveStart", o.EmptySlaveStart.String()))
+		slog.String("emptySlaveStart", o.EmptySlaveStart.String()), slog.Bool("tls", o.TLS != nil), slog.Bool("secret", o.Secret != nil))
 	m.wg.Add(1)
 	go m.accept()
 	return m, nil
@@ -167,7 +171,11 @@ func (m *Master) accept() {
 			continue
 		}
 		delay = 0
-		if tc, ok := c.(*net.TCPConn); ok {
+		raw := c
+		if tc, ok := c.(*tls.Conn); ok {
+			raw = tc.NetConn()
+		}
+		if tc, ok := raw.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
 		ctx, cancel := context.WithCancel(m.ctx)
@@ -199,6 +207,30 @@ func (m *Master) accept() {
 		go sc.readReports()
 		go sc.send()
 	}
+}
+
+// authenticate is the TLS handshake (the slave's certificate verified)
+// and the shared secret's challenge–response, whichever the master
+// requires, within a heartbeat interval; before it succeeds the peer is
+// sent nothing of the CommitLog.
+func (sc *slaveConn) authenticate() error {
+	o := sc.m.opts
+	if o.TLS == nil && o.Secret == nil {
+		return nil
+	}
+	sc.c.SetDeadline(time.Now().Add(o.SendHeartbeatInterval))
+	defer sc.c.SetDeadline(time.Time{})
+	if tc, ok := sc.c.(*tls.Conn); ok {
+		if err := tc.HandshakeContext(sc.ctx); err != nil {
+			return fmt.Errorf("TLS handshake (a slave must present a certificate the master's CA signed): %w: %w", ErrAuth, err)
+		}
+	}
+	if o.Secret != nil {
+		if err := authenticateSlave(sc.c, o.Secret); err != nil {
+			return fmt.Errorf("shared secret: %w", err)
+		}
+	}
+	return nil
 }
 
 // refuse drops a peer that is not a slave, broke the protocol or may not
@@ -241,6 +273,10 @@ func (sc *slaveConn) dropWith(logf func(slog.Level, string, ...any), level slog.
 func (sc *slaveConn) readReports() {
 	defer sc.m.wg.Done()
 	defer sc.drop(slog.LevelInfo, "reader stopped", nil)
+	if err := sc.authenticate(); err != nil {
+		sc.refuse(err.Error())
+		return
+	}
 	var buf [reportSize]byte
 	first := true
 	for {

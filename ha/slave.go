@@ -163,10 +163,9 @@ type session struct {
 }
 
 func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
-	d := net.Dialer{Timeout: s.opts.DialTimeout}
-	c, err := d.DialContext(ctx, "tcp", s.opts.MasterAddress)
+	c, err := dialMaster(ctx, s.opts)
 	if err != nil {
-		return false, fmt.Errorf("connect to the master %s: %w", s.opts.MasterAddress, err)
+		return false, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

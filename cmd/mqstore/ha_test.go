@@ -549,6 +549,14 @@ func TestReplicationFlags(t *testing.T) {
 		{"repair-slave", "--dir", dir},
 		{"repair-slave", "--dir", dir, "--master", "a:1", "--offset", "0"},
 		{"repair-slave", "--dir", dir, "--offset", "0", "--dry-run"},
+		{"serve", "--dir", dir, "--role", "sync-master", "--ha-listen", "0.0.0.0:0"},
+		{"produce", "--dir", dir, "--topic", "T", "--ha-listen", ":0"},
+		{"serve", "--dir", dir, "--role", "sync-master", "--tls-cert", "c.pem"},
+		{"slave", "--dir", dir, "--master", "127.0.0.1:1", "--tls-ca", filepath.Join(dir, "none.pem"), "--tls-cert", "a", "--tls-key", "b"},
+		{"slave", "--dir", dir, "--master", "127.0.0.1:1", "--ha-secret-file", filepath.Join(dir, "none")},
+		{"repair-slave", "--dir", dir, "--master", "127.0.0.1:1", "--ha-secret-file", filepath.Join(dir, "none")},
+		{"gen-certs"},
+		{"gen-certs", "--valid-for", "-1h", dir},
 	} {
 		_, stderr, code := runCLI(t, args...)
 		if code != 2 || !strings.Contains(stderr, "usage") {

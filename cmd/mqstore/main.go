@@ -27,6 +27,7 @@ var tool = cli.Tool{Name: "mqstore", Commands: map[string]cli.Command{
 	"slave":   {Summary: "run a slave that replicates a master (serve --role slave)", Run: runSlave},
 	"repair-slave": {Summary: "cut a diverged slave's CommitLog where it parts from its master's",
 		Run: runRepairSlave},
+	"gen-certs": {Summary: "write a CA and master and slave certificates for mutual TLS on the HA port", Run: runGenCerts},
 }}
 
 func main() {
