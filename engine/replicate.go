@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/mqstore/mqstore/engine/record"
@@ -92,6 +95,15 @@ type replication struct {
 
 	flushSlaveTimeouts atomic.Uint64
 	slaveNotAvailable  atomic.Uint64
+	inSyncNotEnough    atomic.Uint64
+
+	// The in-sync set (see Options.MinInSyncReplicas), kept in either
+	// mode; a Put waits on it only when MinInSyncReplicas > 0.
+	isrMu      sync.Mutex
+	isr        map[string]*isrMember // by SlaveReport.Addr
+	isrSize    atomic.Int32
+	isrOffset  atomic.Int64 // what every member acknowledged, while there were enough; never moves back
+	isrMembers atomic.Pointer[[]string]
 
 	// Slave side, guarded by the CommitLog's append lock.
 	pending    []byte // the start of a record (or blank) a frame split
@@ -108,12 +120,18 @@ func (s *Store) startReplication() {
 	r.closing = make(chan struct{})
 	r.lastRecord = -1
 	r.bestSlaveOffset.Store(-1)
+	r.isr = make(map[string]*isrMember)
+	r.isrMembers.Store(&[]string{})
 	if s.opts.Role != SyncMaster {
 		return
 	}
+	position := r.ackedOffset.Load
+	if s.opts.MinInSyncReplicas > 0 {
+		position = r.isrOffset.Load
+	}
 	r.waiters = &offsetWaiters{
 		service:    newService(),
-		position:   r.ackedOffset.Load,
+		position:   position,
 		nudge:      s.makeReadable,
 		moved:      make(chan struct{}, 1),
 		timeout:    s.opts.SlaveTimeout,
@@ -173,6 +191,7 @@ func (s *Store) ReportSlaves(slaves []SlaveReport) {
 	r.slaves.Store(int32(len(slaves)))
 	r.bestSlaveOffset.Store(best)
 	raise(&r.ackedOffset, acked)
+	s.updateInSync(slaves)
 	if r.waiters != nil {
 		r.waiters.signalMoved()
 	}
@@ -216,11 +235,101 @@ func (r *CommitLogReader) UnitStart(offset int64) (bool, error) {
 	return int64(binary.BigEndian.Uint64(head[record.OffPhysicalOffset:])) == offset, nil
 }
 
+// isrMember is a slave in the in-sync set.
+type isrMember struct {
+	acked      int64
+	caughtUpAt time.Time // when it was last within InSyncMaxLagBytes of the master's end
+}
+
+// updateInSync moves the in-sync set on from the slaves' reports: a member
+// leaves when its connection is gone (or not verified) or it has not been
+// within InSyncMaxLagBytes of the master's end for InSyncMaxLagTime; a
+// verified slave joins when it is within the bound and has everything the
+// set acknowledged. While the set has MinInSyncReplicas members (at least
+// one), its offset moves to the least of their acknowledgements.
+func (s *Store) updateInSync(slaves []SlaveReport) {
+	r := &s.repl
+	now := time.Now()
+	end := s.CommitLogReader().End()
+	caught := func(acked int64) bool { return end-acked <= s.opts.InSyncMaxLagBytes }
+	r.isrMu.Lock()
+	defer r.isrMu.Unlock()
+	reported := make(map[string]SlaveReport, len(slaves))
+	for _, sl := range slaves {
+		if sl.Verified {
+			reported[sl.Addr] = sl
+		}
+	}
+	changed := false
+	for addr, m := range r.isr {
+		sl, ok := reported[addr]
+		if ok {
+			m.acked = max(m.acked, sl.AckedOffset)
+			if caught(m.acked) {
+				m.caughtUpAt = now
+			}
+		}
+		var why string
+		switch {
+		case !ok:
+			why = "disconnected"
+		case now.Sub(m.caughtUpAt) > s.opts.InSyncMaxLagTime:
+			why = fmt.Sprintf("more than %d bytes behind for %v", s.opts.InSyncMaxLagBytes, s.opts.InSyncMaxLagTime)
+		default:
+			continue
+		}
+		delete(r.isr, addr)
+		changed = true
+		s.opts.Logger.Warn("replication: a slave left the in-sync set", slog.String("slave", addr), slog.String("why", why),
+			slog.Int64("acked", m.acked), slog.Int64("masterEnd", end), slog.Int("inSync", len(r.isr)))
+	}
+	for addr, sl := range reported {
+		if _, in := r.isr[addr]; in || !caught(sl.AckedOffset) || sl.AckedOffset < r.isrOffset.Load() {
+			continue
+		}
+		r.isr[addr] = &isrMember{acked: sl.AckedOffset, caughtUpAt: now}
+		changed = true
+		s.opts.Logger.Info("replication: a slave joined the in-sync set", slog.String("slave", addr), slog.Int64("acked", sl.AckedOffset),
+			slog.Int64("masterEnd", end), slog.Int("inSync", len(r.isr)))
+	}
+	if n := len(r.isr); n > 0 && n >= s.opts.MinInSyncReplicas {
+		least := int64(-1)
+		for _, m := range r.isr {
+			if least < 0 || m.acked < least {
+				least = m.acked
+			}
+		}
+		raise(&r.isrOffset, least)
+	}
+	if changed {
+		names := make([]string, 0, len(r.isr))
+		for addr := range r.isr {
+			names = append(names, addr)
+		}
+		sort.Strings(names)
+		r.isrMembers.Store(&names)
+		r.isrSize.Store(int32(len(names)))
+	}
+}
+
+// InSyncSlaves names the slaves of the in-sync set (SlaveReport.Addr),
+// sorted.
+func (s *Store) InSyncSlaves() []string { return append([]string(nil), (*s.repl.isrMembers.Load())...) }
+
 // slaveAvailable is RocketMQ's isSlaveOK: a slave is connected and the best
 // one is less than HASlaveFallbehindMax behind end. It returns nil or an
-// error wrapping ErrSlaveNotAvailable that says why.
+// error wrapping ErrSlaveNotAvailable that says why. With
+// MinInSyncReplicas it is instead that the in-sync set has that many
+// members (ErrInSyncReplicasNotEnough).
 func (s *Store) slaveAvailable(end int64) error {
 	r := &s.repl
+	if need := s.opts.MinInSyncReplicas; need > 0 {
+		if n := int(r.isrSize.Load()); n < need {
+			return fmt.Errorf("%d slaves in the in-sync set (%d connected), MinInSyncReplicas %d: %w",
+				n, r.slaves.Load(), need, ErrInSyncReplicasNotEnough)
+		}
+		return nil
+	}
 	n := r.slaves.Load()
 	if n == 0 {
 		return fmt.Errorf("no slave connected: %w", ErrSlaveNotAvailable)
@@ -260,6 +369,13 @@ type ReplicationStats struct {
 	BestSlaveOffset    int64
 	FlushSlaveTimeouts uint64
 	SlaveNotAvailable  uint64
+	// The in-sync set: its members, what all of them acknowledged while
+	// there were MinInSyncReplicas of them, and the Puts that got
+	// InSyncReplicasNotEnough.
+	InSync                  []string
+	InSyncOffset            int64
+	MinInSyncReplicas       int
+	InSyncReplicasNotEnough uint64
 	// Slave: bytes appended from the master.
 	ReplicatedBytes uint64
 }
@@ -269,7 +385,9 @@ func (s *Store) ReplicationStats() ReplicationStats {
 	r := &s.repl
 	return ReplicationStats{Role: s.opts.Role.String(), ReplicatedOffset: r.ackedOffset.Load(), Slaves: int(r.slaves.Load()),
 		BestSlaveOffset: r.bestSlaveOffset.Load(), FlushSlaveTimeouts: r.flushSlaveTimeouts.Load(),
-		SlaveNotAvailable: r.slaveNotAvailable.Load(), ReplicatedBytes: r.replicated.Load()}
+		SlaveNotAvailable: r.slaveNotAvailable.Load(), ReplicatedBytes: r.replicated.Load(),
+		InSync: s.InSyncSlaves(), InSyncOffset: r.isrOffset.Load(), MinInSyncReplicas: s.opts.MinInSyncReplicas,
+		InSyncReplicasNotEnough: r.inSyncNotEnough.Load()}
 }
 
 // AppendReplicated appends bytes the master sent, which start at the

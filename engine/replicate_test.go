@@ -867,3 +867,100 @@ func TestUnitStart(t *testing.T) {
 		}
 	}
 }
+
+// TestInSyncSet: with MinInSyncReplicas a Put waits for every member of
+// the in-sync set, not the best slave; with fewer members it answers
+// InSyncReplicasNotEnough at once; a member that falls behind for
+// InSyncMaxLagTime or disconnects leaves the set, and one that caught up
+// joins it again; unverified slaves never join.
+func TestInSyncSet(t *testing.T) {
+	ctx := context.Background()
+	o := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), Role: SyncMaster,
+		SlaveTimeout: 200 * time.Millisecond, MinInSyncReplicas: 2, InSyncMaxLagBytes: 4096, InSyncMaxLagTime: 300 * time.Millisecond})
+	s := openRole(t, t.TempDir(), o)
+	defer s.Close()
+	i := 0
+	put := func(size int) (PutResult, error) {
+		i++
+		return s.Put(ctx, testMessage("I", 0, i, size))
+	}
+	end := func() int64 { return s.CommitLogReader().End() }
+	slave := func(addr string, acked int64) SlaveReport {
+		return SlaveReport{Addr: addr, Verified: true, AckedOffset: acked, Position: acked}
+	}
+	expect := func(what string, want PutStatus, wantErr error) PutResult {
+		t.Helper()
+		res, err := put(100)
+		if res.Status != want || (wantErr != nil && !errors.Is(err, wantErr)) || res.Size == 0 {
+			t.Fatalf("%s: %v %v; want %v", what, res.Status, err, want)
+		}
+		return res
+	}
+	expect("no slave", InSyncReplicasNotEnough, ErrInSyncReplicasNotEnough)
+	s.ReportSlaves([]SlaveReport{slave("A", end()), {Addr: "raw", AckedOffset: end(), Position: end()}})
+	if got := s.InSyncSlaves(); len(got) != 1 || got[0] != "A" {
+		t.Fatalf("in sync %v; want [A] (raw is not verified)", got)
+	}
+	expect("one in sync of two needed", InSyncReplicasNotEnough, ErrInSyncReplicasNotEnough)
+	s.ReportSlaves([]SlaveReport{slave("A", end()), slave("B", end())})
+	// Only A acknowledges: the Put waits for B too.
+	acking := func(reports func() []SlaveReport) (stop func()) {
+		done := make(chan struct{})
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			for {
+				s.ReportSlaves(reports())
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}()
+		return func() { close(done); <-finished }
+	}
+	bAt := end()
+	stop := acking(func() []SlaveReport { return []SlaveReport{slave("A", end()), slave("B", bAt)} })
+	res := expect("B silent", FlushSlaveTimeout, ErrFlushSlaveTimeout)
+	stop()
+	if s.Stats().WroteOffset > bAt+4096 {
+		t.Fatal("the test needs B within the byte bound")
+	}
+	// Both acknowledge.
+	stop = acking(func() []SlaveReport { return []SlaveReport{slave("A", end()), slave("B", end())} })
+	res = expect("both acknowledge", PutOK, nil)
+	stop()
+	if off := s.ReplicationStats().InSyncOffset; off < res.PhysicalOffset+int64(res.Size) {
+		t.Fatalf("PutOK with the in-sync offset at %d", off)
+	}
+	if st := s.ReplicationStats(); len(st.InSync) != 2 || st.MinInSyncReplicas != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	// B falls behind by more than the bound, for longer than the lag time.
+	bAt = end()
+	stop = acking(func() []SlaveReport { return []SlaveReport{slave("A", end()), slave("B", bAt)} })
+	for s.Stats().WroteOffset < bAt+8192 {
+		if r, _ := put(1000); r.Status == PutOK {
+			stop()
+			t.Fatalf("PutOK with B at %d behind", bAt)
+		}
+	}
+	waitFor(t, "B leaves the set", func() bool { return len(s.InSyncSlaves()) == 1 })
+	stop()
+	expect("B out", InSyncReplicasNotEnough, ErrInSyncReplicasNotEnough)
+	// B catches up: back in.
+	s.ReportSlaves([]SlaveReport{slave("A", end()), slave("B", end())})
+	if got := s.InSyncSlaves(); len(got) != 2 {
+		t.Fatalf("in sync %v after B caught up", got)
+	}
+	stop = acking(func() []SlaveReport { return []SlaveReport{slave("A", end()), slave("B", end())} })
+	expect("B back", PutOK, nil)
+	stop()
+	// B disconnects.
+	s.ReportSlaves([]SlaveReport{slave("A", end())})
+	expect("B gone", InSyncReplicasNotEnough, ErrInSyncReplicasNotEnough)
+	if st := s.ReplicationStats(); st.InSyncReplicasNotEnough < 4 {
+		t.Fatalf("stats %+v", st)
+	}
+}

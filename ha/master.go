@@ -100,8 +100,9 @@ func NewMaster(store *engine.Store, opts MasterOptions) (*Master, error) {
 		peerLog: newLogLimiter(o.Logger, 5, time.Second)}
 	m.log.Info("ha master listening", slog.String("addr", ln.Addr().String()), slog.String("role", store.Options().Role.String()),
 		slog.String("emptySlaveStart", o.EmptySlaveStart.String()), slog.Bool("tls", o.TLS != nil), slog.Bool("secret", o.Secret != nil))
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.accept()
+	go m.tick()
 	return m, nil
 }
 
@@ -231,6 +232,25 @@ func (sc *slaveConn) authenticate() error {
 		}
 	}
 	return nil
+}
+
+// tick reports the slaves to the store regularly, not only when one
+// acknowledges more: the in-sync set drops a member that stopped
+// acknowledging (engine.Options.InSyncMaxLagTime) even while no report
+// arrives.
+func (m *Master) tick() {
+	defer m.wg.Done()
+	every := min(m.opts.SendHeartbeatInterval, max(m.store.Options().InSyncMaxLagTime/4, 10*time.Millisecond))
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+			m.slavesChanged()
+		}
+	}
 }
 
 // refuse drops a peer that is not a slave, broke the protocol or may not
@@ -521,6 +541,7 @@ type SlaveInfo struct {
 	// Verified: it acknowledged bytes sent on this connection (see
 	// engine.SlaveReport); before that its reports count for nothing.
 	Verified    bool
+	InSync      bool  // a member of the store's in-sync set
 	AckedOffset int64 // its latest report once verified (-1: none yet)
 	LagBytes    int64 // the master's CommitLog end minus AckedOffset
 	LastAckAt   time.Time
@@ -531,12 +552,16 @@ type SlaveInfo struct {
 // Slaves describes the connected slaves, by address.
 func (m *Master) Slaves() []SlaveInfo {
 	end := m.reader.End()
+	inSync := map[string]bool{}
+	for _, a := range m.store.InSyncSlaves() {
+		inSync[a] = true
+	}
 	m.mu.Lock()
 	out := make([]SlaveInfo, 0, len(m.conns))
 	for sc := range m.conns {
 		i := SlaveInfo{Addr: sc.addr, ConnectedAt: sc.connectedAt, RequestedOffset: sc.requested.Load(), Verified: sc.verified.Load(),
-			AckedOffset: sc.acked.Load(),
-			Frames:      sc.frames.Load(), SentBytes: sc.sentBytes.Load()}
+			AckedOffset: sc.acked.Load(), InSync: inSync[sc.addr],
+			Frames: sc.frames.Load(), SentBytes: sc.sentBytes.Load()}
 		if ns := sc.lastAckAt.Load(); ns != 0 {
 			i.LastAckAt = time.Unix(0, ns)
 		}

@@ -556,6 +556,9 @@ func TestReplicationFlags(t *testing.T) {
 		{"slave", "--dir", dir, "--master", "127.0.0.1:1", "--ha-secret-file", filepath.Join(dir, "none")},
 		{"repair-slave", "--dir", dir, "--master", "127.0.0.1:1", "--ha-secret-file", filepath.Join(dir, "none")},
 		{"gen-certs"},
+		{"serve", "--dir", dir, "--role", "async-master", "--min-in-sync-replicas", "1"},
+		{"slave", "--dir", dir, "--master", "127.0.0.1:1", "--min-in-sync-replicas", "1"},
+		{"produce", "--dir", dir, "--topic", "T", "--role", "sync-master", "--ha-listen", "127.0.0.1:0", "--min-in-sync-replicas", "-1"},
 		{"gen-certs", "--valid-for", "-1h", dir},
 	} {
 		_, stderr, code := runCLI(t, args...)

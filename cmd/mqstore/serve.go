@@ -27,6 +27,7 @@ type haFlags struct {
 	batch        *int
 	slaveTimeout *time.Duration
 	fallbehind   *int64
+	minInSync    *int
 	sec          *securityFlags
 }
 
@@ -80,6 +81,8 @@ func addHAFlags(fs *flag.FlagSet, role string, master bool) *haFlags {
 		slaveTimeout: fs.Duration("slave-timeout", engine.DefaultSlaveTimeout, "slaveTimeout: how long a SYNC_MASTER put waits for a slave"),
 		fallbehind: fs.Int64("fallbehind-max", engine.DefaultHASlaveFallbehindMax,
 			"haSlaveFallbehindMax: a SYNC_MASTER put gets SLAVE_NOT_AVAILABLE at once when the best slave is this many bytes behind"),
+		minInSync: fs.Int("min-in-sync-replicas", 0, "sync-master: wait for every slave of the in-sync set, and answer IN_SYNC_REPLICAS_NOT_ENOUGH "+
+			"when it has fewer than this many (0: RocketMQ's classic mode, the best slave)"),
 		sec: addSecurityFlags(fs),
 	}
 	if role != "-" {
@@ -92,12 +95,18 @@ func addHAFlags(fs *flag.FlagSet, role string, master bool) *haFlags {
 }
 
 func (h *haFlags) parseRole(fs *flag.FlagSet) (engine.BrokerRole, error) {
-	if h.role == nil {
-		return engine.Slave, nil
+	r := engine.Slave
+	if h.role != nil {
+		var err error
+		if r, err = engine.ParseBrokerRole(*h.role); err != nil {
+			return 0, cli.BadFlag(fs, "--role: %v", err)
+		}
 	}
-	r, err := engine.ParseBrokerRole(*h.role)
-	if err != nil {
-		return 0, cli.BadFlag(fs, "--role: %v", err)
+	switch {
+	case *h.minInSync < 0:
+		return 0, cli.BadFlag(fs, "--min-in-sync-replicas must not be negative")
+	case *h.minInSync > 0 && r != engine.SyncMaster:
+		return 0, cli.BadFlag(fs, "--min-in-sync-replicas is for a sync-master")
 	}
 	return r, nil
 }
@@ -107,6 +116,7 @@ func (h *haFlags) storeOptions(o engine.Options, role engine.BrokerRole) engine.
 	o.Role = role
 	o.SlaveTimeout = *h.slaveTimeout
 	o.HASlaveFallbehindMax = *h.fallbehind
+	o.MinInSyncReplicas = *h.minInSync
 	return o
 }
 
@@ -291,9 +301,11 @@ func logMaster(log *slog.Logger, store *engine.Store, m *ha.Master) {
 	st := store.ReplicationStats()
 	log.Info("replication", slog.String("role", st.Role), slog.Int("slaves", len(slaves)), slog.Int64("maxOffset", store.MaxOffset()),
 		slog.Int64("replicatedOffset", st.ReplicatedOffset), slog.Uint64("flushSlaveTimeouts", st.FlushSlaveTimeouts),
-		slog.Uint64("slaveNotAvailable", st.SlaveNotAvailable), slog.Uint64("refused", m.Refused()))
+		slog.Uint64("slaveNotAvailable", st.SlaveNotAvailable), slog.Uint64("refused", m.Refused()),
+		slog.Any("inSync", st.InSync), slog.Int64("inSyncOffset", st.InSyncOffset), slog.Uint64("inSyncNotEnough", st.InSyncReplicasNotEnough))
 	for _, s := range slaves {
-		log.Info("replication slave", slog.String("addr", s.Addr), slog.Int64("ackedOffset", s.AckedOffset), slog.Int64("lagBytes", s.LagBytes),
+		log.Info("replication slave", slog.String("addr", s.Addr), slog.Bool("verified", s.Verified), slog.Bool("inSync", s.InSync),
+			slog.Int64("ackedOffset", s.AckedOffset), slog.Int64("lagBytes", s.LagBytes),
 			slog.Int64("requestedOffset", s.RequestedOffset), slog.Duration("connectedFor", time.Since(s.ConnectedAt).Round(time.Millisecond)))
 	}
 }
