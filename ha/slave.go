@@ -177,9 +177,11 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if verifyFrom == 0 && end > 0 {
-		verifyFrom = end // 0 would mean "empty" to the master
-	}
+	// A slave whose newest record starts at 0 (it holds one) reports 0,
+	// as an empty slave does: a master that starts empty slaves at its
+	// first offset, 0, sends that record and the slave compares it; one
+	// that starts them elsewhere cannot be compared with and is refused
+	// (gap) rather than followed unverified.
 	ss := &session{s: s, c: c, addr: s.opts.MasterAddress, expect: verifyFrom, verifyFrom: verifyFrom, verifyEnd: end,
 		advanced: make(chan struct{}, 1)}
 	if end == 0 {
@@ -406,6 +408,11 @@ func (ss *session) differs(at int64) error {
 }
 
 func (ss *session) gap(masterStart int64) error {
+	if ss.verifyFrom == 0 && ss.verifyEnd > 0 {
+		return fmt.Errorf("the master %s starts this slave at %d, but the slave holds one record, at 0 to %d, and must compare it with "+
+			"the master's before it follows (the master's retention deleted offset 0, or it starts empty slaves at its last segment). "+
+			"Start the slave from an empty directory: %w", ss.addr, masterStart, ss.verifyEnd, ErrMasterGap)
+	}
 	return fmt.Errorf("the master %s's CommitLog starts at %d, but this slave needs offset %d (it holds up to %d): "+
 		"the master deleted what the slave lacks (retention). Start the slave from an empty directory: %w",
 		ss.addr, masterStart, ss.expect, ss.verifyEnd, ErrMasterGap)

@@ -1,11 +1,13 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,5 +239,74 @@ func TestSyncFlushSlaveReconnectAcksOnlyFlushed(t *testing.T) {
 	}
 	if ok == 0 {
 		t.Fatal("no PUT_OK: the slave holds and flushes the records")
+	}
+}
+
+// TestOneRecordSlaveIsCompared: a slave whose only record, at offset 0,
+// differs from the master's is refused with ErrDiverged and unchanged
+// (its record was never compared: it reported the record's end and
+// followed from there); one that holds the master's record follows.
+func TestOneRecordSlaveIsCompared(t *testing.T) {
+	ctx := context.Background()
+	msg := func(fill byte) *engine.Message {
+		body := bytes.Repeat([]byte{fill}, 200)
+		return &engine.Message{Topic: "HA", QueueID: 0, Body: body}
+	}
+	master := open(t, t.TempDir(), engine.Options{Backend: "mmap"})
+	defer master.Close()
+	var first int64
+	for i := 0; i < 5; i++ {
+		res, err := master.Put(ctx, msg('m'))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = int64(res.Size)
+		}
+	}
+	waitUntil(t, "the master's log committed", func() bool { return master.CommitLogReader().End() == master.Stats().WroteOffset })
+	m := startMaster(t, master, fastMaster)
+	defer m.Close()
+	for _, c := range []struct {
+		name string
+		fill byte
+	}{{"diverged", 'x'}, {"same", 'm'}} {
+		t.Run(c.name, func(t *testing.T) {
+			one := readLog(t, master, 0, first) // the master's own first record
+			if c.fill != 'm' {
+				other := open(t, t.TempDir(), engine.Options{Backend: "mmap"})
+				defer other.Close()
+				if _, err := other.Put(ctx, msg(c.fill)); err != nil {
+					t.Fatal(err)
+				}
+				one = readLog(t, other, 0, other.MaxOffset())
+			}
+			slave := open(t, t.TempDir(), engine.Options{Backend: "mmap", Role: engine.Slave})
+			defer slave.Close()
+			if _, err := slave.AppendReplicated(ctx, 0, one); err != nil {
+				t.Fatal(err)
+			}
+			before := readLog(t, slave, 0, slave.Stats().WroteOffset)
+			rs := startSlave(t, slave, m.Addr().String(), fastSlave)
+			if c.fill == 'm' {
+				defer rs.stop()
+				waitCaughtUp(t, master, slave)
+				sameLog(t, master, slave)
+				return
+			}
+			var err error
+			select {
+			case err = <-rs.done:
+			case <-time.After(20 * time.Second):
+				rs.stop()
+				t.Fatalf("the slave was not refused; it holds up to %d", slave.Stats().WroteOffset)
+			}
+			if !errors.Is(err, ErrDiverged) || !strings.Contains(err.Error(), "from 0") {
+				t.Fatalf("refusal: %v", err)
+			}
+			if got := readLog(t, slave, 0, slave.Stats().WroteOffset); !bytes.Equal(got, before) {
+				t.Fatal("the refused slave's CommitLog changed")
+			}
+		})
 	}
 }
