@@ -148,6 +148,7 @@ const (
 	DefaultHASlaveFallbehindMax   = 256 << 20       // haSlaveFallbehindMax
 	DefaultInSyncMaxLagBytes      = 4 << 20
 	DefaultInSyncMaxLagTime       = 10 * time.Second
+	DefaultSlaveRetentionMaxBytes = 64 << 30
 )
 
 // Options configure a Store. The zero value of every field means its
@@ -256,6 +257,13 @@ type Options struct {
 	MinInSyncReplicas int
 	InSyncMaxLagBytes int64         // 4 MiB
 	InSyncMaxLagTime  time.Duration // 10 s
+	// SlaveRetentionMaxBytes: retention keeps a CommitLog segment a
+	// connected, verified slave (every in-sync one is) has not received
+	// yet, while the store holds at most this many CommitLog bytes
+	// (64 GiB) and the disk is not fuller than DiskMaxUsedRatio; beyond
+	// either it deletes the segment anyway and logs which slave lost it.
+	// -1: retention ignores slaves (RocketMQ's behaviour).
+	SlaveRetentionMaxBytes int64
 
 	// OnCorruption: what Open does with a corrupt record in durable data.
 	OnCorruption CorruptionPolicy
@@ -352,6 +360,9 @@ func (o Options) withDefaults() Options {
 	if o.InSyncMaxLagTime == 0 {
 		o.InSyncMaxLagTime = DefaultInSyncMaxLagTime
 	}
+	if o.SlaveRetentionMaxBytes == 0 {
+		o.SlaveRetentionMaxBytes = DefaultSlaveRetentionMaxBytes
+	}
 	if o.GetMaxBytes == 0 {
 		o.GetMaxBytes = 256 << 10
 	}
@@ -417,6 +428,7 @@ func (o Options) validate() error {
 		{o.MinInSyncReplicas < 0, fmt.Sprintf("MinInSyncReplicas %d is negative", o.MinInSyncReplicas)},
 		{o.MinInSyncReplicas > 0 && o.Role != SyncMaster, fmt.Sprintf("MinInSyncReplicas %d needs the SyncMaster role", o.MinInSyncReplicas)},
 		{o.InSyncMaxLagBytes < 0 || o.InSyncMaxLagTime < 0, "an in-sync lag bound is negative"},
+		{o.SlaveRetentionMaxBytes < -1, fmt.Sprintf("SlaveRetentionMaxBytes %d is below -1", o.SlaveRetentionMaxBytes)},
 	} {
 		if c.bad {
 			return fmt.Errorf("options: %s: %w", c.what, ErrInvalidOption)

@@ -104,6 +104,9 @@ type replication struct {
 	isrSize    atomic.Int32
 	isrOffset  atomic.Int64 // what every member acknowledged, while there were enough; never moves back
 	isrMembers atomic.Pointer[[]string]
+	// verifiedSlaves are the connected, verified slaves of the last
+	// report (retention keeps what they have not received).
+	verifiedSlaves []SlaveReport
 
 	// Slave side, guarded by the CommitLog's append lock.
 	pending    []byte // the start of a record (or blank) a frame split
@@ -255,9 +258,11 @@ func (s *Store) updateInSync(slaves []SlaveReport) {
 	r.isrMu.Lock()
 	defer r.isrMu.Unlock()
 	reported := make(map[string]SlaveReport, len(slaves))
+	r.verifiedSlaves = r.verifiedSlaves[:0]
 	for _, sl := range slaves {
 		if sl.Verified {
 			reported[sl.Addr] = sl
+			r.verifiedSlaves = append(r.verifiedSlaves, sl)
 		}
 	}
 	changed := false
@@ -310,6 +315,22 @@ func (s *Store) updateInSync(slaves []SlaveReport) {
 		r.isrMembers.Store(&names)
 		r.isrSize.Store(int32(len(names)))
 	}
+}
+
+// slowestSlave is the connected, verified slave that acknowledged least,
+// and whether there is one.
+func (s *Store) slowestSlave() (SlaveReport, bool) {
+	r := &s.repl
+	r.isrMu.Lock()
+	defer r.isrMu.Unlock()
+	var slowest SlaveReport
+	found := false
+	for _, sl := range r.verifiedSlaves {
+		if !found || sl.AckedOffset < slowest.AckedOffset {
+			slowest, found = sl, true
+		}
+	}
+	return slowest, found
 }
 
 // InSyncSlaves names the slaves of the in-sync set (SlaveReport.Addr),

@@ -6,11 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -963,4 +966,76 @@ func TestInSyncSet(t *testing.T) {
 	if st := s.ReplicationStats(); st.InSyncReplicasNotEnough < 4 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// TestRetentionKeepsWhatSlavesLack: an expired segment a connected,
+// verified slave has not received is kept (an unverified connection keeps
+// nothing); once the slave has it, it goes; beyond SlaveRetentionMaxBytes
+// it goes anyway, with a log line naming the slave.
+func TestRetentionKeepsWhatSlavesLack(t *testing.T) {
+	ctx := context.Background()
+	for _, limit := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			var clock atomic.Int64
+			clock.Store(time.Date(2026, 11, 29, 4, 0, 0, 0, time.Local).UnixNano())
+			var logs bytes.Buffer
+			var logMu sync.Mutex
+			o := smallLogicsOptions(Options{Backend: "mmap", SlaveRetentionMaxBytes: limit})
+			o.now = func() time.Time { return time.Unix(0, clock.Load()) }
+			o.FileReservedTime = time.Hour
+			o.CleanInterval = time.Hour
+			o.diskUsed = func(string) (float64, error) { return 10, nil }
+			o.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &logMu}, nil))
+			s := openStore(t, t.TempDir(), o)
+			defer s.Close()
+			putN(t, s, "R", 1, 800, 300, nil)
+			if _, err := s.flushOnce(ctx, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WaitDispatched(ctx, s.Stats().WroteOffset); err != nil {
+				t.Fatal(err)
+			}
+			files := s.log.queue.Files()
+			if len(files) < 4 {
+				t.Fatalf("%d segments", len(files))
+			}
+			seg := files[0].SizeBytes()
+			behind := files[0].FromOffset() + seg/2 // inside the first segment
+			s.ReportSlaves([]SlaveReport{{Addr: "slave", Verified: true, AckedOffset: behind, Position: behind},
+				{Addr: "raw", AckedOffset: 0, Position: 0}})
+			clock.Add(int64(24 * time.Hour))
+			n, err := s.CleanExpired(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if limit == 1 {
+				logMu.Lock()
+				line := logs.String()
+				logMu.Unlock()
+				if n != len(files)-1 || !strings.Contains(line, "a connected slave has not received") || !strings.Contains(line, "slave=slave") {
+					t.Fatalf("over the limit: %d deleted of %d, log %q", n, len(files)-1, line)
+				}
+				return
+			}
+			if n != 0 || s.MinOffset() != 0 {
+				t.Fatalf("deleted %d segments the slave (at %d) lacks", n, behind)
+			}
+			at := files[1].FromOffset() + seg // the end of the second segment
+			s.ReportSlaves([]SlaveReport{{Addr: "slave", Verified: true, AckedOffset: at, Position: at}})
+			if n, err := s.CleanExpired(ctx); err != nil || n != 2 {
+				t.Fatalf("with the slave at %d: %d deleted, %v; want the 2 segments it has", at, n, err)
+			}
+		})
+	}
+}
+
+type syncWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }

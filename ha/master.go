@@ -397,7 +397,8 @@ func (sc *slaveConn) startOffset(offset int64) (start int64, refused bool, why s
 		return end, true, fmt.Sprintf("the slave's CommitLog reaches %d, past the master's end %d: the slave holds data the master does not (%v)",
 			offset, end, ErrDiverged)
 	case offset < first:
-		return first, true, fmt.Sprintf("the slave needs offset %d, but the master's CommitLog starts at %d (%v)", offset, first, ErrMasterGap)
+		return first, true, fmt.Sprintf("the slave needs offset %d, but the master's CommitLog starts at %d: retention deleted [%d,%d) (%v)",
+			offset, first, offset, first, ErrMasterGap)
 	}
 	ok, err := m.reader.UnitStart(offset)
 	switch {

@@ -414,6 +414,7 @@ func (ss *session) gap(masterStart int64) error {
 			"Start the slave from an empty directory: %w", ss.addr, masterStart, ss.verifyEnd, ErrMasterGap)
 	}
 	return fmt.Errorf("the master %s's CommitLog starts at %d, but this slave needs offset %d (it holds up to %d): "+
-		"the master deleted what the slave lacks (retention). Start the slave from an empty directory: %w",
-		ss.addr, masterStart, ss.expect, ss.verifyEnd, ErrMasterGap)
+		"the master deleted what the slave lacks, the bytes [%d,%d) (retention; see engine.Options.SlaveRetentionMaxBytes). "+
+		"Start the slave from an empty directory: %w",
+		ss.addr, masterStart, ss.expect, ss.verifyEnd, ss.expect, masterStart, ErrMasterGap)
 }
