@@ -366,7 +366,17 @@ var (
 // SLAVE_NOT_AVAILABLE, never PUT_OK without a slave acknowledgement — every
 // PUT_OK printed before the slave comes back is on the killed slave's disk —
 // and the restarted slave resumes from where it was, not from the start.
+//
+// The slave is a transient (buffered) one — the harder case: it
+// acknowledges only what it committed to its files, so a kill -9 loses none
+// of it (TestReplicationTrials kills slaves of every disk backend).
 func TestKillSlave(t *testing.T) {
+	for _, backend := range []string{"transient"} {
+		t.Run(backend, func(t *testing.T) { killSlaveTrial(t, backend) })
+	}
+}
+
+func killSlaveTrial(t *testing.T, backend string) {
 	base := t.TempDir()
 	m, s := filepath.Join(base, "M"), filepath.Join(base, "S")
 	const size, queues = 300, 3
@@ -375,7 +385,7 @@ func TestKillSlave(t *testing.T) {
 		"--slave-timeout", "200ms", "--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--print-acks", "--segment-size", "262144")
 	addr := producer.waitLine(t, listeningRE)[1]
 	slaveArgs := []string{"slave", "--dir", s, "--master", addr, "--segment-size", "262144", "--status-interval", "0",
-		"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s"}
+		"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--backend", backend}
 	slave := startProcess(t, false, slaveArgs...)
 	var acks, notAcked []ack
 	sc := bufio.NewScanner(producer.stdout)
