@@ -585,7 +585,8 @@ func (m *Master) Refused() uint64 { return m.refused.Load() }
 func (m *Master) AcceptErrors() uint64 { return m.acceptErrors.Load() }
 
 // WaitSlaves blocks until at least n slaves are connected and have
-// reported where they are, or ctx ends.
+// reported where they are (verified or not: a slave of an empty master has
+// nothing to prove yet), or ctx ends.
 func (m *Master) WaitSlaves(ctx context.Context, n int) error {
 	for {
 		m.mu.Lock()

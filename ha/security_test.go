@@ -69,13 +69,12 @@ func intruderCheck(t *testing.T, b *blackholedSyncMaster, dial func() (net.Conn,
 
 // startSecuredBlackholed is startBlackholedSyncMaster with the master
 // and its healthy slave using mo's and so's TLS and secret.
-func startSecuredBlackholed(t *testing.T, mo MasterOptions, so SlaveOptions) *blackholedSyncMaster {
+func startSecuredBlackholed(t *testing.T, sec MasterOptions, ssec SlaveOptions) *blackholedSyncMaster {
 	t.Helper()
-	saveM, saveS := fastMaster, fastSlave
-	fastMaster.TLS, fastMaster.Secret = mo.TLS, mo.Secret
-	fastSlave.TLS, fastSlave.Secret = so.TLS, so.Secret
-	defer func() { fastMaster, fastSlave = saveM, saveS }()
-	return startBlackholedSyncMaster(t, 4)
+	mo, so := fastMaster, fastSlave
+	mo.TLS, mo.Secret = sec.TLS, sec.Secret
+	so.TLS, so.Secret = ssec.TLS, ssec.Secret
+	return startBlackholedWith(t, 4, mo, so)
 }
 
 // TestMutualTLS: a master and a slave with certificates from one CA

@@ -39,20 +39,27 @@ type blackholedSyncMaster struct {
 
 func startBlackholedSyncMaster(t *testing.T, n int) *blackholedSyncMaster {
 	t.Helper()
+	return startBlackholedWith(t, n, fastMaster, fastSlave)
+}
+
+// startBlackholedWith is startBlackholedSyncMaster with the master's and
+// the healthy slave's options.
+func startBlackholedWith(t *testing.T, n int, mo MasterOptions, so SlaveOptions) *blackholedSyncMaster {
+	t.Helper()
 	ctx := context.Background()
 	b := &blackholedSyncMaster{results: make(chan engine.PutResult, n)}
 	b.master = open(t, t.TempDir(), engine.Options{Backend: "mmap", Role: engine.SyncMaster, SlaveTimeout: 3 * time.Second})
 	t.Cleanup(func() { b.master.Close() })
 	b.slave = open(t, t.TempDir(), engine.Options{Backend: "mmap", Role: engine.Slave})
 	t.Cleanup(func() { b.slave.Close() })
-	b.m = startMaster(t, b.master, fastMaster)
+	b.m = startMaster(t, b.master, mo)
 	t.Cleanup(func() { b.m.Close() })
 	var err error
 	if b.proxy, err = tcpproxy.New("127.0.0.1:0", b.m.Addr().String(), tcpproxy.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.proxy.Close() })
-	b.rs = startSlave(t, b.slave, b.proxy.Addr(), fastSlave)
+	b.rs = startSlave(t, b.slave, b.proxy.Addr(), so)
 	t.Cleanup(func() { b.rs.stop() })
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
