@@ -317,3 +317,21 @@ func TestOneRecordSlaveIsCompared(t *testing.T) {
 		})
 	}
 }
+
+// TestRepairProbeAcknowledgesNothing: while the healthy slave is
+// black-holed, mqstore repair-slave's probes (FindDivergence) from a store
+// that holds the waiting records report offsets among them: they release
+// no Put.
+func TestRepairProbeAcknowledgesNothing(t *testing.T) {
+	b := startBlackholedSyncMaster(t, 8)
+	p := open(t, t.TempDir(), engine.Options{Backend: "mmap", Role: engine.Slave})
+	defer p.Close()
+	if _, err := p.AppendReplicated(context.Background(), 0, readLog(t, b.master, 0, b.end)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := FindDivergence(context.Background(), p, b.m.Addr().String(), fastSlave)
+	if err != nil || d.Diverged {
+		t.Fatalf("divergence %+v, %v", d, err)
+	}
+	b.check(t)
+}
