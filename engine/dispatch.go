@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -217,11 +218,19 @@ func (d *dispatcher) run() {
 		switch {
 		case err == nil:
 			failures = 0
-		case transientDispatchError(err) && failures < maxDispatchRetries:
-			// A segment closed under the read (retention deleted it): try
-			// again a little later, backing off, rather than stop for good.
+		case resourceError(err), transientDispatchError(err) && failures < maxDispatchRetries:
+			// A segment closed under the read (retention deleted it), or
+			// a resource the system lacks for now (no space or no
+			// descriptor for a new ConsumeQueue file): try again a little
+			// later, backing off to a second, rather than stop the
+			// store's writes until it is reopened. A resource error is
+			// retried for as long as it lasts (the CommitLog's own writes
+			// fail loudly if the disk is really full); the log says so at
+			// the first attempt and then at every power of two.
 			failures++
-			d.store.opts.Logger.Warn("dispatch will retry", slog.Int("attempt", failures), slog.Any("err", err))
+			if failures&(failures-1) == 0 {
+				d.store.opts.Logger.Warn("dispatch will retry", slog.Int("attempt", failures), slog.Any("err", err))
+			}
 			if retry != nil {
 				retry.Stop()
 			}
@@ -235,6 +244,18 @@ func (d *dispatcher) run() {
 // transientDispatchError reports whether a dispatch error may go away by
 // itself: a file closed under a read.
 func transientDispatchError(err error) bool { return errors.Is(err, mappedfile.ErrClosed) }
+
+// resourceError reports whether err is the system lacking a resource for
+// now — space, a descriptor, memory — which an operator or the system
+// frees without the store being reopened.
+func resourceError(err error) bool {
+	for _, e := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EAGAIN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // dispatchAvailable dispatches every readable record not yet dispatched.
 func (d *dispatcher) dispatchAvailable(ctx context.Context) error {

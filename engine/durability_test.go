@@ -307,10 +307,10 @@ func TestFailedWarmUpRemovesTheSegment(t *testing.T) {
 	}
 }
 
-// TestDispatchFailureIsVisible (item 4): when dispatch fails for good (no
-// space for a ConsumeQueue file), Put refuses writes, Stats and Close report
-// it, and Close leaves the abort file: the next Open recovers and
-// dispatches what was missed.
+// TestDispatchFailureIsVisible (item 4): when dispatch fails for good (an
+// I/O error opening a ConsumeQueue file), Put refuses writes, Stats and
+// Close report it, and Close leaves the abort file: the next Open recovers
+// and dispatches what was missed.
 func TestDispatchFailureIsVisible(t *testing.T) {
 	ctx := context.Background()
 	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
@@ -318,22 +318,22 @@ func TestDispatchFailureIsVisible(t *testing.T) {
 	o := smallLogicsOptions(Options{BackendImpl: h})
 	dir := t.TempDir()
 	s := openStore(t, dir, o)
-	h.set(on("open", consumeQueueDirName, func(string) error { return syscall.ENOSPC }))
+	h.set(on("open", consumeQueueDirName, func(string) error { return syscall.EIO }))
 	first, err := s.Put(ctx, testMessage("F", 0, 0, 100))
 	if err != nil {
 		t.Fatal(err) // stored; its dispatch fails in the background
 	}
-	if err := s.WaitDispatched(ctx, first.PhysicalOffset+int64(first.Size)); !errors.Is(err, syscall.ENOSPC) {
+	if err := s.WaitDispatched(ctx, first.PhysicalOffset+int64(first.Size)); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("WaitDispatched: %v, want the dispatch error", err)
 	}
-	if st := s.Stats(); !strings.Contains(st.DispatchError, "no space") {
+	if st := s.Stats(); !strings.Contains(st.DispatchError, "input/output error") {
 		t.Fatalf("Stats.DispatchError = %q", st.DispatchError)
 	}
 	res, err := s.Put(ctx, testMessage("F", 0, 1, 100))
-	if res.Status != ServiceNotAvailable || !errors.Is(err, ErrServiceNotAvailable) || !errors.Is(err, syscall.ENOSPC) {
+	if res.Status != ServiceNotAvailable || !errors.Is(err, ErrServiceNotAvailable) || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("put after dispatch stopped: %v %v", res.Status, err)
 	}
-	if err := s.Close(); err == nil || !errors.Is(err, syscall.ENOSPC) {
+	if err := s.Close(); err == nil || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Close after dispatch stopped: %v, want the dispatch error", err)
 	}
 	if ok, _ := fs.Exists(filepath.Join(dir, abortFileName)); !ok {
@@ -564,5 +564,48 @@ func TestDirectoriesAndDeletesSurviveAPowerLoss(t *testing.T) {
 	got.Release()
 	if err := verifyClean(ctx, s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDispatchRetriesNoSpace: no space (or no descriptor) for a new
+// ConsumeQueue file is retried, not the end of the store's writes: Puts go
+// on, and once space is back every record is dispatched and readable
+// without a reopen.
+func TestDispatchRetriesNoSpace(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EMFILE} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			ctx := context.Background()
+			h := newHooked(mappedfile.NewMemFS(mappedfile.MemOptions{}))
+			s := openStore(t, t.TempDir(), smallLogicsOptions(Options{BackendImpl: h}))
+			defer s.Close()
+			var failed atomic.Int32
+			h.set(on("open", consumeQueueDirName, func(string) error { failed.Add(1); return errno }))
+			var last PutResult
+			for i := 0; i < 5; i++ {
+				res, err := s.Put(ctx, testMessage("N", 0, i, 100))
+				if err != nil {
+					t.Fatalf("put %d while the ConsumeQueue file cannot be created: %v %v", i, res.Status, err)
+				}
+				last = res
+			}
+			waitFor(t, "dispatch tried", func() bool { return failed.Load() >= 2 })
+			if st := s.Stats(); st.DispatchError != "" {
+				t.Fatalf("dispatch stopped: %s", st.DispatchError)
+			}
+			h.set(nil)
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if err := s.WaitDispatched(wctx, last.PhysicalOffset+int64(last.Size)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Get(ctx, "g", "N", 0, 0, 100, nil)
+			if err != nil || len(got.Messages) != 5 {
+				t.Fatalf("read back %v, %v", got, err)
+			}
+			got.Release()
+			if res, err := s.Put(ctx, testMessage("N", 0, 9, 100)); err != nil {
+				t.Fatalf("put after: %v %v", res.Status, err)
+			}
+		})
 	}
 }

@@ -146,6 +146,9 @@ const (
 	DefaultGroupCommitQueueSize   = 16384
 	DefaultSlaveTimeout           = 3 * time.Second // slaveTimeout
 	DefaultHASlaveFallbehindMax   = 256 << 20       // haSlaveFallbehindMax
+	DefaultInSyncMaxLagBytes      = 4 << 20
+	DefaultInSyncMaxLagTime       = 10 * time.Second
+	DefaultSlaveRetentionMaxBytes = 64 << 30
 )
 
 // Options configure a Store. The zero value of every field means its
@@ -243,6 +246,24 @@ type Options struct {
 	// more behind the record's end (256 MiB; RocketMQ's
 	// haSlaveFallbehindMax).
 	HASlaveFallbehindMax int64
+	// MinInSyncReplicas, when > 0, makes a SYNC_MASTER wait for every
+	// slave of its in-sync set instead of RocketMQ's best one, and answer
+	// InSyncReplicasNotEnough when the set has fewer members (0: RocketMQ's
+	// classic mode). A verified slave joins the set once it has everything
+	// the set acknowledged and is within InSyncMaxLagBytes of the master's
+	// end; it leaves it when it disconnects or has not been within
+	// InSyncMaxLagBytes for InSyncMaxLagTime (then it is re-admitted when
+	// it has caught up again).
+	MinInSyncReplicas int
+	InSyncMaxLagBytes int64         // 4 MiB
+	InSyncMaxLagTime  time.Duration // 10 s
+	// SlaveRetentionMaxBytes: retention keeps a CommitLog segment a
+	// connected, verified slave (every in-sync one is) has not received
+	// yet, while the store holds at most this many CommitLog bytes
+	// (64 GiB) and the disk is not fuller than DiskMaxUsedRatio; beyond
+	// either it deletes the segment anyway and logs which slave lost it.
+	// -1: retention ignores slaves (RocketMQ's behaviour).
+	SlaveRetentionMaxBytes int64
 
 	// OnCorruption: what Open does with a corrupt record in durable data.
 	OnCorruption CorruptionPolicy
@@ -344,6 +365,15 @@ func (o Options) withDefaults() Options {
 	if o.HASlaveFallbehindMax == 0 {
 		o.HASlaveFallbehindMax = DefaultHASlaveFallbehindMax
 	}
+	if o.InSyncMaxLagBytes == 0 {
+		o.InSyncMaxLagBytes = DefaultInSyncMaxLagBytes
+	}
+	if o.InSyncMaxLagTime == 0 {
+		o.InSyncMaxLagTime = DefaultInSyncMaxLagTime
+	}
+	if o.SlaveRetentionMaxBytes == 0 {
+		o.SlaveRetentionMaxBytes = DefaultSlaveRetentionMaxBytes
+	}
 	if o.GetMaxBytes == 0 {
 		o.GetMaxBytes = 256 << 10
 	}
@@ -407,6 +437,10 @@ func (o Options) validate() error {
 		{o.Role != AsyncMaster && o.Role != SyncMaster && o.Role != Slave, fmt.Sprintf("Role %d is unknown", o.Role)},
 		{o.SlaveTimeout < 0, fmt.Sprintf("SlaveTimeout %v is negative", o.SlaveTimeout)},
 		{o.HASlaveFallbehindMax < 0, fmt.Sprintf("HASlaveFallbehindMax %d is negative", o.HASlaveFallbehindMax)},
+		{o.MinInSyncReplicas < 0, fmt.Sprintf("MinInSyncReplicas %d is negative", o.MinInSyncReplicas)},
+		{o.MinInSyncReplicas > 0 && o.Role != SyncMaster, fmt.Sprintf("MinInSyncReplicas %d needs the SyncMaster role", o.MinInSyncReplicas)},
+		{o.InSyncMaxLagBytes < 0 || o.InSyncMaxLagTime < 0, "an in-sync lag bound is negative"},
+		{o.SlaveRetentionMaxBytes < -1, fmt.Sprintf("SlaveRetentionMaxBytes %d is below -1", o.SlaveRetentionMaxBytes)},
 	} {
 		if c.bad {
 			return fmt.Errorf("options: %s: %w", c.what, ErrInvalidOption)

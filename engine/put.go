@@ -157,6 +157,9 @@ func (s *Store) waitDurable(ctx context.Context, res *PutResult, start time.Time
 		case errors.Is(replErr, ErrSlaveNotAvailable):
 			res.Status = SlaveNotAvailable
 			s.repl.slaveNotAvailable.Add(1)
+		case errors.Is(replErr, ErrInSyncReplicasNotEnough):
+			res.Status = InSyncReplicasNotEnough
+			s.repl.inSyncNotEnough.Add(1)
 		default:
 			res.Status = FlushSlaveTimeout
 			s.repl.flushSlaveTimeouts.Add(1)

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -87,12 +89,24 @@ type replication struct {
 
 	// Master side. waiters is nil unless the role is SyncMaster.
 	waiters         *offsetWaiters
-	ackedOffset     atomic.Int64 // highest offset any slave acknowledged; never moves back
+	ackedOffset     atomic.Int64 // highest offset a verified slave acknowledged; never moves back
 	slaves          atomic.Int32 // connected slaves that reported an offset
 	bestSlaveOffset atomic.Int64 // highest offset one of them acknowledged
 
 	flushSlaveTimeouts atomic.Uint64
 	slaveNotAvailable  atomic.Uint64
+	inSyncNotEnough    atomic.Uint64
+
+	// The in-sync set (see Options.MinInSyncReplicas), kept in either
+	// mode; a Put waits on it only when MinInSyncReplicas > 0.
+	isrMu      sync.Mutex
+	isr        map[string]*isrMember // by SlaveReport.Addr
+	isrSize    atomic.Int32
+	isrOffset  atomic.Int64 // what every member acknowledged, while there were enough; never moves back
+	isrMembers atomic.Pointer[[]string]
+	// verifiedSlaves are the connected, verified slaves of the last
+	// report (retention keeps what they have not received).
+	verifiedSlaves []SlaveReport
 
 	// Slave side, guarded by the CommitLog's append lock.
 	pending    []byte // the start of a record (or blank) a frame split
@@ -109,12 +123,18 @@ func (s *Store) startReplication() {
 	r.closing = make(chan struct{})
 	r.lastRecord = -1
 	r.bestSlaveOffset.Store(-1)
+	r.isr = make(map[string]*isrMember)
+	r.isrMembers.Store(&[]string{})
 	if s.opts.Role != SyncMaster {
 		return
 	}
+	position := r.ackedOffset.Load
+	if s.opts.MinInSyncReplicas > 0 {
+		position = r.isrOffset.Load
+	}
 	r.waiters = &offsetWaiters{
 		service:    newService(),
-		position:   r.ackedOffset.Load,
+		position:   position,
 		nudge:      s.makeReadable,
 		moved:      make(chan struct{}, 1),
 		timeout:    s.opts.SlaveTimeout,
@@ -134,30 +154,203 @@ func (s *Store) stopReplication() {
 	}
 }
 
+// SlaveReport is what the HA master knows of one slave connection.
+type SlaveReport struct {
+	// Addr names the connection (the slave's address), for Stats and logs.
+	Addr string
+	// Verified: the connection proved it holds the master's bytes — it
+	// acknowledged bytes past its first report, bytes the master sent it
+	// on this connection after it compared its own newest record with the
+	// master's. Only a verified connection's AckedOffset counts: a first
+	// report says where a slave wants to start and proves nothing (any
+	// client can write 8 bytes).
+	Verified bool
+	// AckedOffset is what a verified slave acknowledged: what its flush
+	// mode makes durable (sync flush: flushed; otherwise committed to its
+	// files, what a kill -9 of the slave keeps). Ignored unless Verified.
+	AckedOffset int64
+	// Position is where the slave is: AckedOffset once verified, before
+	// that the offset it asked to start from. It only decides whether a
+	// Put waits for the slave or gets SlaveNotAvailable at once
+	// (HASlaveFallbehindMax), never that a record is acknowledged.
+	Position int64
+}
+
 // ReportSlaves is how the HA master keeps the store informed about its
-// slaves: connected is how many are connected and have reported an offset,
-// bestOffset the highest offset one of them has acknowledged (-1 when
-// none). The replicated position SYNC_MASTER Puts wait for is the highest
-// offset any slave ever acknowledged: it never moves back (a record a slave
-// acknowledged stays acknowledged after that slave disconnects).
-func (s *Store) ReportSlaves(connected int, bestOffset int64) {
+// slaves: one report per connected slave that has said where it starts.
+// The replicated position SYNC_MASTER Puts wait for is the highest offset a
+// verified slave ever acknowledged: it never moves back (a record a slave
+// acknowledged stays acknowledged after that slave disconnects), and an
+// unverified connection cannot move it.
+func (s *Store) ReportSlaves(slaves []SlaveReport) {
 	r := &s.repl
-	r.slaves.Store(int32(connected))
-	r.bestSlaveOffset.Store(bestOffset)
-	raise(&r.ackedOffset, bestOffset)
+	best, acked := int64(-1), int64(-1)
+	for _, sl := range slaves {
+		best = max(best, sl.Position)
+		if sl.Verified {
+			acked = max(acked, sl.AckedOffset)
+		}
+	}
+	r.slaves.Store(int32(len(slaves)))
+	r.bestSlaveOffset.Store(best)
+	raise(&r.ackedOffset, acked)
+	s.updateInSync(slaves)
 	if r.waiters != nil {
 		r.waiters.signalMoved()
 	}
 }
 
-// ReplicatedOffset is the highest CommitLog offset a slave has acknowledged.
+// ReplicatedOffset is the highest CommitLog offset a verified slave has
+// acknowledged.
 func (s *Store) ReplicatedOffset() int64 { return s.repl.ackedOffset.Load() }
+
+// UnitStart reports whether offset is where a unit (a record or an
+// end-of-segment blank) of the committed CommitLog starts, or its end: the
+// only offsets a slave can hold its log up to. The HA master refuses a
+// slave that asks to start anywhere else (inside a record: another
+// history, or not a slave). A record is recognised by its magic and its
+// PHYSICALOFFSET, which is its own offset; a segment's first byte is
+// always a unit start.
+func (r *CommitLogReader) UnitStart(offset int64) (bool, error) {
+	end := r.End()
+	switch {
+	case offset == end:
+		return true, nil
+	case offset > end || offset < r.Start():
+		return false, nil
+	}
+	var head [record.OffPhysicalOffset + 8]byte
+	n, err := r.ReadAt(head[:record.BlankSize], offset)
+	if n < record.BlankSize {
+		return false, fmt.Errorf("read the CommitLog at %d: %w", offset, err)
+	}
+	switch int32(binary.BigEndian.Uint32(head[record.OffMagic:])) {
+	case record.MagicBlank:
+		seg := r.SegmentSizeBytes()
+		return int64(binary.BigEndian.Uint32(head[:])) == seg-offset%seg, nil
+	case record.MagicV1, record.MagicV2:
+	default:
+		return false, nil
+	}
+	if n, err := r.ReadAt(head[:], offset); n < len(head) {
+		return false, fmt.Errorf("read the CommitLog at %d: %w", offset, err)
+	}
+	return int64(binary.BigEndian.Uint64(head[record.OffPhysicalOffset:])) == offset, nil
+}
+
+// isrMember is a slave in the in-sync set.
+type isrMember struct {
+	acked      int64
+	caughtUpAt time.Time // when it was last within InSyncMaxLagBytes of the master's end
+}
+
+// updateInSync moves the in-sync set on from the slaves' reports: a member
+// leaves when its connection is gone (or not verified) or it has not been
+// within InSyncMaxLagBytes of the master's end for InSyncMaxLagTime; a
+// verified slave joins when it is within the bound and has everything the
+// set acknowledged. While the set has MinInSyncReplicas members (at least
+// one), its offset moves to the least of their acknowledgements.
+func (s *Store) updateInSync(slaves []SlaveReport) {
+	r := &s.repl
+	now := time.Now()
+	end := s.CommitLogReader().End()
+	caught := func(acked int64) bool { return end-acked <= s.opts.InSyncMaxLagBytes }
+	r.isrMu.Lock()
+	defer r.isrMu.Unlock()
+	reported := make(map[string]SlaveReport, len(slaves))
+	r.verifiedSlaves = r.verifiedSlaves[:0]
+	for _, sl := range slaves {
+		if sl.Verified {
+			reported[sl.Addr] = sl
+			r.verifiedSlaves = append(r.verifiedSlaves, sl)
+		}
+	}
+	changed := false
+	for addr, m := range r.isr {
+		sl, ok := reported[addr]
+		if ok {
+			m.acked = max(m.acked, sl.AckedOffset)
+			if caught(m.acked) {
+				m.caughtUpAt = now
+			}
+		}
+		var why string
+		switch {
+		case !ok:
+			why = "disconnected"
+		case now.Sub(m.caughtUpAt) > s.opts.InSyncMaxLagTime:
+			why = fmt.Sprintf("more than %d bytes behind for %v", s.opts.InSyncMaxLagBytes, s.opts.InSyncMaxLagTime)
+		default:
+			continue
+		}
+		delete(r.isr, addr)
+		changed = true
+		s.opts.Logger.Warn("replication: a slave left the in-sync set", slog.String("slave", addr), slog.String("why", why),
+			slog.Int64("acked", m.acked), slog.Int64("masterEnd", end), slog.Int("inSync", len(r.isr)))
+	}
+	for addr, sl := range reported {
+		if _, in := r.isr[addr]; in || !caught(sl.AckedOffset) || sl.AckedOffset < r.isrOffset.Load() {
+			continue
+		}
+		r.isr[addr] = &isrMember{acked: sl.AckedOffset, caughtUpAt: now}
+		changed = true
+		s.opts.Logger.Info("replication: a slave joined the in-sync set", slog.String("slave", addr), slog.Int64("acked", sl.AckedOffset),
+			slog.Int64("masterEnd", end), slog.Int("inSync", len(r.isr)))
+	}
+	if n := len(r.isr); n > 0 && n >= s.opts.MinInSyncReplicas {
+		least := int64(-1)
+		for _, m := range r.isr {
+			if least < 0 || m.acked < least {
+				least = m.acked
+			}
+		}
+		raise(&r.isrOffset, least)
+	}
+	if changed {
+		names := make([]string, 0, len(r.isr))
+		for addr := range r.isr {
+			names = append(names, addr)
+		}
+		sort.Strings(names)
+		r.isrMembers.Store(&names)
+		r.isrSize.Store(int32(len(names)))
+	}
+}
+
+// slowestSlave is the connected, verified slave that acknowledged least,
+// and whether there is one.
+func (s *Store) slowestSlave() (SlaveReport, bool) {
+	r := &s.repl
+	r.isrMu.Lock()
+	defer r.isrMu.Unlock()
+	var slowest SlaveReport
+	found := false
+	for _, sl := range r.verifiedSlaves {
+		if !found || sl.AckedOffset < slowest.AckedOffset {
+			slowest, found = sl, true
+		}
+	}
+	return slowest, found
+}
+
+// InSyncSlaves names the slaves of the in-sync set (SlaveReport.Addr),
+// sorted.
+func (s *Store) InSyncSlaves() []string { return append([]string(nil), (*s.repl.isrMembers.Load())...) }
 
 // slaveAvailable is RocketMQ's isSlaveOK: a slave is connected and the best
 // one is less than HASlaveFallbehindMax behind end. It returns nil or an
-// error wrapping ErrSlaveNotAvailable that says why.
+// error wrapping ErrSlaveNotAvailable that says why. With
+// MinInSyncReplicas it is instead that the in-sync set has that many
+// members (ErrInSyncReplicasNotEnough).
 func (s *Store) slaveAvailable(end int64) error {
 	r := &s.repl
+	if need := s.opts.MinInSyncReplicas; need > 0 {
+		if n := int(r.isrSize.Load()); n < need {
+			return fmt.Errorf("%d slaves in the in-sync set (%d connected), MinInSyncReplicas %d: %w",
+				n, r.slaves.Load(), need, ErrInSyncReplicasNotEnough)
+		}
+		return nil
+	}
 	n := r.slaves.Load()
 	if n == 0 {
 		return fmt.Errorf("no slave connected: %w", ErrSlaveNotAvailable)
@@ -197,6 +390,13 @@ type ReplicationStats struct {
 	BestSlaveOffset    int64
 	FlushSlaveTimeouts uint64
 	SlaveNotAvailable  uint64
+	// The in-sync set: its members, what all of them acknowledged while
+	// there were MinInSyncReplicas of them, and the Puts that got
+	// InSyncReplicasNotEnough.
+	InSync                  []string
+	InSyncOffset            int64
+	MinInSyncReplicas       int
+	InSyncReplicasNotEnough uint64
 	// Slave: bytes appended from the master.
 	ReplicatedBytes uint64
 }
@@ -206,7 +406,9 @@ func (s *Store) ReplicationStats() ReplicationStats {
 	r := &s.repl
 	return ReplicationStats{Role: s.opts.Role.String(), ReplicatedOffset: r.ackedOffset.Load(), Slaves: int(r.slaves.Load()),
 		BestSlaveOffset: r.bestSlaveOffset.Load(), FlushSlaveTimeouts: r.flushSlaveTimeouts.Load(),
-		SlaveNotAvailable: r.slaveNotAvailable.Load(), ReplicatedBytes: r.replicated.Load()}
+		SlaveNotAvailable: r.slaveNotAvailable.Load(), ReplicatedBytes: r.replicated.Load(),
+		InSync: s.InSyncSlaves(), InSyncOffset: r.isrOffset.Load(), MinInSyncReplicas: s.opts.MinInSyncReplicas,
+		InSyncReplicasNotEnough: r.inSyncNotEnough.Load()}
 }
 
 // AppendReplicated appends bytes the master sent, which start at the
@@ -489,21 +691,35 @@ func (e *replicaEncoder) EncodeAt(dst []byte, _ int64) error {
 }
 
 // ReplicaAckOffset is the offset a slave may acknowledge to its master:
-// the end of the complete records it appended — flushed first when its
-// flush mode is sync, so with a sync-flush slave an acknowledgement means
-// durable on the slave. On a flush timeout it returns the flushed offset
-// with the error.
+// the end of the complete records it appended that its flush mode makes
+// safe. With sync flush they are flushed first: an acknowledgement means
+// durable on the slave (it survives a power loss). Otherwise they are
+// committed first — handed to the slave's files, out of any process buffer
+// (transient, uring) — and the committed offset is acknowledged: what a
+// kill -9 of the slave keeps (a power loss before its flush may not). On
+// an error it returns what is safe so far with the error.
 func (s *Store) ReplicaAckOffset(ctx context.Context) (int64, error) {
 	end := s.log.queue.WroteOffset()
 	if s.group == nil {
-		return end, nil
+		before := s.log.committedOffset.Load()
+		committed, err := s.log.commit(ctx, 0)
+		if committed > before { // as the commit service does: committed bytes are readable
+			s.flusher.Wakeup()
+			s.dispatcher.Wakeup()
+			s.repl.growth.notify()
+		}
+		if err != nil {
+			s.writeFailed("commit", err)
+			return min(s.log.committedOffset.Load(), end), fmt.Errorf("commit replicated bytes to %d: %w", end, err)
+		}
+		return min(committed, end), nil
 	}
 	w, err := s.group.begin(ctx, end, time.Now())
 	if err == nil {
 		err = s.group.end(w)
 	}
 	if err != nil {
-		return s.FlushedOffset(), fmt.Errorf("flush replicated bytes to %d: %w", end, err)
+		return min(s.FlushedOffset(), end), fmt.Errorf("flush replicated bytes to %d: %w", end, err)
 	}
 	return end, nil
 }

@@ -27,16 +27,16 @@ func TestAppendReplicatedRefusedAfterDispatchStopped(t *testing.T) {
 	h := newHooked(mappedfile.NewMemFS(mappedfile.MemOptions{}))
 	slave := openRole(t, t.TempDir(), smallLogicsOptions(Options{BackendImpl: h, Role: Slave}))
 	defer slave.Close()
-	h.set(on("open", consumeQueueDirName, func(string) error { return syscall.ENOSPC }))
+	h.set(on("open", consumeQueueDirName, func(string) error { return syscall.EIO }))
 	half := len(data) / 2
 	n, err := slave.AppendReplicated(ctx, 0, data[:half])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := slave.WaitDispatched(ctx, n); !errors.Is(err, syscall.ENOSPC) {
+	if err := slave.WaitDispatched(ctx, n); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("WaitDispatched: %v, want the dispatch error", err)
 	}
-	if _, err := slave.AppendReplicated(ctx, n, data[n:]); !errors.Is(err, ErrServiceNotAvailable) || !errors.Is(err, syscall.ENOSPC) {
+	if _, err := slave.AppendReplicated(ctx, n, data[n:]); !errors.Is(err, ErrServiceNotAvailable) || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("AppendReplicated after dispatch stopped: %v, want ErrServiceNotAvailable with the dispatch error", err)
 	}
 }

@@ -6,11 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -457,6 +460,11 @@ func TestSyncFlushSlaveAcksDurable(t *testing.T) {
 			if err != nil || ack != end {
 				t.Fatalf("ack offset %d, %v; want %d", ack, err, end)
 			}
+			// Never bytes still in a process buffer: what a kill -9 of
+			// the slave keeps, at least.
+			if committed := slave.Stats().CommittedOffset; committed < end {
+				t.Fatalf("flush %v: acknowledged %d with only %d committed", mode, ack, committed)
+			}
 			durable := slave.FlushedOffset() >= end
 			if durable != (mode == FlushSync) {
 				t.Fatalf("flush %v: flushed %d of %d at the ack", mode, slave.FlushedOffset(), end)
@@ -482,7 +490,7 @@ func TestSyncMasterStatuses(t *testing.T) {
 			if res.Status != SlaveNotAvailable || !errors.Is(err, ErrSlaveNotAvailable) || res.Size == 0 {
 				t.Fatalf("no slave: %v %v", res.Status, err)
 			}
-			s.ReportSlaves(1, 0) // a slave at 0: within 4 KiB
+			reportSlave(s, 0) // a slave at 0: within 4 KiB
 			res, err = put(1)
 			if res.Status != FlushSlaveTimeout || !errors.Is(err, ErrFlushSlaveTimeout) {
 				t.Fatalf("silent slave: %v %v", res.Status, err)
@@ -493,7 +501,7 @@ func TestSyncMasterStatuses(t *testing.T) {
 			go func() {
 				defer close(done)
 				for {
-					s.ReportSlaves(1, s.MaxOffset())
+					reportSlave(s, s.MaxOffset())
 					select {
 					case <-stop:
 						return
@@ -555,8 +563,8 @@ func TestSyncMasterNeverAcksAheadOfTheSlave(t *testing.T) {
 	stop := make(chan struct{})
 	var acker sync.WaitGroup
 	acker.Add(1)
-	s.ReportSlaves(1, 0) // connected before the first Put (a Put with no slave answers SlaveNotAvailable)
-	go func() {          // a slave that acknowledges half of what is there, then the rest
+	reportSlave(s, 0) // connected before the first Put (a Put with no slave answers SlaveNotAvailable)
+	go func() {       // a slave that acknowledges half of what is there, then the rest
 		defer acker.Done()
 		for {
 			select {
@@ -565,7 +573,7 @@ func TestSyncMasterNeverAcksAheadOfTheSlave(t *testing.T) {
 			default:
 			}
 			end := s.MaxOffset()
-			s.ReportSlaves(1, s.ReplicatedOffset()+(end-s.ReplicatedOffset()+1)/2)
+			reportSlave(s, s.ReplicatedOffset()+(end-s.ReplicatedOffset()+1)/2)
 			time.Sleep(200 * time.Microsecond)
 		}
 	}()
@@ -805,4 +813,229 @@ func BenchmarkAppendReplicated(b *testing.B) {
 	}
 	b.StopTimer()
 	slave.Close()
+}
+
+// reportSlave reports one verified slave that acknowledged offset.
+func reportSlave(s *Store, offset int64) {
+	s.ReportSlaves([]SlaveReport{{Addr: "slave", Verified: true, AckedOffset: offset, Position: offset}})
+}
+
+// TestUnverifiedSlaveAcksNothing: a connection that has not proved it
+// holds the master's bytes makes a Put wait (it may be a slave about to
+// prove it) but never moves the replicated offset, whatever it claims.
+func TestUnverifiedSlaveAcksNothing(t *testing.T) {
+	ctx := context.Background()
+	o := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), Role: SyncMaster,
+		SlaveTimeout: 100 * time.Millisecond})
+	s := openRole(t, t.TempDir(), o)
+	defer s.Close()
+	claim := int64(1 << 40)
+	s.ReportSlaves([]SlaveReport{{Addr: "raw", AckedOffset: claim, Position: claim}})
+	res, err := s.Put(ctx, testMessage("U", 0, 0, 100))
+	if res.Status != FlushSlaveTimeout || !errors.Is(err, ErrFlushSlaveTimeout) {
+		t.Fatalf("an unverified slave only: %v %v", res.Status, err)
+	}
+	if got := s.ReplicatedOffset(); got > 0 {
+		t.Fatalf("the replicated offset moved to %d on an unverified report", got)
+	}
+	end := res.PhysicalOffset + int64(res.Size)
+	s.ReportSlaves([]SlaveReport{{Addr: "raw", AckedOffset: claim, Position: claim}, {Addr: "slave", Verified: true, AckedOffset: end, Position: end}})
+	if got := s.ReplicatedOffset(); got != end {
+		t.Fatalf("replicated offset %d; the verified slave acknowledged %d", got, end)
+	}
+}
+
+// TestUnitStart: the master's check of where a slave asks to start.
+func TestUnitStart(t *testing.T) {
+	s := openRole(t, t.TempDir(), smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}))
+	defer s.Close()
+	var starts []int64
+	for i := 0; i < 5; i++ {
+		res, err := s.Put(context.Background(), testMessage("B", 0, i, 300))
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, res.PhysicalOffset)
+	}
+	r := s.CommitLogReader()
+	waitFor(t, "the log committed", func() bool { return r.End() == s.Stats().WroteOffset })
+	for _, off := range append(starts, r.End()) {
+		if ok, err := r.UnitStart(off); !ok || err != nil {
+			t.Errorf("offset %d starts a record: %v %v", off, ok, err)
+		}
+	}
+	for _, off := range []int64{1, starts[1] + 4, starts[2] - 1, r.End() + 1, -3} {
+		if ok, err := r.UnitStart(off); ok || err != nil {
+			t.Errorf("offset %d is inside a record: %v %v", off, ok, err)
+		}
+	}
+}
+
+// TestInSyncSet: with MinInSyncReplicas a Put waits for every member of
+// the in-sync set, not the best slave; with fewer members it answers
+// InSyncReplicasNotEnough at once; a member that falls behind for
+// InSyncMaxLagTime or disconnects leaves the set, and one that caught up
+// joins it again; unverified slaves never join.
+func TestInSyncSet(t *testing.T) {
+	ctx := context.Background()
+	o := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), Role: SyncMaster,
+		SlaveTimeout: 200 * time.Millisecond, MinInSyncReplicas: 2, InSyncMaxLagBytes: 4096, InSyncMaxLagTime: 300 * time.Millisecond})
+	s := openRole(t, t.TempDir(), o)
+	defer s.Close()
+	i := 0
+	put := func(size int) (PutResult, error) {
+		i++
+		return s.Put(ctx, testMessage("I", 0, i, size))
+	}
+	end := func() int64 { return s.CommitLogReader().End() }
+	slave := func(addr string, acked int64) SlaveReport {
+		return SlaveReport{Addr: addr, Verified: true, AckedOffset: acked, Position: acked}
+	}
+	expect := func(what string, want PutStatus, wantErr error) PutResult {
+		t.Helper()
+		res, err := put(100)
+		if res.Status != want || (wantErr != nil && !errors.Is(err, wantErr)) || res.Size == 0 {
+			t.Fatalf("%s: %v %v; want %v", what, res.Status, err, want)
+		}
+		return res
+	}
+	expect("no slave", InSyncReplicasNotEnough, ErrInSyncReplicasNotEnough)
+	s.ReportSlaves([]SlaveReport{slave("A", end()), {Addr: "raw", AckedOffset: end(), Position: end()}})
+	if got := s.InSyncSlaves(); len(got) != 1 || got[0] != "A" {
+		t.Fatalf("in sync %v; want [A] (raw is not verified)", got)
+	}
+	expect("one in sync of two needed", InSyncReplicasNotEnough, ErrInSyncReplicasNotEnough)
+	s.ReportSlaves([]SlaveReport{slave("A", end()), slave("B", end())})
+	// Only A acknowledges: the Put waits for B too.
+	acking := func(reports func() []SlaveReport) (stop func()) {
+		done := make(chan struct{})
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			for {
+				s.ReportSlaves(reports())
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}()
+		return func() { close(done); <-finished }
+	}
+	bAt := end()
+	stop := acking(func() []SlaveReport { return []SlaveReport{slave("A", end()), slave("B", bAt)} })
+	res := expect("B silent", FlushSlaveTimeout, ErrFlushSlaveTimeout)
+	stop()
+	if s.Stats().WroteOffset > bAt+4096 {
+		t.Fatal("the test needs B within the byte bound")
+	}
+	// Both acknowledge.
+	stop = acking(func() []SlaveReport { return []SlaveReport{slave("A", end()), slave("B", end())} })
+	res = expect("both acknowledge", PutOK, nil)
+	stop()
+	if off := s.ReplicationStats().InSyncOffset; off < res.PhysicalOffset+int64(res.Size) {
+		t.Fatalf("PutOK with the in-sync offset at %d", off)
+	}
+	if st := s.ReplicationStats(); len(st.InSync) != 2 || st.MinInSyncReplicas != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	// B falls behind by more than the bound, for longer than the lag time.
+	bAt = end()
+	stop = acking(func() []SlaveReport { return []SlaveReport{slave("A", end()), slave("B", bAt)} })
+	for s.Stats().WroteOffset < bAt+8192 {
+		if r, _ := put(1000); r.Status == PutOK {
+			stop()
+			t.Fatalf("PutOK with B at %d behind", bAt)
+		}
+	}
+	waitFor(t, "B leaves the set", func() bool { return len(s.InSyncSlaves()) == 1 })
+	stop()
+	expect("B out", InSyncReplicasNotEnough, ErrInSyncReplicasNotEnough)
+	// B catches up: back in.
+	s.ReportSlaves([]SlaveReport{slave("A", end()), slave("B", end())})
+	if got := s.InSyncSlaves(); len(got) != 2 {
+		t.Fatalf("in sync %v after B caught up", got)
+	}
+	stop = acking(func() []SlaveReport { return []SlaveReport{slave("A", end()), slave("B", end())} })
+	expect("B back", PutOK, nil)
+	stop()
+	// B disconnects.
+	s.ReportSlaves([]SlaveReport{slave("A", end())})
+	expect("B gone", InSyncReplicasNotEnough, ErrInSyncReplicasNotEnough)
+	if st := s.ReplicationStats(); st.InSyncReplicasNotEnough < 4 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestRetentionKeepsWhatSlavesLack: an expired segment a connected,
+// verified slave has not received is kept (an unverified connection keeps
+// nothing); once the slave has it, it goes; beyond SlaveRetentionMaxBytes
+// it goes anyway, with a log line naming the slave.
+func TestRetentionKeepsWhatSlavesLack(t *testing.T) {
+	ctx := context.Background()
+	for _, limit := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			var clock atomic.Int64
+			clock.Store(time.Date(2026, 11, 29, 4, 0, 0, 0, time.Local).UnixNano())
+			var logs bytes.Buffer
+			var logMu sync.Mutex
+			o := smallLogicsOptions(Options{Backend: "mmap", SlaveRetentionMaxBytes: limit})
+			o.now = func() time.Time { return time.Unix(0, clock.Load()) }
+			o.FileReservedTime = time.Hour
+			o.CleanInterval = time.Hour
+			o.diskUsed = func(string) (float64, error) { return 10, nil }
+			o.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &logMu}, nil))
+			s := openStore(t, t.TempDir(), o)
+			defer s.Close()
+			putN(t, s, "R", 1, 800, 300, nil)
+			if _, err := s.flushOnce(ctx, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.WaitDispatched(ctx, s.Stats().WroteOffset); err != nil {
+				t.Fatal(err)
+			}
+			files := s.log.queue.Files()
+			if len(files) < 4 {
+				t.Fatalf("%d segments", len(files))
+			}
+			seg := files[0].SizeBytes()
+			behind := files[0].FromOffset() + seg/2 // inside the first segment
+			s.ReportSlaves([]SlaveReport{{Addr: "slave", Verified: true, AckedOffset: behind, Position: behind},
+				{Addr: "raw", AckedOffset: 0, Position: 0}})
+			clock.Add(int64(24 * time.Hour))
+			n, err := s.CleanExpired(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if limit == 1 {
+				logMu.Lock()
+				line := logs.String()
+				logMu.Unlock()
+				if n != len(files)-1 || !strings.Contains(line, "a connected slave has not received") || !strings.Contains(line, "slave=slave") {
+					t.Fatalf("over the limit: %d deleted of %d, log %q", n, len(files)-1, line)
+				}
+				return
+			}
+			if n != 0 || s.MinOffset() != 0 {
+				t.Fatalf("deleted %d segments the slave (at %d) lacks", n, behind)
+			}
+			at := files[1].FromOffset() + seg // the end of the second segment
+			s.ReportSlaves([]SlaveReport{{Addr: "slave", Verified: true, AckedOffset: at, Position: at}})
+			if n, err := s.CleanExpired(ctx); err != nil || n != 2 {
+				t.Fatalf("with the slave at %d: %d deleted, %v; want the 2 segments it has", at, n, err)
+			}
+		})
+	}
+}
+
+type syncWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }

@@ -133,6 +133,19 @@ func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 		if !expired && !spaceFull {
 			break
 		}
+		if slave, ok := s.slowestSlave(); ok && s.opts.SlaveRetentionMaxBytes >= 0 && slave.AckedOffset < end {
+			// A connected slave has not received all of it yet.
+			held := s.log.queue.WroteOffset() - files[0].FromOffset()
+			if !spaceFull && held <= s.opts.SlaveRetentionMaxBytes {
+				break
+			}
+			why := fmt.Sprintf("the store holds %d CommitLog bytes, more than SlaveRetentionMaxBytes %d", held, s.opts.SlaveRetentionMaxBytes)
+			if spaceFull {
+				why = fmt.Sprintf("the disk is %.0f%% full, more than DiskMaxUsedRatio %d%%", used, s.opts.DiskMaxUsedRatio)
+			}
+			s.opts.Logger.Warn("retention deletes a CommitLog segment a connected slave has not received", slog.String("path", files[0].Path()),
+				slog.String("slave", slave.Addr), slog.Int64("slaveAcked", slave.AckedOffset), slog.Int64("segmentEnd", end), slog.String("why", why))
+		}
 		if err := s.log.queue.DeleteFirst(); err != nil {
 			return deleted, err
 		}

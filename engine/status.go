@@ -36,6 +36,10 @@ const (
 	// or the best one is more than HASlaveFallbehindMax behind, so the Put
 	// did not wait. The record stays on the master.
 	SlaveNotAvailable
+	// InSyncReplicasNotEnough: SYNC_MASTER with MinInSyncReplicas: appended,
+	// but fewer slaves than MinInSyncReplicas are in the in-sync set, so
+	// the Put did not wait. The record stays on the master.
+	InSyncReplicasNotEnough
 )
 
 func (s PutStatus) String() string {
@@ -58,6 +62,8 @@ func (s PutStatus) String() string {
 		return "UNKNOWN_ERROR"
 	case FlushSlaveTimeout:
 		return "FLUSH_SLAVE_TIMEOUT"
+	case InSyncReplicasNotEnough:
+		return "IN_SYNC_REPLICAS_NOT_ENOUGH"
 	case SlaveNotAvailable:
 		return "SLAVE_NOT_AVAILABLE"
 	}
@@ -86,8 +92,11 @@ var (
 	// Replication (see replicate.go and package ha).
 	ErrFlushSlaveTimeout = errors.New("engine: no slave acknowledged the message in time; it is stored on the master")
 	ErrSlaveNotAvailable = errors.New("engine: no slave available (none connected, or too far behind); the message is stored on the master")
-	ErrSlaveReadOnly     = errors.New("engine: the store is a slave: it takes only what its master replicates; put to the master")
-	ErrNotSlave          = errors.New("engine: replicated bytes can only be appended to a slave store")
+	// ErrInSyncReplicasNotEnough: fewer slaves in the in-sync set than
+	// MinInSyncReplicas.
+	ErrInSyncReplicasNotEnough = errors.New("engine: fewer in-sync slaves than MinInSyncReplicas; the message is stored on the master")
+	ErrSlaveReadOnly           = errors.New("engine: the store is a slave: it takes only what its master replicates; put to the master")
+	ErrNotSlave                = errors.New("engine: replicated bytes can only be appended to a slave store")
 	// ErrReplicaOffset: replicated bytes for an offset other than where the
 	// slave's CommitLog ends.
 	ErrReplicaOffset = errors.New("engine: replicated bytes are not for the end of the slave's CommitLog")
@@ -123,6 +132,8 @@ func statusError(s PutStatus) error {
 		return ErrFlushSlaveTimeout
 	case SlaveNotAvailable:
 		return ErrSlaveNotAvailable
+	case InSyncReplicasNotEnough:
+		return ErrInSyncReplicasNotEnough
 	}
 	return errors.New("engine: unknown put error")
 }

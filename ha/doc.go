@@ -6,9 +6,11 @@
 // # Protocol (the byte layouts are RocketMQ's; big-endian)
 //
 //	slave → master   8 bytes: an offset in the slave's CommitLog. The first
-//	                 one says where the master starts; every later one
-//	                 acknowledges what the slave holds. Sent when it
-//	                 advances and every SendHeartbeatInterval (5 s).
+//	                 one says where the master starts and acknowledges
+//	                 nothing; every later one acknowledges what the slave
+//	                 holds (flushed for a sync-flush slave, committed to its
+//	                 files otherwise). Sent when it advances and every
+//	                 SendHeartbeatInterval (5 s).
 //	master → slave   12-byte header: physical offset int64, body size int32;
 //	                 then that many raw CommitLog bytes, at most
 //	                 TransferBatchSize (32 KiB) and never across a segment
@@ -21,7 +23,7 @@
 //
 // # Options, with RocketMQ's names and defaults
 //
-//	MasterOptions.ListenAddr            haListenPort          :10912
+//	MasterOptions.ListenAddr            haListenPort          127.0.0.1:10912 (RocketMQ: all interfaces)
 //	*.SendHeartbeatInterval             haSendHeartbeatInterval 5 s
 //	*.HousekeepingInterval              haHousekeepingInterval 20 s
 //	MasterOptions.TransferBatchSize     haTransferBatchSize   32 KiB
@@ -36,12 +38,27 @@
 // # SYNC_MASTER
 //
 // The engine does the waiting (see engine.Options.Role): a Put on a
-// SYNC_MASTER store waits until a slave acknowledged the record's end —
+// SYNC_MASTER store waits until a verified slave acknowledged the record's
+// end (or, with engine.Options.MinInSyncReplicas, every slave of the
+// in-sync set) —
 // FLUSH_SLAVE_TIMEOUT after SlaveTimeout; SLAVE_NOT_AVAILABLE at once when no
 // slave is connected or the best connected one is HASlaveFallbehindMax or
 // more behind. The record stays on the master either way. A Master keeps the
 // store informed (Store.ReportSlaves) of its connected slaves and their
-// offsets.
+// offsets. A connection is verified once it acknowledges bytes past its
+// first report — bytes sent to it on this connection, after it compared
+// its newest record with the master's; before that its reports count for
+// nothing (a TCP client writing 8 bytes releases no Put).
+//
+// # A closed port
+//
+// The master listens on loopback by default and refuses an address beyond
+// it without mutual TLS 1.3 (MasterOptions.TLS, SlaveOptions.TLS, LoadTLS,
+// GenerateCertificates) or a shared secret's HMAC challenge–response
+// (Secret, LoadSecret), either of which runs before the first report; it
+// caps its connections, drops a peer silent for a heartbeat interval after
+// connecting, retries failed Accepts and rate-limits the lines about
+// refused peers. docs/replication.md says what is exposed and promised.
 //
 // # An empty slave
 //
@@ -94,6 +111,9 @@
 //     master's last frame (RocketMQ's from its own last report).
 //   - SLAVE_NOT_AVAILABLE looks at the best connected slave (RocketMQ: the
 //     best acknowledgement ever, even from a slave gone since).
+//   - A slave acknowledges only bytes out of its process buffers (RocketMQ's
+//     its write position), and a slave whose only record starts at 0
+//     reports 0 and compares it.
 //   - A SYNC_MASTER Put on a buffered backend commits its record at once so
 //     the master can send it, instead of waiting for the commit interval.
 package ha

@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,10 +13,10 @@ import (
 // RocketMQ's defaults (MessageStoreConfig), and mqstore's own where
 // RocketMQ hard-codes a value.
 const (
-	DefaultListenAddr            = ":10912"         // haListenPort
-	DefaultSendHeartbeatInterval = 5 * time.Second  // haSendHeartbeatInterval
-	DefaultHousekeepingInterval  = 20 * time.Second // haHousekeepingInterval
-	DefaultTransferBatchSize     = 32 << 10         // haTransferBatchSize
+	DefaultListenAddr            = "127.0.0.1:10912" // haListenPort (RocketMQ: all interfaces)
+	DefaultSendHeartbeatInterval = 5 * time.Second   // haSendHeartbeatInterval
+	DefaultHousekeepingInterval  = 20 * time.Second  // haHousekeepingInterval
+	DefaultTransferBatchSize     = 32 << 10          // haTransferBatchSize
 	// DefaultMaxFrameBytes is the largest frame a slave accepts: RocketMQ's
 	// HAClient reads into a 4 MiB buffer (READ_MAX_BUFFER_SIZE).
 	DefaultMaxFrameBytes = 4 << 20
@@ -27,6 +28,9 @@ const (
 	// DefaultDialTimeout bounds one connection attempt (RocketMQ's
 	// RemotingUtil.connect: 5 s).
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultMaxConnections caps a master's open HA connections (RocketMQ
+	// has no cap): a slave or two, repair probes, and room to spare.
+	DefaultMaxConnections = 32
 )
 
 // ErrInvalidOption marks a bad option value; the error says which.
@@ -77,10 +81,18 @@ func ParseEmptySlaveStart(s string) (EmptySlaveStart, error) {
 // MasterOptions configure a Master. The zero value of a field means its
 // default.
 type MasterOptions struct {
-	// ListenAddr is where slaves connect (RocketMQ's haListenPort: all
-	// interfaces, port 10912). "127.0.0.1:0" picks a free port (Addr says
-	// which).
+	// ListenAddr is where slaves connect (RocketMQ's haListenPort, port
+	// 10912, but on loopback unless told otherwise: RocketMQ listens on
+	// all interfaces). "127.0.0.1:0" picks a free port (Addr says which).
+	// An address beyond loopback needs TLS or Secret.
 	ListenAddr string
+	// TLS, when set, is the master's TLS configuration (LoadTLS): TLS 1.3,
+	// and every slave must present a certificate ClientCAs verifies.
+	TLS *tls.Config
+	// Secret, when set, is a shared secret every slave must prove it
+	// holds (an HMAC challenge–response) before its first report; with
+	// TLS too, both are required.
+	Secret []byte
 	// SendHeartbeatInterval: an idle connection gets an empty frame this
 	// often (haSendHeartbeatInterval, 5 s).
 	SendHeartbeatInterval time.Duration
@@ -95,7 +107,14 @@ type MasterOptions struct {
 	TransferBatchSize int
 	// EmptySlaveStart is where an empty slave starts (StartAtMinOffset).
 	EmptySlaveStart EmptySlaveStart
-	// Logger receives connection events and refusals (slog.Default()).
+	// MaxConnections caps the open connections (DefaultMaxConnections);
+	// one more is closed as soon as it is accepted.
+	MaxConnections int
+	// Listener, when set, is used instead of listening on ListenAddr
+	// (which is then ignored); Close closes it.
+	Listener net.Listener
+	// Logger receives connection events and refusals (slog.Default());
+	// lines about peers that are not slaves are rate-limited.
 	Logger *slog.Logger
 }
 
@@ -111,6 +130,9 @@ func (o MasterOptions) withDefaults() MasterOptions {
 	}
 	if o.TransferBatchSize == 0 {
 		o.TransferBatchSize = DefaultTransferBatchSize
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -133,9 +155,24 @@ func (o MasterOptions) validate() error {
 		return badOption("TransferBatchSize %d exceeds %d, the largest frame a slave accepts", o.TransferBatchSize, DefaultMaxFrameBytes)
 	case o.EmptySlaveStart != StartAtMinOffset && o.EmptySlaveStart != StartAtLastSegment:
 		return badOption("EmptySlaveStart %d is unknown", o.EmptySlaveStart)
+	case o.MaxConnections < 0:
+		return badOption("MaxConnections %d is negative", o.MaxConnections)
+	case o.Secret != nil && len(o.Secret) < MinSecretBytes:
+		return badOption("the shared secret is %d bytes, fewer than %d", len(o.Secret), MinSecretBytes)
+	case o.TLS != nil && o.TLS.MinVersion < tls.VersionTLS13:
+		return badOption("TLS must be 1.3 (MinVersion tls.VersionTLS13); use LoadTLS")
+	case o.TLS != nil && (o.TLS.ClientAuth != tls.RequireAndVerifyClientCert || o.TLS.ClientCAs == nil):
+		return badOption("TLS must require and verify the slaves' certificates (ClientAuth RequireAndVerifyClientCert, ClientCAs); use LoadTLS")
 	}
-	if _, _, err := net.SplitHostPort(o.ListenAddr); err != nil {
-		return badOption("ListenAddr %q: %v", o.ListenAddr, err)
+	addr := o.ListenAddr
+	if o.Listener != nil {
+		addr = o.Listener.Addr().String()
+	} else if _, _, err := net.SplitHostPort(addr); err != nil {
+		return badOption("ListenAddr %q: %v", addr, err)
+	}
+	if !isLoopback(addr) && o.TLS == nil && o.Secret == nil {
+		return badOption("the HA address %s is reachable beyond this machine: it streams the whole CommitLog and counts acknowledgements, "+
+			"so it needs TLS (--tls-cert, --tls-key, --tls-ca) or a shared secret (--ha-secret-file); or listen on 127.0.0.1", addr)
 	}
 	return nil
 }
@@ -162,6 +199,12 @@ type SlaveOptions struct {
 	// MaxFrameBytes is the largest frame accepted (4 MiB); a larger one is
 	// a protocol error (not an HA master?).
 	MaxFrameBytes int
+	// TLS, when set, is the slave's TLS configuration (LoadTLS): it
+	// verifies the master's certificate and presents its own.
+	TLS *tls.Config
+	// Secret, when set, is the shared secret of the master's
+	// challenge–response (the master proves it holds it too).
+	Secret []byte
 	// Logger receives connection events (slog.Default()).
 	Logger *slog.Logger
 }
@@ -208,6 +251,10 @@ func (o SlaveOptions) validate() error {
 		return badOption("ReconnectMinBackoff %v exceeds ReconnectMaxBackoff %v", o.ReconnectMinBackoff, o.ReconnectMaxBackoff)
 	case o.MaxFrameBytes < 64<<10:
 		return badOption("MaxFrameBytes %d is below 64 KiB", o.MaxFrameBytes)
+	case o.Secret != nil && len(o.Secret) < MinSecretBytes:
+		return badOption("the shared secret is %d bytes, fewer than %d", len(o.Secret), MinSecretBytes)
+	case o.TLS != nil && o.TLS.MinVersion < tls.VersionTLS13:
+		return badOption("TLS must be 1.3 (MinVersion tls.VersionTLS13); use LoadTLS")
 	}
 	if _, _, err := net.SplitHostPort(o.MasterAddress); err != nil {
 		return badOption("MasterAddress %q: %v", o.MasterAddress, err)

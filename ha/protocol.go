@@ -15,6 +15,10 @@ import (
 const (
 	reportSize = 8
 	headerSize = 12
+	// notAUnit is the offset of the heartbeat a master refuses a slave
+	// with when the slave asked to start inside one of the master's
+	// records (no CommitLog offset is negative).
+	notAUnit = -1
 )
 
 // Errors; test with errors.Is. The error returned says what happened, at

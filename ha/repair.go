@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"net"
 	"sort"
 
 	"github.com/mqstore/mqstore/engine"
@@ -154,10 +153,9 @@ func (p *prober) probe(ctx context.Context, offset int64) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.HousekeepingInterval)
 	defer cancel()
-	d := net.Dialer{Timeout: p.opts.DialTimeout}
-	c, err := d.DialContext(ctx, "tcp", p.opts.MasterAddress)
+	c, err := dialMaster(ctx, p.opts)
 	if err != nil {
-		return false, fmt.Errorf("probe the master %s: %w", p.opts.MasterAddress, err)
+		return false, fmt.Errorf("probe: %w", err)
 	}
 	defer c.Close()
 	if deadline, ok := ctx.Deadline(); ok {

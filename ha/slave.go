@@ -56,6 +56,9 @@ type SlaveStatus struct {
 	MasterOffset int64
 	LastFrameAt  time.Time
 	LastError    string
+	// Backoff is the wait before the next connection attempt after the
+	// last one ended.
+	Backoff time.Duration
 }
 
 // NewSlave returns the HA client of store, whose role must be Slave. Run
@@ -113,9 +116,14 @@ func (s *Slave) Run(ctx context.Context) error {
 			s.log.Error("ha slave: stopped", slog.String("master", s.opts.MasterAddress), slog.Any("err", err))
 			return err
 		}
-		if progressed {
+		// Only a session that replicated resets the backoff, and only
+		// when the master did not break the protocol or send bad data: a
+		// peer that sends a frame and then garbage on every connection is
+		// retried ever more slowly, not in a loop.
+		if progressed && !errors.Is(err, ErrProtocol) && !errors.Is(err, engine.ErrReplicaData) && !errors.Is(err, engine.ErrReplicaOffset) {
 			backoff = s.opts.ReconnectMinBackoff
 		}
+		s.update(func(st *SlaveStatus) { st.Backoff = backoff })
 		s.log.Warn("ha slave: connection ended; connecting again", slog.String("master", s.opts.MasterAddress),
 			slog.Duration("after", backoff), slog.Any("err", err))
 		t := time.NewTimer(backoff)
@@ -155,10 +163,9 @@ type session struct {
 }
 
 func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
-	d := net.Dialer{Timeout: s.opts.DialTimeout}
-	c, err := d.DialContext(ctx, "tcp", s.opts.MasterAddress)
+	c, err := dialMaster(ctx, s.opts)
 	if err != nil {
-		return false, fmt.Errorf("connect to the master %s: %w", s.opts.MasterAddress, err)
+		return false, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -170,9 +177,11 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if verifyFrom == 0 && end > 0 {
-		verifyFrom = end // 0 would mean "empty" to the master
-	}
+	// A slave whose newest record starts at 0 (it holds one) reports 0,
+	// as an empty slave does: a master that starts empty slaves at its
+	// first offset, 0, sends that record and the slave compares it; one
+	// that starts them elsewhere cannot be compared with and is refused
+	// (gap) rather than followed unverified.
 	ss := &session{s: s, c: c, addr: s.opts.MasterAddress, expect: verifyFrom, verifyFrom: verifyFrom, verifyEnd: end,
 		advanced: make(chan struct{}, 1)}
 	if end == 0 {
@@ -199,7 +208,7 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	err = ss.readFrames(ctx)
 	cancel()
 	wg.Wait()
-	return ss.gotData, err
+	return ss.gotData && ss.verified.Load(), err
 }
 
 func (ss *session) writeReport(offset int64) error {
@@ -312,6 +321,10 @@ func (ss *session) readError(ctx context.Context, err error) error {
 func (ss *session) heartbeat(offset int64) error {
 	ss.s.update(func(st *SlaveStatus) { st.MasterOffset = max(st.MasterOffset, offset) })
 	switch {
+	case offset == notAUnit && !ss.gotData:
+		return fmt.Errorf("the master %s refused this slave: the offset it asked to start from, %d (where its newest record starts; "+
+			"it holds up to %d), is inside a record of the master's CommitLog: the master's CommitLog differs from this slave's there. %s: %w",
+			ss.addr, ss.verifyFrom, ss.verifyEnd, ss.repairAdvice(), ErrDiverged)
 	case ss.expect < 0:
 		return nil // an empty slave: the master has nothing to send yet
 	case offset == ss.expect && ss.expect < ss.verifyEnd, offset < ss.expect && !ss.gotData:
@@ -395,7 +408,13 @@ func (ss *session) differs(at int64) error {
 }
 
 func (ss *session) gap(masterStart int64) error {
+	if ss.verifyFrom == 0 && ss.verifyEnd > 0 {
+		return fmt.Errorf("the master %s starts this slave at %d, but the slave holds one record, at 0 to %d, and must compare it with "+
+			"the master's before it follows (the master's retention deleted offset 0, or it starts empty slaves at its last segment). "+
+			"Start the slave from an empty directory: %w", ss.addr, masterStart, ss.verifyEnd, ErrMasterGap)
+	}
 	return fmt.Errorf("the master %s's CommitLog starts at %d, but this slave needs offset %d (it holds up to %d): "+
-		"the master deleted what the slave lacks (retention). Start the slave from an empty directory: %w",
-		ss.addr, masterStart, ss.expect, ss.verifyEnd, ErrMasterGap)
+		"the master deleted what the slave lacks, the bytes [%d,%d) (retention; see engine.Options.SlaveRetentionMaxBytes). "+
+		"Start the slave from an empty directory: %w",
+		ss.addr, masterStart, ss.expect, ss.verifyEnd, ss.expect, masterStart, ErrMasterGap)
 }

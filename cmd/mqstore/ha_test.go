@@ -366,7 +366,17 @@ var (
 // SLAVE_NOT_AVAILABLE, never PUT_OK without a slave acknowledgement — every
 // PUT_OK printed before the slave comes back is on the killed slave's disk —
 // and the restarted slave resumes from where it was, not from the start.
+//
+// The slave is a transient (buffered) one — the harder case: it
+// acknowledges only what it committed to its files, so a kill -9 loses none
+// of it (TestReplicationTrials kills slaves of every disk backend).
 func TestKillSlave(t *testing.T) {
+	for _, backend := range []string{"transient"} {
+		t.Run(backend, func(t *testing.T) { killSlaveTrial(t, backend) })
+	}
+}
+
+func killSlaveTrial(t *testing.T, backend string) {
 	base := t.TempDir()
 	m, s := filepath.Join(base, "M"), filepath.Join(base, "S")
 	const size, queues = 300, 3
@@ -375,7 +385,7 @@ func TestKillSlave(t *testing.T) {
 		"--slave-timeout", "200ms", "--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--print-acks", "--segment-size", "262144")
 	addr := producer.waitLine(t, listeningRE)[1]
 	slaveArgs := []string{"slave", "--dir", s, "--master", addr, "--segment-size", "262144", "--status-interval", "0",
-		"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s"}
+		"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--backend", backend}
 	slave := startProcess(t, false, slaveArgs...)
 	var acks, notAcked []ack
 	sc := bufio.NewScanner(producer.stdout)
@@ -549,6 +559,17 @@ func TestReplicationFlags(t *testing.T) {
 		{"repair-slave", "--dir", dir},
 		{"repair-slave", "--dir", dir, "--master", "a:1", "--offset", "0"},
 		{"repair-slave", "--dir", dir, "--offset", "0", "--dry-run"},
+		{"serve", "--dir", dir, "--role", "sync-master", "--ha-listen", "0.0.0.0:0"},
+		{"produce", "--dir", dir, "--topic", "T", "--ha-listen", ":0"},
+		{"serve", "--dir", dir, "--role", "sync-master", "--tls-cert", "c.pem"},
+		{"slave", "--dir", dir, "--master", "127.0.0.1:1", "--tls-ca", filepath.Join(dir, "none.pem"), "--tls-cert", "a", "--tls-key", "b"},
+		{"slave", "--dir", dir, "--master", "127.0.0.1:1", "--ha-secret-file", filepath.Join(dir, "none")},
+		{"repair-slave", "--dir", dir, "--master", "127.0.0.1:1", "--ha-secret-file", filepath.Join(dir, "none")},
+		{"gen-certs"},
+		{"serve", "--dir", dir, "--role", "async-master", "--min-in-sync-replicas", "1"},
+		{"slave", "--dir", dir, "--master", "127.0.0.1:1", "--min-in-sync-replicas", "1"},
+		{"produce", "--dir", dir, "--topic", "T", "--role", "sync-master", "--ha-listen", "127.0.0.1:0", "--min-in-sync-replicas", "-1"},
+		{"gen-certs", "--valid-for", "-1h", dir},
 	} {
 		_, stderr, code := runCLI(t, args...)
 		if code != 2 || !strings.Contains(stderr, "usage") {

@@ -27,7 +27,8 @@ var tool = cli.Tool{Name: "mqstore", Commands: map[string]cli.Command{
 	"slave":   {Summary: "run a slave that replicates a master (serve --role slave)", Run: runSlave},
 	"repair-slave": {Summary: "cut a diverged slave's CommitLog where it parts from its master's",
 		Run: runRepairSlave},
-	"namesrv": {Summary: "run a RocketMQ name server that brokers register with", Run: runNamesrv},
+	"namesrv":   {Summary: "run a RocketMQ name server that brokers register with", Run: runNamesrv},
+	"gen-certs": {Summary: "write a CA and master and slave certificates for mutual TLS on the HA port", Run: runGenCerts},
 }}
 
 func main() {

@@ -55,7 +55,8 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	printAcks := fs.Bool("print-acks", false, "print one JSON line per acknowledged message (after the chosen flush and replication); "+
 		"a message stored but not acknowledged gets a line with its \"status\"")
 	waitSlaves := fs.Int("wait-slaves", 0, "with --ha-listen: wait until this many slaves are connected before producing")
-	keepGoing := fs.Bool("keep-going", false, "go on after a message stored without acknowledgement (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE)")
+	keepGoing := fs.Bool("keep-going", false, "go on after a message stored without acknowledgement (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE, "+
+		"IN_SYNC_REPLICAS_NOT_ENOUGH)")
 	h := addHAFlags(fs, "async-master", false)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqstore produce --dir DIR --topic T [--queues N] [--count N] [--size BYTES] [--tags TAG] [--keys]\n"+
@@ -161,7 +162,7 @@ type producer struct {
 // (it has offsets) without acknowledging it.
 func storedStatus(s engine.PutStatus) bool {
 	switch s {
-	case engine.FlushDiskTimeout, engine.FlushSlaveTimeout, engine.SlaveNotAvailable:
+	case engine.FlushDiskTimeout, engine.FlushSlaveTimeout, engine.SlaveNotAvailable, engine.InSyncReplicasNotEnough:
 		return true
 	}
 	return false

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/engine"
@@ -25,13 +27,52 @@ type haFlags struct {
 	batch        *int
 	slaveTimeout *time.Duration
 	fallbehind   *int64
+	minInSync    *int
+	sec          *securityFlags
+}
+
+// securityFlags are TLS and the shared secret, on every command that runs
+// a master or a slave (or probes a master).
+type securityFlags struct {
+	cert, key, ca *string
+	secretFile    *string
+}
+
+func addSecurityFlags(fs *flag.FlagSet) *securityFlags {
+	return &securityFlags{
+		cert: fs.String("tls-cert", "", "mutual TLS 1.3 on the HA connection: this side's certificate (PEM; mqstore gen-certs makes a set)"),
+		key:  fs.String("tls-key", "", "mutual TLS: this side's private key (PEM)"),
+		ca:   fs.String("tls-ca", "", "mutual TLS: the CA that signs the other side's certificate (PEM)"),
+		secretFile: fs.String("ha-secret-file", "",
+			"without TLS: a file holding a shared secret (at least 16 bytes, mode 0600); peers prove they hold it, it never crosses the wire"),
+	}
+}
+
+// load reads the TLS files and the secret; server is the master's side.
+func (f *securityFlags) load(fs *flag.FlagSet, server bool) (*tls.Config, []byte, error) {
+	var cfg *tls.Config
+	if *f.cert != "" || *f.key != "" || *f.ca != "" {
+		var err error
+		if cfg, err = ha.LoadTLS(*f.cert, *f.key, *f.ca, server); err != nil {
+			return nil, nil, cli.BadFlag(fs, "%v", err)
+		}
+	}
+	var secret []byte
+	if *f.secretFile != "" {
+		var err error
+		if secret, err = ha.LoadSecret(*f.secretFile); err != nil {
+			return nil, nil, cli.BadFlag(fs, "--ha-secret-file: %v", err)
+		}
+	}
+	return cfg, secret, nil
 }
 
 // addHAFlags registers the replication flags; role is the --role flag's
 // default ("" for none), master whether --master (a slave's) is offered.
 func addHAFlags(fs *flag.FlagSet, role string, master bool) *haFlags {
 	h := &haFlags{
-		listen: fs.String("ha-listen", "", "a master's HA address, where slaves connect (RocketMQ's haListenPort: :10912)"),
+		listen: fs.String("ha-listen", "", "a master's HA address, where slaves connect (RocketMQ's haListenPort; default "+ha.DefaultListenAddr+
+			"; an address beyond loopback needs --tls-* or --ha-secret-file)"),
 		emptyStart: fs.String("empty-slave-start", "min-offset",
 			"where a master starts a slave with an empty CommitLog: min-offset (a full copy) or last-segment (RocketMQ's)"),
 		heartbeat:    fs.Duration("ha-heartbeat", ha.DefaultSendHeartbeatInterval, "haSendHeartbeatInterval: heartbeat and report interval"),
@@ -40,6 +81,9 @@ func addHAFlags(fs *flag.FlagSet, role string, master bool) *haFlags {
 		slaveTimeout: fs.Duration("slave-timeout", engine.DefaultSlaveTimeout, "slaveTimeout: how long a SYNC_MASTER put waits for a slave"),
 		fallbehind: fs.Int64("fallbehind-max", engine.DefaultHASlaveFallbehindMax,
 			"haSlaveFallbehindMax: a SYNC_MASTER put gets SLAVE_NOT_AVAILABLE at once when the best slave is this many bytes behind"),
+		minInSync: fs.Int("min-in-sync-replicas", 0, "sync-master: wait for every slave of the in-sync set, and answer IN_SYNC_REPLICAS_NOT_ENOUGH "+
+			"when it has fewer than this many (0: RocketMQ's classic mode, the best slave)"),
+		sec: addSecurityFlags(fs),
 	}
 	if role != "-" {
 		h.role = fs.String("role", role, "async-master, sync-master or slave")
@@ -51,12 +95,18 @@ func addHAFlags(fs *flag.FlagSet, role string, master bool) *haFlags {
 }
 
 func (h *haFlags) parseRole(fs *flag.FlagSet) (engine.BrokerRole, error) {
-	if h.role == nil {
-		return engine.Slave, nil
+	r := engine.Slave
+	if h.role != nil {
+		var err error
+		if r, err = engine.ParseBrokerRole(*h.role); err != nil {
+			return 0, cli.BadFlag(fs, "--role: %v", err)
+		}
 	}
-	r, err := engine.ParseBrokerRole(*h.role)
-	if err != nil {
-		return 0, cli.BadFlag(fs, "--role: %v", err)
+	switch {
+	case *h.minInSync < 0:
+		return 0, cli.BadFlag(fs, "--min-in-sync-replicas must not be negative")
+	case *h.minInSync > 0 && r != engine.SyncMaster:
+		return 0, cli.BadFlag(fs, "--min-in-sync-replicas is for a sync-master")
 	}
 	return r, nil
 }
@@ -66,6 +116,7 @@ func (h *haFlags) storeOptions(o engine.Options, role engine.BrokerRole) engine.
 	o.Role = role
 	o.SlaveTimeout = *h.slaveTimeout
 	o.HASlaveFallbehindMax = *h.fallbehind
+	o.MinInSyncReplicas = *h.minInSync
 	return o
 }
 
@@ -76,8 +127,12 @@ func (h *haFlags) masterOptions(fs *flag.FlagSet, log *slog.Logger) (ha.MasterOp
 	if err != nil {
 		return ha.MasterOptions{}, cli.BadFlag(fs, "--empty-slave-start: %v", err)
 	}
+	tlsCfg, secret, err := h.sec.load(fs, true)
+	if err != nil {
+		return ha.MasterOptions{}, err
+	}
 	o := ha.MasterOptions{ListenAddr: *h.listen, SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping,
-		TransferBatchSize: *h.batch, EmptySlaveStart: start, Logger: log}
+		TransferBatchSize: *h.batch, EmptySlaveStart: start, TLS: tlsCfg, Secret: secret, Logger: log}
 	if err := o.Validate(); err != nil {
 		return o, cli.BadFlag(fs, "%v", err)
 	}
@@ -86,8 +141,12 @@ func (h *haFlags) masterOptions(fs *flag.FlagSet, log *slog.Logger) (ha.MasterOp
 
 // slaveOptions builds and checks the HA slave's options.
 func (h *haFlags) slaveOptions(fs *flag.FlagSet, log *slog.Logger) (ha.SlaveOptions, error) {
+	tlsCfg, secret, err := h.sec.load(fs, false)
+	if err != nil {
+		return ha.SlaveOptions{}, err
+	}
 	o := ha.SlaveOptions{MasterAddress: *h.master, SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping,
-		Logger: log}
+		TLS: tlsCfg, Secret: secret, Logger: log}
 	if err := o.Validate(); err != nil {
 		return o, cli.BadFlag(fs, "%v", err)
 	}
@@ -263,9 +322,11 @@ func logMaster(log *slog.Logger, store *engine.Store, m *ha.Master) {
 	st := store.ReplicationStats()
 	log.Info("replication", slog.String("role", st.Role), slog.Int("slaves", len(slaves)), slog.Int64("maxOffset", store.MaxOffset()),
 		slog.Int64("replicatedOffset", st.ReplicatedOffset), slog.Uint64("flushSlaveTimeouts", st.FlushSlaveTimeouts),
-		slog.Uint64("slaveNotAvailable", st.SlaveNotAvailable), slog.Uint64("refused", m.Refused()))
+		slog.Uint64("slaveNotAvailable", st.SlaveNotAvailable), slog.Uint64("refused", m.Refused()),
+		slog.Any("inSync", st.InSync), slog.Int64("inSyncOffset", st.InSyncOffset), slog.Uint64("inSyncNotEnough", st.InSyncReplicasNotEnough))
 	for _, s := range slaves {
-		log.Info("replication slave", slog.String("addr", s.Addr), slog.Int64("ackedOffset", s.AckedOffset), slog.Int64("lagBytes", s.LagBytes),
+		log.Info("replication slave", slog.String("addr", s.Addr), slog.Bool("verified", s.Verified), slog.Bool("inSync", s.InSync),
+			slog.Int64("ackedOffset", s.AckedOffset), slog.Int64("lagBytes", s.LagBytes),
 			slog.Int64("requestedOffset", s.RequestedOffset), slog.Duration("connectedFor", time.Since(s.ConnectedAt).Round(time.Millisecond)))
 	}
 }
@@ -291,6 +352,7 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 	master := fs.String("master", "", "the master's HA address: find where the slave parts from it")
 	offset := fs.Int64("offset", -1, "cut here instead (a record boundary)")
 	dryRun := fs.Bool("dry-run", false, "with --master: only say where the slave would be cut")
+	sec := addSecurityFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqstore repair-slave --dir DIR (--master HOST:PORT [--dry-run] | --offset OFFSET)\n\n"+
 			"Cuts a diverged slave's CommitLog where it parts from its master's (found by comparing records with the\n"+
@@ -310,6 +372,10 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 	case *dryRun && *master == "":
 		return cli.BadFlag(fs, "--dry-run goes with --master")
 	}
+	tlsCfg, secret, err := sec.load(fs, false)
+	if err != nil {
+		return err
+	}
 	o := engine.Options{Role: engine.Slave, NoPreallocate: true, Logger: textLogger(stderr)}
 	cut := *offset
 	if *master != "" {
@@ -317,7 +383,7 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 		if err != nil {
 			return err
 		}
-		d, err := ha.FindDivergence(ctx, store, *master, ha.SlaveOptions{Logger: o.Logger})
+		d, err := ha.FindDivergence(ctx, store, *master, ha.SlaveOptions{TLS: tlsCfg, Secret: secret, Logger: o.Logger})
 		if cerr := store.Close(); err == nil {
 			err = cerr
 		}
@@ -344,5 +410,41 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 		return nil
 	}
 	fmt.Fprintf(stdout, "cut the CommitLog at %d (it ended at %d): %d bytes kept in %v\n", res.Offset, res.OldEnd, res.CutBytes, res.SavedTo)
+	return nil
+}
+
+// runGenCerts writes a CA and a master and a slave certificate it signs,
+// for trying mutual TLS on the HA port.
+func runGenCerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gen-certs", flag.ContinueOnError)
+	hosts := fs.String("host", "", "comma-separated names and addresses the master's certificate is valid for, besides localhost, 127.0.0.1 and ::1")
+	validFor := fs.Duration("valid-for", 365*24*time.Hour, "how long the certificates are valid")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: mqstore gen-certs [--host NAME,...] [--valid-for DURATION] DIR\n\n"+
+			"Writes in DIR a CA (ca.pem, ca-key.pem) and a master and a slave certificate it signs (master.pem,\n"+
+			"master-key.pem, slave.pem, slave-key.pem; ECDSA P-256), for mutual TLS on the HA port:\n"+
+			"  mqstore serve --role sync-master --dir M --tls-cert DIR/master.pem --tls-key DIR/master-key.pem --tls-ca DIR/ca.pem\n"+
+			"  mqstore slave --dir S --master 127.0.0.1:10912 --tls-cert DIR/slave.pem --tls-key DIR/slave-key.pem --tls-ca DIR/ca.pem\n"+
+			"Keep ca-key.pem away from the brokers; it signs certificates the master trusts.")
+		fs.PrintDefaults()
+	}
+	if err := cli.Parse(fs, args, stderr, 1); err != nil {
+		return err
+	}
+	if *validFor <= 0 {
+		return cli.BadFlag(fs, "--valid-for must be positive")
+	}
+	var extra []string
+	for _, h := range strings.Split(*hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			extra = append(extra, h)
+		}
+	}
+	dir := fs.Arg(0)
+	if err := ha.GenerateCertificates(dir, extra, *validFor); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s/{%s,%s,%s,%s,%s,%s}\n", dir, ha.Certificates.CA, ha.Certificates.CAKey, ha.Certificates.Master,
+		ha.Certificates.MasterKey, ha.Certificates.Slave, ha.Certificates.SlaveKey)
 	return nil
 }
