@@ -382,3 +382,45 @@ func TestCrashDuringPrewriteLeavesNoSegment(t *testing.T) {
 		})
 	}
 }
+
+// TestPrewriteWriteZeroes: an O_DIRECT prewrite asks the device to write
+// the zeros (FALLOC_FL_WRITE_ZEROES) and falls back to O_DIRECT zeros where
+// that is unsupported — either way the segment ends fully written, and
+// PrewriteCounts says which ran; another error from it (EIO) fails the
+// prewrite, naming the call. A buffered prewrite never asks.
+func TestPrewriteWriteZeroes(t *testing.T) {
+	dir := t.TempDir()
+	needExtents(t, dir)
+	inj := faultseam.New(t, dir)
+	w0, d0, b0 := segfile.PrewriteCounts()
+	spec := mappedfile.Spec{Path: filepath.Join(dir, "direct"), SizeBytes: 4 << 20, Prewrite: true}
+	f, _, err := segfile.OpenOrCreate(context.Background(), spec, unix.O_DIRECT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if u := disktest.Unwritten(t, spec.Path, 0, spec.SizeBytes); u != 0 {
+		t.Fatalf("%d unwritten bytes", u)
+	}
+	w1, d1, b1 := segfile.PrewriteCounts()
+	if w1+d1 != w0+d0+1 || b1 != b0 {
+		t.Fatalf("counts went from %d/%d/%d to %d/%d/%d: want one O_DIRECT prewrite", w0, d0, b0, w1, d1, b1)
+	}
+	t.Logf("FALLOC_FL_WRITE_ZEROES here: %v", w1 > w0)
+	asked := false
+	for _, c := range inj.Calls() {
+		asked = asked || c.Op.Kind == segfile.OpFallocate && c.Op.Mode == unix.FALLOC_FL_WRITE_ZEROES
+	}
+	if !asked {
+		t.Fatal("the O_DIRECT prewrite never asked for FALLOC_FL_WRITE_ZEROES")
+	}
+
+	inj.Fail(faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpFallocate}, PathContains: "eio"})
+	spec.Path = filepath.Join(dir, "eio")
+	if f, _, err := segfile.OpenOrCreate(context.Background(), spec, unix.O_DIRECT); err == nil {
+		f.Close()
+		t.Fatal("a prewrite whose fallocate failed with EIO succeeded")
+	} else if !errors.Is(err, unix.EIO) {
+		t.Fatalf("prewrite error %v, want EIO", err)
+	}
+}
