@@ -82,3 +82,6 @@ func SyncFileRange(string, int, int64, int64, int) error { return unsupported("s
 func Extents(*os.File, bool) ([]Extent, error) { return nil, ErrNoExtents }
 
 func UnwrittenBytes(*os.File, int64, int64) (int64, error) { return 0, ErrNoExtents }
+
+// PrewriteCounts reports nothing: Prewrite is unsupported here.
+func PrewriteCounts() (writeZeroes, directZeros, bufferedZeros uint64) { return 0, 0, 0 }
