@@ -28,10 +28,10 @@ import (
 //     N per L + N·g: merging wins exactly when N·g < L, when every producer
 //     appends again within one flush. So before it takes a batch, the owner
 //     yields its CPU to the producers until all it expects have queued, for
-//     at most the last flush's duration; a linger that ran out (N·g ≥ L:
-//     many producers, few CPUs) switches lingering off for lingerBackoff
-//     flushes, and the convoys keep the device and the CPUs busy at once. A
-//     lone producer is never held.
+//     at most the last flush's duration; a linger that ran out with fewer
+//     than half of them there (N·g ≫ L: many producers, few CPUs) switches
+//     lingering off for lingerBackoff flushes, and the convoys keep the
+//     device and the CPUs busy at once. A lone producer is never held.
 //   - A waiter costs one channel receive: no timer, and no select on ctx's
 //     channel (producers usually share a ctx, and a select on one channel
 //     by hundreds of them made its lock the hottest in the process). The
@@ -93,7 +93,7 @@ const watchPeriod = 10 * time.Millisecond
 
 // lingerBackoff is how many flushes the owner takes without lingering
 // after a linger ran out of time, before it tries again.
-const lingerBackoff = 32
+const lingerBackoff = 16
 
 // maxLinger bounds the linger in time, whatever the last flush took (one
 // stalled flush must not make the next batch wait as long).
@@ -263,7 +263,12 @@ func (q *groupCommit) lingerFor(want int32) {
 	deadline := time.Now().Add(min(q.lastFlush, q.maxLinger))
 	for q.queuedLen.Load() < want {
 		if !time.Now().Before(deadline) {
-			q.noLinger = lingerBackoff
+			// Fewer than half came within a flush's time: N·g is well
+			// above L, and the convoys do better. More than half: a
+			// producer was held up (the machine is shared); go on.
+			if 2*q.queuedLen.Load() < want {
+				q.noLinger = lingerBackoff
+			}
 			return
 		}
 		runtime.Gosched()

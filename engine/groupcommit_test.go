@@ -55,8 +55,15 @@ func TestGroupCommitLingers(t *testing.T) {
 	q.queued, q.count = q.queued[:0], 0
 	q.queuedLen.Store(0)
 	q.lastBatch, q.lastFlush = 8, time.Millisecond // producers slower than the device
+	queue(5)
+	q.lingerFor(8) // runs out with more than half there: a producer held up, not a slow set of them
+	if q.noLinger != 0 {
+		t.Fatalf("a linger that ran out with 5 of 8 producers there turned lingering off (%d)", q.noLinger)
+	}
+	q.queued, q.count = q.queued[:0], 0
+	q.queuedLen.Store(0)
 	queue(1)
-	q.linger() // returns after about a millisecond, the batch not full
+	q.lingerFor(9) // runs out after about a millisecond with 1 of 9 there
 	if q.noLinger != lingerBackoff {
 		t.Fatalf("a linger that ran out left noLinger at %d, want %d", q.noLinger, lingerBackoff)
 	}
