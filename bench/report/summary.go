@@ -175,7 +175,6 @@ func SummaryTables(f *runfile.RunFile) string {
 	writeStageCPU(&b, f)
 	writeLatency(&b, f)
 	writeReplication(&b, f)
-	writeGoals(&b, f)
 	writeSearches(&b, f)
 	writeFloors(&b, f)
 	writeDurability(&b, f)

@@ -98,6 +98,33 @@ func latencyFig(c *runfile.Cell, name string) string {
 	return s
 }
 
+// tailText shows a percentile of a cell's merged tail: the value, the
+// samples above it and the spread of the percentile over the repeats —
+// "≥ v" when it is a bound (fewer than runfile.MinSamplesAbove samples
+// above it, or a saturated cell's growing queue), "—" without a tail.
+func tailText(c *runfile.Cell, name string) string {
+	p := c.Tail.Point(name)
+	if p == nil {
+		return "—"
+	}
+	spread := fmtNs(p.RepeatMinNs) + "–" + fmtNs(p.RepeatMaxNs)
+	if name == "maxNs" {
+		return fmt.Sprintf("%s (repeats %s)", fmtNs(p.ValueNs), spread)
+	}
+	if p.Bound || c.Status == runfile.StatusSaturated {
+		return fmt.Sprintf("≥ %s (%d above; repeats %s)", fmtNs(p.ValueNs), p.Above, spread)
+	}
+	return fmt.Sprintf("%s (%d above; repeats %s)", fmtNs(p.ValueNs), p.Above, spread)
+}
+
+// tailCount is the number of samples in a cell's merged tail.
+func tailCount(c *runfile.Cell) string {
+	if c.Tail == nil {
+		return "—"
+	}
+	return fmtCount(float64(c.Tail.Count))
+}
+
 func writeRecommendations(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Recommendations) == 0 {
 		return
@@ -131,8 +158,8 @@ func writeAA(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.AA) == 0 {
 		return
 	}
-	b.WriteString("## A/A check (one cell measured twice, as if two systems)\n\n| cell | figure | A | A again | verdict |\n|---|---|---:|---:|---|\n")
-	different := 0
+	b.WriteString("## A/A check (one cell measured twice, as if two systems)\n\n| cell | figure | A | A again | U test | verdict |\n|---|---|---:|---:|---:|---|\n")
+	different, n := 0, 0
 	for _, c := range f.AA {
 		f := fmtFloat
 		if strings.HasSuffix(c.Figure, "Ns") {
@@ -145,13 +172,15 @@ func writeAA(b *strings.Builder, f *runfile.RunFile) {
 			verdict = "**called different ✗**"
 			different++
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", c.A, c.Figure, ci(c.AInterval, f), ci(c.BInterval, f), verdict)
+		n = max(n, c.N)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | p = %.2f (n = %d) | %s |\n", c.A, c.Figure, ci(c.AInterval, f), ci(c.BInterval, f), c.P, c.N, verdict)
 	}
 	if different > 0 {
-		fmt.Fprintf(b, "\n**The harness called an identical cell different in %d figure(s)**: this run's separations of that size are not to be trusted (a noisy machine, or drift across the run).\n\n", different)
-	} else {
-		b.WriteString("\nThe harness does not call the twin different: separations in this run are not noise of that size.\n\n")
+		fmt.Fprintf(b, "\n**The harness called an identical cell different in %d of %d figure(s)**: this run's differences of that size are not to be trusted (a noisy machine, or drift across the run).\n\n", different, len(f.AA))
+		return
 	}
+	fmt.Fprintf(b, "\nThe U test (α = %.2f) does not call the twin different in any of %d figures. With %d repeats a side the smallest p it can reach is %.3f: it calls a difference only when the two sets of repeats barely overlap. This shows the harness did not invent a difference of that size in this run; it says nothing about smaller ones, and each figure had a %.0f %% chance of a false call by chance alone.\n\n",
+		aaAlpha, len(f.AA), n, uTestMinP(n), 100*aaAlpha)
 }
 
 func sustainedText(c *runfile.Cell) string {
@@ -204,7 +233,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, c.Producers,
 			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, ratioText(f, "group-commit", c), sustainedText(c),
-			fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
+			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
 	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
 }
@@ -261,7 +290,7 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].RatePerSec < rows[j].RatePerSec })
 	fmt.Fprintf(b, "## Latency (open loop, %s arrivals at absolute rates; completion − intended start)\n\n", f.Config.Arrival)
-	b.WriteString("| backend | size | flush | rate | status | achieved msgs/s | p50 | p99 | p99.9 | p99.99 | max | floor p99.9 | service p99.9 | unstarted | sustained | sustainable rate |\n")
+	b.WriteString("| backend | size | flush | rate | status | achieved msgs/s | samples | p50 | p99 | p99.9 | max | floor p99.9 | service p99.9 | unstarted | sustained | sustainable rate |\n")
 	b.WriteString("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, c := range rows {
 		status := c.Status
@@ -279,16 +308,28 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 			}
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush,
-			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"),
-			latencyFig(c, "p9999Ns"), latencyFig(c, "maxNs"), floor, fig(c, "serviceP999Ns", fmtNsF), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
+			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), tailCount(c), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"),
+			tailText(c, "maxNs"), floor, serviceText(c), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
 	}
-	b.WriteString("\n*unstarted*: the worst repeat's share of arrivals never started by the window's end + a tenth (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below 3× the floor's — the load generator's tail, not the store's. *saturated* cells show lower bounds (≥).\n\n")
+	b.WriteString("\nPercentiles come from the merged histogram of every measured repeat (*samples* in all), each with the number of samples above it and the range of the same percentile over the repeats; one with fewer than 10 samples above it is a bound (≥) that no rule decides on. *unstarted*: the worst repeat's share of arrivals never started by the window's end + a tenth (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below 3× the floor's and the service-time p99.9 within the floor's — the load generator's tail, which bounds the store's from above. *saturated* cells show lower bounds (≥).\n\n")
 	for _, c := range rows {
 		if c.Status == runfile.StatusSaturated {
 			fmt.Fprintf(b, "- `%s` saturated: %s\n", c.Name, strings.Join(c.Saturation, " | "))
 		}
 	}
 	b.WriteString("\n")
+}
+
+// serviceText is an open-loop cell's merged service-time p99.9.
+func serviceText(c *runfile.Cell) string {
+	p := c.ServiceTail.Point("p999Ns")
+	if p == nil {
+		return "—"
+	}
+	if p.Bound {
+		return "≥ " + fmtNs(p.ValueNs)
+	}
+	return fmtNs(p.ValueNs)
 }
 
 func writeSearches(b *strings.Builder, f *runfile.RunFile) {
@@ -445,7 +486,7 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n|---|---:|---|---:|---:|" + strings.Repeat("---:|", len(ps)) + "\n")
 	for _, r := range rows {
 		c := r.base
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), latencyFig(c, "p999Ns"))
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), tailText(c, "p999Ns"))
 		for _, p := range ps {
 			pc := r.by[p]
 			switch {
@@ -453,11 +494,9 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 				b.WriteString(" — |")
 			case !pc.Measured():
 				fmt.Fprintf(b, " %s |", pc.Status)
-			case !pc.Comparable() || !c.Comparable():
-				fmt.Fprintf(b, " %s (not compared: %s) |", latencyFig(pc, "p999Ns"), whyNot(c, pc))
 			default:
-				rt := ratioOf("pressure", pc, c.Name, "p999Ns", c.Interval("p999Ns"), "")
-				fmt.Fprintf(b, " %s (%s×) |", latencyFig(pc, "p999Ns"), withRange(rt.Median, rt.Low, rt.High, fmtFloat))
+				verdict, rt, figure := gate(pc, c)
+				fmt.Fprintf(b, " %s (%s %s×: %s) |", tailText(pc, "p999Ns"), figureName(figure), withRange(rt.Median, rt.Low, rt.High, fmtFloat), verdict)
 			}
 		}
 		b.WriteString("\n")
@@ -469,19 +508,6 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 		}
 	}
 	b.WriteString("\nThe system was sampled every 100 ms in every repeat (run.json `repeats[].samples`: dirty and writeback pages, swap, major faults, PSI, load average, CPU steal).\n\n")
-}
-
-func whyNot(cs ...*runfile.Cell) string {
-	var out []string
-	for _, c := range cs {
-		switch {
-		case c.Status == runfile.StatusSaturated:
-			out = append(out, c.Pressure+" saturated")
-		case c.GeneratorBound:
-			out = append(out, c.Pressure+" generator-bound")
-		}
-	}
-	return strings.Join(out, ", ")
 }
 
 func writeE2E(b *strings.Builder, f *runfile.RunFile) {
@@ -497,8 +523,8 @@ func writeE2E(b *strings.Builder, f *runfile.RunFile) {
 			status += " †"
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
-			fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), latencyFig(c, "maxNs"),
-			fig(c, "serviceP999Ns", fmtNsF), fmtPct(c.Max.UnstartedFraction))
+			fig(c, "msgsPerSec", fmtCount), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), tailText(c, "maxNs"),
+			serviceText(c), fmtPct(c.Max.UnstartedFraction))
 	}
 	b.WriteString("\nLatency = the consumer's clock once it has decoded the message − the message's *intended* start (stamped in the body), so a producer that started late does not hide the wait. Messages become visible once dispatch has put them in their ConsumeQueue, which follows the CommitLog's committed position — what a process crash keeps: the write position for mmap, what the commit service has written into the file for the buffered backends (a Put wakes a commit of everything pending, so their end-to-end latency follows the commit's, not the commit interval). *Put latency*: the producers' service time.\n\n")
 }

@@ -186,3 +186,56 @@ func TestCellNames(t *testing.T) {
 		}
 	}
 }
+
+// TestTailFromTheMergedRepeats: five repeats of 1000 samples at 100 µs,
+// one of which stalled 10 times for 20 ms. The median of the per-repeat
+// p99.9s is 100 µs (the stall vanishes); the merged p99.9 is 20 ms, with
+// 5 samples above it — a bound — while the merged p99 (50 above) is a
+// figure, and the per-repeat spread shows the stalled repeat.
+func TestTailFromTheMergedRepeats(t *testing.T) {
+	var hs []*load.Histogram
+	var fs []Figures
+	for r := range 5 {
+		h := load.NewHistogram()
+		for i := range 1000 {
+			d := 100 * time.Microsecond
+			if r == 2 && i >= 990 {
+				d = 20 * time.Millisecond
+			}
+			h.Record(d)
+		}
+		hs = append(hs, h)
+		res := load.Result{Workload: load.Throughput, Messages: 1000, ElapsedNs: 1e9, Service: h}
+		fs = append(fs, FiguresOf(&res, nil))
+	}
+	if m := Summarize(fs).Median.P999Ns; m > int64(101*time.Microsecond) {
+		t.Fatalf("median of the repeats' p99.9 %v: the fixture is wrong", time.Duration(m))
+	}
+	tail := TailOf(hs)
+	if tail.Count != 5000 {
+		t.Fatalf("count %d, want 5000", tail.Count)
+	}
+	p999, p99, mx := tail.Point("p999Ns"), tail.Point("p99Ns"), tail.Point("maxNs")
+	if d := time.Duration(p999.ValueNs); d < 19*time.Millisecond || d > 21*time.Millisecond {
+		t.Errorf("merged p99.9 %v, want 20 ms", d)
+	}
+	if p999.Above != 5 || !p999.Bound {
+		t.Errorf("p99.9: %d above, bound %v; want 5, a bound", p999.Above, p999.Bound)
+	}
+	if d := time.Duration(p99.ValueNs); p99.Above != 50 || p99.Bound || d > 101*time.Microsecond {
+		t.Errorf("p99: %v with %d above, bound %v; want 100 µs, 50 above, a figure", d, p99.Above, p99.Bound)
+	}
+	if p999.RepeatMinNs > int64(101*time.Microsecond) || p999.RepeatMaxNs < int64(19*time.Millisecond) {
+		t.Errorf("p99.9 spread over the repeats %v–%v, want 100 µs–20 ms", time.Duration(p999.RepeatMinNs), time.Duration(p999.RepeatMaxNs))
+	}
+	if !mx.Bound || mx.Above != 0 || mx.ValueNs < int64(19*time.Millisecond) {
+		t.Errorf("max %+v", mx)
+	}
+	// The interval holds the value and, for the figure, is finite.
+	if iv := p99.Interval(); iv.Lo > iv.Median || iv.Hi < iv.Median || iv.Level != CILevel {
+		t.Errorf("p99 interval %+v", iv)
+	}
+	if TailOf(nil) != nil || TailOf([]*load.Histogram{load.NewHistogram()}) != nil {
+		t.Error("a tail of nothing recorded")
+	}
+}

@@ -114,9 +114,14 @@ type Device struct {
 	// BufferedWritebackThrottled is false on an emulated device whose
 	// throttle does not reach the kernel's writeback (cgroup v1 blkio): its
 	// async cells of buffered backends are not limited by the emulation.
-	BufferedWritebackThrottled bool   `json:"bufferedWritebackThrottled"`
-	Label                      string `json:"label,omitempty"`
-	Note                       string `json:"note,omitempty"`
+	BufferedWritebackThrottled bool `json:"bufferedWritebackThrottled"`
+	// ModelsSeeks is true on an emulated device whose emulation charges a
+	// seek and rotation when the head moves; without it an emulated
+	// rotating disk is a bandwidth and IOPS limit, and nothing is
+	// recommended from its cells.
+	ModelsSeeks bool   `json:"modelsSeeks,omitempty"`
+	Label       string `json:"label,omitempty"`
+	Note        string `json:"note,omitempty"`
 }
 
 // Plan is what the run set out to do, and its time estimate.
@@ -195,10 +200,18 @@ type Cell struct {
 	// no sustained verdict: an accounting limit of the peer, not a failure
 	// to keep up.
 	DurableAtDrainOnly bool `json:"durableAtDrainOnly,omitempty"`
-	// GeneratorBound: the cell's p99.9 is below GeneratorBoundFactor × the
-	// floor's p99.9 at its rate — the tail is the load generator's.
+	// GeneratorBound: the cell's p99.9 (merged tail) is below
+	// GeneratorBoundFactor × the floor's at its rate and its service-time
+	// p99.9 is within the floor's p99.9 — the tail is the load generator's;
+	// a cell whose service time alone exceeds the floor's tail is the
+	// store's, whatever its latency.
 	GeneratorBound bool  `json:"generatorBound,omitempty"`
 	FloorP999Ns    int64 `json:"floorP999Ns,omitempty"`
+	// Tail is the latency percentiles of the merged histogram of every
+	// measured repeat (see Tail) and ServiceTail the open loop's service
+	// time likewise; derived by report.Analyze.
+	Tail        *Tail `json:"tail,omitempty"`
+	ServiceTail *Tail `json:"serviceTail,omitempty"`
 	// SustainableRatePerSec is the highest rate the search found unsaturated
 	// (open-loop cells of a searched group).
 	SustainableRatePerSec float64 `json:"sustainableRatePerSec,omitempty"`
@@ -318,6 +331,8 @@ type Floor struct {
 	CILow   Figures  `json:"ciLow"`
 	CIHigh  Figures  `json:"ciHigh"`
 	Repeats []Repeat `json:"repeats"`
+	// Tail is the merged latency of the measured repeats (report.Analyze).
+	Tail *Tail `json:"tail,omitempty"`
 }
 
 // Limit is a reference figure measured without the store.
@@ -466,16 +481,19 @@ type Ratio struct {
 	Note    string  `json:"note,omitempty"`
 }
 
-// Comparison is one figure of two cells with the verdict their intervals
-// allow (the A/A check).
+// Comparison is one figure of two cells with the verdict a rank test over
+// their repeats gives (the A/A check).
 type Comparison struct {
 	A         string   `json:"a"`
 	B         string   `json:"b"`
 	Figure    string   `json:"figure"`
 	AInterval Interval `json:"aInterval"`
 	BInterval Interval `json:"bInterval"`
-	// Different is true when the intervals separate.
-	Different bool `json:"different"`
+	// P is the Mann-Whitney U test's p over the two cells' measured
+	// repeats (N: the fewer repeats of the two); Different is p < 0.05.
+	P         float64 `json:"p"`
+	N         int     `json:"n"`
+	Different bool    `json:"different"`
 }
 
 // Recommendation is the pick for one device, size and durability class.
