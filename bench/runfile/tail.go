@@ -65,30 +65,40 @@ func TailOf(hs []*load.Histogram) *Tail {
 	m := load.Merged(kept...)
 	n := m.Count()
 	t := &Tail{Count: n}
-	at := func(rank int64) int64 { // the value of the rank-th smallest sample (1-based)
-		rank = min(max(rank, 1), n)
-		return m.Quantile(float64(rank) / float64(n))
+	// Every rank the points need, resolved in one pass over the merged
+	// counts: the value of the rank-th smallest sample (1-based) is the
+	// value at quantile rank/n.
+	var ranks []float64
+	rank := func(r int64) float64 { return float64(min(max(r, 1), n)) / float64(n) }
+	cis := make([]stats.QuantileCIResult, len(TailQuantiles))
+	for i, tq := range TailQuantiles {
+		cis[i] = stats.QuantileCI(int(n), tq.Q, CILevel)
+		ranks = append(ranks, rank(int64(math.Ceil(tq.Q*float64(n)))), rank(int64(cis[i].LoOrder)), rank(int64(cis[i].HiOrder)))
 	}
-	for _, tq := range TailQuantiles {
+	values := m.Quantiles(ranks)
+	qs := make([]float64, len(TailQuantiles))
+	for i, tq := range TailQuantiles {
+		qs[i] = tq.Q
+	}
+	perRepeat := make([][]int64, len(kept))
+	for i, h := range kept {
+		perRepeat[i] = h.Quantiles(qs)
+	}
+	mx := m.Max()
+	for i, tq := range TailQuantiles {
 		p := TailPoint{Name: tq.Name, Quantile: tq.Q}
 		if tq.Q >= 1 {
-			p.ValueNs, p.LoNs, p.HiNs, p.Bound = m.Max(), m.Max(), m.Max(), true
+			p.ValueNs, p.LoNs, p.HiNs, p.Bound = mx, mx, mx, true
 		} else {
-			rank := int64(math.Ceil(tq.Q * float64(n)))
-			p.ValueNs, p.Above = at(rank), n-rank
-			p.Bound = p.Above < MinSamplesAbove
-			ci := stats.QuantileCI(int(n), tq.Q, CILevel)
-			p.LoNs, p.HiNs = at(int64(ci.LoOrder)), at(int64(ci.HiOrder))
-			if int64(ci.HiOrder) > n {
-				p.Bound = true // the interval reaches past the largest sample
-			}
+			p.ValueNs, p.LoNs, p.HiNs = values[3*i], values[3*i+1], values[3*i+2]
+			p.Above = n - int64(math.Ceil(tq.Q*float64(n)))
+			// Bound: too few samples above, or the interval reaches past
+			// the largest sample.
+			p.Bound = p.Above < MinSamplesAbove || int64(cis[i].HiOrder) > n
 		}
-		for i, h := range kept {
-			v := h.Quantile(tq.Q)
-			if tq.Q >= 1 {
-				v = h.Max()
-			}
-			if i == 0 || v < p.RepeatMinNs {
+		for r := range kept {
+			v := perRepeat[r][i]
+			if r == 0 || v < p.RepeatMinNs {
 				p.RepeatMinNs = v
 			}
 			p.RepeatMaxNs = max(p.RepeatMaxNs, v)
