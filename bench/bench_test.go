@@ -192,6 +192,14 @@ func TestSaturatedCellReportsItsSustainableRate(t *testing.T) {
 		}
 	}
 	s := f.Searches[0]
+	if s.InFlight != 1 {
+		t.Errorf("search in flight %d, want the run's 1", s.InFlight)
+	}
+	for _, p := range s.Probes {
+		if p.InFlightCapPerSec <= 0 {
+			t.Errorf("probe at %.0f/s has no in-flight cap", p.RatePerSec)
+		}
+	}
 	if s.SaturatedAtPerSec == 0 || s.SaturatedAtPerSec > 20000 || len(s.Probes) == 0 || s.SustainableRatePerSec >= s.SaturatedAtPerSec ||
 		c.SustainableRatePerSec != s.SustainableRatePerSec {
 		t.Errorf("search %+v, cell's sustainable rate %v", s, c.SustainableRatePerSec)
@@ -540,5 +548,33 @@ func TestCellSaturation(t *testing.T) {
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestEffectiveInFlight: --inflight 0 gives the open loop twice the
+// largest closed-loop producer count (at least 64), so that it can offer
+// twice what the closed loop completes; a given count is kept.
+func TestEffectiveInFlight(t *testing.T) {
+	cfg := DefaultConfig()
+	if cfg.InFlight != 0 {
+		t.Fatalf("default in flight %d, want 0 (chosen)", cfg.InFlight)
+	}
+	for _, c := range []struct {
+		producers []int
+		given     int
+		want      int
+	}{{[]int{1, 4, 16, 64, 256}, 0, 512}, {[]int{16}, 0, 64}, {[]int{1, 48}, 0, 96}, {nil, 0, 64}, {[]int{256}, 8, 8}} {
+		cfg.Producers, cfg.InFlight = c.producers, c.given
+		if got := EffectiveInFlight(&cfg); got != c.want {
+			t.Errorf("producers %v, --inflight %d: %d in flight, want %d", c.producers, c.given, got, c.want)
+		}
+	}
+	cfg = DefaultConfig()
+	if err := Validate(&cfg); err != nil {
+		t.Errorf("the default (chosen) in flight does not validate: %v", err)
+	}
+	cfg.InFlight = -1
+	if err := Validate(&cfg); err == nil || !strings.Contains(err.Error(), "in flight -1") {
+		t.Errorf("in flight -1: %v", err)
 	}
 }

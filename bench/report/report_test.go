@@ -535,3 +535,21 @@ func TestParetoFrontNeedsSeparation(t *testing.T) {
 		t.Fatalf("front %v, want b,c,e,d", labels)
 	}
 }
+
+// TestSearchShowsItsInFlight: the search table says how many requests
+// were in flight and which probe they limited.
+func TestSearchShowsItsInFlight(t *testing.T) {
+	f := fakeRun()
+	f.Searches = []runfile.RateSearch{{Group: "mmap-1024-sync", Backend: "mmap", Flush: "sync", Size: 1024, Pressure: "none", InFlight: 8,
+		SustainableRatePerSec: 5000, SaturatedAtPerSec: 10000, Probes: []runfile.Probe{
+			{RatePerSec: 5000, Status: runfile.StatusOK, AchievedPerSec: 5000, InFlightCapPerSec: 16000},
+			{RatePerSec: 10000, Status: runfile.StatusSaturated, AchievedPerSec: 7900, InFlightCapPerSec: 8000}}}}
+	var b strings.Builder
+	writeSearches(&b, f)
+	s := b.String()
+	for _, want := range []string{"| in flight |", "| 8 |", "10k: saturated (**in-flight bound**: achieved 7.9k of the 8k that 8 in flight allow)", "a lower bound of the system's"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("search table lacks %q:\n%s", want, s)
+		}
+	}
+}

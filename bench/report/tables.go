@@ -336,11 +336,17 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Searches) == 0 {
 		return
 	}
-	b.WriteString("## Highest sustainable rate (open loop; probes of one repeat each)\n\n| system | sustainable msgs/s | saturated at | probes (rate: status) |\n|---|---:|---:|---|\n")
+	b.WriteString("## Highest sustainable rate (open loop; probes of one repeat each)\n\n| system | sustainable msgs/s | saturated at | in flight | probes (rate: status) |\n|---|---:|---:|---:|---|\n")
 	for _, s := range f.Searches {
 		var probes []string
+		bound := false
 		for _, p := range s.Probes {
-			probes = append(probes, fmt.Sprintf("%s: %s", fmtCount(p.RatePerSec), p.Status))
+			txt := fmt.Sprintf("%s: %s", fmtCount(p.RatePerSec), p.Status)
+			if p.InFlightBound() {
+				txt += fmt.Sprintf(" (**in-flight bound**: achieved %s of the %s that %d in flight allow)", fmtCount(p.AchievedPerSec), fmtCount(p.InFlightCapPerSec), s.InFlight)
+				bound = true
+			}
+			probes = append(probes, txt)
 		}
 		name := s.Backend
 		if s.Peer {
@@ -359,9 +365,16 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		if s.Reason != "" {
 			sus += " (" + oneLine(s.Reason) + ")"
 		}
-		fmt.Fprintf(b, "| %s %s %s | %s | %s | %s |\n", name, sizeLabel(s.Size), s.Flush, sus, sat, strings.Join(probes, ", "))
+		if bound {
+			sus += " — the generator's in flight, not the system, limited a probe: a lower bound of the system's"
+		}
+		inFlight := "—"
+		if s.InFlight > 0 {
+			inFlight = fmt.Sprint(s.InFlight)
+		}
+		fmt.Fprintf(b, "| %s %s %s | %s | %s | %s | %s |\n", name, sizeLabel(s.Size), s.Flush, sus, sat, inFlight, strings.Join(probes, ", "))
 	}
-	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %.\n\n")
+	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %. With W requests in flight of mean service time S the open loop offers at most W ÷ S (Little's law): a saturated probe that achieved at least 90 % of that is *in-flight bound* — the generator's limit, not the system's.\n\n")
 }
 
 func writeFloors(b *strings.Builder, f *runfile.RunFile) {

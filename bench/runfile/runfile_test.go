@@ -239,3 +239,21 @@ func TestTailFromTheMergedRepeats(t *testing.T) {
 		t.Error("a tail of nothing recorded")
 	}
 }
+
+// TestProbeInFlightBound: a saturated probe that achieved at least 90 %
+// of what its requests in flight allow was limited by the generator.
+func TestProbeInFlightBound(t *testing.T) {
+	// 8 in flight at a mean service time of 1 ms: at most 8000/s.
+	p := Probe{RatePerSec: 10000, Status: StatusSaturated, AchievedPerSec: 7900, InFlightCapPerSec: 8000}
+	if !p.InFlightBound() {
+		t.Error("7900 of 8000/s saturated: not called in-flight bound")
+	}
+	p.AchievedPerSec = 4000 // the store, not the workers
+	if p.InFlightBound() {
+		t.Error("4000 of 8000/s called in-flight bound")
+	}
+	p.Status, p.AchievedPerSec = StatusOK, 7900
+	if p.InFlightBound() {
+		t.Error("a sustained probe called in-flight bound")
+	}
+}

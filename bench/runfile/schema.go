@@ -443,13 +443,15 @@ func (f *RunFile) SearchOf(c *Cell) *RateSearch {
 // open loop: probes of one repeat each, bisecting between a rate that was
 // sustained and one that saturated.
 type RateSearch struct {
-	Group    string  `json:"group"`
-	Backend  string  `json:"backend"`
-	Peer     bool    `json:"peer,omitempty"`
-	Flush    string  `json:"flush"`
-	Size     int     `json:"sizeBytes"`
-	Target   string  `json:"target,omitempty"`
-	Pressure string  `json:"pressure"`
+	Group    string `json:"group"`
+	Backend  string `json:"backend"`
+	Peer     bool   `json:"peer,omitempty"`
+	Flush    string `json:"flush"`
+	Size     int    `json:"sizeBytes"`
+	Target   string `json:"target,omitempty"`
+	Pressure string `json:"pressure"`
+	// InFlight is the open loop's worker count the probes ran with.
+	InFlight int     `json:"inFlight,omitempty"`
 	Probes   []Probe `json:"probes"`
 	// SustainableRatePerSec is the highest probed rate that did not
 	// saturate (0: none did); SaturatedAtPerSec the lowest that did (0: none).
@@ -465,7 +467,22 @@ type Probe struct {
 	Saturation     []string `json:"saturation,omitempty"`
 	AchievedPerSec float64  `json:"achievedPerSec"`
 	P999Ns         int64    `json:"p999Ns"`
-	Reason         string   `json:"reason,omitempty"`
+	// InFlightCapPerSec is the most the open loop could offer with its
+	// requests in flight at this probe's mean service time (Little's law:
+	// in flight ÷ mean service time); a saturated probe that achieved
+	// close to it was limited by the generator's in flight, not the store.
+	InFlightCapPerSec float64 `json:"inFlightCapPerSec,omitempty"`
+	Reason            string  `json:"reason,omitempty"`
+}
+
+// InFlightBoundShare: a saturated probe that achieved at least this share
+// of its in-flight cap was limited by the requests in flight.
+const InFlightBoundShare = 0.9
+
+// InFlightBound reports whether a saturated probe was limited by the
+// open loop's requests in flight rather than by the system.
+func (p *Probe) InFlightBound() bool {
+	return p.Status != StatusOK && p.InFlightCapPerSec > 0 && p.AchievedPerSec >= InFlightBoundShare*p.InFlightCapPerSec
 }
 
 // Ratio is cell ÷ reference for one figure: the ratio of the medians and

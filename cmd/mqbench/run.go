@@ -84,7 +84,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	if sweep {
 		fs.Var(&vary, "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
 	}
-	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers, each owning its share of the schedule (requests in flight at most)")
+	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers, each owning its share of the schedule (requests in flight at most); 0: 2 × the largest --producers, at least 64, so a rate search finds the store's limit, not the generator's")
 	fs.Var(windowFlag{&cfg.Duration}, "duration", "measured window of each repeat, or auto: long enough for the device to absorb the largest buffer an async cell can fill (see summary.md)")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each repeat's window")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each cell (one more, unmeasured, runs first); ≥ 5 for intervals at ~94 %, ≥ 6 for 95 %")
