@@ -34,11 +34,13 @@ func Analyze(f *runfile.RunFile) {
 
 func isOpenLoop(c *runfile.Cell) bool { return c.Workload == "latency" || c.Workload == "e2e" }
 
-// floorFor is the floor at a cell's rate, pressure and target.
+// floorFor is the floor at a cell's rate, pressure and target, measured
+// in the process that drove the cell.
 func floorFor(f *runfile.RunFile, c *runfile.Cell) *runfile.Floor {
 	for i := range f.Floors {
 		fl := &f.Floors[i]
-		if fl.RatePerSec == c.RatePerSec && fl.Pressure == c.Pressure && fl.Target == c.Target && floorP999(fl) > 0 {
+		if fl.RatePerSec == c.RatePerSec && fl.Pressure == c.Pressure && fl.Target == c.Target && floorP999(fl) > 0 &&
+			orDefault(fl.Process, runfile.FloorMQBench) == runfile.FloorProcess(c) {
 			return fl
 		}
 	}

@@ -316,6 +316,9 @@ type Sample struct {
 // schedule (same rate, arrivals, workers, window, seeds) against an
 // operation that does nothing.
 type Floor struct {
+	// Process is where the schedule ran: FloorMQBench (the process that
+	// drives mqstore's cells) or FloorPeers (the peers' mqpeer process).
+	Process    string  `json:"process,omitempty"`
 	RatePerSec float64 `json:"ratePerSec"`
 	Pressure   string  `json:"pressure"`
 	Target     string  `json:"target,omitempty"`
@@ -333,6 +336,20 @@ type Floor struct {
 	Repeats []Repeat `json:"repeats"`
 	// Tail is the merged latency of the measured repeats (report.Analyze).
 	Tail *Tail `json:"tail,omitempty"`
+}
+
+// Floor processes.
+const (
+	FloorMQBench = "mqbench"
+	FloorPeers   = "mqpeer"
+)
+
+// FloorProcess is the process whose floor applies to a cell.
+func FloorProcess(c *Cell) string {
+	if c.Peer {
+		return FloorPeers
+	}
+	return FloorMQBench
 }
 
 // Limit is a reference figure measured without the store.
