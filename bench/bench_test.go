@@ -116,6 +116,21 @@ func TestEndToEndRun(t *testing.T) {
 		if lat != 2 || len(f.Searches) != 2 {
 			t.Errorf("%d latency cells, %d searches; want 2 and 2", lat, len(f.Searches))
 		}
+		// The floor ran in the cells' rounds: the first round of a latency
+		// cell started before the floor's last one.
+		first := func(r runfile.Repeat) int64 {
+			if len(r.Samples) == 0 {
+				t.Fatalf("a repeat without samples: %+v", r)
+			}
+			return r.Samples[0].UnixNs
+		}
+		floorLast, interleaved := first(f.Floors[0].Repeats[cfg.Repeat]), false
+		for _, c := range f.Cells {
+			interleaved = interleaved || (c.Workload == "latency" && first(c.Repeats[0]) < floorLast)
+		}
+		if !interleaved {
+			t.Error("the floor's repeats all ran before the latency cells'")
+		}
 	}
 	for _, name := range []string{runfile.FileName, "bench.txt", "summary.md", "throughput-mmap-1024-async-p2.hgrm", "throughput-async.png"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
