@@ -553,3 +553,28 @@ func TestSearchShowsItsInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestPSIIsNoSignalWhereTheCellSaturatesIt: an unpressured uring cell whose
+// own device stalls keep PSI io some at 90 % cannot show a pressure there;
+// where it is low, the rise is evidence.
+func TestPSIIsNoSignalWhereTheCellSaturatesIt(t *testing.T) {
+	withSamples := func(c runfile.Cell, io float64, dirty int64) runfile.Cell {
+		c.Repeats = slices.Clone(c.Repeats)
+		for i := range c.Repeats {
+			c.Repeats[i].Samples = []runfile.Sample{{IOSomeAvg10: io, NrDirtyPages: dirty}, {IOSomeAvg10: io, NrDirtyPages: dirty}}
+		}
+		return c
+	}
+	base := spreadCell("latency-uring-1024-sync-r1000", "uring", "sync", "none", 2000, 0.5)
+	p := spreadCell("latency-uring-1024-sync-r1000-dirty", "uring", "sync", "dirty", 2400, 0.5)
+	got := pressureEvidence(ptr(withSamples(base, 90, 100)), ptr(withSamples(p, 95, 8000)))
+	if !strings.Contains(got, "dirty+writeback 100 → 8k pages") || !strings.Contains(got, "PSI io some 90% → 95%: not a signal (the cell alone keeps it at 90%)") {
+		t.Errorf("saturated io some: %s", got)
+	}
+	got = pressureEvidence(ptr(withSamples(base, 5, 100)), ptr(withSamples(p, 60, 8000)))
+	if !strings.Contains(got, "PSI io some 5% → 60%") || strings.Contains(got, "not a signal") {
+		t.Errorf("io some as a signal: %s", got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -514,6 +514,14 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString("\nWhat the samples show of each pressure (means over the measured repeats, without → with):\n\n")
+	for _, r := range rows {
+		for _, p := range ps {
+			if pc := r.by[p]; pc != nil && pc.Measured() {
+				fmt.Fprintf(b, "- %s at %s/s, %s: %s\n", label(f, r.base), fmtCount(r.base.RatePerSec), p, pressureEvidence(r.base, pc))
+			}
+		}
+	}
 	b.WriteString("\nThe pressures, as applied in this run:\n\n")
 	for _, n := range f.Notes {
 		if strings.HasPrefix(n, "pressure ") {
@@ -693,4 +701,60 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// PSISaturated: a PSI "some" share (avg10, %) at or above this without
+// pressure is the cell's own stalls — the pressure cannot show in it.
+const PSISaturated = 50.0
+
+// sampleMeans are the means of a cell's system samples over its measured
+// repeats.
+type sampleMeans struct {
+	n                                  int
+	dirtyPages, swapPages, ioSome, mem float64
+}
+
+func meansOf(c *runfile.Cell) sampleMeans {
+	var m sampleMeans
+	for _, r := range c.MeasuredRepeats() {
+		for _, s := range r.Samples {
+			m.n++
+			m.dirtyPages += float64(s.NrDirtyPages + s.NrWritebackPages)
+			m.swapPages += float64(s.PswpIn + s.PswpOut)
+			m.ioSome += s.IOSomeAvg10
+			m.mem += s.MemSomeAvg10
+		}
+	}
+	if m.n > 0 {
+		k := float64(m.n)
+		m.dirtyPages, m.swapPages, m.ioSome, m.mem = m.dirtyPages/k, m.swapPages/k, m.ioSome/k, m.mem/k
+	}
+	return m
+}
+
+// pressureEvidence says what the system samples show of a pressure on a
+// cell against its unpressured twin: dirty and writeback pages, swap
+// traffic, and PSI — whose "some" share is no signal where the cell
+// itself keeps it saturated (at or above PSISaturated % without
+// pressure: a busy device's own stalls).
+func pressureEvidence(base, p *runfile.Cell) string {
+	b, q := meansOf(base), meansOf(p)
+	if b.n == 0 || q.n == 0 {
+		return "no samples"
+	}
+	out := []string{fmt.Sprintf("dirty+writeback %s → %s pages", fmtCount(b.dirtyPages), fmtCount(q.dirtyPages))}
+	if p.Pressure == "swap" {
+		out = append(out, fmt.Sprintf("swap in+out %s → %s pages/100 ms", fmtFloat(b.swapPages), fmtFloat(q.swapPages)))
+		out = append(out, psiEvidence("memory some", b.mem, q.mem))
+	} else {
+		out = append(out, psiEvidence("io some", b.ioSome, q.ioSome))
+	}
+	return strings.Join(out, "; ")
+}
+
+func psiEvidence(name string, without, with float64) string {
+	if without >= PSISaturated {
+		return fmt.Sprintf("PSI %s %.0f%% → %.0f%%: not a signal (the cell alone keeps it at %.0f%%)", name, without, with, without)
+	}
+	return fmt.Sprintf("PSI %s %.0f%% → %.0f%%", name, without, with)
 }
