@@ -578,3 +578,31 @@ func TestPSIIsNoSignalWhereTheCellSaturatesIt(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestFirstScreenAnswers: summary.md opens with, per device, the backend
+// and flush policy for each durability with the interval that decided
+// it, and what was excluded — within 25 lines.
+func TestFirstScreenAnswers(t *testing.T) {
+	f := fakeRun()
+	// uring async and uring sync clearly slower: mmap is picked for both.
+	f.Cells[1].DurableMBps, f.Cells[1].CILow.DurableMBps, f.Cells[1].CIHigh.DurableMBps = 217, 213, 221
+	f.Cells[4].DurableMBps, f.Cells[4].CILow.DurableMBps, f.Cells[4].CIHigh.DurableMBps = 5, 4.8, 5.2
+	Analyze(f)
+	lines := strings.Split(Summary(f), "\n")
+	first := strings.Join(lines[:min(25, len(lines))], "\n")
+	for _, want := range []string{"## What to run", "**vda**, 1KiB bodies:",
+		"- ack = durable: **mmap**, flush sync (group commit, SyncFlushTimeout ?) — 11 [10.8–11.2] durable MB/s at 4 producers",
+		"- ack = in memory: **mmap**, flush async (FlushInterval 500ms, FlushLeastPages ?, FlushThoroughInterval ?) — 440 [431–449] durable MB/s at 4 producers",
+		"excluded: transient async: not sustained"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the first 25 lines lack %q:\n%s", want, first)
+		}
+	}
+	// A tie is said as one, with what would separate it.
+	f = fakeRun()
+	Analyze(f)
+	first = strings.Join(strings.Split(Summary(f), "\n")[:25], "\n")
+	if !strings.Contains(first, "- ack = durable: **no single pick** — no significant difference between") || !strings.Contains(first, "more repeats would separate them") {
+		t.Errorf("a tie on the first screen:\n%s", first)
+	}
+}

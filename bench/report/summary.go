@@ -25,8 +25,9 @@ import (
 func Summary(f *runfile.RunFile) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# mqbench run %s\n\n", f.ID)
+	writeAnswer(&b, f)
 	writeContext(&b, f)
-	b.WriteString(SummaryTables(f))
+	writeTables(&b, f)
 	writePlotsSection(&b, f)
 	writeProfiles(&b, f)
 	writeSystemChanges(&b, f)
@@ -167,27 +168,33 @@ func orDefault(s, d string) string {
 // ratios.
 func SummaryTables(f *runfile.RunFile) string {
 	var b strings.Builder
-	writeRecommendations(&b, f)
-	writeAA(&b, f)
-	writeThroughput(&b, f)
-	writeAtDrainOnly(&b, f)
-	writeVersusPebbleWAL(&b, f)
-	writeStageCPU(&b, f)
-	writeLatency(&b, f)
-	writeReplication(&b, f)
-	writeSearches(&b, f)
-	writeFloors(&b, f)
-	writeDurability(&b, f)
-	writePressure(&b, f)
-	writeE2E(&b, f)
-	writeConsume(&b, f)
-	writeRecovery(&b, f)
-	writeSweep(&b, f)
-	writeFailures(&b, f)
-	writeLimits(&b, f)
-	writeRatios(&b, f)
-	writeNotes(&b, f)
+	writeAnswer(&b, f)
+	writeTables(&b, f)
 	return b.String()
+}
+
+// writeTables is everything after the first screen and the run's context.
+func writeTables(b *strings.Builder, f *runfile.RunFile) {
+	writeRecommendations(b, f)
+	writeAA(b, f)
+	writeThroughput(b, f)
+	writeAtDrainOnly(b, f)
+	writeVersusPebbleWAL(b, f)
+	writeStageCPU(b, f)
+	writeLatency(b, f)
+	writeReplication(b, f)
+	writeSearches(b, f)
+	writeFloors(b, f)
+	writeDurability(b, f)
+	writePressure(b, f)
+	writeE2E(b, f)
+	writeConsume(b, f)
+	writeRecovery(b, f)
+	writeSweep(b, f)
+	writeFailures(b, f)
+	writeLimits(b, f)
+	writeRatios(b, f)
+	writeNotes(b, f)
 }
 
 func writePlotsSection(b *strings.Builder, f *runfile.RunFile) {
