@@ -75,9 +75,6 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	if f.Command != "" {
 		fmt.Fprintf(b, "- command: `%s`\n", f.Command)
 	}
-	if f.ConvertedFrom != 0 {
-		fmt.Fprintf(b, "- **converted from schema %d** when read (see the notes: what its drain measured)\n", f.ConvertedFrom)
-	}
 	fmt.Fprintf(b, "- each cell: one unmeasured warm repeat, then %d measured repeats of %s after a %s warm-up, each in a fresh store; repeats run round-robin over the cells in a shuffled order, every system on the same arrivals in a round (seed %d + the round). Figures are **median [confidence interval of the median]**: order statistics, %s\n",
 		c.Repeat, time.Duration(f.Plan.WindowNs), c.Warmup, c.Seed, ciLevelText(c.Repeat))
 	fmt.Fprintf(b, "- window %s: %s\n", time.Duration(f.Plan.WindowNs), f.Plan.WindowWhy)

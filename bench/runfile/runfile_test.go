@@ -126,7 +126,7 @@ func TestWriteReadAndOldSchemas(t *testing.T) {
 	for _, c := range []struct {
 		schema int
 		want   string
-	}{{1, "bytes accepted into buffers"}, {4, "newer than this mqbench"}, {0, "schema 0"}} {
+	}{{1, "bytes accepted into buffers"}, {5, "newer than this mqbench"}, {0, "schema 0"}} {
 		p := filepath.Join(t.TempDir(), "run.json")
 		if err := os.WriteFile(p, []byte(`{"schema": `+string(rune('0'+c.schema))+`, "cells": []}`), 0o644); err != nil {
 			t.Fatal(err)
@@ -138,35 +138,25 @@ func TestWriteReadAndOldSchemas(t *testing.T) {
 	}
 }
 
-// TestSchema2IsConverted: a schema 2 run reads as schema 3, says so, and
-// a peer whose durable position moved only at Drain loses its "not
-// sustained" verdict; one that moved keeps it.
-func TestSchema2IsConverted(t *testing.T) {
-	rep := func(durableEnd int64) Repeat {
-		return Repeat{Status: StatusOK, Result: load.Result{Durability: &load.DurabilityResult{WrittenEndBytes: 100, DurableEndBytes: durableEnd,
-			WrittenAfterDrainBytes: 100, DurableAfterDrainBytes: 100}}}
-	}
-	no := false
-	f := &RunFile{Schema: 2, ID: "old", Peers: []Cell{
-		{Name: "nats", Peer: true, Status: StatusOK, Sustained: &no, Repeats: []Repeat{{Warm: true, Status: StatusOK}, rep(0), rep(0)}},
-		{Name: "slow", Peer: true, Status: StatusOK, Sustained: &no, Repeats: []Repeat{{Warm: true, Status: StatusOK}, rep(5), rep(0)}},
-	}}
+// TestOlderSchemas: schema 3 reads as written, with a note saying what
+// its durable figure counted; schema 2 is refused (no conversion).
+func TestOlderSchemas(t *testing.T) {
 	dir := t.TempDir()
-	if err := Write(dir, f); err != nil {
+	if err := Write(dir, &RunFile{Schema: 3, ID: "old"}); err != nil {
 		t.Fatal(err)
 	}
 	back, err := Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Schema != SchemaVersion || back.ConvertedFrom != 2 || len(back.Notes) != 1 || !strings.Contains(back.Notes[0], "drainNs") {
-		t.Fatalf("converted: schema %d from %d, notes %v", back.Schema, back.ConvertedFrom, back.Notes)
+	if back.Schema != 3 || len(back.Notes) != 1 || !strings.Contains(back.Notes[0], "warm-up backlog") {
+		t.Fatalf("schema 3: schema %d, notes %v", back.Schema, back.Notes)
 	}
-	if p := back.Peers[0]; !p.DurableAtDrainOnly || p.Sustained != nil {
-		t.Errorf("%s: at drain only %v, sustained %v", p.Name, p.DurableAtDrainOnly, p.Sustained)
+	if err := Write(dir, &RunFile{Schema: 2, ID: "older"}); err != nil {
+		t.Fatal(err)
 	}
-	if p := back.Peers[1]; p.DurableAtDrainOnly || p.Sustained == nil || *p.Sustained {
-		t.Errorf("%s: at drain only %v, sustained %v", p.Name, p.DurableAtDrainOnly, p.Sustained)
+	if _, err := Read(dir); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "schema 2") {
+		t.Fatalf("schema 2: %v", err)
 	}
 }
 

@@ -7,15 +7,11 @@ import (
 	"github.com/mqstore/mqstore/bench/load"
 )
 
-// SchemaVersion is run.json's "schema". Schema 2 changed what figures mean
-// (throughput beside what became durable; open-loop percentiles include
-// every arrival; absolute rates; intervals): readers refuse schema 1.
-// Schema 3: an mqstore cell's drainNs is Store.Flush (the CommitLog made
-// durable, as a peer's Drain syncs its log) where it was Close, whose time
-// is now closeNs; a peer that reports durability only when drained has no
-// sustained verdict (durableAtDrainOnly). Read converts schema 2 (see
-// convertFrom2).
-const SchemaVersion = 3
+// SchemaVersion is run.json's "schema". Schema 4: durable bytes count
+// only what was accepted in the window; floors carry their process;
+// derived tails. Read also reads schema 3 as written (with a note) and
+// refuses older schemas, whose figures meant other things.
+const SchemaVersion = 4
 
 // Status of a cell, floor or limit.
 const (
@@ -59,8 +55,6 @@ type RunFile struct {
 	SystemChanges []SystemChange `json:"systemChanges,omitempty"`
 	// Notes are run-level remarks (skipped pressures, devices, rungs).
 	Notes []string `json:"notes,omitempty"`
-	// ConvertedFrom is the schema Read converted the file from (0: none).
-	ConvertedFrom int `json:"convertedFrom,omitempty"`
 }
 
 // Machine describes where a run ran, as it was when the run started.
