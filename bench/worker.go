@@ -115,7 +115,7 @@ func dirtyNeighbour(ctx context.Context, dir string, fileBytes int64) error {
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	buf := Body(7, 1<<20)
+	buf := load.Body(7, 1<<20)
 	var off int64
 	for ctx.Err() == nil {
 		if _, err := f.WriteAt(buf, off); err != nil {

@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string) int {
 		out.Error = err.Error()
 		return emit(out, 1)
 	}
-	out.Describe(info)
+	peers.DescribeOutput(&out, info)
 	p, err := peers.Open(ctx, *peer, *dir, *flush, peerOpts...)
 	if err != nil {
 		out.Error = err.Error()
