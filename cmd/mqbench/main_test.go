@@ -120,8 +120,8 @@ func TestRunConfigFile(t *testing.T) {
 		args     []string
 		stderrIn string
 	}{
-		{[]string{"run", "--config", bad}, `backend "floppy"`},                          // the file's list is used
-		{[]string{"run", "--config=" + zero}, "repeat 0"},                               // and its scalars
+		{[]string{"run", "--config", bad}, `backend "floppy"`},                            // the file's list is used
+		{[]string{"run", "--config=" + zero}, "repeat 0"},                                 // and its scalars
 		{[]string{"run", "--config", zero, "--backends", "floppy2"}, `backend "floppy2"`}, // a flag overrides the file
 		{[]string{"run", "--config", typo}, `unknown field "backend"`},
 		{[]string{"run", "--config", filepath.Join(dir, "missing.json")}, "missing.json"},
