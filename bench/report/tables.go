@@ -158,7 +158,8 @@ func writeAA(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.AA) == 0 {
 		return
 	}
-	b.WriteString("## A/A check (one cell measured twice, as if two systems)\n\n| cell | figure | A | A again | U test | verdict |\n|---|---|---:|---:|---:|---|\n")
+	b.WriteString("## A/A check (one cell measured twice, as if two systems)\n\n")
+	t := newTable(b, "cell", "figure", "A>", "A again>", "U test>", "verdict")
 	different, n := 0, 0
 	for _, c := range f.AA {
 		f := fmtFloat
@@ -173,7 +174,7 @@ func writeAA(b *strings.Builder, f *runfile.RunFile) {
 			different++
 		}
 		n = max(n, c.N)
-		fmt.Fprintf(b, "| %s | %s | %s | %s | p = %.2f (n = %d) | %s |\n", c.A, c.Figure, ci(c.AInterval, f), ci(c.BInterval, f), c.P, c.N, verdict)
+		t.row(c.A, c.Figure, ci(c.AInterval, f), ci(c.BInterval, f), fmt.Sprintf("p = %.2f (n = %d)", c.P, c.N), verdict)
 	}
 	if different > 0 {
 		fmt.Fprintf(b, "\n**The harness called an identical cell different in %d of %d figure(s)**: this run's differences of that size are not to be trusted (a noisy machine, or drift across the run).\n\n", different, len(f.AA))
@@ -213,8 +214,8 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Throughput (closed loop)\n\n")
-	b.WriteString("| backend | size | flush | producers | msgs/s | accepted MB/s | durable MB/s | backlog | drain | time-to-durable MB/s | msgs/group commit | ÷ group-commit limit | sustained | p50 | p99 | p99.9 | CPU s/GiB | allocs/msg |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	t := newTable(b, "backend", "size>", "flush", "producers>", "msgs/s>", "accepted MB/s>", "durable MB/s>", "backlog>", "drain>", "time-to-durable MB/s>",
+		"msgs/group commit>", "÷ group-commit limit>", "sustained", "p50>", "p99>", "p99.9>", "CPU s/GiB>", "allocs/msg>")
 	for _, c := range rows {
 		durable, backlog, drain, ttd := "—", "—", "—", "—"
 		switch {
@@ -231,7 +232,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		if c.WrittenMBps == 0 {
 			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, c.Producers,
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmt.Sprint(c.Producers),
 			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, ratioText(f, "group-commit", c), sustainedText(c),
 			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
@@ -290,8 +291,8 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].RatePerSec < rows[j].RatePerSec })
 	fmt.Fprintf(b, "## Latency (open loop, %s arrivals at absolute rates; completion − intended start)\n\n", f.Config.Arrival)
-	b.WriteString("| backend | size | flush | rate | status | achieved msgs/s | samples | p50 | p99 | p99.9 | max | floor p99.9 | service p99.9 | unstarted | sustained | sustainable rate |\n")
-	b.WriteString("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	t := newTable(b, "backend", "size>", "flush", "rate>", "status", "achieved msgs/s>", "samples>", "p50>", "p99>", "p99.9>", "max>", "floor p99.9>",
+		"service p99.9>", "unstarted>", "sustained", "sustainable rate>")
 	for _, c := range rows {
 		status := c.Status
 		if c.GeneratorBound {
@@ -307,7 +308,7 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 				sustainable = "≥ " + sustainable + " (saturated at " + fmtCount(s.SaturatedAtPerSec) + "; the probes ran out before 10 %)"
 			}
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush,
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush,
 			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), tailCount(c), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"),
 			tailText(c, "maxNs"), floor, serviceText(c), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
 	}
@@ -336,7 +337,8 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Searches) == 0 {
 		return
 	}
-	b.WriteString("## Highest sustainable rate (open loop; probes of one repeat each)\n\n| system | sustainable msgs/s | saturated at | in flight | probes (rate: status) |\n|---|---:|---:|---:|---|\n")
+	b.WriteString("## Highest sustainable rate (open loop; probes of one repeat each)\n\n")
+	t := newTable(b, "system", "sustainable msgs/s>", "saturated at>", "in flight>", "probes (rate: status)")
 	for _, s := range f.Searches {
 		var probes []string
 		bound := false
@@ -372,7 +374,7 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		if s.InFlight > 0 {
 			inFlight = fmt.Sprint(s.InFlight)
 		}
-		fmt.Fprintf(b, "| %s %s %s | %s | %s | %s | %s |\n", name, sizeLabel(s.Size), s.Flush, sus, sat, inFlight, strings.Join(probes, ", "))
+		t.row(name+" "+sizeLabel(s.Size)+" "+s.Flush, sus, sat, inFlight, strings.Join(probes, ", "))
 	}
 	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %. With W requests in flight of mean service time S the open loop offers at most W ÷ S (Little's law): a saturated probe that achieved at least 90 % of that is *in-flight bound* — the generator's limit, not the system's.\n\n")
 }
@@ -381,12 +383,13 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Floors) == 0 {
 		return
 	}
-	b.WriteString("## The harness's floor (the same schedule against a no-op)\n\n| rate | pressure | status | p50 | p99 | p99.9 |\n|---:|---|---|---:|---:|---:|\n")
+	b.WriteString("## The harness's floor (the same schedule against a no-op, in the process that drives the cells)\n\n")
+	t := newTable(b, "rate>", "process", "pressure", "status", "p50>", "p99>", "merged p99.9>")
 	for _, fl := range f.Floors {
 		iv := func(name string) string {
 			return ci(runfile.Interval{Median: float64(pick(fl, name)), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", fmtCount(fl.RatePerSec), fl.Pressure, fl.Status, iv("p50Ns"), iv("p99Ns"), iv("p999Ns"))
+		t.row(fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure, fl.Status, iv("p50Ns"), iv("p99Ns"), fmtNs(floorP999(&fl)))
 	}
 	b.WriteString("\n")
 }
@@ -537,13 +540,13 @@ func writeE2E(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## End to end (open-loop producers, one long-polling consumer per queue; store-to-delivery latency)\n\n")
-	b.WriteString("| backend | size | flush | rate | status | delivered msgs/s | p50 | p99 | p99.9 | max | Put latency p99.9 | unstarted |\n|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	t := newTable(b, "backend", "size>", "flush", "rate>", "status", "delivered msgs/s>", "p50>", "p99>", "p99.9>", "max>", "Put latency p99.9>", "unstarted>")
 	for _, c := range rows {
 		status := c.Status
 		if c.GeneratorBound {
 			status += " †"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
 			fig(c, "msgsPerSec", fmtCount), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), tailText(c, "maxNs"),
 			serviceText(c), fmtPct(c.Max.UnstartedFraction))
 	}
@@ -556,13 +559,13 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	fmt.Fprintf(b, "## Consume (catch-up read of a %s CommitLog through the ConsumeQueue, one queue, to a loopback TCP reader)\n\n", sizeLabel(int(f.Config.ConsumeBytes)))
-	b.WriteString("| backend | size | variant | msgs/s | GB/s | sender CPU s/GiB | process CPU s/GiB | resident after drop |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
+	t := newTable(b, "backend", "size>", "variant", "msgs/s>", "GB/s>", "sender CPU s/GiB>", "process CPU s/GiB>", "resident after drop>")
 	for _, c := range rows {
 		resident := "—"
 		if strings.HasPrefix(c.Variant, "cold") {
 			resident = fmtPct(c.ResidentFraction)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Variant,
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Variant,
 			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }),
 			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
 	}
@@ -575,13 +578,13 @@ func writeRecovery(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	fmt.Fprintf(b, "## Recovery (engine.Open after SIGKILL of a producer holding a %s CommitLog)\n\n", sizeLabel(int(f.Config.RecoveryBytes)))
-	b.WriteString("| backend | size | variant | CommitLog scanned | open time | GB/s scanned |\n|---|---:|---|---:|---:|---:|\n")
+	t := newTable(b, "backend", "size>", "variant", "CommitLog scanned>", "open time>", "GB/s scanned>")
 	for _, c := range rows {
 		scanned := int64(0)
 		if len(c.Repeats) > 0 {
 			scanned = c.Repeats[0].Result.PayloadBytes
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %.0f MB | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Variant, float64(scanned)/1e6,
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Variant, fmt.Sprintf("%.0f MB", float64(scanned)/1e6),
 			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }))
 	}
 	b.WriteString("\nA child process fills the store (async) and is killed with SIGKILL holding it; engine.Open then recovers it. MB/s counts the CommitLog bytes recovery scanned.\n\n")
@@ -639,7 +642,8 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 	if len(ok) == 0 {
 		return
 	}
-	b.WriteString("## Limits (same run, same directory, no engine)\n\n| limit | tool | block/record | MB/s | ops/s | p50 | p99 | p99.9 |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("## Limits (same run, same directory, no engine)\n\n")
+	t := newTable(b, "limit", "tool", "block/record>", "MB/s>", "ops/s>", "p50>", "p99>", "p99.9>")
 	for _, l := range ok {
 		lat := func(name string) string {
 			if l.Figures.Figure(name) == 0 {
@@ -655,7 +659,7 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 		if l.MBPerSec > 0 {
 			mbps = ci(l.Interval("mbPerSec"), fmtFloat)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.Tool, size,
+		t.row(limitLabel(f, l), l.Tool, size,
 			mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
 	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
@@ -694,9 +698,10 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		if len(rows) == 0 {
 			continue
 		}
-		fmt.Fprintf(b, "### %s\n\n| cell | against | figure | ratio | note |\n|---|---|---|---:|---|\n", titles[kind])
+		fmt.Fprintf(b, "### %s\n\n", titles[kind])
+		t := newTable(b, "cell", "against", "figure", "ratio>", "note")
 		for _, r := range rows {
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", r.Cell, r.Against, r.Figure,
+			t.row(r.Cell, r.Against, r.Figure,
 				withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" }), r.Note)
 		}
 		b.WriteString("\n")
