@@ -50,17 +50,6 @@ func known(name, workload, backend, flush string, producers int, figs map[string
 	return c
 }
 
-func limitWith(name string, figure string, med, lo, hi float64) runfile.Limit {
-	l := runfile.Limit{Name: name, Target: "vda", Status: runfile.StatusOK, CILevel: 0.9375}
-	switch figure {
-	case "p50Ns":
-		l.Figures.P50Ns, l.CILow.P50Ns, l.CIHigh.P50Ns = int64(med), int64(lo), int64(hi)
-	case "mbPerSec":
-		l.Figures.MBPerSec, l.CILow.MBPerSec, l.CIHigh.MBPerSec = med, lo, hi
-	}
-	return l
-}
-
 func baseRun() *runfile.RunFile {
 	f := fakeRun()
 	f.Cells, f.Peers, f.Limits, f.Floors = nil, nil, nil, nil
