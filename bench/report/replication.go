@@ -90,7 +90,7 @@ func replFigs(c *runfile.Cell) []any {
 		fmtPct(c.Max.ReplUnackedFraction), fig(c, "slaveDurableMBps", fmtFloat)}
 }
 
-// writeNamedComparison is issue 16's table: per backend, size and point
+// writeNamedComparison is the ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH table: per backend, size and point
 // (producer count or offered rate), the four named configurations.
 func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 	type point struct {
@@ -139,7 +139,7 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 		}
 		return a.producers < c.producers || (a.producers == c.producers && a.rate < c.rate)
 	})
-	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (issue 16; master to slave: %s)\n\n", delayText(delay))
+	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (master to slave: %s)\n\n", delayText(delay))
 	b.WriteString("\"Usually configure master and slave with ASYNC_FLUSH, and SYNC_MASTER replication between them: even if one machine fails, no data is lost.\" Each group compares the four configurations at the same producers (closed loop: throughput, service-time percentiles) or the same offered rate (open loop: latency from the intended start); the ratio is to SYNC_FLUSH alone, a difference is called only where the intervals separate.\n\n")
 	b.WriteString("| backend, size | point | configuration | status | msgs/s | ÷ SYNC_FLUSH alone | p50 | p99 | p99.9 | lag p50 / p99 | losing the master's machine loses |\n")
 	b.WriteString("|---|---|---|---|---:|---|---:|---:|---:|---|---|\n")
