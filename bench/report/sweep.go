@@ -123,7 +123,8 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 	}
 	b.WriteString("## Flush-policy sweep (durable throughput against p99.9; ★ = on the Pareto front)\n\n")
 	for _, s := range series {
-		fmt.Fprintf(b, "### %s\n\n| policy | durable msgs/s | p99.9 | front |\n|---|---:|---:|---|\n", s.key)
+		fmt.Fprintf(b, "### %s\n\n", s.key)
+		t := newTable(b, "policy", "durable msgs/s>", "p99.9>", "front")
 		onFront := map[int]bool{}
 		for _, i := range s.front {
 			onFront[i] = true
@@ -133,7 +134,7 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 			if onFront[i] {
 				star = "★"
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", p.Label, ci(p.Thr, fmtCount), ci(p.P999, fmtNsF), star)
+			t.row(p.Label, ci(p.Thr, fmtCount), ci(p.P999, fmtNsF), star)
 		}
 		var names []string
 		for _, i := range s.front {

@@ -671,10 +671,11 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 	if len(ls) == 0 {
 		return
 	}
-	b.WriteString("### The group-commit limit (N records as one pwrite + fdatasync on a pre-written file)\n\n| limit | record | N (producers) | in flight | ops/s | msgs/s (N × ops/s) | MB/s | p50 per op | p99 per op |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("### The group-commit limit (N records as one pwrite + fdatasync on a pre-written file)\n\n")
+	t := newTable(b, "limit", "record>", "N (producers)>", "in flight>", "ops/s>", "msgs/s (N × ops/s)>", "MB/s>", "p50 per op>", "p99 per op>")
 	for _, l := range ls {
-		fmt.Fprintf(b, "| %s | %d B (%s %s body) | %d | %d | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.RecordBytes, l.Params["message"], sizeLabel(l.SizeBytes),
-			l.Producers, l.InFlight, ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
+		t.row(limitLabel(f, l), fmt.Sprintf("%d B (%s %s body)", l.RecordBytes, l.Params["message"], sizeLabel(l.SizeBytes)),
+			fmt.Sprint(l.Producers), fmt.Sprint(l.InFlight), ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
 			ci(l.Interval("p50Ns"), fmtNsF), ci(l.Interval("p99Ns"), fmtNsF))
 	}
 	b.WriteString("\nThe best a group commit of N producers can do on this device: each op writes N records of the cell's message, as one write, at the next offset of a file made as the engine makes a pre-written segment (data only, no extent conversion), then fdatasyncs; *in flight 2*: two goroutines at once, each on its own half of the one file (two syncs in flight on one segment, as a pipelined commit would). A sync throughput cell's *÷ group-commit limit* is its msgs/s over the better of the two at its producer count.\n\n")
