@@ -606,3 +606,17 @@ func TestFirstScreenAnswers(t *testing.T) {
 		t.Errorf("a tie on the first screen:\n%s", first)
 	}
 }
+
+// TestSweepDecidesOnNoBound: the Pareto front's p99.9 is the merged
+// tail's; a bound (5 samples above) carries no interval to separate on.
+func TestSweepDecidesOnNoBound(t *testing.T) {
+	f := &runfile.RunFile{Cells: []runfile.Cell{spreadCell("latency-mmap-1024-sync-r1000", "mmap", "sync", "none", 2000, 0.5)}}
+	Analyze(f)
+	c := &f.Cells[0]
+	if iv := tailInterval(c, "p999Ns"); iv.Level != 0 || iv.Median < 3.9e6 {
+		t.Errorf("p99.9 (a bound) %+v", iv)
+	}
+	if iv := tailInterval(c, "p99Ns"); iv.Level == 0 || iv.Lo > iv.Median || iv.Hi < iv.Median {
+		t.Errorf("p99 (a figure) %+v", iv)
+	}
+}
