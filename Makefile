@@ -88,16 +88,16 @@ bench-pressure:
 bench-sweep:
 	$(GO) run ./cmd/mqbench sweep --dir . --backends mmap,uring --segment-size 64MiB --duration 1s --warmup 300ms $(BENCH_FLAGS)
 
-## bench-durable: issue 15's table — sync flush at 1, 4, 16, 64 and 256 producers, every backend and the pebble-wal peer,
+## bench-durable: the durable-path table — sync flush at 1, 4, 16, 64 and 256 producers, every backend and the pebble-wal peer,
 ## 1 KiB, 5 measured repeats of 1 s, the device limits (the 4 KiB write+fdatasync on a fallocated and on a pre-written
-## file, segment creation) — and summary.md's "Goals (issue 15)" section. About 6 minutes on 2 cores (the estimate is
-## printed at the start). The async goals need BENCH_FLAGS='--flush async,sync --workloads throughput,e2e --rates 1000'.
+## file, segment creation). About 6 minutes on 2 cores (the estimate is printed at the start). Async end to end beside it:
+## BENCH_FLAGS='--flush async,sync --workloads throughput,e2e --rates 1000'.
 bench-durable:
 	$(GO) run ./cmd/mqbench run --dir . --sizes 1024 --flush sync --workloads throughput --producers 1,4,16,64,256 --peers pebble-wal \
 		--repeat 5 --duration 1s --warmup 200ms --no-profile --segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 \
 		--memcpy-bytes 64MiB --memcpy-duration 300ms --fault-bytes 128MiB $(BENCH_FLAGS)
 
-## bench-replication: issue 16's comparison — mmap and uring-direct, 1 KiB, async and sync flush, each without a slave, with an
+## bench-replication: the replication comparison — mmap and uring-direct, 1 KiB, async and sync flush, each without a slave, with an
 ## ASYNC_MASTER slave and with a SYNC_MASTER slave (its own process and directory), closed loop at 16 and 64 producers and the
 ## open loop at 1000 msgs/s: throughput, latency, replication lag and the slave's durable rate, and summary.md's
 ## ASYNC_FLUSH + SYNC_MASTER vs SYNC_FLUSH table. About 10 minutes on 2 cores. BENCH_FLAGS='--ha-delay 1ms' puts an
@@ -107,9 +107,9 @@ bench-replication:
 		--producers 16,64 --rates 1000 --workloads throughput,latency --peers "" --repeat 5 --duration 1s --warmup 200ms \
 		--search-probes 0 --no-profile --no-limits --segment-size 64MiB $(BENCH_FLAGS)
 
-## bench-peers: issue 13's comparison with the peers as their maintainers would run them (pebble-wal, pebble v2 tuned, NATS over
-## loopback TCP): mmap and uring-direct, async and sync, 1, 16 and 64 producers, 3 measured repeats, every body size — the
-## issue's command; summary.md gives each system ÷ pebble-wal and the durability table. The automatic window makes it long
+## bench-peers: the comparison with the peers as their maintainers would run them (pebble-wal, pebble v2 tuned, NATS over
+## loopback TCP): mmap and uring-direct, async and sync, 1, 16 and 64 producers, 3 measured repeats, every body size;
+## summary.md gives each system ÷ pebble-wal and the durability table. The automatic window makes it long
 ## (an hour or more on 2 cores): BENCH_FLAGS='--duration 1s --sizes 1024' runs it in about 5 minutes.
 bench-peers:
 	$(GO) run ./cmd/mqbench run --dir . --backends mmap,uring-direct --peers pebble-wal,pebble,nats --flush async,sync \

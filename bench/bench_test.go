@@ -26,7 +26,7 @@ func testConfig(t *testing.T) Config {
 	root := t.TempDir()
 	cfg := DefaultConfig()
 	cfg.Backends, cfg.Sizes, cfg.Flushes, cfg.Peers = []string{"mmap"}, []int{1024}, []string{"async"}, nil
-	cfg.Producers, cfg.Rates, cfg.Repeat = []int{2}, []float64{200}, 2
+	cfg.Producers, cfg.Rates, cfg.Repeat, cfg.InFlight = []int{2}, []float64{200}, 2, 8
 	cfg.Duration, cfg.Warmup, cfg.SearchProbes, cfg.SearchDuration = 300*time.Millisecond, 50*time.Millisecond, 0, 200*time.Millisecond
 	cfg.Dir, cfg.Out, cfg.ProfilesRoot = root, filepath.Join(root, "results"), filepath.Join(root, "profiles")
 	cfg.NoLimits, cfg.Profile, cfg.ColdReads = true, false, false
@@ -107,13 +107,29 @@ func TestEndToEndRun(t *testing.T) {
 		for _, c := range f.Cells {
 			if c.Workload == "latency" {
 				lat++
-				if c.RatePerSec != 200 || c.FloorP999Ns != f.Floors[0].P999Ns {
+				// The floor's merged tail (of every measured repeat).
+				if c.RatePerSec != 200 || c.FloorP999Ns != f.Floors[0].Tail.Point("p999Ns").ValueNs {
 					t.Errorf("%s: rate %v, floor %v", c.Name, c.RatePerSec, c.FloorP999Ns)
 				}
 			}
 		}
 		if lat != 2 || len(f.Searches) != 2 {
 			t.Errorf("%d latency cells, %d searches; want 2 and 2", lat, len(f.Searches))
+		}
+		// The floor ran in the cells' rounds: the first round of a latency
+		// cell started before the floor's last one.
+		first := func(r runfile.Repeat) int64 {
+			if len(r.Samples) == 0 {
+				t.Fatalf("a repeat without samples: %+v", r)
+			}
+			return r.Samples[0].UnixNs
+		}
+		floorLast, interleaved := first(f.Floors[0].Repeats[cfg.Repeat]), false
+		for _, c := range f.Cells {
+			interleaved = interleaved || (c.Workload == "latency" && first(c.Repeats[0]) < floorLast)
+		}
+		if !interleaved {
+			t.Error("the floor's repeats all ran before the latency cells'")
 		}
 	}
 	for _, name := range []string{runfile.FileName, "bench.txt", "summary.md", "throughput-mmap-1024-async-p2.hgrm", "throughput-async.png"} {
@@ -162,8 +178,8 @@ func TestEndToEndRun(t *testing.T) {
 // sync flush (one fdatasync per message) cannot keep 20 000 msgs/s; the
 // cell is saturated and the search finds a rate it sustains below it. The
 // no-op floor keeps that rate on any machine this runs on; if it does not
-// (a machine too loaded to offer the rate), the rung is dropped for every
-// system, and the run says so.
+// (a machine too loaded to offer the rate), the cells at that rate are
+// skipped with the floor's reason, and the run says so.
 func TestSaturatedCellReportsItsSustainableRate(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Workloads, cfg.Flushes, cfg.Rates, cfg.InFlight, cfg.Repeat = []string{"latency"}, []string{"sync"}, []float64{20000}, 1, 2
@@ -177,7 +193,7 @@ func TestSaturatedCellReportsItsSustainableRate(t *testing.T) {
 	}
 	if f.Floors[0].Status != runfile.StatusOK {
 		t.Logf("the floor could not keep 20000/s here: %s", f.Floors[0].Reason)
-		if len(f.Cells) != 0 || !strings.Contains(strings.Join(f.Notes, " "), "rate 20000 msgs/s not run") {
+		if len(f.Cells) != 1 || f.Cells[0].Status != runfile.StatusSkipped || !strings.Contains(strings.Join(f.Notes, " "), "the cells at this rate are not compared") {
 			t.Fatalf("a saturated floor: cells %d, notes %v", len(f.Cells), f.Notes)
 		}
 		return
@@ -192,6 +208,14 @@ func TestSaturatedCellReportsItsSustainableRate(t *testing.T) {
 		}
 	}
 	s := f.Searches[0]
+	if s.InFlight != 1 {
+		t.Errorf("search in flight %d, want the run's 1", s.InFlight)
+	}
+	for _, p := range s.Probes {
+		if p.InFlightCapPerSec <= 0 {
+			t.Errorf("probe at %.0f/s has no in-flight cap", p.RatePerSec)
+		}
+	}
 	if s.SaturatedAtPerSec == 0 || s.SaturatedAtPerSec > 20000 || len(s.Probes) == 0 || s.SustainableRatePerSec >= s.SaturatedAtPerSec ||
 		c.SustainableRatePerSec != s.SustainableRatePerSec {
 		t.Errorf("search %+v, cell's sustainable rate %v", s, c.SustainableRatePerSec)
@@ -444,11 +468,12 @@ func TestPlanCountsCells(t *testing.T) {
 	cfg.Duration, cfg.Warmup = time.Second, 200*time.Millisecond
 	p := plan(&cfg, false, 1)
 	// mqstore: 2 backends × 2 flushes × (2 producers + 2 rates) = 16, + the
-	// A/A twin; nats: 2 flushes × (2 + 2) = 8; floors 2; probes (2×2 + 2) × 3.
-	if p.Cells != 25 || p.Runs != 6*(25+2)+18 {
-		t.Errorf("plan %+v: want 25 cells, %d runs", p, 6*(25+2)+18)
+	// A/A twin; nats: 2 flushes × (2 + 2) = 8; floors 2 rates × 2 processes
+	// (mqbench's and the peers'); probes (2×2 + 2) × 3.
+	if p.Cells != 25 || p.Runs != 6*(25+4)+18 {
+		t.Errorf("plan %+v: want 25 cells, %d runs", p, 6*(25+4)+18)
 	}
-	want := 6*(17*(0.2+1+storeRunOverhead.Seconds())+8*(0.2+1+peerRunOverhead.Seconds())+2*(0.2+1+floorRunOverhead.Seconds())) + 18*(0.2+1+storeRunOverhead.Seconds())
+	want := 6*(17*(0.2+1+storeRunOverhead.Seconds())+8*(0.2+1+peerRunOverhead.Seconds())+4*(0.2+1+floorRunOverhead.Seconds())) + 18*(0.2+1+storeRunOverhead.Seconds())
 	if d := p.EstimatedSeconds - want; d > 1e-6 || d < -1e-6 {
 		t.Errorf("estimate %v s, want %v", p.EstimatedSeconds, want)
 	}
@@ -456,12 +481,12 @@ func TestPlanCountsCells(t *testing.T) {
 	// and with a SYNC_MASTER slave (no search probes, no twin of theirs),
 	// and without a slave only when "none" is in the axis.
 	cfg.Replication = []string{ReplicationNone, ReplicationAsync, ReplicationSync}
-	if p := plan(&cfg, false, 1); p.Cells != 25+32 || p.Runs != 6*(57+2)+18 {
-		t.Errorf("plan with replication %+v: want 57 cells, %d runs", p, 6*(57+2)+18)
+	if p := plan(&cfg, false, 1); p.Cells != 25+32 || p.Runs != 6*(57+4)+18 {
+		t.Errorf("plan with replication %+v: want 57 cells, %d runs", p, 6*(57+4)+18)
 	}
 	cfg.Replication = []string{ReplicationSync}
-	if p := plan(&cfg, false, 1); p.Cells != 16+8 || p.Runs != 6*(24+2)+6 {
-		t.Errorf("plan with a SYNC_MASTER only %+v: want 24 cells (no twin: it is of a cell without a slave), %d runs", p, 6*(24+2)+6)
+	if p := plan(&cfg, false, 1); p.Cells != 16+8 || p.Runs != 6*(24+4)+6 {
+		t.Errorf("plan with a SYNC_MASTER only %+v: want 24 cells (no twin: it is of a cell without a slave), %d runs", p, 6*(24+4)+6)
 	}
 }
 
@@ -540,5 +565,33 @@ func TestCellSaturation(t *testing.T) {
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestEffectiveInFlight: --inflight 0 gives the open loop twice the
+// largest closed-loop producer count (at least 64), so that it can offer
+// twice what the closed loop completes; a given count is kept.
+func TestEffectiveInFlight(t *testing.T) {
+	cfg := DefaultConfig()
+	if cfg.InFlight != 0 {
+		t.Fatalf("default in flight %d, want 0 (chosen)", cfg.InFlight)
+	}
+	for _, c := range []struct {
+		producers []int
+		given     int
+		want      int
+	}{{[]int{1, 4, 16, 64, 256}, 0, 512}, {[]int{16}, 0, 64}, {[]int{1, 48}, 0, 96}, {nil, 0, 64}, {[]int{256}, 8, 8}} {
+		cfg.Producers, cfg.InFlight = c.producers, c.given
+		if got := EffectiveInFlight(&cfg); got != c.want {
+			t.Errorf("producers %v, --inflight %d: %d in flight, want %d", c.producers, c.given, got, c.want)
+		}
+	}
+	cfg = DefaultConfig()
+	if err := Validate(&cfg); err != nil {
+		t.Errorf("the default (chosen) in flight does not validate: %v", err)
+	}
+	cfg.InFlight = -1
+	if err := Validate(&cfg); err == nil || !strings.Contains(err.Error(), "in flight -1") {
+		t.Errorf("in flight -1: %v", err)
 	}
 }

@@ -89,7 +89,7 @@ func DefaultConfig() Config {
 	return Config{
 		Backends: DefaultBackends(), Sizes: []int{128, 1024, 4096}, Flushes: []string{"async", "sync"},
 		Workloads: []string{string(load.Throughput), string(load.Latency)}, Pressures: []string{PressureNone},
-		Peers: DefaultPeers(), Producers: DefaultProducers(), InFlight: 8, Warmup: 500 * time.Millisecond, Repeat: 5,
+		Peers: DefaultPeers(), Producers: DefaultProducers(), InFlight: 0, Warmup: 500 * time.Millisecond, Repeat: 5,
 		Rates: DefaultRates(), Arrival: string(load.Poisson), Seed: 1, SearchProbes: 6, SearchDuration: time.Second, AA: true,
 		Replication: []string{ReplicationNone},
 		Dir:         ".", Out: "results", ProfilesRoot: "profiles", Profile: true, ProfileDuration: time.Second,
@@ -104,6 +104,11 @@ func DefaultConfig() Config {
 }
 
 func hasWorkload(c *Config, w string) bool { return slices.Contains(c.Workloads, w) }
+
+// hasOpenLoop reports whether the run has open-loop workloads.
+func hasOpenLoop(c *Config) bool {
+	return hasWorkload(c, string(load.Latency)) || hasWorkload(c, WorkloadE2E)
+}
 
 // runsUnder reports whether workload w runs under pressure.
 func runsUnder(c *Config, w, pressure string) bool {
@@ -218,7 +223,7 @@ func Validate(c *Config) error {
 	if _, err := load.ParseArrival(c.Arrival); err != nil {
 		return err
 	}
-	open := hasWorkload(c, string(load.Latency)) || hasWorkload(c, WorkloadE2E)
+	open := hasOpenLoop(c)
 	switch {
 	case len(c.Pressures) == 0:
 		return fmt.Errorf("pressures must not be empty (none is the baseline)")
@@ -233,8 +238,8 @@ func Validate(c *Config) error {
 		return fmt.Errorf("the throughput workload needs a --producers list")
 	case open && len(c.Rates) == 0:
 		return fmt.Errorf("the latency and e2e workloads need a --rates ladder")
-	case c.InFlight <= 0:
-		return fmt.Errorf("in flight %d: want > 0", c.InFlight)
+	case c.InFlight < 0:
+		return fmt.Errorf("in flight %d: want > 0, or 0 to choose it", c.InFlight)
 	case c.Duration < 0 || c.Warmup < 0:
 		return fmt.Errorf("duration %v, warmup %v: want ≥ 0 (duration 0 chooses it)", c.Duration, c.Warmup)
 	case c.Repeat <= 0:
@@ -248,6 +253,30 @@ func Validate(c *Config) error {
 			c.MemcpyBytes, c.MemcpyDuration, c.FaultBytes, c.DeviceProbeBytes, c.SyncProbeCount)
 	}
 	return nil
+}
+
+// Open-loop workers when --inflight is 0: InFlightPerProducer × the
+// largest closed-loop producer count, at least MinAutoInFlight.
+const (
+	MinAutoInFlight     = 64
+	InFlightPerProducer = 2
+)
+
+// EffectiveInFlight is the open loop's worker count: the given one, or
+// (0) enough that the open loop is not what limits a rate search. An open
+// loop with W requests in flight of mean service time S offers at most
+// W ÷ S (Little's law); the closed loop with P producers completes P ÷ S,
+// so W = 2 × the largest P lets the search go to twice the best closed
+// loop before the generator, not the store, is the limit.
+func EffectiveInFlight(c *Config) int {
+	if c.InFlight > 0 {
+		return c.InFlight
+	}
+	p := 0
+	if len(c.Producers) > 0 {
+		p = slices.Max(c.Producers)
+	}
+	return max(MinAutoInFlight, InFlightPerProducer*p)
 }
 
 // spec returns the load spec of one cell's repeat.

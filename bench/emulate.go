@@ -69,13 +69,11 @@ func (r *runner) setupHDD(ctx context.Context, base *target) (*target, error) {
 		return nil, err
 	}
 	mm := strings.TrimSpace(string(majMin))
-	bps, iops := fmt.Sprint(r.cfg.HDDBandwidthBytes), fmt.Sprint(r.cfg.HDDIOPS)
-	cg, err := j.MakeCgroup("blkio", fmt.Sprintf("mqbench-%d-hdd", os.Getpid()), [][2]string{
-		{"blkio.throttle.write_bps_device", mm + " " + bps}, {"blkio.throttle.read_bps_device", mm + " " + bps},
-		{"blkio.throttle.write_iops_device", mm + " " + iops}, {"blkio.throttle.read_iops_device", mm + " " + iops}})
+	icg, err := j.MakeIOCgroup(fmt.Sprintf("mqbench-%d-hdd", os.Getpid()), mm, int64(r.cfg.HDDBandwidthBytes), int64(r.cfg.HDDIOPS))
 	if err != nil {
 		return nil, err
 	}
+	cg := icg.Dir
 	work, err := os.MkdirTemp(mnt, "mqbench-")
 	if err != nil {
 		return nil, err
@@ -83,16 +81,23 @@ func (r *runner) setupHDD(ctx context.Context, base *target) (*target, error) {
 	t := &target{label: "hdd-emulated", work: work, emulated: true, blkio: cg}
 	t.device = DescribeDevice(work)
 	t.device.Dir, t.device.Emulated, t.device.Label, t.device.Model = mnt, true, t.label, EmulatedHDDModel
-	t.device.Kind = "EMULATED 7200 rpm HDD (loop device throttled by cgroup v1 blkio)"
+	t.device.Kind = fmt.Sprintf("EMULATED 7200 rpm HDD (loop device throttled by cgroup v%d %s)", icg.Version, map[int]string{1: "blkio", 2: "io.max"}[icg.Version])
 	// cgroup v1 charges the kernel's writeback to the root blkio cgroup: the
 	// throttle does not reach buffered writes that the flusher threads write
 	// back, so async cells of buffered backends here are not limited by it.
-	t.device.BufferedWritebackThrottled = false
+	// cgroup v2 charges writeback to the cgroup that dirtied the pages.
+	t.device.BufferedWritebackThrottled = icg.Version == 2
+	// A bandwidth and IOPS limit charges no seek or rotation: nothing is
+	// recommended from this device (runfile.Device.ModelsSeeks).
+	t.device.ModelsSeeks = false
+	writeback := "writeback by the kernel's flusher threads is charged to the root blkio cgroup in cgroup v1, so only I/O the store's own threads submit " +
+		"(fsync/fdatasync/msync, O_DIRECT and io_uring writes, reads) is throttled"
+	if icg.Version == 2 {
+		writeback = "cgroup v2 charges writeback to the cgroup that dirtied the pages, so buffered writes are throttled too"
+	}
 	t.device.Note = fmt.Sprintf("EMULATED: %s (major:minor %s, direct I/O) on a sparse %s image on %s's file system (%s), ext4, marked rotational; "+
-		"cgroup v1 blkio throttle %s: %.0f MB/s and %s IOPS each way. Not modelled: seek and rotational latency of a single request; "+
-		"writeback by the kernel's flusher threads is charged to the root blkio cgroup in cgroup v1, so only I/O the store's own threads submit "+
-		"(fsync/fdatasync/msync, O_DIRECT and io_uring writes, reads) is throttled.",
-		dev, mm, sizeLabel(int(r.cfg.EmulateImageBytes)), base.label, base.device.Device, cg, float64(r.cfg.HDDBandwidthBytes)/1e6, iops)
+		"%s: %.0f MB/s and %d IOPS each way. Not modelled: seek and rotational latency of a single request (so no recommendation is drawn from it); %s.",
+		dev, mm, sizeLabel(int(r.cfg.EmulateImageBytes)), base.label, base.device.Device, icg, float64(r.cfg.HDDBandwidthBytes)/1e6, r.cfg.HDDIOPS, writeback)
 	return t, nil
 }
 

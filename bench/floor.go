@@ -3,34 +3,51 @@ package bench
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// floorPhase measures the load generator's own latency at every rate of
-// the ladder — the same schedule (rate, arrivals, workers, window, seeds)
-// against an operation that does nothing, interleaved like the cells — and
-// returns the rates the generator can offer: a rate whose floor saturates
-// (the generator cannot keep its own schedule on this machine) is dropped
-// for every system.
-func (r *runner) floorPhase(ctx context.Context, ph *phaseEnv) []float64 {
+// floorJobs are the load generator's own latency at every rate of the
+// ladder — the same schedule (rate, arrivals, workers, window, seeds)
+// against an operation that does nothing — in this process and, when the
+// phase has peers, in the peers' process (mqpeer --peer no-op), to be run
+// interleaved with the cells, round by round.
+func (r *runner) floorJobs(ph *phaseEnv, withPeers bool) []*job {
 	var jobs []*job
-	for _, rate := range r.cfg.Rates {
-		c := runfile.Cell{Name: fmt.Sprintf("floor-r%.0f", rate), Workload: "floor", Backend: "no-op", Pressure: ph.pressure,
-			Target: ph.t.label, RatePerSec: rate, InFlight: r.cfg.InFlight, Arrival: r.cfg.Arrival, WindowNs: r.window.Nanoseconds()}
-		if ph.pressure != PressureNone {
-			c.Name += "-" + ph.pressure
-		}
-		jobs = append(jobs, &job{cell: c, run: r.floorRun(rate)})
+	procs := []string{runfile.FloorMQBench}
+	if withPeers && r.peerErr == nil {
+		procs = append(procs, runfile.FloorPeers)
 	}
-	r.runRounds(ctx, ph, jobs)
-	var usable []float64
+	for _, proc := range procs {
+		for _, rate := range r.cfg.Rates {
+			c := runfile.Cell{Name: fmt.Sprintf("floor-r%.0f", rate), Workload: "floor", Backend: "no-op", Pressure: ph.pressure,
+				Target: ph.t.label, RatePerSec: rate, InFlight: r.cfg.InFlight, Arrival: r.cfg.Arrival, WindowNs: r.window.Nanoseconds(),
+				Peer: proc == runfile.FloorPeers}
+			if c.Peer {
+				c.Name += "-" + runfile.FloorPeers
+			}
+			if ph.pressure != PressureNone {
+				c.Name += "-" + ph.pressure
+			}
+			jobs = append(jobs, &job{cell: c, run: r.floorRun(ph, rate, c.Peer)})
+		}
+	}
+	return jobs
+}
+
+// recordFloors records the floors measured by floorJobs and returns, per
+// process, the rates whose floor did not keep its schedule: there the
+// generator, not the system, limits every cell.
+func (r *runner) recordFloors(ph *phaseEnv, jobs []*job) map[string]map[float64]string {
+	bad := map[string]map[float64]string{}
 	for _, j := range jobs {
 		finishCell(&j.cell)
 		c := &j.cell
-		fl := runfile.Floor{RatePerSec: c.RatePerSec, Pressure: ph.pressure, Target: ph.t.label, Arrival: c.Arrival, InFlight: c.InFlight,
+		proc := runfile.FloorProcess(c)
+		fl := runfile.Floor{Process: proc, RatePerSec: c.RatePerSec, Pressure: ph.pressure, Target: ph.t.label, Arrival: c.Arrival, InFlight: c.InFlight,
 			WindowNs: c.WindowNs, Status: c.Status, Reason: c.Reason, P50Ns: c.P50Ns, P99Ns: c.P99Ns, P999Ns: c.P999Ns,
 			CILow: c.CILow, CIHigh: c.CIHigh, Repeats: c.Repeats}
 		if c.Status == runfile.StatusSaturated {
@@ -38,21 +55,28 @@ func (r *runner) floorPhase(ctx context.Context, ph *phaseEnv) []float64 {
 		}
 		r.file.Floors = append(r.file.Floors, fl)
 		r.progress.cellDone(c.Name, c.Status, fl.Reason)
-		switch c.Status {
-		case runfile.StatusOK:
-			usable = append(usable, c.RatePerSec)
-		default:
-			r.note("rate %.0f msgs/s not run (%s): its floor is %s — %s", c.RatePerSec, ph.pressure, c.Status, fl.Reason)
+		if c.Status != runfile.StatusOK {
+			if bad[proc] == nil {
+				bad[proc] = map[float64]string{}
+			}
+			bad[proc][c.RatePerSec] = fmt.Sprintf("the load generator's floor at %.0f msgs/s in %s is %s (%s): the generator, not the system, limits this rate",
+				c.RatePerSec, proc, c.Status, fl.Reason)
+			r.note("rate %.0f msgs/s (%s, %s): its floor is %s — %s; the cells at this rate are not compared", c.RatePerSec, ph.pressure, proc, c.Status, fl.Reason)
 		}
 	}
-	r.checkpoint()
-	return usable
+	return bad
 }
 
-// floorRun is one repeat of a floor: the open loop against a no-op.
-func (r *runner) floorRun(rate float64) func(context.Context, *runfile.Cell, int, uint64) runfile.Repeat {
-	return func(ctx context.Context, c *runfile.Cell, _ int, seed uint64) runfile.Repeat {
+// floorRun is one repeat of a floor: the open loop against a no-op, in
+// this process or in mqpeer's.
+func (r *runner) floorRun(ph *phaseEnv, rate float64, inPeers bool) func(context.Context, *runfile.Cell, int, uint64) runfile.Repeat {
+	return func(ctx context.Context, c *runfile.Cell, round int, seed uint64) runfile.Repeat {
 		sp := spec(&r.cfg, "latency", 1, 0, rate, time.Duration(c.WindowNs), seed)
+		if inPeers {
+			dir := filepath.Join(ph.t.work, runfile.SafeName(fmt.Sprintf("%s-r%d", c.Name, round)))
+			rep, _ := peerRepeat(ctx, r.peerCmd, dir, "no-op", "async", sp)
+			return rep
+		}
 		res := load.Run(ctx, sp, nil, nil, func(int) load.Op { return func(context.Context) error { return nil } })
 		return repeatOf(res, nil)
 	}

@@ -21,8 +21,7 @@ const (
 	LimitFioSeq     = runfile.LimitFioSeq
 	LimitFioSync    = runfile.LimitFioSync
 	// LimitDeviceSyncPrewritten is the 4 KiB write+fdatasync on a
-	// pre-written file: the physical cost of one durable append (issue 15's
-	// reference).
+	// pre-written file: the physical cost of one durable append.
 	LimitDeviceSyncPrewritten = runfile.LimitDeviceSyncPrewritten
 	// LimitSegmentFallocated and LimitSegmentPrewritten time making one
 	// segment of the run's size, as the allocation service does.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/engine/record"
 )
@@ -65,9 +66,9 @@ type producerMessages struct {
 }
 
 // newProducerMessages returns worker's messages of kind with bodies of
-// sizeBytes (Body(worker, sizeBytes)), in queue worker % 8.
+// sizeBytes (load.Body(worker, sizeBytes)), in queue worker % 8.
 func newProducerMessages(kind string, worker, sizeBytes int) *producerMessages {
-	g := &producerMessages{m: engine.Message{Topic: benchTopic, QueueID: int32(worker % 8), Body: Body(worker, sizeBytes)}, worker: uint64(worker)}
+	g := &producerMessages{m: engine.Message{Topic: benchTopic, QueueID: int32(worker % 8), Body: load.Body(worker, sizeBytes)}, worker: uint64(worker)}
 	if messageKind(kind) != MessageRocketMQ {
 		return g
 	}

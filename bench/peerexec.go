@@ -17,24 +17,6 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// peerOutput mirrors peers.Output (the mqpeer protocol: one JSON object on
-// stdout). It is declared again here because the store's module must not
-// depend on the peers' module. Label says exactly what runs, Version comes
-// from the peer's build info, Options are its settings (Params is the name
-// older mqpeers used), Durability what its acknowledgement means.
-type peerOutput struct {
-	Peer       string              `json:"peer"`
-	Flush      string              `json:"flush"`
-	Label      string              `json:"label,omitempty"`
-	Version    string              `json:"version,omitempty"`
-	Options    map[string]string   `json:"options,omitempty"`
-	Params     map[string]string   `json:"params,omitempty"`
-	Durability *runfile.Durability `json:"durability,omitempty"`
-	Result     load.Result         `json:"result"`
-	GoVersion  string              `json:"goVersion"`
-	Error      string              `json:"error,omitempty"`
-}
-
 // peerInfo is what a peer said about itself.
 type peerInfo struct {
 	label, version string
@@ -57,12 +39,12 @@ func (p peerInfo) apply(c *runfile.Cell) {
 	}
 }
 
-func (o *peerOutput) info() peerInfo {
-	opts := o.Options
-	if opts == nil {
-		opts = o.Params
+func peerInfoOf(o *load.PeerOutput) peerInfo {
+	p := peerInfo{label: o.Label, version: o.Version, options: o.Options}
+	if d := o.Durability; d != nil {
+		p.durability = &runfile.Durability{Ack: d.Ack, ProcessCrash: d.ProcessCrash, PowerLoss: d.PowerLoss, Mechanism: d.Mechanism}
 	}
-	return peerInfo{label: o.Label, version: o.Version, options: opts, durability: o.Durability}
+	return p
 }
 
 // PeersModuleDir finds the bench/peers module above dir (the repository
@@ -159,7 +141,7 @@ func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
-	var out peerOutput
+	var out load.PeerOutput
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		if ctx.Err() != nil {
 			return runfile.Repeat{Status: runfile.StatusInterrupted, Reason: "interrupted"}, peerInfo{}
@@ -170,11 +152,11 @@ func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load
 		return failedRepeat(fmt.Errorf("mqpeer %s: %w; stderr: %s", peer, runErr, strings.TrimSpace(stderr.String()))), peerInfo{}
 	}
 	if out.Error != "" {
-		return failedRepeat(fmt.Errorf("mqpeer %s: %s", peer, out.Error)), out.info()
+		return failedRepeat(fmt.Errorf("mqpeer %s: %s", peer, out.Error)), peerInfoOf(&out)
 	}
 	rep := repeatOf(out.Result, nil)
 	if rep.Status != runfile.StatusFailed && runErr != nil {
 		rep.Status, rep.Reason = runfile.StatusFailed, fmt.Sprintf("mqpeer %s: %v: %s", peer, runErr, strings.TrimSpace(stderr.String()))
 	}
-	return rep, out.info()
+	return rep, peerInfoOf(&out)
 }

@@ -146,10 +146,20 @@ type job struct {
 // repeat fails runs no more repeats.
 func (r *runner) roundRobin(ctx context.Context, ph *phaseEnv, jobs []*job) {
 	r.runRounds(ctx, ph, jobs)
+	r.finishJobs(ctx, jobs, nil)
+}
+
+// finishJobs summarizes and records the jobs' cells. An open-loop cell at
+// a rate whose floor (in its process) did not keep its schedule is
+// skipped with the floor's reason: its figures are the generator's.
+func (r *runner) finishJobs(ctx context.Context, jobs []*job, badRates map[string]map[float64]string) {
 	for _, j := range jobs {
 		finishCell(&j.cell)
 		if len(j.cell.Repeats) == 0 && ctx.Err() != nil {
 			j.cell.Status, j.cell.Reason = runfile.StatusInterrupted, "interrupted before it ran"
+		}
+		if why, ok := badRates[runfile.FloorProcess(&j.cell)][j.cell.RatePerSec]; ok && j.cell.Measured() {
+			j.cell.Status, j.cell.Reason = runfile.StatusSkipped, why
 		}
 		r.record(j.cell)
 	}
@@ -443,15 +453,17 @@ func fmtRates(rs []float64) string {
 	return strings.Join(s, ", ")
 }
 
-// openLoopPhase measures the floors at every rate of the ladder, then the
-// latency (and e2e) cells of every system at its rungs, and, without
-// pressure, searches each system's sustainable rate.
+// openLoopPhase measures the latency (and e2e) cells of every system at
+// its rungs, interleaved round by round with the floors at every rate of
+// the ladder (in this process, and in the peers' when the phase has
+// peers), and, without pressure, searches each system's sustainable rate.
 func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
-	usable := r.floorPhase(ctx, ph)
 	var jobs []*job
 	var groups []system
+	withPeers := false
 	for _, sys := range r.systems(ph.t, ph.pressure) {
-		rungs := r.rungsFor(ph, sys, usable)
+		rungs := r.rungsFor(ph, sys, r.cfg.Rates)
+		withPeers = withPeers || (sys.peer && len(rungs) > 0)
 		// The search runs for the systems without a slave (a replicated
 		// search would start a slave per probe; its cells report their
 		// rungs' saturation all the same).
@@ -474,7 +486,10 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 	if len(jobs) == 0 {
 		return
 	}
-	r.roundRobin(ctx, ph, jobs)
+	floors := r.floorJobs(ph, withPeers)
+	r.runRounds(ctx, ph, append(slices.Clone(jobs), floors...))
+	bad := r.recordFloors(ph, floors)
+	r.finishJobs(ctx, jobs, bad)
 	if ph.pressure != PressureNone || r.cfg.SearchProbes == 0 {
 		return
 	}

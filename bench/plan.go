@@ -93,6 +93,9 @@ func countPlan(c *Config, root bool, targets int) planCounts {
 			}
 			if open > 0 {
 				n.floors += len(c.Rates)
+				if pressure == PressureNone && len(c.Peers) > 0 && hasWorkload(c, "latency") {
+					n.floors += len(c.Rates) // the floor in the peers' process
+				}
 			}
 		}
 	}

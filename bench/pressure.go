@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/mqstore/mqstore/internal/hostctl"
@@ -108,19 +107,23 @@ func (r *runner) startPressure(ctx context.Context, t *target, name string) (*pr
 		if err != nil {
 			return nil, err
 		}
-		cg, err := r.journal.MakeCgroup("memory", fmt.Sprintf("mqbench-%d-%s", os.Getpid(), name),
-			[][2]string{{"memory.limit_in_bytes", strconv.FormatInt(r.cfg.SwapLimitBytes, 10)}, {"memory.swappiness", "100"}})
+		mcg, err := r.journal.MakeMemoryCgroup(fmt.Sprintf("mqbench-%d-%s", os.Getpid(), name), r.cfg.SwapLimitBytes)
 		if err != nil {
 			return nil, err
 		}
+		cg := mcg.Dir
 		e.memCgroup = cg
 		n, err := startNeighbour(ctx, r.journal, workerRequest{Kind: workerAnon, Bytes: r.cfg.SwapNeighbourBytes}, "anonymous-memory toucher", []string{cg})
 		if err != nil {
 			return nil, err
 		}
 		e.neighbours = append(e.neighbours, n)
-		desc = append(desc, fmt.Sprintf("swap on (%s), the store's process in memory cgroup %s limited to %s (swappiness 100) with a neighbour touching %s of anonymous memory in the same cgroup",
-			swap, cg, sizeLabel(int(r.cfg.SwapLimitBytes)), sizeLabel(int(r.cfg.SwapNeighbourBytes))))
+		limit := "memory.limit_in_bytes, swappiness 100"
+		if mcg.Version == 2 {
+			limit = "memory.max, memory.swap.max max; the system's swappiness"
+		}
+		desc = append(desc, fmt.Sprintf("swap on (%s), the store's process in memory cgroup %s limited to %s (%s) with a neighbour touching %s of anonymous memory in the same cgroup",
+			swap, mcg, sizeLabel(int(r.cfg.SwapLimitBytes)), limit, sizeLabel(int(r.cfg.SwapNeighbourBytes))))
 	}
 	e.desc = strings.Join(desc, "; ")
 	ok = true

@@ -80,6 +80,8 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 	if cfg.Dir == "" && len(cfg.Dirs) > 0 {
 		cfg.Dir = cfg.Dirs[0]
 	}
+	chosenInFlight := cfg.InFlight == 0
+	cfg.InFlight = EffectiveInFlight(&cfg)
 	host := hostctl.Default()
 	m := DescribeMachine(host)
 	started := time.Now()
@@ -127,6 +129,10 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 	defer r.removeWork()
 	if err := os.MkdirAll(r.runDir, 0o755); err != nil {
 		return nil, "", fmt.Errorf("results: %w", err)
+	}
+	if chosenInFlight && hasOpenLoop(&r.cfg) {
+		r.note("open loop: %d requests in flight (--inflight 0: %d × the largest producer count, at least %d) — with W in flight of mean service time S the open loop offers at most W ÷ S, so a rate search reaches twice the best closed loop before the generator limits it",
+			r.cfg.InFlight, InFlightPerProducer, MinAutoInFlight)
 	}
 	r.isolate = r.needsIsolation()
 	r.buildPeers(ctx)

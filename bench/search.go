@@ -23,7 +23,7 @@ import (
 // and on every latency cell of the system.
 func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	s := runfile.RateSearch{Group: runfile.SearchGroup(sys.backend, sys.size, sys.pol.Flush, sys.pol.Name), Backend: sys.backend, Peer: sys.peer,
-		Flush: sys.pol.Flush, Size: sys.size, Target: ph.t.label, Pressure: ph.pressure}
+		Flush: sys.pol.Flush, Size: sys.size, Target: ph.t.label, Pressure: ph.pressure, InFlight: r.cfg.InFlight}
 	var cells []*runfile.Cell
 	all := &r.file.Cells
 	if sys.peer {
@@ -72,6 +72,9 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		}
 		p := runfile.Probe{RatePerSec: rate, Status: status, Saturation: rep.Saturation, AchievedPerSec: rep.Figures.MsgsPerSec,
 			P999Ns: rep.Figures.P999Ns, Reason: rep.Reason}
+		if svc := rep.Result.Service; svc != nil && svc.Count() > 0 && svc.Mean() > 0 {
+			p.InFlightCapPerSec = float64(r.cfg.InFlight) / (svc.Mean() / 1e9)
+		}
 		s.Probes = append(s.Probes, p)
 		switch status {
 		case runfile.StatusOK:

@@ -18,19 +18,6 @@ import (
 
 const benchTopic = "BenchTopic"
 
-// Body returns a deterministic, incompressible body (an xorshift stream).
-func Body(worker, sizeBytes int) []byte {
-	b := make([]byte, sizeBytes)
-	x := uint64(worker)*0x9E3779B97F4A7C15 + 1
-	for i := range b {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		b[i] = byte(x)
-	}
-	return b
-}
-
 // storeOptions are the engine options of a cell: the run's store
 // settings, the backend's options (backendOptions) and the flush mode.
 func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) {

@@ -93,6 +93,10 @@ func TestConsumeE2ERecoveryRun(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, c := range f.Cells {
+		if c.Status == runfile.StatusSkipped && f.Floors[0].Status != runfile.StatusOK && c.RatePerSec > 0 {
+			t.Logf("%s: %s", c.Name, c.Reason) // the generator could not keep the rate here
+			continue
+		}
 		if !c.Measured() {
 			t.Errorf("%s: %s %s", c.Name, c.Status, c.Reason)
 			continue

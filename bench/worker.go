@@ -115,7 +115,7 @@ func dirtyNeighbour(ctx context.Context, dir string, fileBytes int64) error {
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	buf := Body(7, 1<<20)
+	buf := load.Body(7, 1<<20)
 	var off int64
 	for ctx.Err() == nil {
 		if _, err := f.WriteAt(buf, off); err != nil {
@@ -224,18 +224,16 @@ func workerStoreRepeat(ctx context.Context, cfg Config, store StoreConfig, dir, 
 	return reply.Repeat, reply.Options
 }
 
-// oomNote says when a memory cgroup among cgroups has OOM-killed a process.
+// oomNote says when a memory cgroup among cgroups (v1 or v2) has
+// OOM-killed a process.
 func oomNote(cgroups []string) string {
-	for _, cg := range cgroups {
-		b, err := os.ReadFile(cg + "/memory.oom_control")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
-				limit, _ := os.ReadFile(cg + "/memory.limit_in_bytes")
-				return fmt.Sprintf(" — the memory cgroup's OOM killer has killed %s process(es) (limit %s bytes): the store's unswappable memory (locked or pinned buffers) does not fit; raise --swap-limit", f[1], strings.TrimSpace(string(limit)))
+	for _, dir := range cgroups {
+		for _, v := range []int{1, 2} {
+			kills, limit, err := hostctl.Cgroup{Dir: dir, Version: v}.OOMKills()
+			if err != nil || kills == 0 {
+				continue
 			}
+			return fmt.Sprintf(" — the memory cgroup's OOM killer has killed %d process(es) (limit %s bytes): the store's unswappable memory (locked or pinned buffers) does not fit; raise --swap-limit", kills, limit)
 		}
 	}
 	return ""

@@ -59,6 +59,16 @@ func (h *Histogram) Quantile(q float64) int64 {
 	return h.h.ValueAtQuantile(q * 100)
 }
 
+// Quantiles returns the values at quantiles qs (each as Quantile would),
+// in one pass over the counts.
+func (h *Histogram) Quantiles(qs []float64) []int64 {
+	ps := make([]float64, len(qs))
+	for i, q := range qs {
+		ps[i] = 100 * q
+	}
+	return h.h.ValueAtPercentilesSlice(ps)
+}
+
 // Max is the largest recorded value (ns, at the histogram's precision).
 func (h *Histogram) Max() int64 { return h.h.Max() }
 

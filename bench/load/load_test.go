@@ -519,3 +519,27 @@ func TestCPUAndAllocFigures(t *testing.T) {
 		t.Errorf("cpu %v allocs %v msgs %v MB %v", r.CPUSecPerGiB(), r.AllocsPerMsg(), r.MsgsPerSec(), r.MBPerSec())
 	}
 }
+
+// TestDurableCountsOnlyTheWindowsBytes: a backlog accepted before the
+// window and flushed inside it is not durable throughput of the window.
+func TestDurableCountsOnlyTheWindowsBytes(t *testing.T) {
+	// 400 bytes accepted before the window, 100 of them durable; in the
+	// window 1000 more accepted and the durable position reaches 1200.
+	d := DurabilityResult{WrittenStartBytes: 400, DurableStartBytes: 100, WrittenEndBytes: 1400, DurableEndBytes: 1200}
+	if got := d.DurableBytes(); got != 800 {
+		t.Errorf("durable bytes %d, want 800 (1200 − the window's first byte at 400)", got)
+	}
+	if d.DurableBytes() > d.WrittenBytes() {
+		t.Errorf("durable %d exceeds written %d", d.DurableBytes(), d.WrittenBytes())
+	}
+	// Nothing of the window's own bytes durable yet: 0, not the warm-up's.
+	d = DurabilityResult{WrittenStartBytes: 400, DurableStartBytes: 100, WrittenEndBytes: 1400, DurableEndBytes: 350}
+	if got := d.DurableBytes(); got != 0 {
+		t.Errorf("durable bytes %d, want 0", got)
+	}
+	// No backlog at the start: the durable position's progress.
+	d = DurabilityResult{WrittenStartBytes: 400, DurableStartBytes: 400, WrittenEndBytes: 1400, DurableEndBytes: 1300}
+	if got := d.DurableBytes(); got != 900 {
+		t.Errorf("durable bytes %d, want 900", got)
+	}
+}

@@ -79,8 +79,13 @@ const SustainedBacklogShare = 0.10
 // WrittenBytes is what the system accepted in the window.
 func (d *DurabilityResult) WrittenBytes() int64 { return d.WrittenEndBytes - d.WrittenStartBytes }
 
-// DurableBytes is what became durable in the window.
-func (d *DurabilityResult) DurableBytes() int64 { return d.DurableEndBytes - d.DurableStartBytes }
+// DurableBytes is what of the bytes accepted in the window became durable
+// in it: the durable position's progress past the window's first written
+// byte. A backlog left by the warm-up (accepted before the window, flushed
+// inside it) does not count, so durable never exceeds written.
+func (d *DurabilityResult) DurableBytes() int64 {
+	return max(0, d.DurableEndBytes-max(d.DurableStartBytes, d.WrittenStartBytes))
+}
 
 // BacklogBytes is written − durable at the window's end.
 func (d *DurabilityResult) BacklogBytes() int64 { return d.WrittenEndBytes - d.DurableEndBytes }

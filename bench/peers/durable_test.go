@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/record"
+	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/internal/pagecache"
 	"github.com/mqstore/mqstore/internal/testenv"
 )
@@ -83,10 +84,10 @@ func TestPebbleWALRecordsSurvive(t *testing.T) {
 				}
 			}
 			for w := range workers {
-				if got := perBody[string(body(w, testMessageBytes))]; got != perWorker {
+				if got := perBody[string(load.Body(w, testMessageBytes))]; got != perWorker {
 					t.Errorf("worker %d: %d of its %d records in the durable prefix", w, got, perWorker)
 				}
-				delete(perBody, string(body(w, testMessageBytes)))
+				delete(perBody, string(load.Body(w, testMessageBytes)))
 			}
 			if len(perBody) != 0 {
 				t.Errorf("%d records that no worker wrote", len(perBody))

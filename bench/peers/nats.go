@@ -165,7 +165,7 @@ func (p *natsPeer) NewOp(worker, sizeBytes int) load.Op {
 		return failingOp(fmt.Errorf("nats: %d producers but a pending window of %d: pass the harness's outstanding requests (WithOutstanding)", n, p.window))
 	}
 	subject := natsSubjectPrefix + strconv.Itoa(worker)
-	msg := body(worker, sizeBytes)
+	msg := load.Body(worker, sizeBytes)
 	recordBytes := natsRecordBytes(subject, msg)
 	return func(ctx context.Context) error {
 		if err := p.failed.get(); err != nil {

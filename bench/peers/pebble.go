@@ -199,7 +199,7 @@ func raiseUint(v *atomic.Uint64, n uint64) {
 func (p *pebblePeer) Info() Info { return p.info }
 
 func (p *pebblePeer) NewOp(worker, sizeBytes int) load.Op {
-	msg := body(worker, sizeBytes)
+	msg := load.Body(worker, sizeBytes)
 	key := make([]byte, 16)
 	binary.BigEndian.PutUint64(key, uint64(worker))
 	p.mu.Lock()

@@ -155,7 +155,7 @@ func syncDir(fs vfs.FS, dir string) error {
 func (p *pebbleWALPeer) Info() Info { return p.info }
 
 func (p *pebbleWALPeer) NewOp(worker, sizeBytes int) load.Op {
-	msg := body(worker, sizeBytes)
+	msg := load.Body(worker, sizeBytes)
 	if !p.sync {
 		return func(context.Context) error {
 			if err := p.failed.get(); err != nil {

@@ -51,12 +51,7 @@ type Peer interface {
 
 // DurabilityInfo says what an acknowledgement means: when it is sent, what a
 // process crash and a power loss lose, and how data is synced.
-type DurabilityInfo struct {
-	Ack          string `json:"ack"`
-	ProcessCrash string `json:"processCrash"`
-	PowerLoss    string `json:"powerLoss"`
-	Mechanism    string `json:"mechanism"`
-}
+type DurabilityInfo = load.Ack
 
 // Info describes a peer in one flush mode.
 type Info struct {
@@ -218,41 +213,13 @@ func unknownPeer(name string) error {
 	return fmt.Errorf("%w %q: want one of %s", ErrUnknownPeer, name, strings.Join(Names(), ", "))
 }
 
-// Output is what mqpeer prints: one JSON object.
-type Output struct {
-	Peer    string `json:"peer"`
-	Flush   string `json:"flush"`
-	Label   string `json:"label,omitempty"`
-	Version string `json:"version,omitempty"`
-	// Options are every setting that matters; Params is the same map under
-	// the name older readers of run.json know.
-	Options    map[string]string `json:"options,omitempty"`
-	Params     map[string]string `json:"params,omitempty"`
-	Durability *DurabilityInfo   `json:"durability,omitempty"`
-	Result     load.Result       `json:"result"`
-	GoVersion  string            `json:"goVersion"`
-	Error      string            `json:"error,omitempty"`
-}
+// Output is what mqpeer prints (the peer protocol, load.PeerOutput).
+type Output = load.PeerOutput
 
-// Describe fills the output's description of what runs.
-func (o *Output) Describe(info Info) {
-	o.Label, o.Version, o.Options, o.Params = info.Label, info.Version, info.Options, info.Options
+// DescribeOutput fills an output's description of what runs.
+func DescribeOutput(o *Output, info Info) {
 	d := info.Durability
-	o.Durability = &d
-}
-
-// body returns a deterministic message body (an xorshift stream: not
-// compressible, not all zeros), as bench.Body does for mqstore.
-func body(worker, sizeBytes int) []byte {
-	b := make([]byte, sizeBytes)
-	x := uint64(worker)*0x9E3779B97F4A7C15 + 1
-	for i := range b {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		b[i] = byte(x)
-	}
-	return b
+	o.Label, o.Version, o.Options, o.Durability = info.Label, info.Version, info.Options, &d
 }
 
 // failingOp is the Op of a worker that could not be prepared.

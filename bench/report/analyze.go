@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/perf/benchmath"
+
 	"github.com/mqstore/mqstore/bench/load"
 
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -15,9 +17,15 @@ import (
 
 // Analyze derives what run.json records about its own cells, from the
 // cells, floors and limits alone (so `mqbench report` recomputes it the
-// same way): which open-loop cells are generator-bound, the ratios, the
-// A/A comparisons and the recommendations.
+// same way): the merged tails, which open-loop cells are generator-bound,
+// the ratios, the A/A comparisons and the recommendations.
 func Analyze(f *runfile.RunFile) {
+	for _, c := range allCells(f) {
+		c.SetTails()
+	}
+	for i := range f.Floors {
+		f.Floors[i].SetTail()
+	}
 	markGeneratorBound(f)
 	f.Ratios = ratios(f)
 	f.AA = aaComparisons(f)
@@ -26,32 +34,53 @@ func Analyze(f *runfile.RunFile) {
 
 func isOpenLoop(c *runfile.Cell) bool { return c.Workload == "latency" || c.Workload == "e2e" }
 
-// floorFor is the floor at a cell's rate, pressure and target.
+// floorFor is the floor at a cell's rate, pressure and target, measured
+// in the process that drove the cell.
 func floorFor(f *runfile.RunFile, c *runfile.Cell) *runfile.Floor {
 	for i := range f.Floors {
 		fl := &f.Floors[i]
-		if fl.RatePerSec == c.RatePerSec && fl.Pressure == c.Pressure && fl.Target == c.Target && fl.P999Ns > 0 {
+		if fl.RatePerSec == c.RatePerSec && fl.Pressure == c.Pressure && fl.Target == c.Target && floorP999(fl) > 0 &&
+			orDefault(fl.Process, runfile.FloorMQBench) == runfile.FloorProcess(c) {
 			return fl
 		}
 	}
 	return nil
 }
 
-// markGeneratorBound flags each measured open-loop cell whose p99.9 is
-// below GeneratorBoundFactor × the floor's at its rate: its tail is the
-// load generator's, not the system's.
+// floorP999 is a floor's p99.9: its merged tail's, else the median of its
+// repeats'.
+func floorP999(fl *runfile.Floor) int64 {
+	if p := fl.Tail.Point("p999Ns"); p != nil {
+		return p.ValueNs
+	}
+	return fl.P999Ns
+}
+
+// tailNs is a cell's percentile from its merged tail (the median of its
+// repeats' when it has none).
+func tailNs(t *runfile.Tail, name string, median int64) int64 {
+	if p := t.Point(name); p != nil {
+		return p.ValueNs
+	}
+	return median
+}
+
+// markGeneratorBound flags each measured open-loop cell whose tail is the
+// load generator's: its p99.9 below GeneratorBoundFactor × the floor's at
+// its rate, and its service-time p99.9 — the store's own part — within
+// the floor's p99.9. A cell whose service time alone exceeds the floor's
+// tail is the store's, whatever its latency.
 func markGeneratorBound(f *runfile.RunFile) {
-	for _, cells := range [][]runfile.Cell{f.Cells, f.Peers} {
-		for i := range cells {
-			c := &cells[i]
-			c.GeneratorBound, c.FloorP999Ns = false, 0
-			if !isOpenLoop(c) || !c.Measured() {
-				continue
-			}
-			if fl := floorFor(f, c); fl != nil {
-				c.FloorP999Ns = fl.P999Ns
-				c.GeneratorBound = float64(c.P999Ns) < runfile.GeneratorBoundFactor*float64(fl.P999Ns)
-			}
+	for _, c := range allCells(f) {
+		c.GeneratorBound, c.FloorP999Ns = false, 0
+		if !isOpenLoop(c) || !c.Measured() {
+			continue
+		}
+		if fl := floorFor(f, c); fl != nil {
+			floor := floorP999(fl)
+			c.FloorP999Ns = floor
+			lat, svc := tailNs(c.Tail, "p999Ns", c.P999Ns), tailNs(c.ServiceTail, "p999Ns", c.ServiceP999Ns)
+			c.GeneratorBound = float64(lat) < runfile.GeneratorBoundFactor*float64(floor) && svc <= floor
 		}
 	}
 }
@@ -173,26 +202,39 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 				continue
 			}
 			for _, fig := range []string{"p50Ns", "p99Ns", "p999Ns"} {
-				out = append(out, ratioOf("peer", c, p.Name, fig, p.Interval(fig), fmt.Sprintf("both at %.0f msgs/s; lower: mqstore faster", c.RatePerSec)))
+				civ, cs := ruleFigure(c, fig)
+				piv, ps := ruleFigure(&p, fig)
+				if cs != exact || ps != exact {
+					continue // a bound on either side: no ratio to state
+				}
+				out = append(out, runfile.Ratio{Kind: "peer", Cell: c.Name, Against: p.Name, Figure: fig, Median: civ.Median / piv.Median,
+					Low: civ.Lo / piv.Hi, High: civ.Hi / piv.Lo, Note: fmt.Sprintf("merged tails, both at %.0f msgs/s; lower: mqstore faster", c.RatePerSec)})
 			}
 		}
 	}
 	for i := range f.Cells {
 		c := &f.Cells[i]
-		if !c.Comparable() || c.Pressure == "none" || c.Variant != "" {
+		if !c.Measured() || c.Pressure == "none" || c.Variant != "" {
 			continue
 		}
 		for j := range f.Cells {
 			b := &f.Cells[j]
-			if !b.Comparable() || b.Pressure != "none" || !samePoint(c, b) {
+			if !b.Measured() || b.Pressure != "none" || !samePoint(c, b) {
 				continue
 			}
-			figs, note := []string{"p999Ns", "p99Ns"}, "latency under pressure ÷ without, at the same rate; ≤ 2 is the recommendation's bar"
-			if c.Workload == "throughput" {
-				figs, note = []string{"msgsPerSec", "durableMBps"}, "throughput under pressure ÷ without"
-			}
-			for _, fig := range figs {
-				out = append(out, ratioOf("pressure", c, b.Name, fig, b.Interval(fig), note))
+			switch {
+			case c.Workload == "throughput" && c.Comparable() && b.Comparable():
+				for _, fig := range []string{"msgsPerSec", "durableMBps"} {
+					out = append(out, ratioOf("pressure", c, b.Name, fig, b.Interval(fig), "throughput under pressure ÷ without"))
+				}
+			case c.Workload == "latency":
+				// The gate's own comparison: merged tails, bounds respected.
+				verdict, r, _ := gate(c, b)
+				r.Note = fmt.Sprintf("merged tail under pressure ÷ without, at the same rate; gate (≤ %d×): %s", PressureBar, verdict)
+				if verdict == "undetermined" {
+					r.Note += " — " + whyBound(b, c)
+				}
+				out = append(out, r)
 			}
 		}
 	}
@@ -260,10 +302,23 @@ var aaFigures = map[string][]string{
 	"e2e":        {"p50Ns", "p99Ns", "p999Ns"},
 }
 
-// aaComparisons compares each A/A twin with the cell it repeats.
+// aaAlpha is the A/A test's significance level.
+const aaAlpha = 0.05
+
+// aaComparisons compares each A/A twin with the cell it repeats, figure by
+// figure, by the Mann-Whitney U test over their measured repeats
+// (benchmath.AssumeNothing, as benchstat): Different when p < aaAlpha.
 func aaComparisons(f *runfile.RunFile) []runfile.Comparison {
 	out := []runfile.Comparison{}
 	cells := allCells(f)
+	thresholds := benchmath.Thresholds{CompareAlpha: aaAlpha}
+	values := func(c *runfile.Cell, fig string) []float64 {
+		var xs []float64
+		for _, r := range c.MeasuredRepeats() {
+			xs = append(xs, r.Figures.Figure(fig))
+		}
+		return xs
+	}
 	for _, twin := range cells {
 		if twin.TwinOf == "" {
 			continue
@@ -276,12 +331,24 @@ func aaComparisons(f *runfile.RunFile) []runfile.Comparison {
 				if a.Figures.Figure(fig) == 0 && twin.Figures.Figure(fig) == 0 {
 					continue
 				}
-				ai, bi := a.Interval(fig), twin.Interval(fig)
-				out = append(out, runfile.Comparison{A: a.Name, B: twin.Name, Figure: fig, AInterval: ai, BInterval: bi, Different: runfile.Separated(ai, bi)})
+				xa, xb := values(a, fig), values(twin, fig)
+				cmp := benchmath.AssumeNothing.Compare(benchmath.NewSample(xa, &thresholds), benchmath.NewSample(xb, &thresholds))
+				out = append(out, runfile.Comparison{A: a.Name, B: twin.Name, Figure: fig, AInterval: a.Interval(fig), BInterval: twin.Interval(fig),
+					P: cmp.P, N: min(len(xa), len(xb)), Different: cmp.P < aaAlpha})
 			}
 		}
 	}
 	return out
+}
+
+// uTestMinP is the smallest p the U test can reach with n repeats on
+// each side (both samples entirely apart): 2 / C(2n, n).
+func uTestMinP(n int) float64 {
+	c := 1.0
+	for i := 1; i <= n; i++ {
+		c = c * float64(n+i) / float64(i)
+	}
+	return 2 / c
 }
 
 // candidate is one backend × flush policy for a recommendation.
@@ -290,20 +357,25 @@ type candidate struct {
 	thr      *runfile.Cell
 	excluded string
 	notes    []string
-	// undetermined: its backlog's interval straddles the 10 % bar, so this
-	// run cannot tell whether it sustains what it accepts.
-	undetermined bool
+	// undetermined says what this run cannot decide about the candidate
+	// (its backlog's interval straddles the 10 % bar; a pressure gate that
+	// has no figure to decide on): kept, but never a pick on its own.
+	undetermined []string
 }
+
+// sustainUndetermined is the undetermined reason of a candidate whose
+// backlog interval straddles the bar.
+const sustainUndetermined = "whether it sustains is undetermined"
 
 // recommendations picks, per target and size and for async, sync and any
 // durability, the backend and flush policy with the highest durable
-// throughput among those that qualify: sustained (durable keeps up with
-// accepted; one whose backlog interval straddles the 10 % bar is
-// undetermined — kept, but never a pick on its own), not an async cell on an emulated device that does not
-// throttle buffered writeback, not saturated under pressure at the rates it
-// sustained without, and whose p99.9 under pressure is not above 2× its
-// unpressured p99.9 at the run's confidence. A pick whose interval overlaps
-// another's is reported as "no significant difference" between them.
+// throughput among those that qualify (see qualify). A pick is named only
+// when its interval separates from every other qualifying candidate's and
+// nothing about it is undetermined; otherwise the contenders are listed
+// as tied ("no significant difference") with no pick. For "any" (an
+// acknowledgement may mean in memory), an async candidate that does not
+// separate above a qualifying sync one is dominated: the sync one gives a
+// durable acknowledgement at no measurable cost.
 func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 	out := []runfile.Recommendation{}
 	type key struct {
@@ -344,85 +416,128 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 			qualify(f, cd)
 		}
 		for _, durability := range []string{"async", "sync", "any"} {
-			rec := runfile.Recommendation{Target: k.target, SizeBytes: k.size, Durability: durability, Figure: "durableMBps"}
-			var ok []*candidate
-			for _, cd := range cands {
-				if durability != "any" && cd.thr.Flush != durability {
-					continue
-				}
-				if cd.excluded != "" {
-					rec.Excluded = append(rec.Excluded, cd.label+": "+cd.excluded)
-					continue
-				}
-				ok = append(ok, cd)
-			}
-			if len(ok) == 0 && len(rec.Excluded) == 0 {
-				continue
-			}
-			sort.SliceStable(ok, func(i, j int) bool { return ok[i].thr.DurableMBps > ok[j].thr.DurableMBps })
-			if len(ok) == 0 {
-				rec.Text = "nothing qualifies: " + strings.Join(rec.Excluded, "; ")
+			if rec, ok := recommend(k.target, k.size, durability, cands); ok {
 				out = append(out, rec)
-				continue
 			}
-			top := ok[0]
-			rec.Pick, rec.Cell, rec.Interval = top.label, top.thr.Name, top.thr.Interval("durableMBps")
-			describe := func(cd *candidate) string {
-				iv := cd.thr.Interval("durableMBps")
-				if cd.undetermined {
-					return fmt.Sprintf("%s (%s; whether it sustains is undetermined)", cd.label, ci(iv, fmtFloat))
-				}
-				return fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat))
-			}
-			var tiedText, nextText []string
-			var fallback *candidate // the best that clearly sustains, when the top's sustaining is undetermined
-			for _, cd := range ok[1:] {
-				switch {
-				case !runfile.Separated(rec.Interval, cd.thr.Interval("durableMBps")):
-					rec.Tied = append(rec.Tied, cd.label)
-					tiedText = append(tiedText, describe(cd))
-				case len(nextText) == 0:
-					nextText = append(nextText, describe(cd))
-				}
-				if top.undetermined && fallback == nil && !cd.undetermined {
-					fallback = cd
-				}
-			}
-			head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat),
-				ciWords(top.thr.CILevel), top.thr.Producers)
-			if top.undetermined {
-				head += fmt.Sprintf(", whether it sustains is undetermined (backlog %s of what it wrote)",
-					ci(top.thr.Interval("backlogShare"), fmtPct))
-			}
-			switch {
-			case len(tiedText) > 0:
-				rec.Text = fmt.Sprintf("no significant difference between %s and %s", head, strings.Join(tiedText, ", "))
-			case top.undetermined:
-				rec.Text = head
-			case len(nextText) > 0:
-				rec.Text = head + ", significantly above the next, " + nextText[0]
-			default:
-				rec.Text = head + " (the only one that qualifies)"
-			}
-			// A pick whose sustaining is undetermined does not stand alone:
-			// the best that clearly sustains is named beside it.
-			if top.undetermined {
-				if fallback != nil {
-					if !slices.Contains(rec.Tied, fallback.label) {
-						rec.Tied = append(rec.Tied, fallback.label)
-					}
-					rec.Text += "; of those that clearly sustain, the best is " + describe(fallback)
-				} else {
-					rec.Text += "; none of the others clearly sustains"
-				}
-			}
-			if len(top.notes) > 0 {
-				rec.Text += "; " + strings.Join(top.notes, "; ")
-			}
-			out = append(out, rec)
 		}
 	}
 	return out
+}
+
+func durableIv(cd *candidate) runfile.Interval { return cd.thr.Interval("durableMBps") }
+
+// recommend is one recommendation of a durability class.
+func recommend(target string, size int, durability string, cands []*candidate) (runfile.Recommendation, bool) {
+	rec := runfile.Recommendation{Target: target, SizeBytes: size, Durability: durability, Figure: "durableMBps"}
+	var ok []*candidate
+	for _, cd := range cands {
+		if durability != "any" && cd.thr.Flush != durability {
+			continue
+		}
+		if cd.excluded != "" {
+			rec.Excluded = append(rec.Excluded, cd.label+": "+cd.excluded)
+			continue
+		}
+		ok = append(ok, cd)
+	}
+	if len(ok) == 0 && len(rec.Excluded) == 0 {
+		return rec, false
+	}
+	var dominated []string
+	if durability == "any" {
+		var kept []*candidate
+		for _, cd := range ok {
+			by := ""
+			for _, s := range ok {
+				if cd.thr.Flush == "async" && s.thr.Flush == "sync" && !(runfile.Separated(durableIv(cd), durableIv(s)) && cd.thr.DurableMBps > s.thr.DurableMBps) {
+					by = s.label
+					break
+				}
+			}
+			if by != "" {
+				dominated = append(dominated, fmt.Sprintf("%s (no faster than %s, which acknowledges only what is durable)", cd.label, by))
+				continue
+			}
+			kept = append(kept, cd)
+		}
+		ok = kept
+	}
+	sort.SliceStable(ok, func(i, j int) bool { return ok[i].thr.DurableMBps > ok[j].thr.DurableMBps })
+	if len(ok) == 0 {
+		rec.Text = "nothing qualifies: " + strings.Join(rec.Excluded, "; ")
+		return rec, true
+	}
+	top := ok[0]
+	rec.Cell, rec.Interval = top.thr.Name, durableIv(top)
+	describe := func(cd *candidate) string {
+		iv := durableIv(cd)
+		if len(cd.undetermined) > 0 {
+			return fmt.Sprintf("%s (%s; %s)", cd.label, ci(iv, fmtFloat), strings.Join(cd.undetermined, "; "))
+		}
+		return fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat))
+	}
+	var tied []*candidate
+	var next *candidate
+	var fallback *candidate // the best that is fully determined, when the top is not
+	for _, cd := range ok[1:] {
+		switch {
+		case !runfile.Separated(rec.Interval, durableIv(cd)):
+			tied = append(tied, cd)
+		case next == nil:
+			next = cd
+		}
+		if len(top.undetermined) > 0 && fallback == nil && len(cd.undetermined) == 0 {
+			fallback = cd
+		}
+	}
+	head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat), ciWords(top.thr.CILevel), top.thr.Producers)
+	for _, u := range top.undetermined {
+		if u == sustainUndetermined {
+			head += fmt.Sprintf(", %s (backlog %s of what it wrote)", u, ci(top.thr.Interval("backlogShare"), fmtPct))
+		} else {
+			head += ", " + u
+		}
+	}
+	switch {
+	case len(tied) > 0:
+		var ts []string
+		rec.Tied = append(rec.Tied, top.label)
+		for _, cd := range tied {
+			rec.Tied = append(rec.Tied, cd.label)
+			ts = append(ts, describe(cd))
+		}
+		rec.Text = fmt.Sprintf("no significant difference between %s and %s — longer windows or more repeats would separate them", head, strings.Join(ts, ", "))
+	case len(top.undetermined) > 0:
+		rec.Text = head
+	case next != nil:
+		rec.Pick = top.label
+		rec.Text = head + ", significantly above the next, " + describe(next)
+	default:
+		rec.Pick = top.label
+		rec.Text = head + " (the only one that qualifies)"
+	}
+	// A top that is undetermined does not stand alone: the best that is
+	// fully determined is named beside it.
+	if len(top.undetermined) > 0 {
+		if !slices.Contains(rec.Tied, top.label) {
+			rec.Tied = append(rec.Tied, top.label)
+		}
+		if fallback != nil {
+			if !slices.Contains(rec.Tied, fallback.label) {
+				rec.Tied = append(rec.Tied, fallback.label)
+			}
+			rec.Text += "; of those fully determined, the best is " + describe(fallback)
+		} else {
+			rec.Text += "; none of the others is fully determined"
+		}
+	}
+	if len(top.notes) > 0 {
+		rec.Text += "; " + strings.Join(top.notes, "; ")
+	}
+	if len(dominated) > 0 {
+		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
+	}
+	return rec, true
 }
 
 // ciWords says what the interval after a median is.
@@ -433,8 +548,105 @@ func ciWords(level float64) string {
 	return fmt.Sprintf("median [%.0f%% CI]", 100*level)
 }
 
-// qualify sets why a candidate is excluded (empty: it qualifies) and notes
-// what its pressure check found.
+// side says which way a latency figure may be wrong about the store.
+type side int
+
+const (
+	exact side = iota
+	// atMost: generator-bound — the store's own tail is at most this.
+	atMost
+	// atLeast: saturated, or too few samples above the percentile.
+	atLeast
+	// unknown: both, or no tail at all.
+	unknown
+)
+
+func combine(a, b side) side {
+	switch {
+	case a == exact:
+		return b
+	case b == exact || a == b:
+		return a
+	}
+	return unknown
+}
+
+// ruleFigure is a cell's percentile as a rule may use it: the merged
+// tail's value and interval, and which way it may be wrong.
+func ruleFigure(c *runfile.Cell, name string) (runfile.Interval, side) {
+	p := c.Tail.Point(name)
+	if p == nil {
+		return c.Interval(name), unknown
+	}
+	s := exact
+	if c.GeneratorBound {
+		s = combine(s, atMost)
+	}
+	if c.Status == runfile.StatusSaturated || p.Bound {
+		s = combine(s, atLeast)
+	}
+	return p.Interval(), s
+}
+
+// gateFigure is the highest percentile of p99.9 and p99 that both cells'
+// tails have enough samples above (p99.9 when neither does).
+func gateFigure(p, base *runfile.Cell) string {
+	for _, name := range []string{"p999Ns", "p99Ns"} {
+		if a, b := p.Tail.Point(name), base.Tail.Point(name); a != nil && b != nil && !a.Bound && !b.Bound {
+			return name
+		}
+	}
+	return "p999Ns"
+}
+
+// PressureBar: a cell whose tail under pressure is above this multiple
+// of its unpressured tail, at the run's confidence, is excluded.
+const PressureBar = 2
+
+// gate is the pressure rule for one pressured cell against its
+// unpressured twin: "exclude", "pass" or "undetermined", with the ratio
+// and the figure it compared. A generator-bound unpressured tail bounds
+// the store's from above, so the ratio it gives is a lower bound of the
+// store's: it can exclude, never pass. A saturated cell's, or one with too
+// few samples above its percentile, bounds from below. The gate decides
+// only what the bounds allow and says undetermined otherwise.
+func gate(p, base *runfile.Cell) (verdict string, r runfile.Ratio, figure string) {
+	figure = gateFigure(p, base)
+	piv, ps := ruleFigure(p, figure)
+	biv, bs := ruleFigure(base, figure)
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	r = runfile.Ratio{Kind: "pressure", Cell: p.Name, Against: base.Name, Figure: figure,
+		Median: div(piv.Median, biv.Median), Low: div(piv.Lo, biv.Hi), High: div(piv.Hi, biv.Lo)}
+	ratioAtLeast := (ps == exact || ps == atLeast) && (bs == exact || bs == atMost)
+	ratioAtMost := (ps == exact || ps == atMost) && (bs == exact || bs == atLeast)
+	above := r.Low > PressureBar
+	switch {
+	case ratioAtLeast && above:
+		return "exclude", r, figure
+	case ratioAtMost && !above:
+		return "pass", r, figure
+	}
+	return "undetermined", r, figure
+}
+
+// figureName is a percentile's name in text.
+func figureName(name string) string {
+	return map[string]string{"p50Ns": "p50", "p90Ns": "p90", "p99Ns": "p99", "p999Ns": "p99.9", "p9999Ns": "p99.99", "maxNs": "max"}[name]
+}
+
+// qualify sets why a candidate is excluded (empty: it qualifies), what
+// this run cannot decide about it, and notes what its pressure check
+// found. It qualifies when sustained (durable keeps up with accepted),
+// not on an emulated device that models no seek, not an async cell on an
+// emulated device that does not throttle buffered writeback, not
+// saturated under pressure at a rate it sustained without, and with a
+// tail under pressure not above PressureBar × its unpressured tail at the
+// run's confidence (the gate).
 func qualify(f *runfile.RunFile, cd *candidate) {
 	c := cd.thr
 	switch {
@@ -450,19 +662,26 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 			fmtFloat(c.DurableMBps), fmtFloat(c.WrittenMBps))
 		return
 	case c.CIHigh.BacklogShare > load.SustainedBacklogShare || c.CILevel == 0:
-		cd.undetermined = true
+		cd.undetermined = append(cd.undetermined, sustainUndetermined)
 	}
 	for _, d := range f.Devices {
-		if d.Label == c.Target && d.Emulated && !d.BufferedWritebackThrottled && c.Flush == "async" {
+		if d.Label != c.Target || !d.Emulated {
+			continue
+		}
+		if !d.ModelsSeeks {
+			cd.excluded = "on an emulated device that models no seek or rotation (a bandwidth and IOPS limit): its figures do not stand for a rotating disk"
+			return
+		}
+		if !d.BufferedWritebackThrottled && c.Flush == "async" {
 			cd.excluded = "async on an emulated device whose throttle does not reach the kernel's writeback"
 			return
 		}
 	}
-	// The pressure check, at every rate the latency cells share.
+	// The pressure gate, at every rate the latency cells share.
 	for i := range f.Cells {
 		base := &f.Cells[i]
 		if base.Workload != "latency" || base.Pressure != "none" || base.Backend != c.Backend || base.Flush != c.Flush ||
-			base.Policy != c.Policy || base.SizeBytes != c.SizeBytes || base.Target != c.Target || base.TwinOf != "" || base.Status != runfile.StatusOK ||
+			base.Policy != c.Policy || base.SizeBytes != c.SizeBytes || base.Target != c.Target || base.TwinOf != "" || !base.Measured() ||
 			base.Replication != "" {
 			continue
 		}
@@ -471,25 +690,45 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 			if p.Pressure == "none" || !samePoint(base, p) {
 				continue
 			}
+			at := fmt.Sprintf("%s pressure at %.0f/s", p.Pressure, p.RatePerSec)
 			switch {
-			case p.Status == runfile.StatusSaturated:
+			case p.Status == runfile.StatusSaturated && base.Status == runfile.StatusOK:
 				cd.excluded = fmt.Sprintf("saturated under %s pressure at %.0f msgs/s, a rate it sustained without", p.Pressure, p.RatePerSec)
 				return
 			case !p.Measured():
-				cd.notes = append(cd.notes, fmt.Sprintf("%s pressure at %.0f/s: %s", p.Pressure, p.RatePerSec, p.Status))
-			case base.GeneratorBound:
-				cd.notes = append(cd.notes, fmt.Sprintf("%s pressure at %.0f/s: p99.9 %s, not comparable with the unpressured tail (generator-bound)",
-					p.Pressure, p.RatePerSec, fmtNs(p.P999Ns)))
+				cd.notes = append(cd.notes, fmt.Sprintf("%s: %s", at, p.Status))
+				continue
+			}
+			verdict, r, figure := gate(p, base)
+			ratio := withRange(r.Median, r.Low, r.High, fmtFloat)
+			switch verdict {
+			case "exclude":
+				cd.excluded = fmt.Sprintf("%s under %s is %s× its unpressured %s (above %d× at the run's confidence)",
+					figureName(figure), at, ratio, figureName(figure), PressureBar)
+				return
+			case "pass":
+				cd.notes = append(cd.notes, fmt.Sprintf("%s: %s %s× unpressured", at, figureName(figure), ratio))
 			default:
-				r := ratioOf("pressure", p, base.Name, "p999Ns", base.Interval("p999Ns"), "")
-				if r.Low > 2 {
-					cd.excluded = fmt.Sprintf("p99.9 under %s pressure at %.0f/s is %s× its unpressured p99.9 (above 2× at the run's confidence)",
-						p.Pressure, p.RatePerSec, withRange(r.Median, r.Low, r.High, fmtFloat))
-					return
-				}
-				cd.notes = append(cd.notes, fmt.Sprintf("%s pressure at %.0f/s: p99.9 %s× unpressured", p.Pressure, p.RatePerSec,
-					withRange(r.Median, r.Low, r.High, fmtFloat)))
+				cd.undetermined = append(cd.undetermined, fmt.Sprintf("the pressure gate is undetermined (%s: %s %s× unpressured, %s)",
+					at, figureName(figure), ratio, whyBound(base, p)))
 			}
 		}
 	}
+}
+
+// whyBound says why a gate could not decide: which figures are bounds.
+func whyBound(cs ...*runfile.Cell) string {
+	var out []string
+	for _, c := range cs {
+		switch {
+		case c.Status == runfile.StatusSaturated:
+			out = append(out, c.Pressure+" saturated (its tail a lower bound)")
+		case c.GeneratorBound:
+			out = append(out, c.Pressure+" generator-bound (its tail an upper bound)")
+		}
+	}
+	if len(out) == 0 {
+		return "too few samples above the percentile"
+	}
+	return strings.Join(out, ", ")
 }

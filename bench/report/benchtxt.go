@@ -64,7 +64,7 @@ func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
 		fmt.Fprintf(b, "# %s saturated (not comparable): %s\n", c.Name, strings.Join(c.Saturation, " | "))
 		return
 	case c.GeneratorBound:
-		fmt.Fprintf(b, "# %s generator-bound (p99.9 below 3x the floor's %dns): not comparable\n", c.Name, c.FloorP999Ns)
+		fmt.Fprintf(b, "# %s generator-bound (p99.9 below 3x the floor's %dns, service p99.9 within it): not comparable\n", c.Name, c.FloorP999Ns)
 		return
 	}
 	name := fmt.Sprintf("BenchmarkMQBench/workload=%s/backend=%s/size=%d/flush=%s/pressure=%s", c.Workload, c.Backend, c.SizeBytes, c.Flush, c.Pressure)

@@ -117,3 +117,34 @@ func oneLine(s string) string {
 	}
 	return s
 }
+
+// table is a markdown table being written: newTable writes the header —
+// a column whose name ends in ">" holds numbers and is right-aligned —
+// and row one row; a row with another number of cells is a programming
+// error (it would render as a broken table) and panics.
+type table struct {
+	b *strings.Builder
+	n int
+}
+
+func newTable(b *strings.Builder, heads ...string) table {
+	head, sep := "|", "|"
+	for _, h := range heads {
+		name, right := strings.CutSuffix(h, ">")
+		head += " " + name + " |"
+		if right {
+			sep += "---:|"
+		} else {
+			sep += "---|"
+		}
+	}
+	b.WriteString(head + "\n" + sep + "\n")
+	return table{b: b, n: len(heads)}
+}
+
+func (t table) row(cells ...string) {
+	if len(cells) != t.n {
+		panic(fmt.Sprintf("report: a table row of %d cells in a table of %d columns", len(cells), t.n))
+	}
+	t.b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+}

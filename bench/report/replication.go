@@ -56,27 +56,25 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "The store under test is the master; its slave runs in a process of its own (an mqbench worker over package ha), in its own directory%s, with the same backend and flush mode. Master to slave: %s.\n\n",
 		map[bool]string{true: " (" + f.Config.SlaveDir + ", --slave-dir)", false: " beside the master's"}[f.Config.SlaveDir != ""], delayText(f.Config.HADelay.Nanoseconds()))
 	if len(thr) > 0 {
-		b.WriteString("| backend | size | flush | master role | producers | msgs/s | durable MB/s | p50 | p99 | p99.9 | lag p50 | lag p99 | lag bytes p50 | lag bytes p99 | unacked | slave durable MB/s |\n")
-		b.WriteString("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		t := newTable(b, "backend", "size>", "flush", "master role", "producers>", "msgs/s>", "durable MB/s>", "p50>", "p99>", "p99.9>",
+			"lag p50>", "lag p99>", "lag bytes p50>", "lag bytes p99>", "unacked>", "slave durable MB/s>")
 		for _, c := range thr {
-			args := []any{c.Backend, sizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), c.Producers, fig(c, "msgsPerSec", fmtCount),
-				fig(c, "durableMBps", fmtFloat), fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF)}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", append(args, replFigs(c)...)...)
+			t.row(append([]string{c.Backend, sizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmt.Sprint(c.Producers), fig(c, "msgsPerSec", fmtCount),
+				fig(c, "durableMBps", fmtFloat), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
 		}
 		b.WriteString("\n")
 	}
 	if len(lat) > 0 {
 		sort.SliceStable(lat, func(i, j int) bool { return lat[i].RatePerSec < lat[j].RatePerSec })
-		b.WriteString("| backend | size | flush | master role | rate | status | p50 | p99 | p99.9 | lag p50 | lag p99 | lag bytes p50 | lag bytes p99 | unacked | slave durable MB/s |\n")
-		b.WriteString("|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		t := newTable(b, "backend", "size>", "flush", "master role", "rate>", "status", "p50>", "p99>", "p99.9>",
+			"lag p50>", "lag p99>", "lag bytes p50>", "lag bytes p99>", "unacked>", "slave durable MB/s>")
 		for _, c := range lat {
 			status := c.Status
 			if c.GeneratorBound {
 				status += " †"
 			}
-			args := []any{c.Backend, sizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), status,
-				latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns")}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", append(args, replFigs(c)...)...)
+			t.row(append([]string{c.Backend, sizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), status,
+				tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
 		}
 		b.WriteString("\n")
 	}
@@ -85,12 +83,12 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 }
 
 // replFigs are a replicated cell's lag and slave columns.
-func replFigs(c *runfile.Cell) []any {
-	return []any{fig(c, "replLagP50Ns", fmtNsF), fig(c, "replLagP99Ns", fmtNsF), fig(c, "replLagBytesP50", fmtBytes), fig(c, "replLagBytesP99", fmtBytes),
+func replFigs(c *runfile.Cell) []string {
+	return []string{fig(c, "replLagP50Ns", fmtNsF), fig(c, "replLagP99Ns", fmtNsF), fig(c, "replLagBytesP50", fmtBytes), fig(c, "replLagBytesP99", fmtBytes),
 		fmtPct(c.Max.ReplUnackedFraction), fig(c, "slaveDurableMBps", fmtFloat)}
 }
 
-// writeNamedComparison is issue 16's table: per backend, size and point
+// writeNamedComparison is the ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH table: per backend, size and point
 // (producer count or offered rate), the four named configurations.
 func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 	type point struct {
@@ -139,7 +137,7 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 		}
 		return a.producers < c.producers || (a.producers == c.producers && a.rate < c.rate)
 	})
-	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (issue 16; master to slave: %s)\n\n", delayText(delay))
+	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (master to slave: %s)\n\n", delayText(delay))
 	b.WriteString("\"Usually configure master and slave with ASYNC_FLUSH, and SYNC_MASTER replication between them: even if one machine fails, no data is lost.\" Each group compares the four configurations at the same producers (closed loop: throughput, service-time percentiles) or the same offered rate (open loop: latency from the intended start); the ratio is to SYNC_FLUSH alone, a difference is called only where the intervals separate.\n\n")
 	b.WriteString("| backend, size | point | configuration | status | msgs/s | ÷ SYNC_FLUSH alone | p50 | p99 | p99.9 | lag p50 / p99 | losing the master's machine loses |\n")
 	b.WriteString("|---|---|---|---|---:|---|---:|---:|---:|---|---|\n")

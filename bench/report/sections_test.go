@@ -50,17 +50,6 @@ func known(name, workload, backend, flush string, producers int, figs map[string
 	return c
 }
 
-func limitWith(name string, figure string, med, lo, hi float64) runfile.Limit {
-	l := runfile.Limit{Name: name, Target: "vda", Status: runfile.StatusOK, CILevel: 0.9375}
-	switch figure {
-	case "p50Ns":
-		l.Figures.P50Ns, l.CILow.P50Ns, l.CIHigh.P50Ns = int64(med), int64(lo), int64(hi)
-	case "mbPerSec":
-		l.Figures.MBPerSec, l.CILow.MBPerSec, l.CIHigh.MBPerSec = med, lo, hi
-	}
-	return l
-}
-
 func baseRun() *runfile.RunFile {
 	f := fakeRun()
 	f.Cells, f.Peers, f.Limits, f.Floors = nil, nil, nil, nil
@@ -167,71 +156,6 @@ func TestNamedComparisonRendered(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
-	}
-}
-
-// TestGoalsOnKnownFigures: each goal's verdict from intervals against its
-// bar — met, not met, and not determined where they straddle it or the
-// cells are missing.
-func TestGoalsOnKnownFigures(t *testing.T) {
-	f := baseRun()
-	f.Config.Backends = []string{"mmap", "transient", "uring-direct"}
-	f.Config.Producers = []int{1, 16, 64}
-	lat := func(m, lo, hi float64) map[string][3]float64 { return map[string][3]float64{"p50Ns": {m, lo, hi}} }
-	thr := func(m, lo, hi, p99 float64) map[string][3]float64 {
-		return map[string][3]float64{"msgsPerSec": {m, lo, hi}, "p99Ns": {p99, p99 * 0.9, p99 * 1.1}}
-	}
-	f.Cells = []runfile.Cell{
-		known("a", "throughput", "mmap", "sync", 1, lat(110e3, 108e3, 112e3)),         // ÷ 100 [95–105]: ≤ 1.18 → met
-		known("b", "throughput", "transient", "sync", 1, lat(200e3, 190e3, 210e3)),    // ≥ 1.81 → not met
-		known("c", "throughput", "uring-direct", "sync", 1, lat(120e3, 100e3, 140e3)), // [0.95, 1.47] → not determined
-		known("d", "throughput", "uring-direct", "sync", 16, thr(50e3, 48e3, 52e3, 1e6)),
-		known("e", "throughput", "mmap", "sync", 16, thr(30e3, 29e3, 31e3, 1e6)),
-		known("f", "throughput", "transient", "sync", 16, thr(35e3, 34e3, 36e3, 1e6)),
-		known("g", "throughput", "uring-direct", "sync", 64, thr(50e3, 40e3, 60e3, 1e6)),
-		known("h", "throughput", "mmap", "sync", 64, thr(45e3, 44e3, 46e3, 1e6)),
-		known("i", "throughput", "transient", "sync", 64, thr(20e3, 19e3, 21e3, 1e6)),
-		known("j", "throughput", "uring-direct", "async", 16, map[string][3]float64{"durableMBps": {950, 940, 960}}),
-		known("k", "e2e", "mmap", "async", 1000, lat(0.5e6, 0.4e6, 0.6e6)),
-		known("l", "e2e", "transient", "async", 1000, lat(0.8e6, 0.7e6, 1.2e6)),
-		known("m", "e2e", "uring-direct", "async", 1000, lat(0.3e6, 0.2e6, 0.4e6)),
-	}
-	pw16 := known("pw16", "throughput", "pebble-wal", "sync", 16, thr(40e3, 39e3, 41e3, 2e6)) // 50/40 ≥ 1.2 (48/41 = 1.17: straddles)
-	pw64 := known("pw64", "throughput", "pebble-wal", "sync", 64, thr(30e3, 29e3, 31e3, 0.5e6))
-	pw16.Peer, pw64.Peer = true, true
-	f.Peers = []runfile.Cell{pw16, pw64}
-	f.Limits = []runfile.Limit{limitWith(runfile.LimitDeviceSyncPrewritten, "p50Ns", 100e3, 95e3, 105e3), limitWith(runfile.LimitDeviceSeq, "mbPerSec", 1000, 990, 1010)}
-	got := map[string]string{}
-	for _, g := range Goals(f) {
-		got[g.Goal] = g.Verdict
-	}
-	want := map[string]string{
-		"sync, 1 producer: mmap":                 GoalMet,
-		"sync, 1 producer: transient":            GoalNotMet,
-		"sync, 1 producer: uring-direct":         GoalNotDetermined,
-		"sync, 16 producers: uring-direct":       GoalNotDetermined, // above every backend, p99 below pebble-wal's, but 1.17–1.33× pebble-wal straddles 1.2
-		"sync, 64 producers: uring-direct":       GoalNotMet,        // p99 1 ms [0.9–1.1] above pebble-wal's 0.5 ms [0.45–0.55]
-		"async: uring-direct durable MB/s":       GoalMet,           // 940/1010 = 0.93 ≥ 0.9
-		"async end to end at 1k msgs/s":          GoalNotDetermined, // transient's 0.7–1.2 ms straddles 1 ms
-		"sync, 16 / 64 / 256 producers: nothing": "",
-	}
-	delete(want, "sync, 16 / 64 / 256 producers: nothing")
-	for g, v := range want {
-		if got[g] != v {
-			t.Errorf("%s: %q, want %q (all: %v)", g, got[g], v, got)
-		}
-	}
-	// Without the cells a goal is not determined, never met.
-	f.Cells, f.Peers, f.Limits = f.Cells[:1], nil, nil
-	for _, g := range Goals(f) {
-		if g.Verdict != GoalNotDetermined {
-			t.Errorf("%s without its cells or probe: %s (%s)", g.Goal, g.Verdict, g.Figures)
-		}
-	}
-	var b strings.Builder
-	writeGoals(&b, fakeRun())
-	if !strings.Contains(b.String(), "## Goals (issue 15") {
-		t.Errorf("no goals section:\n%s", b.String())
 	}
 }
 

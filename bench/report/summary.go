@@ -25,8 +25,9 @@ import (
 func Summary(f *runfile.RunFile) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# mqbench run %s\n\n", f.ID)
+	writeAnswer(&b, f)
 	writeContext(&b, f)
-	b.WriteString(SummaryTables(f))
+	writeTables(&b, f)
 	writePlotsSection(&b, f)
 	writeProfiles(&b, f)
 	writeSystemChanges(&b, f)
@@ -73,9 +74,6 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n")
 	if f.Command != "" {
 		fmt.Fprintf(b, "- command: `%s`\n", f.Command)
-	}
-	if f.ConvertedFrom != 0 {
-		fmt.Fprintf(b, "- **converted from schema %d** when read (see the notes: what its drain measured)\n", f.ConvertedFrom)
 	}
 	fmt.Fprintf(b, "- each cell: one unmeasured warm repeat, then %d measured repeats of %s after a %s warm-up, each in a fresh store; repeats run round-robin over the cells in a shuffled order, every system on the same arrivals in a round (seed %d + the round). Figures are **median [confidence interval of the median]**: order statistics, %s\n",
 		c.Repeat, time.Duration(f.Plan.WindowNs), c.Warmup, c.Seed, ciLevelText(c.Repeat))
@@ -167,28 +165,33 @@ func orDefault(s, d string) string {
 // ratios.
 func SummaryTables(f *runfile.RunFile) string {
 	var b strings.Builder
-	writeRecommendations(&b, f)
-	writeAA(&b, f)
-	writeThroughput(&b, f)
-	writeAtDrainOnly(&b, f)
-	writeVersusPebbleWAL(&b, f)
-	writeStageCPU(&b, f)
-	writeLatency(&b, f)
-	writeReplication(&b, f)
-	writeGoals(&b, f)
-	writeSearches(&b, f)
-	writeFloors(&b, f)
-	writeDurability(&b, f)
-	writePressure(&b, f)
-	writeE2E(&b, f)
-	writeConsume(&b, f)
-	writeRecovery(&b, f)
-	writeSweep(&b, f)
-	writeFailures(&b, f)
-	writeLimits(&b, f)
-	writeRatios(&b, f)
-	writeNotes(&b, f)
+	writeAnswer(&b, f)
+	writeTables(&b, f)
 	return b.String()
+}
+
+// writeTables is everything after the first screen and the run's context.
+func writeTables(b *strings.Builder, f *runfile.RunFile) {
+	writeRecommendations(b, f)
+	writeAA(b, f)
+	writeThroughput(b, f)
+	writeAtDrainOnly(b, f)
+	writeVersusPebbleWAL(b, f)
+	writeStageCPU(b, f)
+	writeLatency(b, f)
+	writeReplication(b, f)
+	writeSearches(b, f)
+	writeFloors(b, f)
+	writeDurability(b, f)
+	writePressure(b, f)
+	writeE2E(b, f)
+	writeConsume(b, f)
+	writeRecovery(b, f)
+	writeSweep(b, f)
+	writeFailures(b, f)
+	writeLimits(b, f)
+	writeRatios(b, f)
+	writeNotes(b, f)
 }
 
 func writePlotsSection(b *strings.Builder, f *runfile.RunFile) {

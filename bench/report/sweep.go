@@ -94,9 +94,9 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 			if t == nil || !strings.HasPrefix(k, t.Backend+" ") || (p.Backend != "" && p.Backend != t.Backend) {
 				continue
 			}
-			pt := ParetoPoint{Label: p.Name, Thr: durableMsgs(t), P999: t.Interval("p999Ns")}
+			pt := ParetoPoint{Label: p.Name, Thr: durableMsgs(t), P999: tailInterval(t, "p999Ns")}
 			if l := lat[k+"|"+p.Name]; l != nil {
-				pt.P999 = l.Interval("p999Ns")
+				pt.P999 = tailInterval(l, "p999Ns")
 			}
 			s.points = append(s.points, pt)
 		}
@@ -123,7 +123,8 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 	}
 	b.WriteString("## Flush-policy sweep (durable throughput against p99.9; ★ = on the Pareto front)\n\n")
 	for _, s := range series {
-		fmt.Fprintf(b, "### %s\n\n| policy | durable msgs/s | p99.9 | front |\n|---|---:|---:|---|\n", s.key)
+		fmt.Fprintf(b, "### %s\n\n", s.key)
+		t := newTable(b, "policy", "durable msgs/s>", "p99.9>", "front")
 		onFront := map[int]bool{}
 		for _, i := range s.front {
 			onFront[i] = true
@@ -133,7 +134,7 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 			if onFront[i] {
 				star = "★"
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", p.Label, ci(p.Thr, fmtCount), ci(p.P999, fmtNsF), star)
+			t.row(p.Label, ci(p.Thr, fmtCount), ci(p.P999, fmtNsF), star)
 		}
 		var names []string
 		for _, i := range s.front {
@@ -142,4 +143,19 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 		fmt.Fprintf(b, "\nPareto front, slowest to fastest: %s. A policy leaves the front only when another is better on both figures and measurably so on one (intervals separate); front points whose intervals overlap are not distinguished by this run.\n\n", strings.Join(names, ", "))
 	}
 	b.WriteString("Policy names: fi = flush interval, flp = flush least pages, fti = thorough interval, ci = commit interval, clp = commit least pages (backends whose commit moves data only), gct = group-commit timeout. p99.9 is the open-loop latency cell's at the sweep's lowest rate when it ran one, else the closed loop's service time.\n\n")
+}
+
+// tailInterval is a cell's merged-tail percentile with its interval; a
+// bound (too few samples above it) has no interval (Level 0), so no
+// separation is called on it.
+func tailInterval(c *runfile.Cell, name string) runfile.Interval {
+	p := c.Tail.Point(name)
+	if p == nil {
+		return runfile.Interval{Median: c.Figures.Figure(name), Lo: c.Figures.Figure(name), Hi: c.Figures.Figure(name)}
+	}
+	iv := p.Interval()
+	if p.Bound {
+		iv.Lo, iv.Hi, iv.Level = iv.Median, iv.Median, 0
+	}
+	return iv
 }

@@ -98,12 +98,39 @@ func latencyFig(c *runfile.Cell, name string) string {
 	return s
 }
 
+// tailText shows a percentile of a cell's merged tail: the value, the
+// samples above it and the spread of the percentile over the repeats —
+// "≥ v" when it is a bound (fewer than runfile.MinSamplesAbove samples
+// above it, or a saturated cell's growing queue), "—" without a tail.
+func tailText(c *runfile.Cell, name string) string {
+	p := c.Tail.Point(name)
+	if p == nil {
+		return "—"
+	}
+	spread := fmtNs(p.RepeatMinNs) + "–" + fmtNs(p.RepeatMaxNs)
+	if name == "maxNs" {
+		return fmt.Sprintf("%s (repeats %s)", fmtNs(p.ValueNs), spread)
+	}
+	if p.Bound || c.Status == runfile.StatusSaturated {
+		return fmt.Sprintf("≥ %s (%d above; repeats %s)", fmtNs(p.ValueNs), p.Above, spread)
+	}
+	return fmt.Sprintf("%s (%d above; repeats %s)", fmtNs(p.ValueNs), p.Above, spread)
+}
+
+// tailCount is the number of samples in a cell's merged tail.
+func tailCount(c *runfile.Cell) string {
+	if c.Tail == nil {
+		return "—"
+	}
+	return fmtCount(float64(c.Tail.Count))
+}
+
 func writeRecommendations(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Recommendations) == 0 {
 		return
 	}
 	b.WriteString("## Recommendation per device\n\n")
-	b.WriteString("Rule: the highest **durable** throughput among backend/flush policies that are sustained (backlog ≤ 10 % of what they wrote; one whose backlog interval straddles 10 % is undetermined and never picked alone), not saturated under pressure at a rate they sustain without it, and whose p99.9 under pressure is not above 2× their own unpressured p99.9 at the run's confidence; async cells on an emulated device whose throttle misses the kernel's writeback never qualify. A pick is called only when its interval separates from the others'. async and sync acknowledge different things (see the durability table): choose the durability you need first.\n\n")
+	b.WriteString("Rule: the highest **durable** throughput among backend/flush policies that are sustained (backlog ≤ 10 % of what they wrote; one whose backlog interval straddles 10 % is undetermined), not saturated under pressure at a rate they sustain without it, and whose tail under pressure is not above 2× their own unpressured tail at the run's confidence — on the merged p99.9, or p99 where p99.9 has fewer than 10 samples above it; a generator-bound unpressured tail can exclude but never pass, a saturated one pass but never exclude, otherwise the gate is undetermined. Nothing on an emulated device that models no seek qualifies, nor async cells on one whose throttle misses the kernel's writeback. A pick is named only when its interval separates from the others' and nothing about it is undetermined; *any* sets aside an async policy no faster than a sync one. async and sync acknowledge different things (see the durability table): choose the durability you need first.\n\n")
 	last := ""
 	for _, r := range f.Recommendations {
 		if k := r.Target + fmt.Sprint(r.SizeBytes); k != last {
@@ -131,8 +158,9 @@ func writeAA(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.AA) == 0 {
 		return
 	}
-	b.WriteString("## A/A check (one cell measured twice, as if two systems)\n\n| cell | figure | A | A again | verdict |\n|---|---|---:|---:|---|\n")
-	different := 0
+	b.WriteString("## A/A check (one cell measured twice, as if two systems)\n\n")
+	t := newTable(b, "cell", "figure", "A>", "A again>", "U test>", "verdict")
+	different, n := 0, 0
 	for _, c := range f.AA {
 		f := fmtFloat
 		if strings.HasSuffix(c.Figure, "Ns") {
@@ -145,13 +173,15 @@ func writeAA(b *strings.Builder, f *runfile.RunFile) {
 			verdict = "**called different ✗**"
 			different++
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", c.A, c.Figure, ci(c.AInterval, f), ci(c.BInterval, f), verdict)
+		n = max(n, c.N)
+		t.row(c.A, c.Figure, ci(c.AInterval, f), ci(c.BInterval, f), fmt.Sprintf("p = %.2f (n = %d)", c.P, c.N), verdict)
 	}
 	if different > 0 {
-		fmt.Fprintf(b, "\n**The harness called an identical cell different in %d figure(s)**: this run's separations of that size are not to be trusted (a noisy machine, or drift across the run).\n\n", different)
-	} else {
-		b.WriteString("\nThe harness does not call the twin different: separations in this run are not noise of that size.\n\n")
+		fmt.Fprintf(b, "\n**The harness called an identical cell different in %d of %d figure(s)**: this run's differences of that size are not to be trusted (a noisy machine, or drift across the run).\n\n", different, len(f.AA))
+		return
 	}
+	fmt.Fprintf(b, "\nThe U test (α = %.2f) does not call the twin different in any of %d figures. With %d repeats a side the smallest p it can reach is %.3f: it calls a difference only when the two sets of repeats barely overlap. This shows the harness did not invent a difference of that size in this run; it says nothing about smaller ones, and each figure had a %.0f %% chance of a false call by chance alone.\n\n",
+		aaAlpha, len(f.AA), n, uTestMinP(n), 100*aaAlpha)
 }
 
 func sustainedText(c *runfile.Cell) string {
@@ -184,8 +214,8 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Throughput (closed loop)\n\n")
-	b.WriteString("| backend | size | flush | producers | msgs/s | accepted MB/s | durable MB/s | backlog | drain | time-to-durable MB/s | msgs/group commit | ÷ group-commit limit | sustained | p50 | p99 | p99.9 | CPU s/GiB | allocs/msg |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	t := newTable(b, "backend", "size>", "flush", "producers>", "msgs/s>", "accepted MB/s>", "durable MB/s>", "backlog>", "drain>", "time-to-durable MB/s>",
+		"msgs/group commit>", "÷ group-commit limit>", "sustained", "p50>", "p99>", "p99.9>", "CPU s/GiB>", "allocs/msg>")
 	for _, c := range rows {
 		durable, backlog, drain, ttd := "—", "—", "—", "—"
 		switch {
@@ -202,9 +232,9 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		if c.WrittenMBps == 0 {
 			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, c.Producers,
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmt.Sprint(c.Producers),
 			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, ratioText(f, "group-commit", c), sustainedText(c),
-			fig(c, "p50Ns", fmtNsF), fig(c, "p99Ns", fmtNsF), fig(c, "p999Ns", fmtNsF), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
+			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
 	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
 }
@@ -261,8 +291,8 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].RatePerSec < rows[j].RatePerSec })
 	fmt.Fprintf(b, "## Latency (open loop, %s arrivals at absolute rates; completion − intended start)\n\n", f.Config.Arrival)
-	b.WriteString("| backend | size | flush | rate | status | achieved msgs/s | p50 | p99 | p99.9 | p99.99 | max | floor p99.9 | service p99.9 | unstarted | sustained | sustainable rate |\n")
-	b.WriteString("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	t := newTable(b, "backend", "size>", "flush", "rate>", "status", "achieved msgs/s>", "samples>", "p50>", "p99>", "p99.9>", "max>", "floor p99.9>",
+		"service p99.9>", "unstarted>", "sustained", "sustainable rate>")
 	for _, c := range rows {
 		status := c.Status
 		if c.GeneratorBound {
@@ -278,11 +308,11 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 				sustainable = "≥ " + sustainable + " (saturated at " + fmtCount(s.SaturatedAtPerSec) + "; the probes ran out before 10 %)"
 			}
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush,
-			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"),
-			latencyFig(c, "p9999Ns"), latencyFig(c, "maxNs"), floor, fig(c, "serviceP999Ns", fmtNsF), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush,
+			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), tailCount(c), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"),
+			tailText(c, "maxNs"), floor, serviceText(c), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
 	}
-	b.WriteString("\n*unstarted*: the worst repeat's share of arrivals never started by the window's end + a tenth (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below 3× the floor's — the load generator's tail, not the store's. *saturated* cells show lower bounds (≥).\n\n")
+	b.WriteString("\nPercentiles come from the merged histogram of every measured repeat (*samples* in all), each with the number of samples above it and the range of the same percentile over the repeats; one with fewer than 10 samples above it is a bound (≥) that no rule decides on. *unstarted*: the worst repeat's share of arrivals never started by the window's end + a tenth (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below 3× the floor's and the service-time p99.9 within the floor's — the load generator's tail, which bounds the store's from above. *saturated* cells show lower bounds (≥).\n\n")
 	for _, c := range rows {
 		if c.Status == runfile.StatusSaturated {
 			fmt.Fprintf(b, "- `%s` saturated: %s\n", c.Name, strings.Join(c.Saturation, " | "))
@@ -291,15 +321,34 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n")
 }
 
+// serviceText is an open-loop cell's merged service-time p99.9.
+func serviceText(c *runfile.Cell) string {
+	p := c.ServiceTail.Point("p999Ns")
+	if p == nil {
+		return "—"
+	}
+	if p.Bound {
+		return "≥ " + fmtNs(p.ValueNs)
+	}
+	return fmtNs(p.ValueNs)
+}
+
 func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Searches) == 0 {
 		return
 	}
-	b.WriteString("## Highest sustainable rate (open loop; probes of one repeat each)\n\n| system | sustainable msgs/s | saturated at | probes (rate: status) |\n|---|---:|---:|---|\n")
+	b.WriteString("## Highest sustainable rate (open loop; probes of one repeat each)\n\n")
+	t := newTable(b, "system", "sustainable msgs/s>", "saturated at>", "in flight>", "probes (rate: status)")
 	for _, s := range f.Searches {
 		var probes []string
+		bound := false
 		for _, p := range s.Probes {
-			probes = append(probes, fmt.Sprintf("%s: %s", fmtCount(p.RatePerSec), p.Status))
+			txt := fmt.Sprintf("%s: %s", fmtCount(p.RatePerSec), p.Status)
+			if p.InFlightBound() {
+				txt += fmt.Sprintf(" (**in-flight bound**: achieved %s of the %s that %d in flight allow)", fmtCount(p.AchievedPerSec), fmtCount(p.InFlightCapPerSec), s.InFlight)
+				bound = true
+			}
+			probes = append(probes, txt)
 		}
 		name := s.Backend
 		if s.Peer {
@@ -318,21 +367,29 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		if s.Reason != "" {
 			sus += " (" + oneLine(s.Reason) + ")"
 		}
-		fmt.Fprintf(b, "| %s %s %s | %s | %s | %s |\n", name, sizeLabel(s.Size), s.Flush, sus, sat, strings.Join(probes, ", "))
+		if bound {
+			sus += " — the generator's in flight, not the system, limited a probe: a lower bound of the system's"
+		}
+		inFlight := "—"
+		if s.InFlight > 0 {
+			inFlight = fmt.Sprint(s.InFlight)
+		}
+		t.row(name+" "+sizeLabel(s.Size)+" "+s.Flush, sus, sat, inFlight, strings.Join(probes, ", "))
 	}
-	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %.\n\n")
+	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %. With W requests in flight of mean service time S the open loop offers at most W ÷ S (Little's law): a saturated probe that achieved at least 90 % of that is *in-flight bound* — the generator's limit, not the system's.\n\n")
 }
 
 func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Floors) == 0 {
 		return
 	}
-	b.WriteString("## The harness's floor (the same schedule against a no-op)\n\n| rate | pressure | status | p50 | p99 | p99.9 |\n|---:|---|---|---:|---:|---:|\n")
+	b.WriteString("## The harness's floor (the same schedule against a no-op, in the process that drives the cells)\n\n")
+	t := newTable(b, "rate>", "process", "pressure", "status", "p50>", "p99>", "merged p99.9>")
 	for _, fl := range f.Floors {
 		iv := func(name string) string {
 			return ci(runfile.Interval{Median: float64(pick(fl, name)), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", fmtCount(fl.RatePerSec), fl.Pressure, fl.Status, iv("p50Ns"), iv("p99Ns"), iv("p999Ns"))
+		t.row(fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure, fl.Status, iv("p50Ns"), iv("p99Ns"), fmtNs(floorP999(&fl)))
 	}
 	b.WriteString("\n")
 }
@@ -445,7 +502,7 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n|---|---:|---|---:|---:|" + strings.Repeat("---:|", len(ps)) + "\n")
 	for _, r := range rows {
 		c := r.base
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), latencyFig(c, "p999Ns"))
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), tailText(c, "p999Ns"))
 		for _, p := range ps {
 			pc := r.by[p]
 			switch {
@@ -453,14 +510,20 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 				b.WriteString(" — |")
 			case !pc.Measured():
 				fmt.Fprintf(b, " %s |", pc.Status)
-			case !pc.Comparable() || !c.Comparable():
-				fmt.Fprintf(b, " %s (not compared: %s) |", latencyFig(pc, "p999Ns"), whyNot(c, pc))
 			default:
-				rt := ratioOf("pressure", pc, c.Name, "p999Ns", c.Interval("p999Ns"), "")
-				fmt.Fprintf(b, " %s (%s×) |", latencyFig(pc, "p999Ns"), withRange(rt.Median, rt.Low, rt.High, fmtFloat))
+				verdict, rt, figure := gate(pc, c)
+				fmt.Fprintf(b, " %s (%s %s×: %s) |", tailText(pc, "p999Ns"), figureName(figure), withRange(rt.Median, rt.Low, rt.High, fmtFloat), verdict)
 			}
 		}
 		b.WriteString("\n")
+	}
+	b.WriteString("\nWhat the samples show of each pressure (means over the measured repeats, without → with):\n\n")
+	for _, r := range rows {
+		for _, p := range ps {
+			if pc := r.by[p]; pc != nil && pc.Measured() {
+				fmt.Fprintf(b, "- %s at %s/s, %s: %s\n", label(f, r.base), fmtCount(r.base.RatePerSec), p, pressureEvidence(r.base, pc))
+			}
+		}
 	}
 	b.WriteString("\nThe pressures, as applied in this run:\n\n")
 	for _, n := range f.Notes {
@@ -471,34 +534,21 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\nThe system was sampled every 100 ms in every repeat (run.json `repeats[].samples`: dirty and writeback pages, swap, major faults, PSI, load average, CPU steal).\n\n")
 }
 
-func whyNot(cs ...*runfile.Cell) string {
-	var out []string
-	for _, c := range cs {
-		switch {
-		case c.Status == runfile.StatusSaturated:
-			out = append(out, c.Pressure+" saturated")
-		case c.GeneratorBound:
-			out = append(out, c.Pressure+" generator-bound")
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
 func writeE2E(b *strings.Builder, f *runfile.RunFile) {
 	rows := cellsOf(f, "e2e", false)
 	if len(rows) == 0 {
 		return
 	}
 	b.WriteString("## End to end (open-loop producers, one long-polling consumer per queue; store-to-delivery latency)\n\n")
-	b.WriteString("| backend | size | flush | rate | status | delivered msgs/s | p50 | p99 | p99.9 | max | Put latency p99.9 | unstarted |\n|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	t := newTable(b, "backend", "size>", "flush", "rate>", "status", "delivered msgs/s>", "p50>", "p99>", "p99.9>", "max>", "Put latency p99.9>", "unstarted>")
 	for _, c := range rows {
 		status := c.Status
 		if c.GeneratorBound {
 			status += " †"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
-			fig(c, "msgsPerSec", fmtCount), latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), latencyFig(c, "maxNs"),
-			fig(c, "serviceP999Ns", fmtNsF), fmtPct(c.Max.UnstartedFraction))
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
+			fig(c, "msgsPerSec", fmtCount), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), tailText(c, "maxNs"),
+			serviceText(c), fmtPct(c.Max.UnstartedFraction))
 	}
 	b.WriteString("\nLatency = the consumer's clock once it has decoded the message − the message's *intended* start (stamped in the body), so a producer that started late does not hide the wait. Messages become visible once dispatch has put them in their ConsumeQueue, which follows the CommitLog's committed position — what a process crash keeps: the write position for mmap, what the commit service has written into the file for the buffered backends (a Put wakes a commit of everything pending, so their end-to-end latency follows the commit's, not the commit interval). *Put latency*: the producers' service time.\n\n")
 }
@@ -509,13 +559,13 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	fmt.Fprintf(b, "## Consume (catch-up read of a %s CommitLog through the ConsumeQueue, one queue, to a loopback TCP reader)\n\n", sizeLabel(int(f.Config.ConsumeBytes)))
-	b.WriteString("| backend | size | variant | msgs/s | GB/s | sender CPU s/GiB | process CPU s/GiB | resident after drop |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
+	t := newTable(b, "backend", "size>", "variant", "msgs/s>", "GB/s>", "sender CPU s/GiB>", "process CPU s/GiB>", "resident after drop>")
 	for _, c := range rows {
 		resident := "—"
 		if strings.HasPrefix(c.Variant, "cold") {
 			resident = fmtPct(c.ResidentFraction)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Variant,
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Variant,
 			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }),
 			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
 	}
@@ -528,13 +578,13 @@ func writeRecovery(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	fmt.Fprintf(b, "## Recovery (engine.Open after SIGKILL of a producer holding a %s CommitLog)\n\n", sizeLabel(int(f.Config.RecoveryBytes)))
-	b.WriteString("| backend | size | variant | CommitLog scanned | open time | GB/s scanned |\n|---|---:|---|---:|---:|---:|\n")
+	t := newTable(b, "backend", "size>", "variant", "CommitLog scanned>", "open time>", "GB/s scanned>")
 	for _, c := range rows {
 		scanned := int64(0)
 		if len(c.Repeats) > 0 {
 			scanned = c.Repeats[0].Result.PayloadBytes
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %.0f MB | %s | %s |\n", label(f, c), sizeLabel(c.SizeBytes), c.Variant, float64(scanned)/1e6,
+		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Variant, fmt.Sprintf("%.0f MB", float64(scanned)/1e6),
 			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }))
 	}
 	b.WriteString("\nA child process fills the store (async) and is killed with SIGKILL holding it; engine.Open then recovers it. MB/s counts the CommitLog bytes recovery scanned.\n\n")
@@ -592,7 +642,8 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 	if len(ok) == 0 {
 		return
 	}
-	b.WriteString("## Limits (same run, same directory, no engine)\n\n| limit | tool | block/record | MB/s | ops/s | p50 | p99 | p99.9 |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("## Limits (same run, same directory, no engine)\n\n")
+	t := newTable(b, "limit", "tool", "block/record>", "MB/s>", "ops/s>", "p50>", "p99>", "p99.9>")
 	for _, l := range ok {
 		lat := func(name string) string {
 			if l.Figures.Figure(name) == 0 {
@@ -608,7 +659,7 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 		if l.MBPerSec > 0 {
 			mbps = ci(l.Interval("mbPerSec"), fmtFloat)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.Tool, size,
+		t.row(limitLabel(f, l), l.Tool, size,
 			mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
 	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
@@ -620,10 +671,11 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 	if len(ls) == 0 {
 		return
 	}
-	b.WriteString("### The group-commit limit (N records as one pwrite + fdatasync on a pre-written file)\n\n| limit | record | N (producers) | in flight | ops/s | msgs/s (N × ops/s) | MB/s | p50 per op | p99 per op |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("### The group-commit limit (N records as one pwrite + fdatasync on a pre-written file)\n\n")
+	t := newTable(b, "limit", "record>", "N (producers)>", "in flight>", "ops/s>", "msgs/s (N × ops/s)>", "MB/s>", "p50 per op>", "p99 per op>")
 	for _, l := range ls {
-		fmt.Fprintf(b, "| %s | %d B (%s %s body) | %d | %d | %s | %s | %s | %s | %s |\n", limitLabel(f, l), l.RecordBytes, l.Params["message"], sizeLabel(l.SizeBytes),
-			l.Producers, l.InFlight, ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
+		t.row(limitLabel(f, l), fmt.Sprintf("%d B (%s %s body)", l.RecordBytes, l.Params["message"], sizeLabel(l.SizeBytes)),
+			fmt.Sprint(l.Producers), fmt.Sprint(l.InFlight), ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
 			ci(l.Interval("p50Ns"), fmtNsF), ci(l.Interval("p99Ns"), fmtNsF))
 	}
 	b.WriteString("\nThe best a group commit of N producers can do on this device: each op writes N records of the cell's message, as one write, at the next offset of a file made as the engine makes a pre-written segment (data only, no extent conversion), then fdatasyncs; *in flight 2*: two goroutines at once, each on its own half of the one file (two syncs in flight on one segment, as a pipelined commit would). A sync throughput cell's *÷ group-commit limit* is its msgs/s over the better of the two at its producer count.\n\n")
@@ -647,11 +699,68 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		if len(rows) == 0 {
 			continue
 		}
-		fmt.Fprintf(b, "### %s\n\n| cell | against | figure | ratio | note |\n|---|---|---|---:|---|\n", titles[kind])
+		fmt.Fprintf(b, "### %s\n\n", titles[kind])
+		t := newTable(b, "cell", "against", "figure", "ratio>", "note")
 		for _, r := range rows {
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", r.Cell, r.Against, r.Figure,
+			t.row(r.Cell, r.Against, r.Figure,
 				withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" }), r.Note)
 		}
 		b.WriteString("\n")
 	}
+}
+
+// PSISaturated: a PSI "some" share (avg10, %) at or above this without
+// pressure is the cell's own stalls — the pressure cannot show in it.
+const PSISaturated = 50.0
+
+// sampleMeans are the means of a cell's system samples over its measured
+// repeats.
+type sampleMeans struct {
+	n                                  int
+	dirtyPages, swapPages, ioSome, mem float64
+}
+
+func meansOf(c *runfile.Cell) sampleMeans {
+	var m sampleMeans
+	for _, r := range c.MeasuredRepeats() {
+		for _, s := range r.Samples {
+			m.n++
+			m.dirtyPages += float64(s.NrDirtyPages + s.NrWritebackPages)
+			m.swapPages += float64(s.PswpIn + s.PswpOut)
+			m.ioSome += s.IOSomeAvg10
+			m.mem += s.MemSomeAvg10
+		}
+	}
+	if m.n > 0 {
+		k := float64(m.n)
+		m.dirtyPages, m.swapPages, m.ioSome, m.mem = m.dirtyPages/k, m.swapPages/k, m.ioSome/k, m.mem/k
+	}
+	return m
+}
+
+// pressureEvidence says what the system samples show of a pressure on a
+// cell against its unpressured twin: dirty and writeback pages, swap
+// traffic, and PSI — whose "some" share is no signal where the cell
+// itself keeps it saturated (at or above PSISaturated % without
+// pressure: a busy device's own stalls).
+func pressureEvidence(base, p *runfile.Cell) string {
+	b, q := meansOf(base), meansOf(p)
+	if b.n == 0 || q.n == 0 {
+		return "no samples"
+	}
+	out := []string{fmt.Sprintf("dirty+writeback %s → %s pages", fmtCount(b.dirtyPages), fmtCount(q.dirtyPages))}
+	if p.Pressure == "swap" {
+		out = append(out, fmt.Sprintf("swap in+out %s → %s pages/100 ms", fmtFloat(b.swapPages), fmtFloat(q.swapPages)))
+		out = append(out, psiEvidence("memory some", b.mem, q.mem))
+	} else {
+		out = append(out, psiEvidence("io some", b.ioSome, q.ioSome))
+	}
+	return strings.Join(out, "; ")
+}
+
+func psiEvidence(name string, without, with float64) string {
+	if without >= PSISaturated {
+		return fmt.Sprintf("PSI %s %.0f%% → %.0f%%: not a signal (the cell alone keeps it at %.0f%%)", name, without, with, without)
+	}
+	return fmt.Sprintf("PSI %s %.0f%% → %.0f%%", name, without, with)
 }

@@ -81,42 +81,20 @@ func Read(path string) (*RunFile, error) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, fmt.Errorf("read run %s: %w", path, err)
 	}
-	if head.Schema == 2 {
-		convertFrom2(&f)
+	if head.Schema == 3 {
+		f.Notes = append(f.Notes, "schema 3: durable MB/s is the durable position's progress in the window, which counts a warm-up backlog "+
+			"flushed inside it (schema 4 counts only the bytes accepted in the window); its tails are recomputed from the repeats' histograms")
 	}
 	return &f, nil
 }
 
-// convertFrom2 reads a schema 2 run as schema 3, explicitly: every figure
-// keeps its meaning but an mqstore cell's drainNs, which there is Close
-// (the final flush plus dispatch and the ConsumeQueue and index flush,
-// longer than Store.Flush) — a note says so, since the two parts cannot
-// be told apart afterwards; and a peer whose durable position moved only
-// at Drain loses its "not sustained" verdict (durableAtDrainOnly), derived
-// from its repeats as a schema 3 run derives it.
-func convertFrom2(f *RunFile) {
-	f.ConvertedFrom, f.Schema = 2, SchemaVersion
-	for i := range f.Peers {
-		c := &f.Peers[i]
-		if c.Measured() && DurableOnlyAtDrain(c.MeasuredRepeats()) {
-			c.Sustained, c.DurableAtDrainOnly = nil, true
-		}
-	}
-	f.Notes = append(f.Notes, "converted from schema 2: mqstore cells' drain (drainNs) is Close there — the final flush plus dispatch and the "+
-		"ConsumeQueue and index flush — where schema 3 times Store.Flush alone (the CommitLog made durable) and Close apart (closeNs); "+
-		"peers whose durability showed only at Drain have no sustained verdict")
-}
-
 func checkSchema(v int) error {
 	switch {
-	case v == SchemaVersion, v == 2: // 2 is converted (convertFrom2)
+	case v == SchemaVersion, v == 3: // 3: read as written, with a note
 		return nil
-	case v == 1:
-		return fmt.Errorf("schema 1, this mqbench reads schema %d and does not convert it: schema 1's async MB/s are bytes accepted into "+
-			"buffers (not durable), its latency percentiles leave out the arrivals a saturated cell dropped, and its latency cells ran each "+
-			"system at a fraction of its own throughput — figures schema %d cannot be derived from; run the benchmark again: %w", SchemaVersion, SchemaVersion, ErrSchema)
-	case v > SchemaVersion:
-		return fmt.Errorf("schema %d is newer than this mqbench (schema %d): use the mqbench that wrote it: %w", v, SchemaVersion, ErrSchema)
+	case v < 3:
+		return fmt.Errorf("schema %d, this mqbench reads schema 3 and %d and does not convert older ones: their figures mean other things "+
+			"(schema 1's async MB/s are bytes accepted into buffers, not durable; schema 2's drain is Close); run the benchmark again: %w", v, SchemaVersion, ErrSchema)
 	}
-	return fmt.Errorf("schema %d: this mqbench reads schema %d: %w", v, SchemaVersion, ErrSchema)
+	return fmt.Errorf("schema %d is newer than this mqbench (schema %d): use the mqbench that wrote it: %w", v, SchemaVersion, ErrSchema)
 }

@@ -126,7 +126,7 @@ func TestWriteReadAndOldSchemas(t *testing.T) {
 	for _, c := range []struct {
 		schema int
 		want   string
-	}{{1, "bytes accepted into buffers"}, {4, "newer than this mqbench"}, {0, "schema 0"}} {
+	}{{1, "bytes accepted into buffers"}, {5, "newer than this mqbench"}, {0, "schema 0"}} {
 		p := filepath.Join(t.TempDir(), "run.json")
 		if err := os.WriteFile(p, []byte(`{"schema": `+string(rune('0'+c.schema))+`, "cells": []}`), 0o644); err != nil {
 			t.Fatal(err)
@@ -138,35 +138,25 @@ func TestWriteReadAndOldSchemas(t *testing.T) {
 	}
 }
 
-// TestSchema2IsConverted: a schema 2 run reads as schema 3, says so, and
-// a peer whose durable position moved only at Drain loses its "not
-// sustained" verdict; one that moved keeps it.
-func TestSchema2IsConverted(t *testing.T) {
-	rep := func(durableEnd int64) Repeat {
-		return Repeat{Status: StatusOK, Result: load.Result{Durability: &load.DurabilityResult{WrittenEndBytes: 100, DurableEndBytes: durableEnd,
-			WrittenAfterDrainBytes: 100, DurableAfterDrainBytes: 100}}}
-	}
-	no := false
-	f := &RunFile{Schema: 2, ID: "old", Peers: []Cell{
-		{Name: "nats", Peer: true, Status: StatusOK, Sustained: &no, Repeats: []Repeat{{Warm: true, Status: StatusOK}, rep(0), rep(0)}},
-		{Name: "slow", Peer: true, Status: StatusOK, Sustained: &no, Repeats: []Repeat{{Warm: true, Status: StatusOK}, rep(5), rep(0)}},
-	}}
+// TestOlderSchemas: schema 3 reads as written, with a note saying what
+// its durable figure counted; schema 2 is refused (no conversion).
+func TestOlderSchemas(t *testing.T) {
 	dir := t.TempDir()
-	if err := Write(dir, f); err != nil {
+	if err := Write(dir, &RunFile{Schema: 3, ID: "old"}); err != nil {
 		t.Fatal(err)
 	}
 	back, err := Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Schema != SchemaVersion || back.ConvertedFrom != 2 || len(back.Notes) != 1 || !strings.Contains(back.Notes[0], "drainNs") {
-		t.Fatalf("converted: schema %d from %d, notes %v", back.Schema, back.ConvertedFrom, back.Notes)
+	if back.Schema != 3 || len(back.Notes) != 1 || !strings.Contains(back.Notes[0], "warm-up backlog") {
+		t.Fatalf("schema 3: schema %d, notes %v", back.Schema, back.Notes)
 	}
-	if p := back.Peers[0]; !p.DurableAtDrainOnly || p.Sustained != nil {
-		t.Errorf("%s: at drain only %v, sustained %v", p.Name, p.DurableAtDrainOnly, p.Sustained)
+	if err := Write(dir, &RunFile{Schema: 2, ID: "older"}); err != nil {
+		t.Fatal(err)
 	}
-	if p := back.Peers[1]; p.DurableAtDrainOnly || p.Sustained == nil || *p.Sustained {
-		t.Errorf("%s: at drain only %v, sustained %v", p.Name, p.DurableAtDrainOnly, p.Sustained)
+	if _, err := Read(dir); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "schema 2") {
+		t.Fatalf("schema 2: %v", err)
 	}
 }
 
@@ -184,5 +174,76 @@ func TestCellNames(t *testing.T) {
 		if got := CellName(&c.cell, true); got != c.want {
 			t.Errorf("CellName = %q, want %q", got, c.want)
 		}
+	}
+}
+
+// TestTailFromTheMergedRepeats: five repeats of 1000 samples at 100 µs,
+// one of which stalled 10 times for 20 ms. The median of the per-repeat
+// p99.9s is 100 µs (the stall vanishes); the merged p99.9 is 20 ms, with
+// 5 samples above it — a bound — while the merged p99 (50 above) is a
+// figure, and the per-repeat spread shows the stalled repeat.
+func TestTailFromTheMergedRepeats(t *testing.T) {
+	var hs []*load.Histogram
+	var fs []Figures
+	for r := range 5 {
+		h := load.NewHistogram()
+		for i := range 1000 {
+			d := 100 * time.Microsecond
+			if r == 2 && i >= 990 {
+				d = 20 * time.Millisecond
+			}
+			h.Record(d)
+		}
+		hs = append(hs, h)
+		res := load.Result{Workload: load.Throughput, Messages: 1000, ElapsedNs: 1e9, Service: h}
+		fs = append(fs, FiguresOf(&res, nil))
+	}
+	if m := Summarize(fs).Median.P999Ns; m > int64(101*time.Microsecond) {
+		t.Fatalf("median of the repeats' p99.9 %v: the fixture is wrong", time.Duration(m))
+	}
+	tail := TailOf(hs)
+	if tail.Count != 5000 {
+		t.Fatalf("count %d, want 5000", tail.Count)
+	}
+	p999, p99, mx := tail.Point("p999Ns"), tail.Point("p99Ns"), tail.Point("maxNs")
+	if d := time.Duration(p999.ValueNs); d < 19*time.Millisecond || d > 21*time.Millisecond {
+		t.Errorf("merged p99.9 %v, want 20 ms", d)
+	}
+	if p999.Above != 5 || !p999.Bound {
+		t.Errorf("p99.9: %d above, bound %v; want 5, a bound", p999.Above, p999.Bound)
+	}
+	if d := time.Duration(p99.ValueNs); p99.Above != 50 || p99.Bound || d > 101*time.Microsecond {
+		t.Errorf("p99: %v with %d above, bound %v; want 100 µs, 50 above, a figure", d, p99.Above, p99.Bound)
+	}
+	if p999.RepeatMinNs > int64(101*time.Microsecond) || p999.RepeatMaxNs < int64(19*time.Millisecond) {
+		t.Errorf("p99.9 spread over the repeats %v–%v, want 100 µs–20 ms", time.Duration(p999.RepeatMinNs), time.Duration(p999.RepeatMaxNs))
+	}
+	if !mx.Bound || mx.Above != 0 || mx.ValueNs < int64(19*time.Millisecond) {
+		t.Errorf("max %+v", mx)
+	}
+	// The interval holds the value and, for the figure, is finite.
+	if iv := p99.Interval(); iv.Lo > iv.Median || iv.Hi < iv.Median || iv.Level != CILevel {
+		t.Errorf("p99 interval %+v", iv)
+	}
+	if TailOf(nil) != nil || TailOf([]*load.Histogram{load.NewHistogram()}) != nil {
+		t.Error("a tail of nothing recorded")
+	}
+}
+
+// TestProbeInFlightBound: a saturated probe that achieved at least 90 %
+// of what its requests in flight allow was limited by the generator.
+func TestProbeInFlightBound(t *testing.T) {
+	// 8 in flight at a mean service time of 1 ms: at most 8000/s.
+	p := Probe{RatePerSec: 10000, Status: StatusSaturated, AchievedPerSec: 7900, InFlightCapPerSec: 8000}
+	if !p.InFlightBound() {
+		t.Error("7900 of 8000/s saturated: not called in-flight bound")
+	}
+	p.AchievedPerSec = 4000 // the store, not the workers
+	if p.InFlightBound() {
+		t.Error("4000 of 8000/s called in-flight bound")
+	}
+	p.Status, p.AchievedPerSec = StatusOK, 7900
+	if p.InFlightBound() {
+		t.Error("a sustained probe called in-flight bound")
 	}
 }

@@ -7,15 +7,11 @@ import (
 	"github.com/mqstore/mqstore/bench/load"
 )
 
-// SchemaVersion is run.json's "schema". Schema 2 changed what figures mean
-// (throughput beside what became durable; open-loop percentiles include
-// every arrival; absolute rates; intervals): readers refuse schema 1.
-// Schema 3: an mqstore cell's drainNs is Store.Flush (the CommitLog made
-// durable, as a peer's Drain syncs its log) where it was Close, whose time
-// is now closeNs; a peer that reports durability only when drained has no
-// sustained verdict (durableAtDrainOnly). Read converts schema 2 (see
-// convertFrom2).
-const SchemaVersion = 3
+// SchemaVersion is run.json's "schema". Schema 4: durable bytes count
+// only what was accepted in the window; floors carry their process;
+// derived tails. Read also reads schema 3 as written (with a note) and
+// refuses older schemas, whose figures meant other things.
+const SchemaVersion = 4
 
 // Status of a cell, floor or limit.
 const (
@@ -59,8 +55,6 @@ type RunFile struct {
 	SystemChanges []SystemChange `json:"systemChanges,omitempty"`
 	// Notes are run-level remarks (skipped pressures, devices, rungs).
 	Notes []string `json:"notes,omitempty"`
-	// ConvertedFrom is the schema Read converted the file from (0: none).
-	ConvertedFrom int `json:"convertedFrom,omitempty"`
 }
 
 // Machine describes where a run ran, as it was when the run started.
@@ -114,9 +108,14 @@ type Device struct {
 	// BufferedWritebackThrottled is false on an emulated device whose
 	// throttle does not reach the kernel's writeback (cgroup v1 blkio): its
 	// async cells of buffered backends are not limited by the emulation.
-	BufferedWritebackThrottled bool   `json:"bufferedWritebackThrottled"`
-	Label                      string `json:"label,omitempty"`
-	Note                       string `json:"note,omitempty"`
+	BufferedWritebackThrottled bool `json:"bufferedWritebackThrottled"`
+	// ModelsSeeks is true on an emulated device whose emulation charges a
+	// seek and rotation when the head moves; without it an emulated
+	// rotating disk is a bandwidth and IOPS limit, and nothing is
+	// recommended from its cells.
+	ModelsSeeks bool   `json:"modelsSeeks,omitempty"`
+	Label       string `json:"label,omitempty"`
+	Note        string `json:"note,omitempty"`
 }
 
 // Plan is what the run set out to do, and its time estimate.
@@ -195,10 +194,18 @@ type Cell struct {
 	// no sustained verdict: an accounting limit of the peer, not a failure
 	// to keep up.
 	DurableAtDrainOnly bool `json:"durableAtDrainOnly,omitempty"`
-	// GeneratorBound: the cell's p99.9 is below GeneratorBoundFactor × the
-	// floor's p99.9 at its rate — the tail is the load generator's.
+	// GeneratorBound: the cell's p99.9 (merged tail) is below
+	// GeneratorBoundFactor × the floor's at its rate and its service-time
+	// p99.9 is within the floor's p99.9 — the tail is the load generator's;
+	// a cell whose service time alone exceeds the floor's tail is the
+	// store's, whatever its latency.
 	GeneratorBound bool  `json:"generatorBound,omitempty"`
 	FloorP999Ns    int64 `json:"floorP999Ns,omitempty"`
+	// Tail is the latency percentiles of the merged histogram of every
+	// measured repeat (see Tail) and ServiceTail the open loop's service
+	// time likewise; derived by report.Analyze.
+	Tail        *Tail `json:"tail,omitempty"`
+	ServiceTail *Tail `json:"serviceTail,omitempty"`
 	// SustainableRatePerSec is the highest rate the search found unsaturated
 	// (open-loop cells of a searched group).
 	SustainableRatePerSec float64 `json:"sustainableRatePerSec,omitempty"`
@@ -303,6 +310,9 @@ type Sample struct {
 // schedule (same rate, arrivals, workers, window, seeds) against an
 // operation that does nothing.
 type Floor struct {
+	// Process is where the schedule ran: FloorMQBench (the process that
+	// drives mqstore's cells) or FloorPeers (the peers' mqpeer process).
+	Process    string  `json:"process,omitempty"`
 	RatePerSec float64 `json:"ratePerSec"`
 	Pressure   string  `json:"pressure"`
 	Target     string  `json:"target,omitempty"`
@@ -318,6 +328,22 @@ type Floor struct {
 	CILow   Figures  `json:"ciLow"`
 	CIHigh  Figures  `json:"ciHigh"`
 	Repeats []Repeat `json:"repeats"`
+	// Tail is the merged latency of the measured repeats (report.Analyze).
+	Tail *Tail `json:"tail,omitempty"`
+}
+
+// Floor processes.
+const (
+	FloorMQBench = "mqbench"
+	FloorPeers   = "mqpeer"
+)
+
+// FloorProcess is the process whose floor applies to a cell.
+func FloorProcess(c *Cell) string {
+	if c.Peer {
+		return FloorPeers
+	}
+	return FloorMQBench
 }
 
 // Limit is a reference figure measured without the store.
@@ -428,13 +454,15 @@ func (f *RunFile) SearchOf(c *Cell) *RateSearch {
 // open loop: probes of one repeat each, bisecting between a rate that was
 // sustained and one that saturated.
 type RateSearch struct {
-	Group    string  `json:"group"`
-	Backend  string  `json:"backend"`
-	Peer     bool    `json:"peer,omitempty"`
-	Flush    string  `json:"flush"`
-	Size     int     `json:"sizeBytes"`
-	Target   string  `json:"target,omitempty"`
-	Pressure string  `json:"pressure"`
+	Group    string `json:"group"`
+	Backend  string `json:"backend"`
+	Peer     bool   `json:"peer,omitempty"`
+	Flush    string `json:"flush"`
+	Size     int    `json:"sizeBytes"`
+	Target   string `json:"target,omitempty"`
+	Pressure string `json:"pressure"`
+	// InFlight is the open loop's worker count the probes ran with.
+	InFlight int     `json:"inFlight,omitempty"`
 	Probes   []Probe `json:"probes"`
 	// SustainableRatePerSec is the highest probed rate that did not
 	// saturate (0: none did); SaturatedAtPerSec the lowest that did (0: none).
@@ -450,7 +478,22 @@ type Probe struct {
 	Saturation     []string `json:"saturation,omitempty"`
 	AchievedPerSec float64  `json:"achievedPerSec"`
 	P999Ns         int64    `json:"p999Ns"`
-	Reason         string   `json:"reason,omitempty"`
+	// InFlightCapPerSec is the most the open loop could offer with its
+	// requests in flight at this probe's mean service time (Little's law:
+	// in flight ÷ mean service time); a saturated probe that achieved
+	// close to it was limited by the generator's in flight, not the store.
+	InFlightCapPerSec float64 `json:"inFlightCapPerSec,omitempty"`
+	Reason            string  `json:"reason,omitempty"`
+}
+
+// InFlightBoundShare: a saturated probe that achieved at least this share
+// of its in-flight cap was limited by the requests in flight.
+const InFlightBoundShare = 0.9
+
+// InFlightBound reports whether a saturated probe was limited by the
+// open loop's requests in flight rather than by the system.
+func (p *Probe) InFlightBound() bool {
+	return p.Status != StatusOK && p.InFlightCapPerSec > 0 && p.AchievedPerSec >= InFlightBoundShare*p.InFlightCapPerSec
 }
 
 // Ratio is cell ÷ reference for one figure: the ratio of the medians and
@@ -466,16 +509,19 @@ type Ratio struct {
 	Note    string  `json:"note,omitempty"`
 }
 
-// Comparison is one figure of two cells with the verdict their intervals
-// allow (the A/A check).
+// Comparison is one figure of two cells with the verdict a rank test over
+// their repeats gives (the A/A check).
 type Comparison struct {
 	A         string   `json:"a"`
 	B         string   `json:"b"`
 	Figure    string   `json:"figure"`
 	AInterval Interval `json:"aInterval"`
 	BInterval Interval `json:"bInterval"`
-	// Different is true when the intervals separate.
-	Different bool `json:"different"`
+	// P is the Mann-Whitney U test's p over the two cells' measured
+	// repeats (N: the fewer repeats of the two); Different is p < 0.05.
+	P         float64 `json:"p"`
+	N         int     `json:"n"`
+	Different bool    `json:"different"`
 }
 
 // Recommendation is the pick for one device, size and durability class.

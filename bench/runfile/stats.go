@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"sort"
+
+	"golang.org/x/perf/benchmath"
 )
 
 // CILevel is the confidence level the intervals aim for. With fewer than
@@ -26,49 +28,25 @@ func Median(xs []float64) float64 {
 }
 
 // MedianCI returns the median of xs and a distribution-free confidence
-// interval of it: the order statistics [x(k), x(n+1−k)] with the largest k
-// whose coverage 1 − 2·P(Binomial(n, ½) ≤ k−1) is at least CILevel (the
-// interval benchstat reports), or min–max when even that falls short. level
-// is the interval's true coverage. It assumes independent repeats — which
-// is why the repeats are interleaved and shuffled rather than back to back.
+// interval of it at CILevel — benchmath's (the order statistics benchstat
+// reports) — or, when too few samples give one, the whole range min–max
+// at the coverage it has (1 − 2^(1−n): 93.75 % for five). level is the
+// interval's true coverage. It assumes independent repeats — which is why
+// the repeats are interleaved and shuffled rather than back to back.
 func MedianCI(xs []float64) (median, lo, hi, level float64) {
 	n := len(xs)
 	if n == 0 {
 		return 0, 0, 0, 0
 	}
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	median = Median(s)
+	s := benchmath.NewSample(slices.Clone(xs), &benchmath.DefaultThresholds)
 	if n == 1 {
-		return median, s[0], s[0], 0
+		return s.Values[0], s.Values[0], s.Values[0], 0
 	}
-	k := 1
-	for cand := 2; cand <= n/2; cand++ {
-		if coverage(n, cand) >= CILevel {
-			k = cand
-		} else {
-			break
-		}
+	sum := benchmath.AssumeNothing.Summary(s, CILevel)
+	if math.IsInf(sum.Lo, 0) || math.IsInf(sum.Hi, 0) {
+		return sum.Center, s.Values[0], s.Values[n-1], 1 - math.Pow(2, float64(1-n))
 	}
-	return median, s[k-1], s[n-k], coverage(n, k)
-}
-
-// coverage is the probability that [x(k), x(n+1−k)] holds the median of the
-// distribution: 1 − 2·P(Bin(n, ½) ≤ k−1).
-func coverage(n, k int) float64 {
-	var tail float64
-	for i := 0; i < k; i++ {
-		tail += binom(n, i)
-	}
-	return 1 - 2*tail/math.Pow(2, float64(n))
-}
-
-func binom(n, k int) float64 {
-	r := 1.0
-	for i := 1; i <= k; i++ {
-		r = r * float64(n-k+i) / float64(i)
-	}
-	return r
+	return sum.Center, sum.Lo, sum.Hi, sum.Confidence
 }
 
 // Interval is a median with its confidence interval and the interval's

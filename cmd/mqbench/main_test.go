@@ -100,3 +100,35 @@ func TestCleanupCommandOnEmptyState(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }
+
+// TestRunConfigFile: --config reads the configuration as JSON (the
+// "config" object of a run.json); flags beside it override it; a field it
+// does not know, or a bad value, is a clear error before anything runs.
+func TestRunConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bad := write("bad-backend.json", `{"backends": ["floppy"], "sizes": [512]}`)
+	zero := write("zero-repeat.json", `{"backends": ["mmap"], "repeat": 0}`)
+	typo := write("typo.json", `{"backend": ["mmap"]}`)
+	for _, c := range []struct {
+		args     []string
+		stderrIn string
+	}{
+		{[]string{"run", "--config", bad}, `backend "floppy"`},                            // the file's list is used
+		{[]string{"run", "--config=" + zero}, "repeat 0"},                                 // and its scalars
+		{[]string{"run", "--config", zero, "--backends", "floppy2"}, `backend "floppy2"`}, // a flag overrides the file
+		{[]string{"run", "--config", typo}, `unknown field "backend"`},
+		{[]string{"run", "--config", filepath.Join(dir, "missing.json")}, "missing.json"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), c.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), c.stderrIn) {
+			t.Errorf("mqbench %q: exit %d, stderr lacks %q:\n%s", c.args, code, c.stderrIn, stderr.String())
+		}
+	}
+}

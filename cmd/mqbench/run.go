@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/bench"
 	"github.com/mqstore/mqstore/bench/report"
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/cli"
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
@@ -44,9 +48,22 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	sweep := name == "sweep"
 	defWorkloads, defPeers, defSizes := "throughput,latency", strings.Join(bench.DefaultPeers(), ","), "128,1024,4096"
 	defProducers, defRates := joinInts(cfg.Producers), joinFloats(cfg.Rates)
+	defFlushes, defPressures, defPressureWorkloads, defEmulate, defReplication := "async,sync", "none", "", "", "none"
 	if sweep {
 		defPeers, defSizes, defProducers, defRates = "", "1024", "16", "5000"
 		cfg.Repeat, cfg.Duration, cfg.Warmup, cfg.Profile, cfg.NoLimits, cfg.SearchProbes = 3, 2*time.Second, 500*time.Millisecond, false, true, 0
+	}
+	// --config FILE: the configuration as JSON (the "config" object of a
+	// run.json), read before the flags so that flags given beside it
+	// override it.
+	if file := configArg(args); file != "" {
+		if err := loadConfig(file, &cfg); err != nil {
+			fmt.Fprintf(stderr, "mqbench %s: --config %s: %v\n", name, file, err)
+			return cli.ErrUsage
+		}
+		j := func(xs []string) string { return strings.Join(xs, ",") }
+		defWorkloads, defPeers, defSizes, defProducers, defRates = j(cfg.Workloads), j(cfg.Peers), joinInts(cfg.Sizes), joinInts(cfg.Producers), joinFloats(cfg.Rates)
+		defFlushes, defPressures, defPressureWorkloads, defEmulate, defReplication = j(cfg.Flushes), j(cfg.Pressures), j(cfg.PressureWorkloads), j(cfg.Emulate), j(cfg.Replication)
 	}
 	c := newCommand(name, "mqbench "+name+" [--backends a,b] [--sizes 1024] [--flush async,sync] [--workloads throughput,latency] [--producers 1,4,16] [--rates 1000,10000] [--duration D|auto] [--repeat N] [--dir DIR] [--peers a,b] [flags]",
 		"Runs every backend × size × flush policy (and the peers) through the closed loop at each producer count and the open loop at each rate of one shared ladder, with interleaved shuffled repeats after an unmeasured warm one; measures the device limits and the harness's own floor in the same run; writes results/<id>/ (summary.md, run.json.gz, bench.txt, plots, .hgrm).")
@@ -57,16 +74,16 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs := c.fs
 	backends := fs.String("backends", strings.Join(cfg.Backends, ","), "backends, comma-separated (mem is allowed when named)")
 	sizes := fs.String("sizes", defSizes, "message body sizes in bytes, comma-separated (4k, 1MiB accepted)")
-	flushes := fs.String("flush", "async,sync", "flush policies: async, sync")
+	flushes := fs.String("flush", defFlushes, "flush policies: async, sync")
 	workloads := fs.String("workloads", defWorkloads, "workloads: throughput (closed loop), latency (open loop), consume (catch-up reads, copy and sendfile), e2e (producers + long-polling consumers), recovery (reopen after SIGKILL)")
 	peers := fs.String("peers", defPeers, "peers passed to mqpeer --peer (mqpeer --list names them; empty: none)")
-	pressures := fs.String("pressure", "none", "pressures, comma-separated: none, dirty (dirty-page writeback), swap (memory cgroup + swap), both; all but none need root")
-	pressureWorkloads := fs.String("pressure-workloads", "", "workloads run under a pressure other than none (empty: all of --workloads)")
+	pressures := fs.String("pressure", defPressures, "pressures, comma-separated: none, dirty (dirty-page writeback), swap (memory cgroup + swap), both; all but none need root")
+	pressureWorkloads := fs.String("pressure-workloads", defPressureWorkloads, "workloads run under a pressure other than none (empty: all of --workloads)")
 	producers := fs.String("producers", defProducers, "closed-loop producer counts, comma-separated: one throughput cell each")
 	rates := fs.String("rates", defRates, "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
 	var dirs multiFlag
 	fs.Var(&dirs, "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
-	emulate := fs.String("emulate", "", "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
+	emulate := fs.String("emulate", defEmulate, "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
 	fs.Var(bytesFlag{&cfg.EmulateImageBytes}, "emulate-bytes", "size of the emulated disk's (sparse) image")
 	fs.Var(bytesFlag{&cfg.HDDBandwidthBytes}, "hdd-bandwidth", "emulated HDD bandwidth per direction, bytes/s")
 	fs.IntVar(&cfg.HDDIOPS, "hdd-iops", cfg.HDDIOPS, "emulated HDD IOPS per direction")
@@ -84,7 +101,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	if sweep {
 		fs.Var(&vary, "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
 	}
-	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers, each owning its share of the schedule (requests in flight at most)")
+	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers, each owning its share of the schedule (requests in flight at most); 0: 2 × the largest --producers, at least 64, so a rate search finds the store's limit, not the generator's")
 	fs.Var(windowFlag{&cfg.Duration}, "duration", "measured window of each repeat, or auto: long enough for the device to absorb the largest buffer an async cell can fill (see summary.md)")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each repeat's window")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each cell (one more, unmeasured, runs first); ≥ 5 for intervals at ~94 %, ≥ 6 for 95 %")
@@ -114,12 +131,13 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.IntVar(&cfg.Store.CommitLeastPages, "commit-least-pages", 0, "commit least pages (0: engine default 4)")
 	fs.BoolVar(&cfg.Store.WarmSegments, "warm-segments", false, "pre-touch new segments in the allocation service (RocketMQ's warmMapedFileEnable)")
 	fs.BoolVar(&cfg.Store.LockSegments, "lock-segments", false, "mlock warmed segments (with --warm-segments)")
-	replication := fs.String("replication", "none", "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
+	replication := fs.String("replication", defReplication, "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
 	fs.StringVar(&cfg.SlaveDir, "slave-dir", "", "where the slaves' stores go (another device; default: beside the master's, in --dir)")
 	fs.DurationVar(&cfg.HADelay, "ha-delay", 0, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
 	var backendOpts multiFlag
 	fs.Var(&backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
 	quiet := fs.Bool("quiet", false, "do not print the summary tables at the end")
+	fs.String("config", "", "a JSON file of the configuration (the \"config\" object of a run.json: field names as there, durations in ns); flags given beside it override it")
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
@@ -283,6 +301,39 @@ func runCleanup(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("could not undo everything:\n%s", strings.Join(failed, "\n"))
+	}
+	return nil
+}
+
+// configArg returns the value of --config in args ("" without one).
+func configArg(args []string) string {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		for _, p := range []string{"--config", "-config"} {
+			if v, ok := strings.CutPrefix(a, p+"="); ok {
+				return v
+			}
+			if a == p && i+1 < len(args) {
+				return args[i+1]
+			}
+		}
+	}
+	return ""
+}
+
+// loadConfig reads a configuration file over cfg; a field it does not
+// know is an error (a misspelt field would otherwise be silently ignored).
+func loadConfig(path string, cfg *bench.Config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		return fmt.Errorf("not a configuration: %w", err)
 	}
 	return nil
 }

@@ -172,7 +172,20 @@ func (j *Journal) AddSwapfile(path string, sizeBytes int64) error {
 	return RunTool("swapon", path)
 }
 
-// --- cgroups (v1) ---
+// --- cgroups (v1 and v2) ---
+
+// Cgroup is a child cgroup a run made, and the cgroup version it is in.
+type Cgroup struct {
+	Dir     string
+	Version int
+}
+
+// String names the cgroup with its version.
+func (c Cgroup) String() string { return fmt.Sprintf("%s (cgroup v%d)", c.Dir, c.Version) }
+
+// v1Names are the v1 hierarchies of the controllers (v2 names): io is
+// blkio in v1.
+var v1Names = map[string]string{"memory": "memory", "io": "blkio"}
 
 // CgroupV1Dir returns the directory of this process's cgroup in a v1
 // hierarchy (memory, blkio), or an error when that controller is not
@@ -195,26 +208,150 @@ func (h Host) CgroupV1Dir(controller string) (string, error) {
 	return root, nil
 }
 
-// MakeCgroup creates a child cgroup of this process's cgroup in a v1
-// controller and writes settings (file → value) into it.
-func (j *Journal) MakeCgroup(controller, name string, settings [][2]string) (string, error) {
-	parent, err := j.host.CgroupV1Dir(controller)
+// cgroupV2Dir returns the directory of this process's cgroup in the v2
+// hierarchy — mounted at CgroupRoot (v2 only) or CgroupRoot/unified (the
+// hybrid layout) — when the controller is available there.
+func (h Host) cgroupV2Dir(controller string) (string, error) {
+	for _, root := range []string{h.CgroupRoot, filepath.Join(h.CgroupRoot, "unified")} {
+		b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+		if err != nil {
+			continue
+		}
+		if !slices.Contains(strings.Fields(string(b)), controller) {
+			return "", fmt.Errorf("cgroup v2 at %s does not offer the %s controller (%s)", root, controller, strings.TrimSpace(string(b)))
+		}
+		self, err := os.ReadFile(h.SelfCgroup)
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(string(self), "\n") {
+			if rest, ok := strings.CutPrefix(line, "0::"); ok {
+				return filepath.Join(root, rest), nil
+			}
+		}
+		return root, nil
+	}
+	return "", fmt.Errorf("no cgroup v2 hierarchy at %s or %s/unified", h.CgroupRoot, h.CgroupRoot)
+}
+
+// CgroupDir returns this process's cgroup for a controller (memory or io)
+// and the version it runs under: v1 where the controller is mounted as
+// v1, else v2.
+func (h Host) CgroupDir(controller string) (string, int, error) {
+	v1, err1 := h.CgroupV1Dir(v1Names[controller])
+	if err1 == nil {
+		return v1, 1, nil
+	}
+	v2, err2 := h.cgroupV2Dir(controller)
+	if err2 == nil {
+		return v2, 2, nil
+	}
+	return "", 0, fmt.Errorf("no %s cgroup: %v; %v", controller, err1, err2)
+}
+
+// makeCgroup creates a child cgroup of this process's cgroup for a
+// controller and writes the settings the version takes. In v2 the parent
+// must delegate the controller to its children: when its
+// cgroup.subtree_control lacks it, it is enabled (recorded, and disabled
+// again on undo), after this process moved into a leaf of its own when
+// it was in the parent (a v2 cgroup with processes cannot delegate); the
+// kernel still refuses while other processes share the parent (run
+// mqbench in a cgroup of its own then).
+func (j *Journal) makeCgroup(controller, name string, v1, v2 [][2]string) (Cgroup, error) {
+	parent, version, err := j.host.CgroupDir(controller)
 	if err != nil {
-		return "", err
+		return Cgroup{}, err
 	}
-	dir := filepath.Join(parent, name)
-	if err := j.Record(Change{Kind: ChangeCgroup, Path: dir}); err != nil {
-		return "", err
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", fmt.Errorf("cgroup %s: %w", dir, err)
-	}
-	for _, s := range settings {
-		if err := os.WriteFile(filepath.Join(dir, s[0]), []byte(s[1]), 0); err != nil {
-			return dir, fmt.Errorf("cgroup %s: %s=%s: %w", dir, s[0], s[1], err)
+	settings := v1
+	if version == 2 {
+		settings = v2
+		ctl := filepath.Join(parent, "cgroup.subtree_control")
+		cur, err := os.ReadFile(ctl)
+		if err != nil {
+			return Cgroup{}, fmt.Errorf("cgroup v2 %s: %w", parent, err)
+		}
+		if !slices.Contains(strings.Fields(string(cur)), controller) {
+			// A v2 cgroup that holds processes cannot delegate a
+			// controller ("no internal processes"): this process moves
+			// into a leaf of its own first (moved back on undo).
+			if procs, _ := os.ReadFile(filepath.Join(parent, "cgroup.procs")); slices.Contains(strings.Fields(string(procs)), strconv.Itoa(os.Getpid())) {
+				leaf := filepath.Join(parent, fmt.Sprintf("mqbench-%d-main", os.Getpid()))
+				if err := j.Record(Change{Kind: ChangeCgroup, Path: leaf}); err != nil {
+					return Cgroup{}, err
+				}
+				if err := os.Mkdir(leaf, 0o755); err != nil {
+					return Cgroup{}, fmt.Errorf("cgroup v2 %s: %w", leaf, err)
+				}
+				if err := JoinCgroup(leaf, os.Getpid()); err != nil {
+					return Cgroup{}, fmt.Errorf("cgroup v2: %w", err)
+				}
+			}
+			if err := j.Record(Change{Kind: ChangeSubtree, Path: ctl, Value: controller}); err != nil {
+				return Cgroup{}, err
+			}
+			if err := os.WriteFile(ctl, []byte("+"+controller), 0o644); err != nil {
+				return Cgroup{}, fmt.Errorf("cgroup v2: enable %s for the children of %s: %w (a cgroup that holds processes cannot delegate it: run mqbench in a cgroup of its own, e.g. under systemd-run --scope)", controller, parent, err)
+			}
 		}
 	}
-	return dir, nil
+	cg := Cgroup{Dir: filepath.Join(parent, name), Version: version}
+	if err := j.Record(Change{Kind: ChangeCgroup, Path: cg.Dir}); err != nil {
+		return cg, err
+	}
+	if err := os.Mkdir(cg.Dir, 0o755); err != nil {
+		return cg, fmt.Errorf("cgroup %s: %w", cg, err)
+	}
+	for _, s := range settings {
+		file, optional := strings.CutPrefix(s[0], "?")
+		if _, err := os.Stat(filepath.Join(cg.Dir, file)); optional && err != nil {
+			continue // an optional knob this kernel does not have
+		}
+		if err := os.WriteFile(filepath.Join(cg.Dir, file), []byte(s[1]), 0o644); err != nil {
+			return cg, fmt.Errorf("cgroup %s: %s=%s: %w", cg, s[0], s[1], err)
+		}
+	}
+	return cg, nil
+}
+
+// MakeMemoryCgroup creates a memory cgroup limited to limitBytes whose
+// members may swap: v1 memory.limit_in_bytes with memory.swappiness 100;
+// v2 memory.max with memory.swap.max "max" where the kernel accounts swap
+// (v2 has no per-cgroup swappiness: the system's applies).
+func (j *Journal) MakeMemoryCgroup(name string, limitBytes int64) (Cgroup, error) {
+	l := strconv.FormatInt(limitBytes, 10)
+	return j.makeCgroup("memory", name, [][2]string{{"memory.limit_in_bytes", l}, {"memory.swappiness", "100"}},
+		[][2]string{{"memory.max", l}, {"?memory.swap.max", "max"}})
+}
+
+// MakeIOCgroup creates an io cgroup throttling device majMin ("8:16") to
+// bps bytes and iops operations per second each way: v1 blkio.throttle.*,
+// v2 io.max. v2's limit covers buffered writeback too (v1's does not).
+func (j *Journal) MakeIOCgroup(name, majMin string, bps, iops int64) (Cgroup, error) {
+	b, o := strconv.FormatInt(bps, 10), strconv.FormatInt(iops, 10)
+	return j.makeCgroup("io", name, [][2]string{
+		{"blkio.throttle.write_bps_device", majMin + " " + b}, {"blkio.throttle.read_bps_device", majMin + " " + b},
+		{"blkio.throttle.write_iops_device", majMin + " " + o}, {"blkio.throttle.read_iops_device", majMin + " " + o}},
+		[][2]string{{"io.max", fmt.Sprintf("%s rbps=%s wbps=%s riops=%s wiops=%s", majMin, b, b, o, o)}})
+}
+
+// OOMKills is how many processes the cgroup's OOM killer has killed
+// (v1 memory.oom_control, v2 memory.events), and its memory limit.
+func (c Cgroup) OOMKills() (kills int64, limit string, err error) {
+	file, limitFile := "memory.oom_control", "memory.limit_in_bytes"
+	if c.Version == 2 {
+		file, limitFile = "memory.events", "memory.max"
+	}
+	b, err := os.ReadFile(filepath.Join(c.Dir, file))
+	if err != nil {
+		return 0, "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" {
+			kills, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	l, _ := os.ReadFile(filepath.Join(c.Dir, limitFile))
+	return kills, strings.TrimSpace(string(l)), nil
 }
 
 // JoinCgroup moves process pid into the cgroup directory dir.

@@ -215,7 +215,7 @@ func journalChild(stateDir string) error {
 		return err
 	}
 	if os.Getenv(cgroupEnv) != "" {
-		if _, err := j.MakeCgroup("memory", fmt.Sprintf("hostctl-test-%d", os.Getpid()), [][2]string{{"memory.limit_in_bytes", "67108864"}}); err != nil {
+		if _, err := j.MakeMemoryCgroup(fmt.Sprintf("hostctl-test-%d", os.Getpid()), 64<<20); err != nil {
 			return err
 		}
 	}
@@ -367,5 +367,143 @@ func TestReadSysctlAndDropCachesOnAFakeRoot(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(root, "vm", "drop_caches")); string(b) != "3" {
 		t.Errorf("drop_caches = %q, want 3", b)
+	}
+}
+
+// fakeCgroupV2 builds a cgroup v2 hierarchy in a temp dir (as the kernel
+// lays it out: cgroup.controllers at the root, this process's cgroup from
+// the "0::" line of /proc/self/cgroup) with the files a new cgroup gets.
+func fakeCgroupV2(t *testing.T, subtree string) (Host, string) {
+	t.Helper()
+	root := t.TempDir()
+	parent := filepath.Join(root, "user.slice", "mqbench.scope")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for path, content := range map[string]string{
+		filepath.Join(root, "cgroup.controllers"):       "cpuset cpu io memory pids\n",
+		filepath.Join(parent, "cgroup.subtree_control"): subtree,
+		filepath.Join(parent, "cgroup.procs"):           fmt.Sprintf("%d\n", os.Getpid()),
+		filepath.Join(root, "self"):                     "0::/user.slice/mqbench.scope\n",
+	} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return Host{ProcSys: filepath.Join(root, "sys"), CgroupRoot: root, SelfCgroup: filepath.Join(root, "self")}, parent
+}
+
+// TestCgroupV2 runs the memory and io cgroups against a v2-shaped
+// hierarchy: detected as v2, memory.max and io.max written, the
+// controller delegated through the parent's cgroup.subtree_control when it
+// was not (and taken back on undo), the cgroup removed on undo.
+func TestCgroupV2(t *testing.T) {
+	h, parent := fakeCgroupV2(t, "")
+	dir, version, err := h.CgroupDir("memory")
+	if err != nil || version != 2 || dir != parent {
+		t.Fatalf("CgroupDir(memory) = %s, v%d, %v; want %s, v2", dir, version, err, parent)
+	}
+	j, err := OpenJournal(t.TempDir(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := j.MakeMemoryCgroup("mqbench-test-swap", 512<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.Version != 2 || mem.Dir != filepath.Join(parent, "mqbench-test-swap") || !strings.Contains(mem.String(), "cgroup v2") {
+		t.Fatalf("memory cgroup %+v", mem)
+	}
+	if b, _ := os.ReadFile(filepath.Join(mem.Dir, "memory.max")); string(b) != "536870912" {
+		t.Errorf("memory.max %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(mem.Dir, "memory.limit_in_bytes")); err == nil {
+		t.Error("a v1 file written in a v2 cgroup")
+	}
+	if b, _ := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control")); string(b) != "+memory" {
+		t.Errorf("the parent's subtree_control %q: memory not delegated", b)
+	}
+	// This process was in the parent: it moved into a leaf of its own
+	// first, so that the parent can delegate.
+	leaf := Cgroup{Dir: filepath.Join(parent, fmt.Sprintf("mqbench-%d-main", os.Getpid())), Version: 2}
+	if b, _ := os.ReadFile(filepath.Join(leaf.Dir, "cgroup.procs")); strings.TrimSpace(string(b)) != fmt.Sprint(os.Getpid()) {
+		t.Errorf("this process not moved into %s: %q", leaf.Dir, b)
+	}
+	if err := os.WriteFile(filepath.Join(parent, "cgroup.procs"), nil, 0o644); err != nil { // as the kernel would show it
+		t.Fatal(err)
+	}
+	// memory is delegated now (as the kernel would list it): io is not.
+	if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("memory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	io, err := j.MakeIOCgroup("mqbench-test-hdd", "7:0", 150_000_000, 150)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(io.Dir, "io.max")); string(b) != "7:0 rbps=150000000 wbps=150000000 riops=150 wiops=150" {
+		t.Errorf("io.max %q", b)
+	}
+	// An OOM kill shows in memory.events.
+	if err := os.WriteFile(filepath.Join(mem.Dir, "memory.events"), []byte("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if kills, limit, err := mem.OOMKills(); err != nil || kills != 2 || limit != "536870912" {
+		t.Errorf("OOM kills %d, limit %q, %v", kills, limit, err)
+	}
+	// The fake's files are not the kernel's: remove them so rmdir works.
+	for _, cg := range []Cgroup{mem, io, leaf} {
+		ents, _ := os.ReadDir(cg.Dir)
+		for _, e := range ents {
+			os.Remove(filepath.Join(cg.Dir, e.Name()))
+		}
+	}
+	if err := j.Undo(); err != nil {
+		t.Fatal(err)
+	}
+	for _, cg := range []Cgroup{mem, io, leaf} {
+		if _, err := os.Stat(cg.Dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s not removed on undo", cg)
+		}
+	}
+	// Undone in reverse: io taken back, then memory (the last write).
+	if b, _ := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control")); string(b) != "-memory" {
+		t.Errorf("the parent's subtree_control after undo %q, want -memory", b)
+	}
+	var taken []string
+	for _, c := range j.Changes() {
+		if c.Kind == ChangeSubtree && c.Undone {
+			taken = append(taken, c.Value)
+		}
+	}
+	if strings.Join(taken, ",") != "memory,io" {
+		t.Errorf("subtree delegations undone: %v, want memory,io", taken)
+	}
+}
+
+// TestCgroupV1Preferred: where the controller is mounted as v1 (the hybrid
+// layout, a v2 hierarchy under unified/ beside it), v1 is used.
+func TestCgroupV1Preferred(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"memory/mqbench", "unified"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for path, content := range map[string]string{
+		filepath.Join(root, "memory", "cgroup.procs"):        "",
+		filepath.Join(root, "unified", "cgroup.controllers"): "",
+		filepath.Join(root, "self"):                          "4:memory:/mqbench\n0::/\n",
+	} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := Host{CgroupRoot: root, SelfCgroup: filepath.Join(root, "self")}
+	if dir, v, err := h.CgroupDir("memory"); err != nil || v != 1 || dir != filepath.Join(root, "memory", "mqbench") {
+		t.Errorf("memory: %s v%d %v", dir, v, err)
+	}
+	// io is neither v1 (no blkio mount) nor offered by unified/: a clear error.
+	if _, _, err := h.CgroupDir("io"); err == nil || !strings.Contains(err.Error(), "does not offer the io controller") {
+		t.Errorf("io: %v", err)
 	}
 }

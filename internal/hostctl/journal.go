@@ -32,15 +32,16 @@ const DefaultStateDir = "/run/mqbench"
 
 // Change kinds, each with its undo.
 const (
-	ChangeVMDirty = "vm-dirty" // undo: write back the four original vm.dirty_* values
-	ChangeSysctl  = "sysctl"   // undo: write Original to Path
-	ChangeFile    = "file"     // undo: remove Path
-	ChangeDir     = "dir"      // undo: rmdir Path (never recursive: it may be a mount point)
-	ChangeSwapon  = "swapon"   // undo: swapoff Path
-	ChangeCgroup  = "cgroup"   // undo: move its processes to the parent, rmdir
-	ChangeLoop    = "loop"     // undo: losetup -d Path when its backing file is still Backing
-	ChangeMount   = "mount"    // undo: umount Path (lazily when busy)
-	ChangeProcess = "process"  // undo: SIGKILL PID when its start time is still StartTicks
+	ChangeVMDirty = "vm-dirty"       // undo: write back the four original vm.dirty_* values
+	ChangeSysctl  = "sysctl"         // undo: write Original to Path
+	ChangeFile    = "file"           // undo: remove Path
+	ChangeDir     = "dir"            // undo: rmdir Path (never recursive: it may be a mount point)
+	ChangeSwapon  = "swapon"         // undo: swapoff Path
+	ChangeCgroup  = "cgroup"         // undo: move its processes to the parent, rmdir
+	ChangeSubtree = "cgroup-subtree" // undo: write "-Value" to Path (a v2 cgroup.subtree_control)
+	ChangeLoop    = "loop"           // undo: losetup -d Path when its backing file is still Backing
+	ChangeMount   = "mount"          // undo: umount Path (lazily when busy)
+	ChangeProcess = "process"        // undo: SIGKILL PID when its start time is still StartTicks
 )
 
 // Change is one modification of the system, recorded before it is made.
@@ -69,6 +70,8 @@ func (c Change) String() string {
 		return fmt.Sprintf("process %d (%s)", c.PID, c.Value)
 	case ChangeLoop:
 		return fmt.Sprintf("loop device %s on %s", c.Path, c.Backing)
+	case ChangeSubtree:
+		return fmt.Sprintf("cgroup v2 controller %s enabled in %s", c.Value, c.Path)
 	}
 	return c.Kind + " " + c.Path
 }
@@ -273,6 +276,12 @@ func undo(c Change) error {
 		return RunTool("swapoff", c.Path)
 	case ChangeCgroup:
 		return removeCgroup(c.Path)
+	case ChangeSubtree:
+		err := os.WriteFile(c.Path, []byte("-"+c.Value), 0o644)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
 	case ChangeLoop:
 		if loopBacking(c.Path) != c.Backing || c.Backing == "" {
 			return nil // detached already (or reused for another file: not ours)

@@ -32,7 +32,7 @@ func main() {
 
 func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("mqpeer", flag.ContinueOnError)
-	peer := fs.String("peer", "", "peer: "+strings.Join(peers.Names(), ", ")+" (required)")
+	peer := fs.String("peer", "", "peer: "+strings.Join(peers.Names(), ", ")+", or "+NoOp+" (the load generator's floor) (required)")
 	dir := fs.String("dir", "", "empty directory for the peer's files (required)")
 	flush := fs.String("flush", "async", "async or sync")
 	workload := fs.String("workload", "throughput", "throughput or latency")
@@ -68,6 +68,15 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "mqpeer:", err)
 		return 2
 	}
+	if *peer == NoOp {
+		// The load generator's floor in this process: the same schedule
+		// against an operation that does nothing.
+		out.Result = load.Run(ctx, spec, nil, nil, func(int) load.Op { return func(context.Context) error { return nil } })
+		if out.Result.Error != "" {
+			return emit(out, 1)
+		}
+		return emit(out, 0)
+	}
 	peerOpts := []peers.Option{peers.WithSyncInterval(*syncInterval), peers.WithOutstanding(spec.Workers())}
 	info, err := peers.Describe(*peer, *flush, peerOpts...)
 	if errors.Is(err, peers.ErrUnknownPeer) || errors.Is(err, peers.ErrBadFlush) {
@@ -78,7 +87,7 @@ func run(ctx context.Context, args []string) int {
 		out.Error = err.Error()
 		return emit(out, 1)
 	}
-	out.Describe(info)
+	peers.DescribeOutput(&out, info)
 	p, err := peers.Open(ctx, *peer, *dir, *flush, peerOpts...)
 	if err != nil {
 		out.Error = err.Error()
@@ -106,6 +115,10 @@ func run(ctx context.Context, args []string) int {
 	}
 	return emit(out, 0)
 }
+
+// NoOp is the --peer that runs the schedule against a no-op: the load
+// generator's own floor in the peers' process.
+const NoOp = "no-op"
 
 func printList() int {
 	list, err := peers.List()
