@@ -20,7 +20,7 @@ import (
 	"github.com/mqstore/mqstore/mmapio"
 )
 
-// Tests of issue 14's engine items: what a crash, a full disk or a failing
+// Tests of the engine's durability rules: what a crash, a full disk or a failing
 // service must not do to the data.
 
 // gate blocks whoever waits on it until it is opened; opening twice is safe.

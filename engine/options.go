@@ -239,7 +239,7 @@ type Options struct {
 	Role BrokerRole
 	// SlaveTimeout: how long a SYNC_MASTER Put waits for a slave's
 	// acknowledgement before FlushSlaveTimeout (3 s; RocketMQ's
-	// slaveTimeout, which the issue calls haSlaveTimeout).
+	// slaveTimeout, haSlaveTimeout in some of its docs).
 	SlaveTimeout time.Duration
 	// HASlaveFallbehindMax: a SYNC_MASTER Put answers SlaveNotAvailable
 	// without waiting when the best connected slave is this many bytes or

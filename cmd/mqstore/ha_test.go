@@ -255,7 +255,7 @@ func checkAcksOn(t testing.TB, dir string, acks []ack, size, queues int) {
 	}
 }
 
-// TestKillSyncMasterLosesNoAck is the acceptance run, as a test:
+// TestKillSyncMasterLosesNoAck is the replication acceptance run, as a test:
 // a slave process, then a SYNC_MASTER producer process (async flush) that
 // waits for it and prints an ack per message; the producer is killed with
 // SIGKILL at a random moment and the slave stopped. Every printed ack must
