@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,12 +146,27 @@ func killTrial(t *testing.T, backend string, seed uint64) (err error) {
 		fmt.Fprintf(&logs, "the recovering open killed after a random delay logged:\n%s", recErr.String())
 	}
 	// Every acknowledged message is there, with the right body.
+	if err := checkAcked(t, dir, "Crash", 3, size, acks, &logs); err != nil {
+		return err
+	}
+	if out, errOut, code := runCLI(t, "verify", "--dir", dir); code != 0 {
+		return fmt.Errorf("verify after the kill (%d acks, size %d; store in %s): exit %d:\n%s%s\nproducer logged:\n%s%sverify logged:\n%s",
+			len(acks), size, dir, code, out, ackTail(acks), stderr.String(), logs.String(), errOut)
+	}
+	return nil
+}
+
+// checkAcked fails unless every acknowledged message is readable by mqstore
+// consume at its queue offset, at its CommitLog offset, with its body (the
+// CRC of Body(i, size)), its UNIQ_KEY and its KEYS (k<i>, as produce --keys
+// sets them). What the consumes logged goes to logs.
+func checkAcked(t *testing.T, dir, topic string, queues, size int, acks []ack, logs io.Writer) error {
 	byQueue := map[int32]map[int64]recordLine{}
-	for q := int32(0); q < 3; q++ {
-		out, errOut, code := runCLI(t, "consume", "--dir", dir, "--topic", "Crash", "--queue", fmt.Sprint(q))
-		fmt.Fprintf(&logs, "consume --queue %d logged:\n%s", q, errOut)
+	for q := int32(0); q < int32(queues); q++ {
+		out, errOut, code := runCLI(t, "consume", "--dir", dir, "--topic", topic, "--queue", fmt.Sprint(q))
+		fmt.Fprintf(logs, "consume --queue %d logged:\n%s", q, errOut)
 		if code != 0 {
-			return fmt.Errorf("consume queue %d after the kill: exit %d: %s", q, code, errOut)
+			return fmt.Errorf("consume queue %d: exit %d: %s", q, code, errOut)
 		}
 		byQueue[q] = map[int64]recordLine{}
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -169,14 +185,10 @@ func killTrial(t *testing.T, backend string, seed uint64) (err error) {
 		want := record.BodyCRC(Body(a.I, size))
 		switch {
 		case !ok:
-			return fmt.Errorf("acknowledged message %d (queue %d offset %d) lost; %d acks", a.I, a.QueueID, a.QueueOffset, len(acks))
-		case l.PhysicalOffset != a.PhysicalOffset || l.BodyCRC != want || l.UniqKey != a.UniqKey:
+			return fmt.Errorf("acknowledged message %d (queue %d offset %d, at %d) lost; %d acks", a.I, a.QueueID, a.QueueOffset, a.PhysicalOffset, len(acks))
+		case l.PhysicalOffset != a.PhysicalOffset || l.BodyCRC != want || l.UniqKey != a.UniqKey || !slices.Contains(l.Keys, fmt.Sprintf("k%d", a.I)):
 			return fmt.Errorf("acknowledged message %d read back wrong: %+v", a.I, l)
 		}
-	}
-	if out, errOut, code := runCLI(t, "verify", "--dir", dir); code != 0 {
-		return fmt.Errorf("verify after the kill (%d acks, size %d; store in %s): exit %d:\n%s%s\nproducer logged:\n%s%sverify logged:\n%s",
-			len(acks), size, dir, code, out, ackTail(acks), stderr.String(), logs.String(), errOut)
 	}
 	return nil
 }
