@@ -26,8 +26,17 @@ var killTrials = flag.Int("kill.trials", 10, "SIGKILL trials per backend in Test
 
 // mqstoreCmd returns a command running this test binary as mqstore.
 func mqstoreCmd(args ...string) *exec.Cmd {
+	cmd := selfCmd(args...)
+	cmd.Env = append(cmd.Env, "MQSTORE_AS_CLI=1")
+	return cmd
+}
+
+// selfCmd returns a command running this test binary. Under -race a
+// process sleeps a second at exit (GORACE atexit_sleep_ms) unless told
+// not to: the crash tests run hundreds of short processes.
+func selfCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "MQSTORE_AS_CLI=1")
+	cmd.Env = append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	return cmd
 }
 
@@ -182,13 +191,22 @@ func checkAcked(t *testing.T, dir, topic string, queues, size int, acks []ack, l
 	}
 	for _, a := range acks {
 		l, ok := byQueue[a.QueueID][a.QueueOffset]
-		want := record.BodyCRC(Body(a.I, size))
-		switch {
-		case !ok:
-			return fmt.Errorf("acknowledged message %d (queue %d offset %d, at %d) lost; %d acks", a.I, a.QueueID, a.QueueOffset, a.PhysicalOffset, len(acks))
-		case l.PhysicalOffset != a.PhysicalOffset || l.BodyCRC != want || l.UniqKey != a.UniqKey || !slices.Contains(l.Keys, fmt.Sprintf("k%d", a.I)):
-			return fmt.Errorf("acknowledged message %d read back wrong: %+v", a.I, l)
+		if err := ackMatches(a, l, ok, size, len(acks)); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// ackMatches says what is wrong with the record l read back for the
+// acknowledged message a (found: whether there was one).
+func ackMatches(a ack, l recordLine, found bool, size, nAcks int) error {
+	switch {
+	case !found:
+		return fmt.Errorf("acknowledged message %d (queue %d offset %d, at %d) lost; %d acks", a.I, a.QueueID, a.QueueOffset, a.PhysicalOffset, nAcks)
+	case l.PhysicalOffset != a.PhysicalOffset || l.QueueID != a.QueueID || l.QueueOffset != a.QueueOffset ||
+		l.BodyCRC != record.BodyCRC(Body(a.I, size)) || l.UniqKey != a.UniqKey || !slices.Contains(l.Keys, fmt.Sprintf("k%d", a.I)):
+		return fmt.Errorf("acknowledged message %d read back wrong: %+v", a.I, l)
 	}
 	return nil
 }
