@@ -398,6 +398,9 @@ func (tr *plTrial) check(acks []ack) error {
 	}
 	byOffset := map[int64]recordLine{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue // an empty log
+		}
 		var l recordLine
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			return fmt.Errorf("dump output %q: %v", line, err)
