@@ -364,12 +364,19 @@ func (tr *plTrial) recoveryCrash() error {
 		rep, err := d.Wait(context.Background())
 		return tr.logReport(rep, err)
 	case err := <-done:
-		select {
-		case <-d.Exited():
-			tr.logf("power lost at fsync %d of the recovering open, which logged:\n%s", n, out.String())
-			rep, err := d.Wait(context.Background())
-			return tr.logReport(rep, err)
-		default:
+		if err != nil {
+			// The open may have failed because the power went (its fsync
+			// got ECONNABORTED) while the daemon is still writing its
+			// report: give it time to exit.
+			timer := time.NewTimer(10 * time.Second)
+			defer timer.Stop()
+			select {
+			case <-d.Exited():
+				tr.logf("power lost at fsync %d of the recovering open, which logged:\n%s", n, out.String())
+				rep, err := d.Wait(context.Background())
+				return tr.logReport(rep, err)
+			case <-timer.C:
+			}
 		}
 		tr.logf("the recovering open finished in fewer than %d fsyncs (%v):\n%s", n, err, out.String())
 		if err != nil {
