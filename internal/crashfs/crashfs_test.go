@@ -82,6 +82,9 @@ func readBacking(t *testing.T, c Config, name string) []byte {
 // what the syncs covered, and before it the mount showed everything.
 func TestOnlySyncedSurvives(t *testing.T) {
 	d, c := mountT(t, Config{})
+	if !testenv.OnFUSE(c.Mount) || testenv.OnFUSE(c.Backing) {
+		t.Fatalf("OnFUSE: mount %v, backing %v; want true, false", testenv.OnFUSE(c.Mount), testenv.OnFUSE(c.Backing))
+	}
 	path := filepath.Join(c.Mount, "f")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
