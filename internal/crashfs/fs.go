@@ -107,7 +107,8 @@ type fsys struct {
 }
 
 // enter admits a request; once a crash has begun no request proceeds (and
-// none is answered).
+// none is answered). A request enters once: a second RLock behind the
+// crash's pending Lock would never be granted.
 func (s *fsys) enter() {
 	s.gate.RLock()
 	if s.crashed.Load() {
@@ -664,7 +665,9 @@ func (d *dir) Releasedir(ctx context.Context, flags uint32) {
 }
 
 func (d *dir) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
-	return d.n.Getattr(ctx, nil, out)
+	d.n.s.enter()
+	defer d.n.s.leave()
+	return d.n.getattr(nil, out)
 }
 
 func (d *dir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
