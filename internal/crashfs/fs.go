@@ -234,8 +234,17 @@ func (s *fsys) forget(st *syscall.Stat_t) {
 
 // node is a loopback node whose files go through the overlay.
 type node struct {
-	fs.LoopbackNode
+	*fs.LoopbackNode
 	s *fsys
+}
+
+// WrapChild makes every node the loopback creates (Lookup, Mkdir, …) a
+// crashfs node.
+func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	if ln, ok := ops.(*fs.LoopbackNode); ok {
+		return &node{LoopbackNode: ln, s: n.s}
+	}
+	return ops
 }
 
 var (
@@ -253,6 +262,7 @@ var (
 	_ fs.NodeMknoder        = (*node)(nil)
 	_ fs.NodeOpendirHandler = (*node)(nil)
 	_ fs.NodeCopyFileRanger = (*node)(nil)
+	_ fs.NodeWrapChilder    = (*node)(nil)
 )
 
 // rel is the node's path relative to the backing root ("." for the root).
@@ -432,8 +442,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	out.FromStat(&st)
 	n.sizeFix(&out.Attr)
-	ch := n.NewInode(ctx, &node{LoopbackNode: fs.LoopbackNode{RootData: n.RootData}, s: n.s},
-		fs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: genOf(fd)})
+	ch := n.NewInode(ctx, &fs.LoopbackNode{RootData: n.RootData}, fs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: genOf(fd)})
 	return ch, &file{s: n.s, ov: ov, direct: flags&syscall.O_DIRECT != 0}, 0, 0
 }
 
@@ -500,7 +509,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	var target syscall.Stat_t
 	targetErr := syscall.Lstat(pTo, &target)
 	if n.s.names == nil {
-		if e := n.LoopbackNode.Rename(ctx, name, &np.LoopbackNode, newName, flags); e != 0 {
+		if e := n.LoopbackNode.Rename(ctx, name, np.LoopbackNode, newName, flags); e != 0 {
 			return e
 		}
 		if targetErr == nil && flags&unix.RENAME_EXCHANGE == 0 {
@@ -836,10 +845,7 @@ func mount(s *fsys) (*fuse.Server, error) {
 		return nil, fmt.Errorf("crashfs: backing: %w", err)
 	}
 	lr := &fs.LoopbackRoot{Path: s.cfg.Backing, Dev: uint64(st.Dev)}
-	lr.NewNode = func(r *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {
-		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, s: s}
-	}
-	root := &node{LoopbackNode: fs.LoopbackNode{RootData: lr}, s: s}
+	root := &node{LoopbackNode: &fs.LoopbackNode{RootData: lr}, s: s}
 	lr.RootNode = root
 	zero := time.Duration(0)
 	opts := &fs.Options{
