@@ -201,7 +201,7 @@ func (tr *plTrial) mount(c crashfs.Config) (*crashfs.Daemon, error) {
 	}
 	tr.daemons = append(tr.daemons, d)
 	tr.t.Cleanup(func() { d.Close() }) // also when the test stops early
-	tr.logf("mounted: writeback %v, seed %d, crash after fsync %d\n", c.Writeback, c.Seed, c.CrashAfterFsync)
+	tr.logf("mounted: writeback %v, seed %d, crash after fsync %d of %q\n", c.Writeback, c.Seed, c.CrashAfterFsync, c.CrashPath)
 	return d, nil
 }
 
@@ -344,7 +344,14 @@ func (tr *plTrial) producePhaseOn(d *crashfs.Daemon, killAfter int, powerLoss, a
 // fewer fsyncs.
 func (tr *plTrial) recoveryCrash() error {
 	n := 1 + tr.rng.IntN(12)
-	d, err := tr.mount(crashfs.Config{CrashAfterFsync: n})
+	// Any fsync, or one of a kind of file (directories included: FSYNCDIR
+	// of s/commitlog matches too).
+	paths := []string{"", "^s/commitlog", "^s/consumequeue/", "^s/index", "^s/(checkpoint|abort)"}
+	path := paths[tr.rng.IntN(len(paths))]
+	if path != "" {
+		n = 1 + tr.rng.IntN(3)
+	}
+	d, err := tr.mount(crashfs.Config{CrashAfterFsync: n, CrashPath: path})
 	if err != nil {
 		return err
 	}
@@ -360,7 +367,7 @@ func (tr *plTrial) recoveryCrash() error {
 	case <-d.Exited():
 		cmd.Process.Signal(syscall.SIGKILL)
 		<-done
-		tr.logf("power lost at fsync %d of the recovering open, which logged:\n%s", n, out.String())
+		tr.logf("power lost at the %d-th fsync matching %q of the recovering open, which logged:\n%s", n, path, out.String())
 		rep, err := d.Wait(context.Background())
 		return tr.logReport(rep, err)
 	case err := <-done:
@@ -372,7 +379,7 @@ func (tr *plTrial) recoveryCrash() error {
 			defer timer.Stop()
 			select {
 			case <-d.Exited():
-				tr.logf("power lost at fsync %d of the recovering open, which logged:\n%s", n, out.String())
+				tr.logf("power lost at the %d-th fsync matching %q of the recovering open, which logged:\n%s", n, path, out.String())
 				rep, err := d.Wait(context.Background())
 				return tr.logReport(rep, err)
 			case <-timer.C:
