@@ -278,7 +278,10 @@ func (n *inode) powerLoss(rng *rand.Rand) FileReport {
 		size = n.durable // a shrink that did not reach the disk
 	}
 	var err error
-	if size != n.durable {
+	if keepSize && n.cut < n.durable {
+		err = n.rw.Truncate(n.cut) // the shrink reached the disk: what it cut reads as zeros
+	}
+	if size != n.durable && err == nil {
 		err = n.rw.Truncate(size)
 	}
 	r.KeptSize = size
