@@ -29,6 +29,7 @@ var (
 	fuseBackends = flag.String("fuse.backends", "mmap,transient,uring,uring-direct", "backends of TestPowerLossFUSE, comma separated")
 	fuseSeed     = flag.Uint64("fuse.seed", 1, "seed of TestPowerLossFUSE's first trial (a failure names the seed that replays it)")
 	fuseLog      = flag.Bool("fuse.log", false, "log every power-loss trial's crash reports and process logs (a failure's are always logged)")
+	fuseHATrials = flag.Int("fuse.ha.trials", 4, "trials of TestPowerLossFUSEReplicated (the -fuse.backends pairs in turn)")
 )
 
 // The kinds of power-loss trial; a trial's seed picks its kind.
@@ -59,12 +60,7 @@ var errCannotRun = errors.New("backend cannot run here")
 //	go test ./cmd/mqstore -run PowerLossFUSE -fuse.trials 1000 -fuse.backends mmap
 func TestPowerLossFUSE(t *testing.T) {
 	testenv.NeedFUSE(t, "the power-loss trials mount crashfs")
-	backends := strings.Split(*fuseBackends, ",")
-	for _, b := range backends {
-		if !slices.Contains(engine.BackendNames(), b) {
-			t.Fatalf("-fuse.backends: unknown backend %q (have %v)", b, engine.BackendNames())
-		}
-	}
+	backends := fuseBackendList(t)
 	for bi, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			start := time.Now()
@@ -97,6 +93,126 @@ func TestPowerLossFUSE(t *testing.T) {
 	}
 }
 
+// fuseBackendList is -fuse.backends.
+func fuseBackendList(t *testing.T) []string {
+	backends := strings.Split(*fuseBackends, ",")
+	for _, b := range backends {
+		if !slices.Contains(engine.BackendNames(), b) {
+			t.Fatalf("-fuse.backends: unknown backend %q (have %v)", b, engine.BackendNames())
+		}
+	}
+	return backends
+}
+
+// TestPowerLossFUSEReplicated cuts the power of two machines at once: a
+// SYNC_MASTER producer (async flush) on one crashfs and its slave (sync
+// flush: it acknowledges only what it flushed) on another. Every printed
+// ack must be on the slave's image, both images must verify and take new
+// Puts. The master may lose acknowledged records (its flush is async): the
+// slave holds them.
+//
+//	go test ./cmd/mqstore -run PowerLossFUSEReplicated -fuse.ha.trials 100
+func TestPowerLossFUSEReplicated(t *testing.T) {
+	testenv.NeedFUSE(t, "the power-loss trials mount crashfs")
+	backends := fuseBackendList(t)
+	n := len(backends)
+	var checked, failed int
+	for i := 0; i < *fuseHATrials; i++ {
+		seed := *fuseSeed + uint64(i)
+		// Pairs in turn: the same backend on both sides first, then shifted.
+		mb, sb := backends[i%n], backends[(i+i/n)%n]
+		m, s, err := replicatedTrial(t, mb, sb, seed)
+		if errors.Is(err, errCannotRun) {
+			testenv.Skip(t, testenv.Uring, "%v", err)
+		}
+		if *fuseLog || err != nil {
+			t.Logf("master:\n%s\nslave:\n%s", m.log.String(), s.log.String())
+		}
+		checked += m.checked
+		if err != nil {
+			failed++
+			t.Errorf("replicated trial %d (%s -> %s, seed %d; replay: -run PowerLossFUSEReplicated -fuse.backends %s -fuse.seed %d -fuse.ha.trials 1): %v",
+				i, mb, sb, seed, strings.Join(backends, ","), seed, err)
+		}
+	}
+	t.Logf("%d replicated power-loss trials: %d acknowledged records checked on the slaves, %d trials failed", *fuseHATrials, checked, failed)
+}
+
+// replicatedTrial runs one trial of TestPowerLossFUSEReplicated.
+func replicatedTrial(t *testing.T, masterBackend, slaveBackend string, seed uint64) (*plTrial, *plTrial, error) {
+	m := newPLTrial(t, masterBackend, seed)
+	s := &plTrial{t: t, backend: slaveBackend, seed: seed, rng: m.rng, names: m.names, size: m.size, start: m.start}
+	for _, tr := range []*plTrial{m, s} {
+		if err := tr.setup(); err != nil {
+			return m, s, err
+		}
+		defer tr.unmount()
+	}
+	m.logf("replicated trial: master %s (async flush), slave %s (sync flush), names=%s, body size %d\n", masterBackend, slaveBackend, m.names, m.size)
+	dm, err := m.mount(crashfs.Config{})
+	if err != nil {
+		return m, s, err
+	}
+	ds, err := s.mount(crashfs.Config{})
+	if err != nil {
+		return m, s, err
+	}
+	if err := m.create(); err != nil {
+		return m, s, err
+	}
+	if err := s.create(); err != nil {
+		return m, s, err
+	}
+	killAfter := 1 + m.rng.IntN(300)
+	producer := startProcess(t, true, "produce", "--dir", m.store(), "--topic", "Crash", "--queues", fmt.Sprint(plQueues),
+		"--count", "100000000", "--size", fmt.Sprint(m.size), "--keys", "--tags", "K", "--role", "sync-master",
+		"--ha-listen", "127.0.0.1:0", "--wait-slaves", "1", "--flush", "async", "--print-acks", "--backend", masterBackend)
+	addr := producer.waitLine(t, listeningRE)[1]
+	slave := startProcess(t, false, "slave", "--dir", s.store(), "--master", addr, "--backend", slaveBackend, "--flush", "sync",
+		"--status-interval", "0")
+	var acks, notAcked []ack
+	sc := bufio.NewScanner(producer.stdout)
+	readAcks(sc, killAfter, &acks, &notAcked)
+	if len(acks) < killAfter {
+		producer.cmd.Process.Signal(syscall.SIGKILL)
+		slave.cmd.Process.Signal(syscall.SIGKILL)
+		m.cut(dm)
+		s.cut(ds)
+		msg := producer.stderr() + "\n" + slave.stderr()
+		if strings.Contains(msg, "unsupported on this system") {
+			return m, s, fmt.Errorf("%w: %s", errCannotRun, msg)
+		}
+		return m, s, fmt.Errorf("the producer ended after %d acks, before the kill:\n%s", len(acks), msg)
+	}
+	// Both machines lose power at a random moment after this ack.
+	time.Sleep(time.Duration(m.rng.IntN(2000)) * time.Microsecond)
+	producer.cmd.Process.Signal(syscall.SIGKILL)
+	slave.cmd.Process.Signal(syscall.SIGKILL)
+	cutM, cutS := m.cut(dm), s.cut(ds)
+	readAcks(sc, 1<<30, &acks, &notAcked)
+	<-producer.done
+	<-slave.done
+	m.logf("producer logged:\n%s\n", producer.stderr())
+	s.logf("slave logged:\n%s\n", slave.stderr())
+	if err := errors.Join(cutM, cutS); err != nil {
+		return m, s, err
+	}
+	if len(notAcked) > 0 {
+		return m, s, fmt.Errorf("with the slave connected, %d messages were not acknowledged, first %+v", len(notAcked), notAcked[0])
+	}
+	if err := s.check(acks); err != nil {
+		return m, s, fmt.Errorf("the slave's image: %w", err)
+	}
+	s.checked = len(acks)
+	if err := m.check(nil); err != nil {
+		return m, s, fmt.Errorf("the master's image: %w", err)
+	}
+	m.checked = len(acks)
+	os.RemoveAll(m.base)
+	os.RemoveAll(s.base)
+	return m, s, nil
+}
+
 // plTrial is one power-loss trial.
 type plTrial struct {
 	t                   *testing.T
@@ -111,6 +227,7 @@ type plTrial struct {
 	log                 strings.Builder // crash reports and process logs, for a failure
 	daemons             []*crashfs.Daemon
 	start               time.Time
+	checked             int // acknowledged records found (replicated trials)
 }
 
 const (
@@ -132,26 +249,40 @@ func (tr *plTrial) store() string   { return filepath.Join(tr.mnt, "s") }
 func (tr *plTrial) durable() string { return filepath.Join(tr.backing, "s") }
 
 // run runs the trial and returns how many acknowledged records it checked.
-func (tr *plTrial) run() (int, error) {
+// setup makes the trial's directories: the backing (the durable image),
+// the daemon's state and the mount point.
+func (tr *plTrial) setup() error {
 	base, err := os.MkdirTemp(tr.t.TempDir(), "pl")
 	if err != nil {
-		return 0, err
+		return err
 	}
 	tr.base = base
 	tr.backing, tr.state, tr.mnt = filepath.Join(base, "backing"), filepath.Join(base, "state"), filepath.Join(base, "mnt")
 	for _, d := range []string{tr.backing, tr.mnt} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	defer func() {
-		for _, d := range tr.daemons {
-			if err := d.Close(); err != nil {
-				tr.t.Error(err)
-			}
+	return nil
+}
+
+// unmount takes down every daemon the trial started (they are all down
+// already unless the trial failed early).
+func (tr *plTrial) unmount() {
+	for _, d := range tr.daemons {
+		if err := d.Close(); err != nil {
+			tr.t.Error(err)
 		}
-		tr.daemons = nil
-	}()
+	}
+	tr.daemons = nil
+}
+
+func (tr *plTrial) run() (int, error) {
+	if err := tr.setup(); err != nil {
+		return 0, err
+	}
+	defer tr.unmount()
+	var err error
 	tr.logf("trial: backend %s, %s, names=%s, body size %d\n", tr.backend, plKindNames[tr.kind], tr.names, tr.size)
 	var acks []ack
 	switch tr.kind {
@@ -180,7 +311,7 @@ func (tr *plTrial) run() (int, error) {
 	if err := tr.check(acks); err != nil {
 		return len(acks), err
 	}
-	os.RemoveAll(base)
+	os.RemoveAll(tr.base)
 	return len(acks), nil
 }
 
