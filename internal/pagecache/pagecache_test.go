@@ -12,7 +12,9 @@ import (
 
 func open(t *testing.T) (*os.File, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "f")
+	dir := t.TempDir()
+	testenv.SkipOnFUSE(t, dir, "page flags")
+	path := filepath.Join(dir, "f")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
