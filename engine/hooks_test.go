@@ -81,6 +81,8 @@ func (f *hookedFile) Warm(ctx context.Context, opts mappedfile.WarmOptions) erro
 	return mappedfile.Warm(ctx, f.MappedFile, opts)
 }
 
+func (f *hookedFile) Cool() error { return mappedfile.Cool(f.MappedFile) }
+
 func (f *hookedFile) Flush(ctx context.Context, leastPages int) (int64, error) {
 	if err := f.h.run("flush", f.Path()); err != nil {
 		return f.FlushedPosition(), fmt.Errorf("flush %s: %w", f.Path(), err)

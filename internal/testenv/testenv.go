@@ -17,8 +17,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // EnvRequire is the variable that turns skips into failures.
@@ -74,18 +72,6 @@ func NeedFUSE(t testing.TB, why string) {
 		Skip(t, FUSE, "%s: %v", why, err)
 	}
 	f.Close()
-}
-
-// fuseMagic is statfs's f_type of a FUSE file system.
-const fuseMagic = 0x65735546
-
-// OnFUSE reports whether path is on a FUSE file system (crashfs, for one).
-// There page flags, FIEMAP and device probes describe the daemon's mount,
-// not a disk: the write-through FUSE page cache is never dirty, FIEMAP is
-// not forwarded, and the device is virtual.
-func OnFUSE(path string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(path, &st) == nil && st.Type == fuseMagic
 }
 
 // SkipOnFUSE skips the test when path is on FUSE (see OnFUSE): a test that

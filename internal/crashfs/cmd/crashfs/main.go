@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command crashfs runs the power-loss file system of internal/crashfs: a
 // pass-through FUSE mount whose backing directory holds only what was
 // synced. See docs/crashfs.md.
