@@ -17,7 +17,7 @@ import (
 	"github.com/mqstore/mqstore/engine/storefs"
 )
 
-// The files at the root of a store directory (FORMAT.md "Directory"). The
+// The files at the root of a store directory (docs/formats.md "Directory"). The
 // lock file is a real file in the OS whatever the backend (the lock is about
 // processes: flock on Unix, LockFileEx on Windows); the others go through the store's storefs.FS, so an in-memory
 // store's crash model covers them too.
@@ -141,7 +141,7 @@ func (c *checkpoint) write() error {
 }
 
 // storeParams are the parameters a store was created with; reopening with
-// different ones is an error (FORMAT.md: sizes are options, recorded).
+// different ones is an error (docs/formats.md: sizes are options, recorded).
 type storeParams struct {
 	FormatVersion        int   `json:"formatVersion"`
 	SegmentSizeBytes     int64 `json:"commitLogSegmentSizeBytes"`

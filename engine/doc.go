@@ -4,7 +4,7 @@
 //
 // # Concept map
 //
-// A Store owns one directory (FORMAT.md has the layout) and these parts, each
+// A Store owns one directory (docs/formats.md has the layout) and these parts, each
 // in its own file:
 //
 //	store.go      lifecycle: Open (lock, abort file, stored parameters,
