@@ -113,7 +113,7 @@ func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfil
 		}
 	}
 	if a.doWarm {
-		if err := mf.Warm(ctx, a.warm); err != nil {
+		if err := mappedfile.Warm(ctx, mf, a.warm); err != nil {
 			err = fmt.Errorf("warm %s: %w", spec.Path, err)
 			if rerr := a.remove(mf); rerr != nil {
 				return nil, fmt.Errorf("%w (and removing the file: %v)", err, rerr)

@@ -5,37 +5,44 @@ import (
 	"fmt"
 
 	"github.com/mqstore/mqstore/mappedfile"
-	"github.com/mqstore/mqstore/mmapio"
-	"github.com/mqstore/mqstore/transientpool"
-	"github.com/mqstore/mqstore/uring"
 )
 
-// backends is every backend Options.Backend can name, in the order users
-// see them. A new backend exports a mappedfile.Registration and is added
-// here; nothing else in the engine, the harness or the tests names it.
-var backends = mappedfile.MustRegistry(
-	mmapio.Registration,
-	transientpool.Registration,
-	uringRegistration(uring.NameBuffered),
-	uringRegistration(uring.NameDirect),
-	mappedfile.MemRegistration,
-)
+// The engine names no backend: Options.Backend is looked up in
+// mappedfile's registry, which holds "mem" and every backend package the
+// program imports (github.com/mqstore/mqstore/backends imports them all),
+// or Options.BackendImpl is used as given.
 
-// Backends returns the registered backends: name, description, what each
-// needs to run, whether it keeps files in memory only.
-func Backends() []mappedfile.Registration { return backends.All() }
+// Backends returns the registered backends, in the order users see them:
+// name, description, what each needs to run, whether it keeps files in
+// memory only, whether it buffers appends, what it may hold unflushed.
+func Backends() []mappedfile.Registration { return mappedfile.Registered().All() }
 
 // BackendNames lists the backends Options.Backend accepts.
-func BackendNames() []string { return backends.Names() }
+func BackendNames() []string { return mappedfile.Registered().Names() }
 
 // DecodeBackendOptions turns the JSON of a backend's options (as a run.json
 // records Options.BackendOptions) back into a value for BackendOptions.
 func DecodeBackendOptions(backend string, data []byte) (any, error) {
-	opts, err := backends.DecodeOptions(backend, data)
+	opts, err := mappedfile.Registered().DecodeOptions(backend, data)
 	if err != nil {
 		return nil, backendError(backend, err)
 	}
 	return opts, nil
+}
+
+// lookupBackend returns the registration Options.Backend names.
+func lookupBackend(name string) (mappedfile.Registration, error) {
+	return mappedfile.Registered().Lookup(name)
+}
+
+// defaultBackendName is the registry's default backend, "" when none is
+// linked (then only "mem" or BackendImpl can open a store).
+func defaultBackendName() string {
+	reg, err := mappedfile.Registered().Default()
+	if err != nil {
+		return ""
+	}
+	return reg.Name
 }
 
 // newBackend builds the CommitLog's backend from the options.
@@ -43,7 +50,7 @@ func newBackend(o Options) (mappedfile.Backend, error) {
 	if o.BackendImpl != nil {
 		return o.BackendImpl, nil
 	}
-	b, err := backends.New(o.Backend, mappedfile.Config{SegmentSizeBytes: o.SegmentSizeBytes, Logger: o.Logger, SyncFlush: o.FlushMode == FlushSync}, o.BackendOptions)
+	b, err := mappedfile.Registered().New(o.Backend, mappedfile.Config{SegmentSizeBytes: o.SegmentSizeBytes, Logger: o.Logger, SyncFlush: o.FlushMode == FlushSync}, o.BackendOptions)
 	if err != nil {
 		return nil, backendError(o.Backend, err)
 	}
@@ -61,12 +68,24 @@ func backendError(backend string, err error) error {
 	return err
 }
 
-// auxBackend is the backend of ConsumeQueue and IndexFile files: mmap, as in
-// RocketMQ, whatever the CommitLog uses — except for in-memory stores, where
-// everything stays in the same MemFS (crash tests crash it all at once).
-func auxBackend(o Options, commitLog mappedfile.Backend) mappedfile.Backend {
-	if o.BackendImpl != nil || o.Backend == mappedfile.MemRegistration.Name {
-		return commitLog
+// auxBackend is the backend of ConsumeQueue and IndexFile files: the
+// registry's default (mmap, as in RocketMQ), whatever the CommitLog uses —
+// except for in-memory stores, where everything stays in the same MemFS
+// (crash tests crash it all at once).
+func auxBackend(o Options, commitLog mappedfile.Backend) (mappedfile.Backend, error) {
+	if o.BackendImpl != nil {
+		return commitLog, nil
 	}
-	return mmapio.New(mmapio.Options{Logger: o.Logger})
+	if reg, err := lookupBackend(o.Backend); err == nil && reg.Volatile {
+		return commitLog, nil
+	}
+	def, err := mappedfile.Registered().Default()
+	if err != nil {
+		return nil, backendError(o.Backend, err)
+	}
+	b, err := def.New(mappedfile.Config{SegmentSizeBytes: o.SegmentSizeBytes, Logger: o.Logger}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s for ConsumeQueue and IndexFile files: %w", def.Name, err)
+	}
+	return b, nil
 }

@@ -17,13 +17,30 @@ import (
 // own JSON, and writes, commits, flushes and reads a segment through it.
 func TestEveryRegisteredBackend(t *testing.T) {
 	const segmentBytes = 1 << 20
-	if len(Backends()) == 0 || !reflect.DeepEqual(BackendNames(), backends.Names()) {
-		t.Fatalf("BackendNames %v, registry %v", BackendNames(), backends.Names())
+	if len(Backends()) == 0 || !reflect.DeepEqual(BackendNames(), mappedfile.Registered().Names()) {
+		t.Fatalf("BackendNames %v, registry %v", BackendNames(), mappedfile.Registered().Names())
+	}
+	for _, name := range []string{"mem", "mmap", "transient", "uring", "uring-direct"} {
+		if _, err := mappedfile.Registered().Lookup(name); err != nil {
+			t.Errorf("the backends package does not link %s: %v", name, err)
+		}
+	}
+	if def, err := mappedfile.Registered().Default(); err != nil || defaultBackendName() != def.Name {
+		t.Fatalf("default backend %q, registry's %+v (%v)", defaultBackendName(), def.Name, err)
 	}
 	for _, reg := range Backends() {
 		t.Run(reg.Name, func(t *testing.T) {
 			if reg.Description == "" || reg.Requires == "" {
 				t.Fatalf("registration %q lacks a description or its requirements: %+v", reg.Name, reg)
+			}
+			if reg.Unflushed != nil {
+				n, what, err := reg.Unflushed(mappedfile.Config{SegmentSizeBytes: segmentBytes}, nil)
+				if err != nil || n <= 0 || what == "" {
+					t.Fatalf("Unflushed with the defaults: %d bytes (%q), %v", n, what, err)
+				}
+			}
+			if reg.DirectIO && !reg.Buffered {
+				t.Fatalf("%s bypasses the page cache but says it writes through: O_DIRECT writes come from its own buffers", reg.Name)
 			}
 			var options any
 			if reg.NewOptions != nil {

@@ -319,7 +319,7 @@ func (c *commitLog) readAt(dst []byte, offset int64) error {
 }
 
 // scanFunc receives each valid record found by a scan, and each blank with
-// r == nil; rec aliases the scanner's buffer and is valid only during the call.
+// r == nil; rec aliases the scanner's buffer and is valid only for the call.
 type scanFunc func(offset int64, rec []byte, r *record.Record) error
 
 // ErrStopScan, returned by a Scan callback, ends the scan early without an error.
@@ -380,7 +380,7 @@ func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkC
 
 // scanBound is where scans of a segment stop: its readable bytes that are
 // also committed. A backend may serve reads of bytes not yet committed
-// (uring's staging ring), but a process crash loses those: a consumer that
+// (a buffered backend's staging ring), but a process crash loses those: a consumer that
 // saw one would hold a queue offset that a different message takes after the
 // restart. So dispatch (and so Get, queries and replication) covers only
 // what a process crash keeps; recovery and Verify open files whose positions

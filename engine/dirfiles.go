@@ -15,12 +15,11 @@ import (
 	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/indexfile"
 	"github.com/mqstore/mqstore/engine/storefs"
-	"golang.org/x/sys/unix"
 )
 
-// The files at the root of a store directory (FORMAT.md "Directory"). The
-// lock file is a real file in the OS whatever the backend (flock is about
-// processes); the others go through the store's storefs.FS, so an in-memory
+// The files at the root of a store directory (docs/formats.md "Directory"). The
+// lock file is a real file in the OS whatever the backend (the lock is about
+// processes: flock on Unix, LockFileEx on Windows); the others go through the store's storefs.FS, so an in-memory
 // store's crash model covers them too.
 const (
 	lockFileName       = "lock"
@@ -40,13 +39,13 @@ func lockDir(dir string) (*dirLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open lock file %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := lockFile(f); err != nil {
 		holder := "unknown"
 		if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
 			holder = "pid " + strings.TrimSpace(string(b))
 		}
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		if errors.Is(err, errLockHeld) {
 			return nil, fmt.Errorf("store %s is open elsewhere (lock held by %s): %w", dir, holder, ErrLocked)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
@@ -62,7 +61,7 @@ func (l *dirLock) unlock() error {
 		return nil
 	}
 	_ = l.f.Truncate(0)
-	err := unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+	err := unlockFile(l.f)
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
 	}
@@ -142,7 +141,7 @@ func (c *checkpoint) write() error {
 }
 
 // storeParams are the parameters a store was created with; reopening with
-// different ones is an error (FORMAT.md: sizes are options, recorded).
+// different ones is an error (docs/formats.md: sizes are options, recorded).
 type storeParams struct {
 	FormatVersion        int   `json:"formatVersion"`
 	SegmentSizeBytes     int64 `json:"commitLogSegmentSizeBytes"`

@@ -4,7 +4,7 @@
 //
 // # Concept map
 //
-// A Store owns one directory (FORMAT.md has the layout) and these parts, each
+// A Store owns one directory (docs/formats.md has the layout) and these parts, each
 // in its own file:
 //
 //	store.go      lifecycle: Open (lock, abort file, stored parameters,
@@ -35,7 +35,7 @@
 //	verify.go     a full consistency check of a store
 //	dirfiles.go   the lock, abort, checkpoint and stored-parameter files
 //	              (all but the lock through storefs)
-//	backends.go   the MappedFile backends offered by name
+//	backends.go   backends by name from mappedfile's registry (none named here)
 //	options.go    Options and their defaults (RocketMQ's names and values)
 //	stats.go      counters and histograms readable in process
 //
@@ -57,7 +57,7 @@
 // dispatched offset) before the store claims any of it durable. The tests
 // hold the engine to this with mappedfile.MemFS, whose power loss keeps
 // only what was synced (crash_test.go: power loss, kill, kill then restart
-// then power loss, power loss during recovery).
+// then power loss, power loss in recovery).
 //
 // # Positions
 //

@@ -90,7 +90,7 @@ func (f *asyncFlusher) run() {
 // hold a record back until 4 pages had gathered — 16 ms at 1000 msgs/s of
 // 1 KiB, and up to CommitThoroughInterval when traffic is light. A commit of
 // a little is one pwrite on this goroutine, never on a Put; under load the
-// commits batch by themselves, since Puts arriving during one are committed
+// commits batch by themselves, since Puts arriving while one runs are committed
 // together by the next.
 type committer struct {
 	service

@@ -91,7 +91,7 @@ func FuzzRecoveryScan(f *testing.F) {
 				t.Fatal(err)
 			}
 			mask := byte(where>>8) | 1
-			const bodyAt = 88 // v1 with IPv4 hosts: BODYLENGTH at 84, then the body (FORMAT.md)
+			const bodyAt = 88 // v1 with IPv4 hosts: BODYLENGTH at 84, then the body (docs/formats.md)
 			bodyLen := 10 + v*37
 			switch kind {
 			case damageBody:

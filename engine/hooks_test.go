@@ -78,8 +78,10 @@ func (f *hookedFile) Warm(ctx context.Context, opts mappedfile.WarmOptions) erro
 	if err := f.h.run("warm", f.Path()); err != nil {
 		return fmt.Errorf("warm %s: %w", f.Path(), err)
 	}
-	return f.MappedFile.Warm(ctx, opts)
+	return mappedfile.Warm(ctx, f.MappedFile, opts)
 }
+
+func (f *hookedFile) Cool() error { return mappedfile.Cool(f.MappedFile) }
 
 func (f *hookedFile) Flush(ctx context.Context, leastPages int) (int64, error) {
 	if err := f.h.run("flush", f.Path()); err != nil {

@@ -17,7 +17,7 @@ import (
 // and a wait until bytes at an offset become readable.
 //
 // It reads only committed bytes: those handed to the file, which a process
-// crash does not lose (readable bytes of uring-direct may still sit in the
+// crash does not lose (readable bytes of a buffered backend may still sit in the
 // process's staging buffer). So a slave never holds more than its master
 // recovers after a kill -9 — only a power loss (or an OS crash) before the
 // master's flush can leave the slave ahead, and the slave then refuses

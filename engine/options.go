@@ -154,14 +154,16 @@ const (
 // Options configure a Store. The zero value of every field means its
 // default (RocketMQ's); set fields override them.
 type Options struct {
-	// Backend names the I/O backend: "mmap" (default), "transient", "uring",
-	// "uring-direct", or "mem" (in memory, nothing on disk; for tests and
-	// benchmarks); BackendNames lists them. Ignored when BackendImpl is set.
+	// Backend names a registered I/O backend (mappedfile.Register; the
+	// backends package links every one of this module); BackendNames lists
+	// them. Empty: the registry's default (mmap). "mem" (in memory, nothing
+	// on disk; tests and benchmarks) is always registered. Ignored when
+	// BackendImpl is set.
 	Backend string
 	// BackendOptions are the backend's own options: nil (its defaults), or
-	// a value of (or pointer to) its options type — mmapio.Options,
-	// transientpool.Options, uring.Options, mappedfile.MemOptions. Another
-	// type is ErrInvalidOption. They marshal to JSON, so a run can record
+	// a value of (or pointer to) its options type (each backend package
+	// exports its Options; mem's is mappedfile.MemOptions). Another type is
+	// ErrInvalidOption. They marshal to JSON, so a run can record
 	// them; DecodeBackendOptions reads them back.
 	BackendOptions any
 	// BackendImpl, when set, is used for every segment file instead of a
@@ -181,7 +183,7 @@ type Options struct {
 	SyncFlushTimeout      time.Duration // sync: how long Put waits before FlushDiskTimeout (5 s)
 	GroupCommitQueueSize  int           // sync: bound of the waiter queue (16384)
 
-	// Commit service, for buffered backends (transient, uring).
+	// Commit service, for buffered backends (Registration.Buffered).
 	CommitInterval         time.Duration // 200 ms
 	CommitLeastPages       int           // 4
 	CommitThoroughInterval time.Duration // 200 ms
@@ -302,7 +304,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Backend == "" {
-		o.Backend = "mmap"
+		o.Backend = defaultBackendName()
 	}
 	if o.MaxMessageSizeBytes == 0 {
 		o.MaxMessageSizeBytes = DefaultMaxMessageSizeBytes
@@ -397,7 +399,7 @@ func (o Options) withDefaults() Options {
 // NoPreallocate), except that an in-memory backend is always off.
 func (o Options) effectivePrewrite() PrewriteMode {
 	if o.BackendImpl == nil {
-		if reg, err := backends.Lookup(o.Backend); err == nil && reg.Volatile {
+		if reg, err := lookupBackend(o.Backend); err == nil && reg.Volatile {
 			return PrewriteOff
 		}
 	}

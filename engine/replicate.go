@@ -695,7 +695,7 @@ func (e *replicaEncoder) EncodeAt(dst []byte, _ int64) error {
 // safe. With sync flush they are flushed first: an acknowledgement means
 // durable on the slave (it survives a power loss). Otherwise they are
 // committed first — handed to the slave's files, out of any process buffer
-// (transient, uring) — and the committed offset is acknowledged: what a
+// (a buffered backend) — and the committed offset is acknowledged: what a
 // kill -9 of the slave keeps (a power loss before its flush may not). On
 // an error it returns what is safe so far with the error.
 func (s *Store) ReplicaAckOffset(ctx context.Context) (int64, error) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/mappedfile"
-	"golang.org/x/sys/unix"
 )
 
 // Retention defaults (RocketMQ's fileReservedTime, deleteWhen, diskMaxUsedSpaceRatio).
@@ -76,12 +75,11 @@ func (c *cleaner) run() {
 // file system with a large reserve, 1 − available/total would call a
 // one-third-full disk full and make retention delete data.
 func diskUsedPercent(dir string) (float64, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	used, avail, err := diskBlocks(dir)
+	if err != nil {
+		return 0, err
 	}
-	used := float64(st.Blocks) - float64(st.Bfree)
-	if total := used + float64(st.Bavail); total > 0 {
+	if total := used + avail; total > 0 {
 		return 100 * used / total, nil
 	}
 	return 0, nil

@@ -84,7 +84,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	o := opts.withDefaults()
-	if reg, err := backends.Lookup(o.Backend); o.BackendImpl == nil && err == nil && reg.Volatile {
+	if reg, err := lookupBackend(o.Backend); o.BackendImpl == nil && err == nil && reg.Volatile {
 		// An in-memory backend is made here, not with the others: the
 		// directory's own files (checkpoint, abort, parameters) live in it.
 		b, err := newBackend(o)
@@ -138,7 +138,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if s.backend, err = newBackend(o); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s.aux = auxBackend(o, s.backend)
+	if s.aux, err = auxBackend(o, s.backend); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	if s.checkpoint, err = loadCheckpoint(fsys, dir); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -260,7 +262,7 @@ func (s *Store) ReadMessage(ctx context.Context, physicalOffset int64) (record.R
 // Scan calls fn for every valid record from the CommitLog offset from (a
 // record boundary; MinOffset for all) to the readable end, in order, and for
 // every end-of-segment blank with r == nil. rec is the raw record (or the
-// 8-byte blank), valid during the call. It returns the offset where it
+// 8-byte blank), valid for the call. It returns the offset where it
 // stopped, and an error wrapping ErrCorrupt when it stopped at a bad record.
 func (s *Store) Scan(ctx context.Context, from int64, fn func(offset int64, rec []byte, r *record.Record) error) (int64, error) {
 	end, err := s.log.scan(ctx, from, fn)

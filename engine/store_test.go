@@ -23,24 +23,37 @@ import (
 	"github.com/mqstore/mqstore/transientpool"
 )
 
-// testBackends are the backends every engine test runs against. Each
-// returns the options that select it; a store reopened in the same test must
-// reuse the same options (the MemFS keeps the files).
-var testBackends = []struct {
+// testBackends are the backends every engine test runs against: the
+// MemFS twice (write-through and buffered, as BackendImpl so a reopen in
+// the same test finds its files) and every registered backend that keeps
+// files on disk. Each returns the options that select it; a store reopened
+// in the same test must reuse the same options.
+var testBackends = func() []struct {
 	name string
 	opts func(t testing.TB) Options
-}{
-	{"mem", func(testing.TB) Options {
-		return Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
-	}},
-	{"mem-buffered", func(testing.TB) Options {
-		return Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true})}
-	}},
-	{"mmap", func(testing.TB) Options { return Options{Backend: "mmap"} }},
-	{"transient", func(testing.TB) Options { return Options{Backend: "transient"} }},
-	{"uring", func(testing.TB) Options { return Options{Backend: "uring"} }},
-	{"uring-direct", func(testing.TB) Options { return Options{Backend: "uring-direct"} }},
-}
+} {
+	list := []struct {
+		name string
+		opts func(t testing.TB) Options
+	}{
+		{"mem", func(testing.TB) Options {
+			return Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+		}},
+		{"mem-buffered", func(testing.TB) Options {
+			return Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true})}
+		}},
+	}
+	for _, reg := range Backends() {
+		if reg.Volatile {
+			continue
+		}
+		list = append(list, struct {
+			name string
+			opts func(t testing.TB) Options
+		}{reg.Name, func(testing.TB) Options { return Options{Backend: reg.Name} }})
+	}
+	return list
+}()
 
 var flushModes = []FlushMode{FlushAsync, FlushSync}
 

@@ -163,11 +163,6 @@ type MappedFile interface {
 	// (ErrOutOfRange).
 	SendRange(ctx context.Context, w io.Writer, filePos, n int64) (sent int64, err error)
 
-	// Warm prepares the segment's memory for writing (see WarmOptions).
-	Warm(ctx context.Context, opts WarmOptions) error
-	// Cool undoes Warm: munlock and madvise(DONTNEED) where that applies.
-	Cool() error
-
 	// Retain takes a reference that keeps the memory and file open; false when
 	// the file is already closing. Every successful Retain needs one Release.
 	Retain() bool
@@ -258,4 +253,32 @@ func CheckRead(filePos int64, n int, readable int64) (int, error) {
 		return int(readable - filePos), io.EOF
 	}
 	return n, nil
+}
+
+// Warmer is implemented by segments whose memory can be prepared before it
+// is written (a mapping to pre-fault, mlock or advise); a backend without
+// such memory leaves it out. Callers find it by type assertion, through
+// Warm and Cool.
+type Warmer interface {
+	// Warm prepares the segment's memory for writing (see WarmOptions).
+	Warm(ctx context.Context, opts WarmOptions) error
+	// Cool undoes Warm: munlock and madvise(DONTNEED) where that applies.
+	Cool() error
+}
+
+// Warm warms mf when it is a Warmer; a segment that is not has nothing to
+// warm.
+func Warm(ctx context.Context, mf MappedFile, opts WarmOptions) error {
+	if w, ok := mf.(Warmer); ok {
+		return w.Warm(ctx, opts)
+	}
+	return nil
+}
+
+// Cool undoes Warm on mf when it is a Warmer.
+func Cool(mf MappedFile) error {
+	if w, ok := mf.(Warmer); ok {
+		return w.Cool()
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // ErrUnknownBackend: no backend of that name is registered.
@@ -31,8 +32,11 @@ type Config struct {
 // Registration describes one backend to a Registry: its name, what a user
 // reads when choosing it, and how to build it with its own options.
 //
-// A backend package exports one (or one per variant) and the engine lists
-// it; nothing else needs to know the backend. Options stay the backend's
+// A backend package exports one (or one per variant) and adds it to the
+// process's registry from its init function (Register); package backends
+// imports every backend of this module, so a command or a test that imports
+// it can name any of them. Nothing else needs to know the backend: the
+// fields below say what callers would otherwise infer from its name. Options stay the backend's
 // own type (mmapio.Options, transientpool.Options, …): New receives nil (the
 // defaults), a value of that type or a pointer to one, and rejects any other
 // type with ErrInvalidArgument. The options type must marshal to JSON, so a
@@ -49,6 +53,33 @@ type Registration struct {
 	// Volatile: the backend keeps its files in memory only (nothing reaches
 	// a disk). Benchmarks and real-disk crash trials leave it out.
 	Volatile bool
+	// Default: the backend a store uses when none is named, and for its
+	// ConsumeQueue and IndexFile files (mmap, as in RocketMQ). At most one
+	// registration of a registry is the default.
+	Default bool
+	// Rank orders the registrations in the lists users see (lower first;
+	// equal ranks by name).
+	Rank int
+	// Buffered: an append stays in the backend's own memory until Commit
+	// writes it into the file (a pwrite, an io_uring write), so the store's
+	// commit service and its options (commit interval, commit least pages)
+	// matter. False: the backend writes through, an append is in the file
+	// (its page cache) at once and Commit is a no-op.
+	Buffered bool
+	// DirectIO: committed bytes bypass the page cache (O_DIRECT), so the
+	// kernel's dirty-page threshold neither holds nor throttles them.
+	DirectIO bool
+	// Unflushed says how many bytes the backend itself may hold appended
+	// and not yet in its files with these options (nil: the defaults) and
+	// cfg, and what holds them (uring's staging rings, the transient pool),
+	// not counting the page cache. Nil: none (a write-through backend).
+	Unflushed func(cfg Config, options any) (bytes int64, what string, err error)
+	// Tuned returns the options its authors would run with cfg (nil: the
+	// defaults) and why; nil Tuned: the defaults.
+	Tuned func(cfg Config) (options any, why string)
+	// Knobs are the options worth tuning, by their JSON name, in the order
+	// to try them.
+	Knobs []Knob
 	// NewOptions returns a pointer to a new value of the backend's options
 	// type holding its defaults (what New uses for nil), or nil when the
 	// backend takes no options. DecodeOptions unmarshals into it.
@@ -68,6 +99,13 @@ type Registration struct {
 	// mqbench's durability table prints it. Required: NewRegistry refuses a
 	// registration without it.
 	Durability func(cfg Config, options any) (Durability, error)
+}
+
+// Knob is one tunable backend option: its JSON field name in the options
+// type and what it changes.
+type Knob struct {
+	Name string `json:"name"`
+	Doc  string `json:"doc"`
 }
 
 // Durability is what an acknowledged append means: when the
@@ -114,11 +152,53 @@ func NewRegistry(regs ...Registration) (*Registry, error) {
 			return nil, fmt.Errorf("mappedfile: registration %q does not say what its acknowledgement means (Durability): %w", reg.Name, ErrInvalidArgument)
 		case r.index(reg.Name) >= 0:
 			return nil, fmt.Errorf("mappedfile: backend %q registered twice: %w", reg.Name, ErrInvalidArgument)
+		case reg.Default && slices.ContainsFunc(r.list, func(o Registration) bool { return o.Default }):
+			return nil, fmt.Errorf("mappedfile: backend %q is a second default: %w", reg.Name, ErrInvalidArgument)
 		}
 		r.list = append(r.list, reg)
 	}
+	slices.SortStableFunc(r.list, func(a, b Registration) int {
+		if a.Rank != b.Rank {
+			return a.Rank - b.Rank
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	return r, nil
 }
+
+// The process's registry: what Register added, in rank order. Each
+// Register replaces the snapshot, so a Registry returned by Registered
+// never changes under its user.
+var registered struct {
+	mu   sync.Mutex
+	list []Registration
+	reg  *Registry
+}
+
+// Register adds reg to the process's registry. Backend packages call it
+// from their init function; it panics on a malformed or duplicate
+// registration (a programmer error, found at start-up).
+func Register(reg Registration) {
+	registered.mu.Lock()
+	defer registered.mu.Unlock()
+	r, err := NewRegistry(append(slices.Clone(registered.list), reg)...)
+	if err != nil {
+		panic(err)
+	}
+	registered.list = append(registered.list, reg)
+	registered.reg = r
+}
+
+// Registered returns the process's registry: "mem" (registered by this
+// package) and every backend whose package the program imports (package
+// backends imports them all).
+func Registered() *Registry {
+	registered.mu.Lock()
+	defer registered.mu.Unlock()
+	return registered.reg
+}
+
+func init() { Register(MemRegistration) }
 
 // MustRegistry is NewRegistry for package-level lists; it panics on a
 // duplicate or malformed registration (a programmer error).
@@ -146,12 +226,24 @@ func (r *Registry) Names() []string {
 	return names
 }
 
+// Default returns the default registration (see Registration.Default).
+func (r *Registry) Default() (Registration, error) {
+	for _, reg := range r.list {
+		if reg.Default {
+			return reg, nil
+		}
+	}
+	return Registration{}, fmt.Errorf("no default backend among %s (a program names the backends it links by importing github.com/mqstore/mqstore/backends): %w",
+		strings.Join(r.Names(), ", "), ErrUnknownBackend)
+}
+
 // Lookup returns the registration of name.
 func (r *Registry) Lookup(name string) (Registration, error) {
 	if i := r.index(name); i >= 0 {
 		return r.list[i], nil
 	}
-	return Registration{}, fmt.Errorf("backend %q: want one of %s: %w", name, strings.Join(r.Names(), ", "), ErrUnknownBackend)
+	return Registration{}, fmt.Errorf("backend %q: want one of %s (a program links the backends it imports; github.com/mqstore/mqstore/backends imports them all): %w",
+		name, strings.Join(r.Names(), ", "), ErrUnknownBackend)
 }
 
 // New builds the backend name with cfg and its options (nil: defaults).
@@ -216,6 +308,7 @@ var MemRegistration = Registration{
 	Description: "in memory, nothing on disk: a model of a page cache, a disk and directory entries that simulated kills and power losses cut as a real machine would (tests; the engine's own cost)",
 	Requires:    "nothing",
 	Volatile:    true,
+	Rank:        100,
 	NewOptions:  func() any { return &MemOptions{} },
 	New: func(_ Config, options any) (Backend, error) {
 		opts, err := OptionsAs[MemOptions]("mem", options)

@@ -21,6 +21,7 @@ func TestRegistryRejectsBadRegistrations(t *testing.T) {
 		{"no constructor", []mappedfile.Registration{{Name: "x", Durability: memDurability}}},
 		{"no durability statement", []mappedfile.Registration{{Name: "x", New: newMem}}},
 		{"duplicate", []mappedfile.Registration{mappedfile.MemRegistration, mappedfile.MemRegistration}},
+		{"two defaults", []mappedfile.Registration{{Name: "a", New: newMem, Durability: memDurability, Default: true}, {Name: "b", New: newMem, Durability: memDurability, Default: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := mappedfile.NewRegistry(tc.regs...); !errors.Is(err, mappedfile.ErrInvalidArgument) {
@@ -57,5 +58,28 @@ func TestRegistryLookupNewAndDecode(t *testing.T) {
 	}
 	if _, err := r.DecodeOptions("mem", []byte(`{"Bufferd": true}`)); !errors.Is(err, mappedfile.ErrInvalidArgument) {
 		t.Fatalf("DecodeOptions with a misspelt field: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestRegistryOrderAndDefault: registrations are listed by rank, then name,
+// and Default finds the one marked so — or says that none is linked.
+func TestRegistryOrderAndDefault(t *testing.T) {
+	newMem, memDurability := mappedfile.MemRegistration.New, mappedfile.MemRegistration.Durability
+	r := mappedfile.MustRegistry(
+		mappedfile.Registration{Name: "z", Rank: 1, New: newMem, Durability: memDurability},
+		mappedfile.Registration{Name: "b", Rank: 5, New: newMem, Durability: memDurability, Default: true},
+		mappedfile.Registration{Name: "a", Rank: 1, New: newMem, Durability: memDurability},
+	)
+	if got := r.Names(); !reflect.DeepEqual(got, []string{"a", "z", "b"}) {
+		t.Fatalf("Names: %v, want by rank then name", got)
+	}
+	if def, err := r.Default(); err != nil || def.Name != "b" {
+		t.Fatalf("Default: %q, %v", def.Name, err)
+	}
+	if _, err := mappedfile.MustRegistry(mappedfile.MemRegistration).Default(); !errors.Is(err, mappedfile.ErrUnknownBackend) {
+		t.Fatalf("Default with none marked: %v, want ErrUnknownBackend", err)
+	}
+	if _, err := mappedfile.Registered().Lookup("mem"); err != nil {
+		t.Fatalf("the process registry lacks mem: %v", err)
 	}
 }

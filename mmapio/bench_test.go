@@ -1,3 +1,5 @@
+//go:build linux
+
 package mmapio
 
 import (
@@ -50,7 +52,7 @@ func (s *benchSegments) roll() {
 		s.b.Fatal(err)
 	}
 	if s.warm != nil {
-		if err := mf.Warm(ctx, *s.warm); err != nil {
+		if err := mappedfile.Warm(ctx, mf, *s.warm); err != nil {
 			s.b.Fatal(err)
 		}
 	}

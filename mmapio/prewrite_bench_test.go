@@ -1,3 +1,5 @@
+//go:build linux
+
 package mmapio
 
 import (
@@ -56,7 +58,7 @@ func benchmarkMakeWritten(b *testing.B, size int64, method string) {
 			b.Fatal(err)
 		}
 		if method != "prewrite" {
-			if err := mf.Warm(ctx, mappedfile.WarmOptions{Touch: true, FlushEveryPages: 4096}); err != nil {
+			if err := mappedfile.Warm(ctx, mf, mappedfile.WarmOptions{Touch: true, FlushEveryPages: 4096}); err != nil {
 				b.Fatal(err)
 			}
 			if err := segfile.Fdatasync(spec.Path, int(mf.(*file).osFile.Fd())); err != nil {

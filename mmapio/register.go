@@ -10,7 +10,12 @@ var Registration = mappedfile.Registration{
 	Name:        Name,
 	Description: "records encoded straight into a shared mapping of the segment; commit is a no-op, flush is msync(MS_SYNC) of the dirty pages (RocketMQ's default)",
 	Requires:    "Linux",
-	NewOptions:  func() any { return &Options{} },
+	Default:     true,
+	Rank:        0,
+	Knobs: []mappedfile.Knob{
+		{Name: "touchByWriting", Doc: "warm a new segment by writing zeros through the mapping instead of reading it (allocates its blocks)"},
+	},
+	NewOptions: func() any { return &Options{} },
 	New: func(cfg mappedfile.Config, options any) (mappedfile.Backend, error) {
 		opts, err := mappedfile.OptionsAs[Options](Name, options)
 		if err != nil {
@@ -23,6 +28,8 @@ var Registration = mappedfile.Registration{
 	},
 	Durability: durability,
 }
+
+func init() { mappedfile.Register(Registration) }
 
 // durability: an append is a copy into the shared mapping, which is the
 // page cache, so a process crash loses nothing; Flush is msync(MS_SYNC) of

@@ -1,3 +1,5 @@
+//go:build linux
+
 package mmapio
 
 import (
@@ -251,7 +253,7 @@ func TestLockedBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = mf.Warm(ctx, mappedfile.WarmOptions{Lock: true})
+		err = mappedfile.Warm(ctx, mf, mappedfile.WarmOptions{Lock: true})
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EAGAIN) {
 			testenv.Skip(t, testenv.Root, "mlock of %d bytes (or an RLIMIT_MEMLOCK that large): %v", 2*size, err)
 		}
@@ -264,7 +266,7 @@ func TestLockedBytes(t *testing.T) {
 	if got := r.LockedBytes(); got != 2*size {
 		t.Fatalf("two locked segments: LockedBytes %d, want %d", got, 2*size)
 	}
-	if err := a.Cool(); err != nil {
+	if err := mappedfile.Cool(a); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.LockedBytes(); got != size {

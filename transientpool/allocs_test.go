@@ -1,4 +1,4 @@
-//go:build !race
+//go:build linux && !race
 
 // Allocation checks: the race detector allocates, so these are built
 // without -race only (make test runs them in its own step: -run Allocs).

@@ -13,7 +13,15 @@ var Registration = mappedfile.Registration{
 	Name:        Name,
 	Description: "appends into an mlocked off-heap buffer from a fixed pool; commit pwrites the buffer into the file, flush is fdatasync (RocketMQ's TransientStorePool)",
 	Requires:    "Linux",
-	NewOptions:  func() any { return &Options{} },
+	Rank:        10,
+	Buffered:    true,
+	Unflushed:   unflushed,
+	Knobs: []mappedfile.Knob{
+		{Name: "poolSize", Doc: "buffers in the pool, each one segment: how many segments may hold uncommitted appends"},
+		{Name: "whenEmpty", Doc: "what an Open does when every buffer is taken: fall back to the file mapping (fallback-mmap) or wait"},
+		{Name: "noLock", Doc: "do not mlock the buffers (no RLIMIT_MEMLOCK needed; they may then be swapped out)"},
+	},
+	NewOptions: func() any { return &Options{} },
 	New: func(cfg mappedfile.Config, options any) (mappedfile.Backend, error) {
 		opts, err := mappedfile.OptionsAs[Options](Name, options)
 		if err != nil {
@@ -28,6 +36,26 @@ var Registration = mappedfile.Registration{
 		return New(opts)
 	},
 	Durability: durability,
+}
+
+func init() { mappedfile.Register(Registration) }
+
+// unflushed: the pool's buffers, one segment each, hold what the commit
+// service has not yet written into the files.
+func unflushed(cfg mappedfile.Config, options any) (int64, string, error) {
+	opts, err := mappedfile.OptionsAs[Options](Name, options)
+	if err != nil {
+		return 0, "", err
+	}
+	n := opts.PoolSize
+	if n == 0 {
+		n = DefaultPoolSize
+	}
+	seg := opts.SegmentSizeBytes
+	if seg == 0 {
+		seg = cfg.SegmentSizeBytes
+	}
+	return int64(n) * seg, fmt.Sprintf("the transient pool, %d segments", n), nil
 }
 
 // durability: an append is a copy into an mlocked pool buffer that only

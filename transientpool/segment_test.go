@@ -1,3 +1,5 @@
+//go:build linux
+
 package transientpool
 
 import (
@@ -253,7 +255,7 @@ func TestWarmCool(t *testing.T) {
 		mf := openSeg(t, b, specIn(dir, name))
 		want := make([]byte, testSegmentBytes)
 		appendBytes(t, mf, want, record(13, 100)) // touch starts at the next page
-		if err := mf.Warm(testContext(t), mappedfile.WarmOptions{Touch: true, FlushEveryPages: 4, Lock: true, Advise: true}); err != nil {
+		if err := mappedfile.Warm(testContext(t), mf, mappedfile.WarmOptions{Touch: true, FlushEveryPages: 4, Lock: true, Advise: true}); err != nil {
 			t.Fatalf("%s: warm: %v", name, err)
 		}
 		if !mf.(*segment).mappingLocked.Load() {
@@ -261,7 +263,7 @@ func TestWarmCool(t *testing.T) {
 		}
 		appendBytes(t, mf, want, record(14, 5000))
 		commitAndFlush(t, mf)
-		if err := mf.Cool(); err != nil {
+		if err := mappedfile.Cool(mf); err != nil {
 			t.Fatalf("%s: cool: %v", name, err)
 		}
 		checkFile(t, mf.Path(), want)

@@ -1,6 +1,8 @@
 package uring
 
 import (
+	"fmt"
+
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -15,13 +17,34 @@ var (
 	RegistrationDirect   = registration(NameDirect)
 )
 
+func init() {
+	mappedfile.Register(RegistrationBuffered)
+	mappedfile.Register(RegistrationDirect)
+}
+
 func registration(name string) mappedfile.Registration {
 	direct := name == NameDirect
 	reg := mappedfile.Registration{
 		Name: name,
 		Description: "appends into an off-heap staging ring (served to reads at once; the engine shows consumers only committed records); commit is pwrite (ext4 sends buffered io_uring writes to a worker thread), " +
 			"flush fdatasync; with sync flush each commit is pwrite+fdatasync",
-		Requires:   "Linux 5.6+ with io_uring allowed (not disabled by kernel.io_uring_disabled or seccomp)",
+		Requires: "Linux 5.6+ with io_uring allowed (not disabled by kernel.io_uring_disabled or seccomp)",
+		Rank:     20,
+		Buffered: true,
+		DirectIO: direct,
+		Knobs: []mappedfile.Knob{
+			{Name: "StagingBytes", Doc: "each segment's staging ring: the most bytes appended and not yet in the file"},
+			{Name: "StagingBuffers", Doc: "staging buffers, one per segment being written"},
+			{Name: "SyncMethod", Doc: "how a durable commit is made under sync flush (dsync-write, write-linked-fsync, syscalls)"},
+			{Name: "PreZero", Doc: "write zeros over each new segment at Open, so a durable write needs no extent conversion"},
+		},
+		Unflushed: func(cfg mappedfile.Config, options any) (int64, string, error) {
+			bufs, ring, err := StagingCapacity(options, cfg.SegmentSizeBytes)
+			if err != nil {
+				return 0, "", err
+			}
+			return int64(bufs) * ring, fmt.Sprintf("%s's %d staging rings of %d bytes", name, bufs, ring), nil
+		},
 		NewOptions: func() any { return &Options{Direct: direct} },
 		New: func(cfg mappedfile.Config, options any) (mappedfile.Backend, error) {
 			opts, err := mappedfile.OptionsAs[Options](name, options)
@@ -54,6 +77,14 @@ func registration(name string) mappedfile.Registration {
 			"(the partial last block padded with zeros, rewritten by the next commit); flush is an io_uring FSYNC(DATASYNC); " +
 			"with sync flush each commit is one pwritev2(RWF_DSYNC) of those blocks (one write and one device flush on a pre-written segment)"
 		reg.Requires += ", and a file system with O_DIRECT (not tmpfs)"
+		reg.Rank = 21
+		reg.Tuned = func(cfg mappedfile.Config) (any, string) {
+			if !cfg.SyncFlush {
+				return nil, ""
+			}
+			return nil, "the backend's defaults — each durable commit one pwritev2 with RWF_DSYNC (SyncMethod syscalls) — " +
+				"on segments the engine pre-writes for sync flush (PrewriteSegments), so a commit commits data only, no extent conversion"
+		}
 	}
 	return reg
 }

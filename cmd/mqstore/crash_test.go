@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,8 +28,17 @@ var killTrials = flag.Int("kill.trials", 10, "SIGKILL trials per backend in Test
 
 // mqstoreCmd returns a command running this test binary as mqstore.
 func mqstoreCmd(args ...string) *exec.Cmd {
+	cmd := selfCmd(args...)
+	cmd.Env = append(cmd.Env, "MQSTORE_AS_CLI=1")
+	return cmd
+}
+
+// selfCmd returns a command running this test binary. Under -race a
+// process sleeps a second at exit (GORACE atexit_sleep_ms) unless told
+// not to: the crash tests run hundreds of short processes.
+func selfCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "MQSTORE_AS_CLI=1")
+	cmd.Env = append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	return cmd
 }
 
@@ -145,12 +157,27 @@ func killTrial(t *testing.T, backend string, seed uint64) (err error) {
 		fmt.Fprintf(&logs, "the recovering open killed after a random delay logged:\n%s", recErr.String())
 	}
 	// Every acknowledged message is there, with the right body.
+	if err := checkAcked(t, dir, "Crash", 3, size, acks, &logs); err != nil {
+		return err
+	}
+	if out, errOut, code := runCLI(t, "verify", "--dir", dir); code != 0 {
+		return fmt.Errorf("verify after the kill (%d acks, size %d; store in %s): exit %d:\n%s%s\nproducer logged:\n%s%sverify logged:\n%s",
+			len(acks), size, dir, code, out, ackTail(acks), stderr.String(), logs.String(), errOut)
+	}
+	return nil
+}
+
+// checkAcked fails unless every acknowledged message is readable by mqstore
+// consume at its queue offset, at its CommitLog offset, with its body (the
+// CRC of Body(i, size)), its UNIQ_KEY and its KEYS (k<i>, as produce --keys
+// sets them). What the consumes logged goes to logs.
+func checkAcked(t *testing.T, dir, topic string, queues, size int, acks []ack, logs io.Writer) error {
 	byQueue := map[int32]map[int64]recordLine{}
-	for q := int32(0); q < 3; q++ {
-		out, errOut, code := runCLI(t, "consume", "--dir", dir, "--topic", "Crash", "--queue", fmt.Sprint(q))
-		fmt.Fprintf(&logs, "consume --queue %d logged:\n%s", q, errOut)
+	for q := int32(0); q < int32(queues); q++ {
+		out, errOut, code := runCLI(t, "consume", "--dir", dir, "--topic", topic, "--queue", fmt.Sprint(q))
+		fmt.Fprintf(logs, "consume --queue %d logged:\n%s", q, errOut)
 		if code != 0 {
-			return fmt.Errorf("consume queue %d after the kill: exit %d: %s", q, code, errOut)
+			return fmt.Errorf("consume queue %d: exit %d: %s", q, code, errOut)
 		}
 		byQueue[q] = map[int64]recordLine{}
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -166,17 +193,22 @@ func killTrial(t *testing.T, backend string, seed uint64) (err error) {
 	}
 	for _, a := range acks {
 		l, ok := byQueue[a.QueueID][a.QueueOffset]
-		want := record.BodyCRC(Body(a.I, size))
-		switch {
-		case !ok:
-			return fmt.Errorf("acknowledged message %d (queue %d offset %d) lost; %d acks", a.I, a.QueueID, a.QueueOffset, len(acks))
-		case l.PhysicalOffset != a.PhysicalOffset || l.BodyCRC != want || l.UniqKey != a.UniqKey:
-			return fmt.Errorf("acknowledged message %d read back wrong: %+v", a.I, l)
+		if err := ackMatches(a, l, ok, size, len(acks)); err != nil {
+			return err
 		}
 	}
-	if out, errOut, code := runCLI(t, "verify", "--dir", dir); code != 0 {
-		return fmt.Errorf("verify after the kill (%d acks, size %d; store in %s): exit %d:\n%s%s\nproducer logged:\n%s%sverify logged:\n%s",
-			len(acks), size, dir, code, out, ackTail(acks), stderr.String(), logs.String(), errOut)
+	return nil
+}
+
+// ackMatches says what is wrong with the record l read back for the
+// acknowledged message a (found: whether there was one).
+func ackMatches(a ack, l recordLine, found bool, size, nAcks int) error {
+	switch {
+	case !found:
+		return fmt.Errorf("acknowledged message %d (queue %d offset %d, at %d) lost; %d acks", a.I, a.QueueID, a.QueueOffset, a.PhysicalOffset, nAcks)
+	case l.PhysicalOffset != a.PhysicalOffset || l.QueueID != a.QueueID || l.QueueOffset != a.QueueOffset ||
+		l.BodyCRC != record.BodyCRC(Body(a.I, size)) || l.UniqKey != a.UniqKey || !slices.Contains(l.Keys, fmt.Sprintf("k%d", a.I)):
+		return fmt.Errorf("acknowledged message %d read back wrong: %+v", a.I, l)
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 // Package consumequeue is RocketMQ's ConsumeQueue: per (topic, queue id), a
 // queue of fixed-size files of 20-byte units, one per message, that point at
-// the message's record in the CommitLog (FORMAT.md "ConsumeQueue unit").
+// the message's record in the CommitLog (docs/formats.md "ConsumeQueue unit").
 //
 // The ConsumeQueue is derived data, built by the engine's dispatch from the
 // CommitLog; it can always be rebuilt. Files live under

@@ -1,6 +1,6 @@
 // Package indexfile is RocketMQ's IndexFile: a hash index from message keys
 // ("topic#key") to CommitLog offsets, in files of a fixed size named by
-// creation time (FORMAT.md "IndexFile").
+// creation time (docs/formats.md "IndexFile").
 //
 // A file is a 40-byte header, SlotCount 4-byte hash slots, then MaxEntries
 // 20-byte entries; entry 0 is "none", so a file holds MaxEntries − 1 keys.

@@ -123,7 +123,7 @@ func TestLayoutBytes(t *testing.T) {
 	if !ok {
 		t.Fatal("no durable file")
 	}
-	// Build the expected bytes straight from FORMAT.md.
+	// Build the expected bytes straight from docs/formats.md.
 	want := make([]byte, 40+slots*4+maxEntries*20)
 	be := binary.BigEndian
 	be.PutUint64(want[0:], uint64(t0))

@@ -28,7 +28,7 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
-// Field names used in DecodeError.Field (FORMAT.md's names).
+// Field names used in DecodeError.Field (docs/formats.md's names).
 const (
 	FieldTotalSize        = "TOTALSIZE"
 	FieldMagic            = "MAGICCODE"

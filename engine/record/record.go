@@ -1,5 +1,5 @@
 // Package record encodes and decodes CommitLog records in the on-disk format of
-// Apache RocketMQ 4.9 (see FORMAT.md, "CommitLog record"), plus the helpers the
+// Apache RocketMQ 4.9 (see docs/formats.md, "CommitLog record"), plus the helpers the
 // ConsumeQueue and IndexFile need: the properties codec, Java's String.hashCode
 // (tags codes, index keys) and RocketMQ's topic rule.
 //

@@ -44,7 +44,7 @@ func baseMessage() Message {
 }
 
 // TestEncodeLayoutV1IPv4 checks every byte of a small v1 IPv4 record against
-// the table in FORMAT.md. The CRC literal comes from zlib/java.util.zip.CRC32
+// the table in docs/formats.md. The CRC literal comes from zlib/java.util.zip.CRC32
 // of "hi" (0xD8932AAC), masked.
 func TestEncodeLayoutV1IPv4(t *testing.T) {
 	m := Message{

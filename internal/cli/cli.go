@@ -1,6 +1,7 @@
 // Package cli is the command-line frame the mqstore and mqbench commands
 // share: subcommand dispatch, usage, flag parsing with the project's exit
-// codes (0 ok, 1 error, 2 bad command line).
+// codes (0 ok, 1 error, 2 bad command line), and the version subcommand
+// every tool has.
 package cli
 
 import (
@@ -9,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"sort"
 )
 
@@ -40,6 +42,9 @@ func (t Tool) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return 0
 	}
 	cmd, ok := t.Commands[args[0]]
+	if !ok && args[0] == versionCommand {
+		cmd, ok = t.versionCommand(), true
+	}
 	if !ok {
 		fmt.Fprintf(stderr, "%s: unknown command %q\n\n", t.Name, args[0])
 		t.Usage(stderr)
@@ -68,9 +73,16 @@ func (t Tool) Usage(w io.Writer) {
 	for n := range t.Commands {
 		names = append(names, n)
 	}
+	if _, own := t.Commands[versionCommand]; !own {
+		names = append(names, versionCommand)
+	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, t.Commands[n].Summary)
+		summary := t.Commands[n].Summary
+		if n == versionCommand && summary == "" {
+			summary = t.versionCommand().Summary
+		}
+		fmt.Fprintf(w, "  %-8s %s\n", n, summary)
 	}
 	fmt.Fprintf(w, "\nRun '%s <command> -h' for the flags of a command.\n", t.Name)
 }
@@ -109,4 +121,49 @@ func Required(fs *flag.FlagSet, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// versionCommand is the subcommand every Tool has unless it defines its own.
+const versionCommand = "version"
+
+func (t Tool) versionCommand() Command {
+	return Command{Summary: "print the module version and the VCS commit it was built from", Run: func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+		fs := flag.NewFlagSet(t.Name+" version", flag.ContinueOnError)
+		if err := Parse(fs, args, stderr, 0); err != nil {
+			return err
+		}
+		bi, ok := debug.ReadBuildInfo()
+		if !ok {
+			return errors.New("the binary carries no build information (built without module support)")
+		}
+		fmt.Fprintln(stdout, Version(t.Name, bi))
+		return nil
+	}}
+}
+
+// Version is the line the version subcommand prints: the tool, its main
+// module's path and version ("(devel)" for a build from a work tree), the
+// VCS commit, its time and whether the tree had local changes, and the Go
+// version — from the build information Go embeds.
+func Version(name string, bi *debug.BuildInfo) string {
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	commit := settings["vcs.revision"]
+	if commit == "" {
+		commit = "unknown (built without VCS information)"
+	} else {
+		if t := settings["vcs.time"]; t != "" {
+			commit += " " + t
+		}
+		if settings["vcs.modified"] == "true" {
+			commit += " (modified)"
+		}
+	}
+	version := bi.Main.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	return fmt.Sprintf("%s %s %s commit %s %s", name, bi.Main.Path, version, commit, bi.GoVersion)
 }

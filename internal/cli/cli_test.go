@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -46,5 +48,32 @@ func TestToolExitCodes(t *testing.T) {
 		if code := tool.Run(context.Background(), c.args, &out, &errOut); code != c.code || !strings.Contains(errOut.String(), c.text) {
 			t.Errorf("x %v: exit %d, stderr %q; want %d and %q", c.args, code, errOut.String(), c.code, c.text)
 		}
+	}
+}
+
+// TestVersion: every tool has a version subcommand (listed in its usage)
+// printing the build's module version and VCS commit.
+func TestVersion(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/mqstore/mqstore", Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-12-01T00:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	want := "mq github.com/mqstore/mqstore v1.2.3 commit 0123abcd 2026-12-01T00:00:00Z (modified) go1.26.0"
+	if got := Version("mq", bi); got != want {
+		t.Fatalf("Version:\n got %q\nwant %q", got, want)
+	}
+	if got := Version("mq", &debug.BuildInfo{GoVersion: "go1.26.0"}); !strings.Contains(got, "(devel) commit unknown") {
+		t.Fatalf("Version without VCS information: %q", got)
+	}
+	tool := Tool{Name: "x", Commands: map[string]Command{}}
+	var stdout, stderr bytes.Buffer
+	if code := tool.Run(context.Background(), []string{"version"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), runtime.Version()) {
+		t.Fatalf("x version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	if code := tool.Run(context.Background(), []string{"version", "extra"}, io.Discard, io.Discard); code != 2 {
+		t.Fatalf("x version extra: exit %d, want 2", code)
+	}
+	var usage bytes.Buffer
+	tool.Usage(&usage)
+	if !strings.Contains(usage.String(), "version") {
+		t.Fatalf("usage does not list version:\n%s", usage.String())
 	}
 }

@@ -20,13 +20,14 @@ const Need = "disk"
 
 // Dir returns a temporary directory on a file system that writes pages back
 // to a device: t.TempDir() unless that is in memory (tmpfs, ramfs: pages
-// there never become clean, so no sync can be observed), else a directory
-// under the working directory (the package's, inside the checkout), removed
-// when the test ends.
+// there never become clean, so no sync can be observed) or on FUSE (the
+// write-through FUSE page cache is never dirty), else a directory under the
+// working directory (the package's, inside the checkout), removed when the
+// test ends.
 func Dir(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	if !inMemory(t, dir) {
+	if !inMemory(t, dir) && !testenv.OnFUSE(dir) {
 		return dir
 	}
 	wd, err := os.Getwd()
@@ -38,8 +39,8 @@ func Dir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(alt) })
-	if inMemory(t, alt) {
-		testenv.Skip(t, Need, "both %s and %s are in memory: no sync can be observed there", dir, alt)
+	if inMemory(t, alt) || testenv.OnFUSE(alt) {
+		testenv.Skip(t, Need, "both %s and %s are in memory or on FUSE: no sync can be observed there", dir, alt)
 	}
 	return alt
 }
@@ -54,6 +55,7 @@ func CheckSynced(t testing.TB, path string, off, n int64) {
 	if inMemory(t, filepath.Dir(path)) {
 		t.Fatalf("%s is on an in-memory file system, where pages never become clean: use disktest.Dir", path)
 	}
+	testenv.SkipOnFUSE(t, path, "page flags")
 	err := pagecache.CheckSynced(path, off, n)
 	if errors.Is(err, pagecache.ErrNoAccess) {
 		testenv.Skip(t, testenv.Root, "page flags: %v", err)
@@ -67,6 +69,7 @@ func CheckSynced(t testing.TB, path string, off, n int64) {
 // that must see a range dirty first, to prove the check can fail).
 func Unsynced(t testing.TB, path string, off, n int64) []pagecache.Page {
 	t.Helper()
+	testenv.SkipOnFUSE(t, path, "page flags")
 	pages, err := pagecache.Unsynced(path, off, n)
 	if errors.Is(err, pagecache.ErrNoAccess) {
 		testenv.Skip(t, testenv.Root, "page flags: %v", err)

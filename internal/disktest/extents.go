@@ -13,6 +13,7 @@ import (
 // the tests of pre-written segments count unwritten bytes.
 func NeedExtents(t testing.TB, dir string) {
 	t.Helper()
+	testenv.SkipOnFUSE(t, dir, "FIEMAP")
 	f, err := os.CreateTemp(dir, "probe")
 	if err != nil {
 		t.Fatal(err)

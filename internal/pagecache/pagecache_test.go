@@ -1,3 +1,5 @@
+//go:build linux
+
 package pagecache
 
 import (
@@ -12,7 +14,9 @@ import (
 
 func open(t *testing.T) (*os.File, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "f")
+	dir := t.TempDir()
+	testenv.SkipOnFUSE(t, dir, "page flags")
+	path := filepath.Join(dir, "f")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,11 @@
 //
 // Every system call the backends make on their files goes through this
 // package's seam (see Install and Hook), where tests record and fail them.
-// It runs on Linux; elsewhere every function returns an error wrapping
+// The files are split by system: *_unix.go (Linux and macOS), *_linux.go
+// (fallocate, fdatasync, FIEMAP, O_DIRECT, sendfile, sync_file_range),
+// *_darwin.go (F_FULLFSYNC where Linux uses fdatasync, msync followed by
+// F_FULLFSYNC, ftruncate for fallocate, written zeros for a prewrite, a copy
+// for sendfile); elsewhere every function returns an error wrapping
 // mappedfile.ErrUnsupported, so the packages above it still build.
 package segfile
 

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package segfile
 
@@ -12,13 +12,13 @@ import (
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
-// The backends built on this package run on Linux only (fallocate,
-// fdatasync, MAP_POPULATE, sendfile, statx). Elsewhere every function fails
-// with an error wrapping mappedfile.ErrUnsupported, so that everything above
-// builds and the in-memory backend still runs.
+// The backends built on this package run on Linux and macOS (mmap, msync,
+// fsync). Elsewhere (Windows) every function fails with an error wrapping
+// mappedfile.ErrUnsupported, so that everything above builds and the
+// in-memory backend still runs.
 
 func unsupported(what string) error {
-	return fmt.Errorf("segfile: %s: the disk backends run on Linux only (use the mem backend here): %w", what, mappedfile.ErrUnsupported)
+	return fmt.Errorf("segfile: %s: the disk backends run on Linux and macOS (use the mem backend here): %w", what, mappedfile.ErrUnsupported)
 }
 
 // ErrNoPopulateWrite: the kernel has no MADV_POPULATE_WRITE.

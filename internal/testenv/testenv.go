@@ -2,8 +2,8 @@
 // io_uring, a loop device, …). A test whose need is not met is skipped with
 // a message naming the need — unless the environment variable
 // MQSTORE_TEST_REQUIRE lists that need (comma separated, or "all"), in which
-// case the test fails instead. CI sets MQSTORE_TEST_REQUIRE=root,uring so
-// that a test cannot pass there by skipping.
+// case the test fails instead. CI sets MQSTORE_TEST_REQUIRE=root,uring,fuse
+// so that a test cannot pass there by skipping.
 //
 // Skips that are not about the machine (a helper test run only as a child
 // process, a check meaningless under -race) are not environment needs and do
@@ -31,6 +31,9 @@ const (
 	// Extents: the temporary directory is on a file system with extents
 	// (FIEMAP, unwritten extents from fallocate) and O_DIRECT: ext4, xfs.
 	Extents = "extents"
+	// FUSE: /dev/fuse and root, to mount a FUSE file system with mount(2)
+	// (internal/crashfs; no fusermount).
+	FUSE = "fuse"
 )
 
 // Required reports whether MQSTORE_TEST_REQUIRE names need (or "all").
@@ -55,6 +58,30 @@ func Skip(t testing.TB, need, format string, args ...any) {
 		t.Fatalf("%s (%s=%s makes this a failure)", msg, EnvRequire, os.Getenv(EnvRequire))
 	}
 	t.Skip(msg)
+}
+
+// NeedFUSE skips (or fails, see Skip) unless the test can mount a FUSE
+// file system itself: root and a /dev/fuse it can open.
+func NeedFUSE(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, FUSE, "%s: mounting without fusermount needs root", why)
+	}
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		Skip(t, FUSE, "%s: %v", why, err)
+	}
+	f.Close()
+}
+
+// SkipOnFUSE skips the test when path is on FUSE (see OnFUSE): a test that
+// reads page flags, FIEMAP or the device means nothing there, and keeps
+// running on ext4. It is not an environment need: nothing can require it.
+func SkipOnFUSE(t testing.TB, path, why string) {
+	t.Helper()
+	if OnFUSE(path) {
+		t.Skipf("%s is on FUSE: %s means nothing there", path, why)
+	}
 }
 
 // NeedRoot skips (or fails, see Skip) unless the test runs as root.

@@ -18,6 +18,7 @@ func TestRequired(t *testing.T) {
 		{"root", Uring, false},
 		{"all", Loop, true},
 		{"rooty", Root, false},
+		{"root,uring,fuse", FUSE, true},
 	} {
 		t.Setenv(EnvRequire, c.env)
 		if got := Required(c.need); got != c.want {

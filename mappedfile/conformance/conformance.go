@@ -893,7 +893,7 @@ func testSizeMismatch(t *testing.T, h *harness) {
 
 func testWarmCool(t *testing.T, h *harness) {
 	mf := h.open(t, "seg")
-	err := mf.Warm(h.ctx, mappedfile.WarmOptions{Touch: true, FlushEveryPages: 16, Lock: true, Advise: true})
+	err := mappedfile.Warm(h.ctx, mf, mappedfile.WarmOptions{Touch: true, FlushEveryPages: 16, Lock: true, Advise: true})
 	if err != nil {
 		t.Fatalf("warm: %v", err)
 	}
@@ -902,7 +902,7 @@ func testWarmCool(t *testing.T, h *harness) {
 	}
 	appendN(t, mf, 9000)
 	commitFlush(t, h.ctx, mf)
-	if err := mf.Cool(); err != nil {
+	if err := mappedfile.Cool(mf); err != nil {
 		t.Fatalf("cool: %v", err)
 	}
 	buf := make([]byte, 9000)

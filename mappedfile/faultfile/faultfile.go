@@ -315,3 +315,11 @@ func (f *faultyFile) WriteAt(p []byte, filePos int64) (int, error) {
 
 // Unwrap returns the wrapped file.
 func (f *faultyFile) Unwrap() mappedfile.MappedFile { return f.MappedFile }
+
+// Warm warms the wrapped file when it is a mappedfile.Warmer.
+func (f *faultyFile) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
+	return mappedfile.Warm(ctx, f.MappedFile, opts)
+}
+
+// Cool cools the wrapped file when it is a mappedfile.Warmer.
+func (f *faultyFile) Cool() error { return mappedfile.Cool(f.MappedFile) }

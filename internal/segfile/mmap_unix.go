@@ -1,7 +1,8 @@
+//go:build linux || darwin
+
 package segfile
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -25,7 +26,7 @@ func Map(f *os.File, size int64, writable bool) ([]byte, error) {
 // (never moved by the Go runtime, so the kernel may read it asynchronously).
 func MapAnonymous(size int64) ([]byte, error) {
 	b, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|mapPopulate)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %d anonymous bytes: %w", size, err)
 	}
@@ -78,23 +79,6 @@ func AdviseWrite(b []byte) error {
 func AdviseCold(b []byte) error {
 	if err := unix.Madvise(b, unix.MADV_DONTNEED); err != nil {
 		return fmt.Errorf("madvise DONTNEED: %w", err)
-	}
-	return nil
-}
-
-// ErrNoPopulateWrite: the kernel has no MADV_POPULATE_WRITE (before 5.14).
-var ErrNoPopulateWrite = errors.New("segfile: madvise(MADV_POPULATE_WRITE) is not supported by this kernel")
-
-// PopulateWrite faults b's pages in writable without storing anything
-// (madvise MADV_POPULATE_WRITE, Linux 5.14+); ErrNoPopulateWrite where the
-// kernel lacks it.
-func PopulateWrite(b []byte) error {
-	err := unix.Madvise(b, unix.MADV_POPULATE_WRITE)
-	if errors.Is(err, unix.EINVAL) {
-		return ErrNoPopulateWrite
-	}
-	if err != nil {
-		return fmt.Errorf("madvise POPULATE_WRITE: %w", err)
 	}
 	return nil
 }

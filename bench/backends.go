@@ -1,0 +1,4 @@
+package bench
+
+// Every backend of this module, by name (Options.Backend, --backends).
+import _ "github.com/mqstore/mqstore/backends"
