@@ -69,6 +69,11 @@ type groupCommit struct {
 
 	// Owned by the owner goroutine.
 	lastBatch int           // waiters answered by the last flush
+	// queuedAtAnswer is how many waiters had queued while the last flush
+	// ran, counted before its own waiters were released: the other convoy.
+	// (Counting after would count a released producer that queued again
+	// at once twice — a lone producer would then wait for itself.)
+	queuedAtAnswer int32
 	lastFlush time.Duration // how long the last flush took
 	noLinger  int           // flushes left before the owner lingers again
 }
@@ -251,8 +256,8 @@ func (q *groupCommit) linger() {
 		q.noLinger--
 		return
 	}
-	want := int32(q.lastBatch) + q.queuedLen.Load()
-	if q.lastBatch <= 1 && want <= 1 {
+	want := int32(q.lastBatch) + q.queuedAtAnswer
+	if want <= 1 || q.queuedLen.Load() >= want {
 		return
 	}
 	q.lingerFor(want)
@@ -280,6 +285,7 @@ func (q *groupCommit) answer(taken []*groupWaiter, reached int64, err error) {
 	q.mu.Lock()
 	q.flushing = nil // the watchdog no longer sees them
 	q.count -= len(taken)
+	q.queuedAtAnswer = int32(len(q.queued))
 	q.mu.Unlock()
 	for _, w := range taken {
 		res := err
