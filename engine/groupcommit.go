@@ -68,14 +68,14 @@ type groupCommit struct {
 	queuedLen atomic.Int32
 
 	// Owned by the owner goroutine.
-	lastBatch int           // waiters answered by the last flush
+	lastBatch int // waiters answered by the last flush
 	// queuedAtAnswer is how many waiters had queued while the last flush
 	// ran, counted before its own waiters were released: the other convoy.
 	// (Counting after would count a released producer that queued again
 	// at once twice — a lone producer would then wait for itself.)
 	queuedAtAnswer int32
-	lastFlush time.Duration // how long the last flush took
-	noLinger  int           // flushes left before the owner lingers again
+	lastFlush      time.Duration // how long the last flush took
+	noLinger       int           // flushes left before the owner lingers again
 }
 
 // groupWaiter is one producer waiting until the flushed position reaches offset.
