@@ -701,8 +701,13 @@ func (e *replicaEncoder) EncodeAt(dst []byte, _ int64) error {
 func (s *Store) ReplicaAckOffset(ctx context.Context) (int64, error) {
 	end := s.log.queue.WroteOffset()
 	if s.group == nil {
+		if err := ctx.Err(); err != nil {
+			return min(s.log.committedOffset.Load(), end), fmt.Errorf("commit replicated bytes to %d: %w", end, err)
+		}
 		before := s.log.committedOffset.Load()
-		committed, err := s.log.commit(ctx, 0)
+		// Not ctx: a commit cut short by the end of a connection would
+		// count as a write error and stop the store's writes for good.
+		committed, err := s.log.commit(context.Background(), 0)
 		if committed > before { // as the commit service does: committed bytes are readable
 			s.flusher.Wakeup()
 			s.dispatcher.Wakeup()
@@ -740,7 +745,7 @@ func (s *Store) ReplicaResume(ctx context.Context) (verifyFrom, end int64, err e
 	defer c.appendMu.Unlock()
 	r := &s.repl
 	r.pending = r.pending[:0]
-	if _, err := c.commit(ctx, 0); err != nil {
+	if _, err := c.commit(context.Background(), 0); err != nil { // not ctx: see ReplicaAckOffset
 		s.writeFailed("commit", err)
 		return 0, 0, fmt.Errorf("resume replication: commit: %w", err)
 	}

@@ -1039,3 +1039,35 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.w.Write(p)
 }
+
+// TestCancelledAckLeavesWritesOn: a slave asked for its ack offset with a
+// ctx that has ended (its connection closed) answers ctx's error — and the
+// commit it would have made is not a write error: the store keeps taking
+// replicated bytes. (The commit ran with the connection's ctx and its
+// cancellation stopped the slave's writes for good.)
+func TestCancelledAckLeavesWritesOn(t *testing.T) {
+	ctx := context.Background()
+	master := openRole(t, t.TempDir(), smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}))
+	defer master.Close()
+	putRandom(t, master, rand.New(rand.NewPCG(18, 19)), 40, 2, 0)
+	// transient: its commit honours ctx (the buffered backend where the
+	// cancelled commit was seen).
+	slave := openRole(t, t.TempDir(), smallLogicsOptions(Options{Backend: "transient", SegmentSizeBytes: 1 << 20,
+		Role: Slave, CommitInterval: time.Hour, CommitThoroughInterval: time.Hour}))
+	defer slave.Close()
+	end, err := slave.AppendReplicated(ctx, 0, logBytes(t, master, 0, master.MaxOffset()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if committed := slave.Stats().CommittedOffset; committed >= end {
+		t.Fatalf("the replicated bytes are committed already (%d of %d): the test needs them pending", committed, end)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := slave.ReplicaAckOffset(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ack offset with an ended ctx: %v, want context.Canceled", err)
+	}
+	if ack, err := slave.ReplicaAckOffset(ctx); err != nil || ack != end {
+		t.Fatalf("ack offset after a cancelled one: %d, %v; want %d (writes stopped?)", ack, err, end)
+	}
+}
