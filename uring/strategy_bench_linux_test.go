@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -270,7 +271,7 @@ func newThreadRing(b *testing.B, flags uint32) *threadRing {
 		}
 	}()
 	if err := <-ready; err != nil {
-		b.Skipf("ring with flags %#x: %v", flags, err)
+		testenv.Skip(b, testenv.Uring, "ring with flags %#x: %v", flags, err)
 	}
 	b.Cleanup(func() { close(t.jobs) })
 	return t

@@ -321,29 +321,8 @@ func (x *Index) overwriter(f *file) (mappedfile.Overwriter, error) {
 // After a failed write Put returns that error forever (sticky).
 // Put does not keep key after it returns (the engine passes a view of a reused buffer).
 func (x *Index) Put(ctx context.Context, key string, physicalOffset int64, storeTimestamp int64) error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.closed {
-		return fmt.Errorf("indexfile %s: put: %w", x.dir, mappedfile.ErrClosed)
-	}
-	if x.writeErr != nil {
-		return x.writeErr
-	}
-	if n := len(x.files); n > 0 && physicalOffset < x.files[n-1].header.EndPhyOffset {
-		return nil
-	}
-	if has, err := x.hasEntryLocked(key, physicalOffset); err != nil || has {
-		return err
-	}
-	f, err := x.writableLocked(ctx)
-	if err != nil {
-		return err
-	}
-	if err := x.putLocked(ctx, f, key, physicalOffset, storeTimestamp); err != nil {
-		x.writeErr = err
-		return err
-	}
-	return nil
+	keys := [1]string{key}
+	return x.PutKeys(ctx, keys[:], physicalOffset, storeTimestamp)
 }
 
 // maxDedupKeys bounds the keys of one record PutKeys tells apart in memory;
@@ -443,10 +422,6 @@ func (x *Index) writableLocked(ctx context.Context) (*file, error) {
 		return x.files[n-1], nil
 	}
 	return x.createLocked(ctx)
-}
-
-func (x *Index) putLocked(ctx context.Context, f *file, key string, physicalOffset, storeTimestamp int64) error {
-	return x.putHashLocked(ctx, f, record.IndexKeyHash(key), physicalOffset, storeTimestamp)
 }
 
 func (x *Index) putHashLocked(ctx context.Context, f *file, keyHash int32, physicalOffset, storeTimestamp int64) error {
