@@ -120,33 +120,24 @@ func (c *committer) run() {
 	})
 }
 
-// offsetWaiters is the engine's one "wait until a position reaches an
-// offset" primitive: a bounded queue of waiting producers and one owner
-// goroutine that answers each of them exactly once. Two positions use it:
-//
-//   - flushed (the sync flush service, RocketMQ's GroupCommitService): the
-//     owner is active — it takes the queued waiters, flushes once, and hands
-//     every waiter it took the same result;
-//   - replicated (SYNC_MASTER, RocketMQ's GroupTransferService): the owner is
-//     passive — the position moves when a slave acknowledges bytes (see
-//     Store.ReportSlaves), and the owner releases every waiter the position
-//     has passed, keeping the others until it passes them or their deadline.
+// offsetWaiters waits until the replicated position reaches an offset
+// (SYNC_MASTER, RocketMQ's GroupTransferService): a bounded queue of
+// waiting producers and one owner goroutine that answers each of them
+// exactly once. The owner is passive — the position moves when a slave
+// acknowledges bytes (see Store.ReportSlaves), and the owner releases every
+// waiter the position has passed, keeping the others until it passes them
+// or their deadline. (The flushed position has its own, active owner: the
+// group commit, groupcommit.go.)
 //
 // A producer queues a waiter with begin and collects the answer with end;
-// between the two it may queue a waiter on the other position, so a Put on a
-// SYNC_MASTER with sync flush waits for both at once, as RocketMQ's does.
+// between the two it may queue a waiter on the flushed position, so a Put on
+// a SYNC_MASTER with sync flush waits for both at once, as RocketMQ's does.
 type offsetWaiters struct {
 	service
 	// position is the offset the waiters wait on (it only moves forward).
 	position func() int64
-	// advance, when set, makes the owner active: it is called with the
-	// largest offset of the waiters just taken, moves the position (the
-	// flush) and returns where it got; waiters it did not reach are
-	// answered behind. When nil the position moves by itself and moved is
-	// signalled when it does.
-	advance func(target int64) (int64, error)
-	behind  error
-	// nudge, when set on a passive owner, is called with the largest offset
+	// The position moves by itself and moved is signalled when it does.
+	// nudge, when set, is called with the largest offset
 	// of newly taken waiters before the owner waits (the replication waiter
 	// commits buffered bytes so the HA sender can read them).
 	nudge func(target int64)
@@ -236,38 +227,18 @@ func (q *offsetWaiters) signalMoved() {
 	}
 }
 
-// run is the owner loop.
-//
-// Why, for the active owner (the group commit), one flush serves every
-// waiter taken before it: a producer enqueues its waiter only after its
-// append returned, so its record ends at or below the CommitLog's write
-// position at that moment. The loop takes the waiters first, and only then
-// flushes, and the flush covers everything written up to the moment it reads
-// the write position — which is after the waiters were taken, hence after
-// every taken producer's append. Positions only move forward, so flushed ≥
-// every taken waiter's offset when the flush succeeds; each waiter is still
-// checked against the position the flush returned (advance runs two passes,
-// as RocketMQ does, because a waiter whose record rolled into a new segment
-// may need a second one) before it is released. Waiters that arrive while
-// the flush runs wait for the next one: they are never acknowledged by a
-// flush that may have read the position before their append.
-//
-// The passive owner needs no such argument: it compares each waiter with a
-// position that is itself a fact (an offset a slave acknowledged), read
-// after the waiter was taken.
+// run is the owner loop. It compares each waiter with a position that is
+// itself a fact (an offset a slave acknowledged), read after the waiter was
+// taken.
 func (q *offsetWaiters) run() {
 	defer close(q.done)
 	var taken []*offsetWaiter
-	var recheck <-chan time.Time
-	if q.advance == nil {
-		ticker := time.NewTicker(passiveRecheck)
-		defer ticker.Stop()
-		recheck = ticker.C
-	}
+	ticker := time.NewTicker(passiveRecheck)
+	defer ticker.Stop()
 	for {
 		var tick <-chan time.Time
 		if len(taken) > 0 {
-			tick = recheck // nil for the active owner: it never keeps waiters
+			tick = ticker.C
 		}
 		select {
 		case <-q.stop:
@@ -293,38 +264,22 @@ func (q *offsetWaiters) run() {
 		if len(taken) == 0 {
 			continue
 		}
-		var reached int64
-		var err error
-		if q.advance != nil {
-			target := int64(0)
-			for _, w := range taken {
-				target = max(target, w.offset)
-			}
-			reached, err = q.advance(target)
-		} else {
-			if fresh >= 0 && q.nudge != nil {
-				q.nudge(fresh)
-			}
-			reached = q.position()
+		if fresh >= 0 && q.nudge != nil {
+			q.nudge(fresh)
 		}
-		taken = q.answer(taken, reached, err)
+		taken = q.answer(taken, q.position())
 	}
 }
 
-// answer answers every waiter it can and returns those left waiting (only a
-// passive owner leaves any).
-func (q *offsetWaiters) answer(taken []*offsetWaiter, reached int64, err error) []*offsetWaiter {
+// answer answers every waiter it can and returns those left waiting.
+func (q *offsetWaiters) answer(taken []*offsetWaiter, reached int64) []*offsetWaiter {
 	now := time.Now()
 	keep := taken[:0]
 	answered := 0
 	for _, w := range taken {
 		switch {
-		case err != nil:
-			w.done <- err
 		case reached >= w.offset:
 			w.done <- nil
-		case q.advance != nil:
-			w.done <- q.behind
 		case !now.Before(w.deadline):
 			w.done <- q.timeoutErr
 		default:
