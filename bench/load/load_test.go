@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -541,5 +542,39 @@ func TestDurableCountsOnlyTheWindowsBytes(t *testing.T) {
 	d = DurabilityResult{WrittenStartBytes: 400, DurableStartBytes: 400, WrittenEndBytes: 1400, DurableEndBytes: 1300}
 	if got := d.DurableBytes(); got != 900 {
 		t.Errorf("durable bytes %d, want 900", got)
+	}
+}
+
+// TestCPUIsTheWindowsWork: the CPU of a phase is read when its last worker
+// ends — merging the workers' histograms afterwards (with hundreds of
+// workers, about as costly as the messages) is not the store's CPU.
+func TestCPUIsTheWindowsWork(t *testing.T) {
+	var fakeCPU atomic.Int64 // ns of "user CPU": 1 ms per op, 1 h per merge
+	cpuNow = func() (time.Duration, time.Duration) { return time.Duration(fakeCPU.Load()), 0 }
+	mergeWorkers = func(ws []*worker, start, end time.Time) phase {
+		fakeCPU.Add(int64(time.Hour))
+		return merge(ws, start, end)
+	}
+	t.Cleanup(func() { cpuNow, mergeWorkers = cpuTimes, merge })
+	for _, spec := range []Spec{
+		{Workload: Throughput, SizeBytes: 64, Producers: 2, Duration: 30 * time.Millisecond, Warmup: 10 * time.Millisecond},
+		{Workload: Latency, SizeBytes: 64, RatePerSec: 2000, InFlight: 4, Arrival: Constant, Duration: 30 * time.Millisecond, Warmup: 10 * time.Millisecond},
+	} {
+		var ops atomic.Int64
+		res := Run(context.Background(), spec, nil, nil, func(int) Op {
+			return func(context.Context) error {
+				ops.Add(1)
+				fakeCPU.Add(int64(time.Millisecond))
+				return nil
+			}
+		})
+		if res.Failed() {
+			t.Fatalf("%s: %s", spec.Workload, res.Error)
+		}
+		// Every op of the measured phase counts, the warm-up's and the merges' do not.
+		if res.CPUUserNs >= int64(time.Hour) || res.CPUUserNs < res.Messages*int64(time.Millisecond) {
+			t.Errorf("%s: CPU %v for %d messages (%d ops in all): the merge is counted, or ops are not", spec.Workload,
+				time.Duration(res.CPUUserNs), res.Messages, ops.Load())
+		}
 	}
 }

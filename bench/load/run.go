@@ -51,16 +51,14 @@ func RunTimed(ctx context.Context, spec Spec, clock Clock, d Durability, newOp f
 		dur = &DurabilityResult{}
 		dur.WrittenStartBytes, dur.DurableStartBytes = d.Positions()
 	}
-	userBefore, sysBefore := cpuTimes()
 	ph, err := runPhase(ctx, spec, clock, ops)
-	userAfter, sysAfter := cpuTimes()
 	if d != nil {
 		dur.WrittenEndBytes, dur.DurableEndBytes = d.Positions()
 	}
 	runtime.ReadMemStats(&after)
 	res.Messages, res.ElapsedNs = ph.messages, ph.elapsed.Nanoseconds()
 	res.PayloadBytes = ph.messages * int64(spec.SizeBytes)
-	res.CPUUserNs, res.CPUSysNs = int64(userAfter-userBefore), int64(sysAfter-sysBefore)
+	res.CPUUserNs, res.CPUSysNs = int64(ph.cpuUser), int64(ph.cpuSys)
 	res.Mallocs = after.Mallocs - before.Mallocs
 	res.Service, res.Latency, res.DispatchLag = ph.service, ph.latency, ph.lag
 	res.Arrivals, res.Unstarted, res.Quarters = ph.arrivals, ph.unstarted, ph.quarters
@@ -106,6 +104,26 @@ type phase struct {
 	arrivals, unstarted     int64
 	quarters                []Percentiles
 	series                  []SeriesPoint
+	// cpuUser and cpuSys are the process's CPU from the phase's start to
+	// its last worker's end — the store's and the generator's work, not
+	// the merging of the workers' histograms after it (with hundreds of
+	// workers that merge costs about as much CPU as the messages).
+	cpuUser, cpuSys time.Duration
+}
+
+// cpuNow and mergeWorkers are cpuTimes and merge; tests replace them.
+var (
+	cpuNow       = cpuTimes
+	mergeWorkers = merge
+)
+
+// workersDone folds the workers into a phase whose CPU is the difference of
+// the process's CPU at its start (user0, sys0) and now, read before merging.
+func workersDone(ws []*worker, start, end time.Time, user0, sys0 time.Duration) phase {
+	user, sys := cpuNow()
+	p := mergeWorkers(ws, start, end)
+	p.cpuUser, p.cpuSys = user-user0, sys-sys0
+	return p
 }
 
 // firstError keeps the first error of a phase and cancels it.
@@ -204,6 +222,7 @@ func closedPhase(parent context.Context, clock Clock, ops []TimedOp, d, interval
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	fail := &firstError{cancel: cancel}
+	user0, sys0 := cpuNow()
 	start := clock.Now()
 	end := start.Add(d)
 	ws := make([]*worker, len(ops))
@@ -231,7 +250,7 @@ func closedPhase(parent context.Context, clock Clock, ops []TimedOp, d, interval
 		}(ws[i])
 	}
 	wg.Wait()
-	p := merge(ws, start, end)
+	p := workersDone(ws, start, end, user0, sys0)
 	if fail.err == nil && parent.Err() != nil {
 		fail.err = parent.Err()
 	}
@@ -250,6 +269,7 @@ func openPhase(parent context.Context, spec Spec, clock Clock, ops []TimedOp) (p
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	fail := &firstError{cancel: cancel}
+	user0, sys0 := cpuNow()
 	start := clock.Now()
 	end := start.Add(spec.Duration)
 	deadline := end.Add(spec.Grace())
@@ -275,7 +295,7 @@ func openPhase(parent context.Context, spec Spec, clock Clock, ops []TimedOp) (p
 		}(ws[i])
 	}
 	wg.Wait()
-	p := merge(ws, start, end)
+	p := workersDone(ws, start, end, user0, sys0)
 	if fail.err == nil && parent.Err() != nil {
 		fail.err = parent.Err()
 	}
