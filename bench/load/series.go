@@ -43,7 +43,7 @@ func (s *series) record(done time.Time, d time.Duration) {
 		s.hs = append(s.hs, nil)
 	}
 	if s.hs[i] == nil {
-		s.hs[i] = NewHistogram()
+		s.hs[i] = newSeriesHistogram()
 	}
 	s.hs[i].Record(d)
 }
@@ -60,7 +60,7 @@ func mergeSeries(ss []*series) []SeriesPoint {
 		start, interval = s.start, s.interval
 		for i, h := range s.hs {
 			for len(merged) <= i {
-				merged = append(merged, NewHistogram())
+				merged = append(merged, newSeriesHistogram())
 			}
 			merged[i].Merge(h)
 		}
