@@ -282,6 +282,7 @@ func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
 	}
 	if end.validEnd > from {
 		l.dispatchedOffset.Store(end.validEnd)
+		s.gate.moved()
 		l.notify(d.touched)
 		clear(d.touched)
 	}
@@ -469,7 +470,11 @@ func (s *Store) dispatchFailed(err error) {
 	if s.logics.dispatchErr.CompareAndSwap(nil, &err) {
 		s.opts.Logger.Error("dispatch stopped; the store refuses writes until it is reopened", slog.Any("err", err))
 	}
+	s.gate.moved() // a Put waiting for dispatch stops waiting
 }
+
+// dispatchStopped reports whether dispatch stopped for good.
+func (s *Store) dispatchStopped() bool { return s.logics.dispatchErr.Load() != nil }
 
 // logicsFlusher is RocketMQ's FlushConsumeQueueService: every interval it
 // flushes ConsumeQueues with at least 2 pages pending, and everything (index

@@ -203,6 +203,15 @@ type Options struct {
 	// PrewriteMode. The default follows FlushMode (on for sync).
 	PrewriteSegments PrewriteMode
 
+	// DispatchLagLimitBytes: a Put whose record ends more than this many
+	// bytes ahead of dispatch waits (up to a second) for dispatch to catch
+	// up before it returns, so consumers see messages within this many bytes
+	// and dispatch reads what it reads from the backend's memory. 0: half of
+	// what the backend serves reads from memory (mappedfile.MemoryReads:
+	// uring-direct's staging ring), none for a backend without such a bound;
+	// negative: none.
+	DispatchLagLimitBytes int64
+
 	// OSPageCacheBusyTimeout: when the append lock has been held longer than
 	// this, new Puts fail fast with OSPageCacheBusy (1 s).
 	OSPageCacheBusyTimeout time.Duration

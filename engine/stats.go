@@ -129,6 +129,12 @@ type Stats struct {
 	GotMessages       uint64
 	// DispatchedOffset is how far ConsumeQueues and the index are built.
 	DispatchedOffset int64
+	// DispatchLagLimit is the store's Options.DispatchLagLimitBytes in
+	// effect (0: none); DispatchWaits counts the Puts that waited for
+	// dispatch to come within it, DispatchWaitNs the time they waited.
+	DispatchLagLimit int64
+	DispatchWaits    uint64
+	DispatchWaitNs   int64
 
 	Flushes       uint64
 	FlushLatency  LatencySummary

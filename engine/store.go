@@ -38,6 +38,7 @@ type Store struct {
 	dir        string
 	opts       Options
 	backend    mappedfile.Backend
+	gate       *dispatchGate      // nil: Puts never wait for dispatch
 	aux        mappedfile.Backend // ConsumeQueue and IndexFile files
 	fs         storefs.FS         // the directory: lists, removals, syncs, the root's files
 	lock       *dirLock
@@ -193,6 +194,7 @@ func (s *Store) startServices() {
 	s.log.shareQueueOffsets()
 	s.labels = newStageLabels(s.opts.ProfileLabels)
 	s.dispatcher = newDispatcher(s)
+	s.gate = newDispatchGate(dispatchLagLimit(s.opts, s.backend), &s.logics.dispatchedOffset)
 	s.logicsFlusher = &logicsFlusher{service: newService(), store: s}
 	s.committer = &committer{service: newService(), store: s}
 	s.cleaner = &cleaner{service: newService(), store: s}
@@ -312,6 +314,9 @@ func (s *Store) Stats() Stats {
 		DispatchedOffset: s.logics.dispatchedOffset.Load(),
 	}
 	st.BytesBehindFlush = st.WroteOffset - st.FlushedOffset
+	if g := s.gate; g != nil {
+		st.DispatchLagLimit, st.DispatchWaits, st.DispatchWaitNs = g.limit, g.waits.Load(), g.waitedNs.Load()
+	}
 	if r, ok := s.backend.(mappedfile.LockReporter); ok {
 		st.LockedBytes = r.LockedBytes()
 	}

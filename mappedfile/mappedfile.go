@@ -105,6 +105,17 @@ type Spec struct {
 	Prewrite bool
 }
 
+// MemoryReads is implemented by a backend whose reads of recent bytes come
+// from its own memory and of older ones from the device: with O_DIRECT the
+// page cache holds none of what was written, so a read past the backend's
+// memory is a device read. MemoryReadBytes is how far behind a segment's
+// write position reads are still served from memory (0: no such bound —
+// the page cache serves them). The engine keeps its dispatch within it
+// (Options.DispatchLagLimitBytes).
+type MemoryReads interface {
+	MemoryReadBytes() int64
+}
+
 // Backend opens segment files of one kind.
 //
 // Open creates Path (preallocated to SizeBytes — and with Spec.Prewrite

@@ -93,6 +93,17 @@ func (b *backend) Name() string {
 // registered them, or why not (see StagingReporter).
 func (b *backend) Staging() StagingInfo { return b.pool.info() }
 
+// MemoryReadBytes is mappedfile.MemoryReads: uring-direct serves reads of
+// the last ring's worth of a segment from its staging ring and older bytes
+// from the device (O_DIRECT leaves nothing in the page cache); the buffered
+// uring's older bytes are in the page cache (0: no bound).
+func (b *backend) MemoryReadBytes() int64 {
+	if !b.opts.Direct {
+		return 0
+	}
+	return b.pool.info().RingBytes
+}
+
 // Settings reports what the backend runs with (see Settings).
 func (b *backend) Settings() Settings {
 	s := Settings{Name: b.Name(), SyncAtCommit: b.opts.SyncAtCommit, SyncMethod: b.opts.SyncMethod,

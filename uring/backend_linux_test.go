@@ -514,3 +514,22 @@ func TestDirectOnTmpfs(t *testing.T) {
 	}
 	t.Logf("tmpfs accepts O_DIRECT on kernel %s", kernelRelease())
 }
+
+// TestMemoryReads: uring-direct says reads past its staging ring go to the
+// device (the page cache holds nothing it wrote); buffered uring has no
+// such bound.
+func TestMemoryReads(t *testing.T) {
+	for _, c := range []struct {
+		direct bool
+		want   int64
+	}{{true, 1 << 20}, {false, 0}} {
+		b := newTestBackend(t, Options{Direct: c.direct, StagingBytes: 1 << 20})
+		m, ok := b.(mappedfile.MemoryReads)
+		if !ok {
+			t.Fatalf("direct %v: the backend does not implement mappedfile.MemoryReads", c.direct)
+		}
+		if got := m.MemoryReadBytes(); got != c.want {
+			t.Errorf("direct %v: MemoryReadBytes %d, want %d", c.direct, got, c.want)
+		}
+	}
+}
