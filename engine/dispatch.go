@@ -301,6 +301,7 @@ func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
 func (d *dispatcher) dispatch(ctx context.Context, offset int64, r *record.Record) error {
 	s := d.store
 	l := s.logics
+	props := record.LookupDispatchProperties(r.Properties)
 	if takesQueueOffset(r.SysFlag) {
 		key := queueKey{topic: r.Topic, queueID: r.QueueID}
 		p := d.pending[key]
@@ -323,8 +324,7 @@ func (d *dispatcher) dispatch(ctx context.Context, offset int64, r *record.Recor
 		if len(p.units) == 0 {
 			p.first = r.QueueOffset
 		}
-		tags, _ := record.LookupProperty(r.Properties, record.PropTags)
-		p.units = append(p.units, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(view(tags))})
+		p.units = append(p.units, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(view(props.Tags))})
 		d.touched[key] = struct{}{}
 		if d.pendingCount++; d.pendingCount >= maxPendingUnits {
 			if err := d.appendPending(ctx); err != nil {
@@ -333,7 +333,7 @@ func (d *dispatcher) dispatch(ctx context.Context, offset int64, r *record.Recor
 		}
 	}
 	if offset >= l.index.MaxPhysicalOffset() {
-		if err := s.indexRecord(ctx, offset, r, &d.keyBuf); err != nil {
+		if err := s.indexRecord(ctx, offset, r, &props, &d.keyBuf); err != nil {
 			return err
 		}
 	}
@@ -383,14 +383,14 @@ func (d *dispatcher) appendPending(ctx context.Context) error {
 // through transient string views of the record's bytes (keyBuf is reused).
 func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Record, touched map[queueKey]struct{}, keyBuf *indexKeys) error {
 	l := s.logics
+	props := record.LookupDispatchProperties(r.Properties)
 	if takesQueueOffset(r.SysFlag) {
 		key := queueKey{topic: r.Topic, queueID: r.QueueID}
 		q, err := l.queue(ctx, key, true)
 		if err != nil {
 			return err
 		}
-		tags, _ := record.LookupProperty(r.Properties, record.PropTags)
-		if err := q.Append(ctx, r.QueueOffset, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(view(tags))}); err != nil {
+		if err := q.Append(ctx, r.QueueOffset, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(view(props.Tags))}); err != nil {
 			return fmt.Errorf("dispatch record at %d to %s/%d: %w", offset, r.Topic, r.QueueID, err)
 		}
 		if touched != nil {
@@ -398,7 +398,7 @@ func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Reco
 		}
 	}
 	if offset >= l.index.MaxPhysicalOffset() {
-		if err := s.indexRecord(ctx, offset, r, keyBuf); err != nil {
+		if err := s.indexRecord(ctx, offset, r, &props, keyBuf); err != nil {
 			return err
 		}
 	}
@@ -416,14 +416,14 @@ type indexKeys struct {
 
 // indexRecord indexes the record's KEYS (space separated) and UNIQ_KEY,
 // with one Index.PutKeys.
-func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record, k *indexKeys) error {
+func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record, props *record.DispatchProperties, k *indexKeys) error {
 	k.buf, k.ends = k.buf[:0], k.ends[:0]
 	add := func(key []byte) {
 		k.buf = append(append(append(k.buf, r.Topic...), '#'), key...)
 		k.ends = append(k.ends, len(k.buf))
 	}
-	if keys, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
-		for len(keys) > 0 {
+	if props.HasKeys {
+		for keys := props.Keys; len(keys) > 0; {
 			key := keys
 			if i := bytes.IndexByte(keys, ' '); i >= 0 {
 				key, keys = keys[:i], keys[i+1:]
@@ -435,8 +435,8 @@ func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record,
 			}
 		}
 	}
-	if u, ok := record.LookupProperty(r.Properties, record.PropUniqKey); ok && len(u) > 0 {
-		add(u)
+	if props.HasUniqKey && len(props.UniqKey) > 0 {
+		add(props.UniqKey)
 	}
 	if len(k.ends) == 0 {
 		return nil

@@ -110,6 +110,52 @@ func LookupProperty(raw []byte, name string) (value []byte, ok bool) {
 	return value, ok
 }
 
+// DispatchProperties are the properties dispatch reads from every record:
+// TAGS (the ConsumeQueue's tags code), KEYS and UNIQ_KEY (the index). Each
+// Has field says whether LookupProperty would report the property present.
+type DispatchProperties struct {
+	Tags, Keys, UniqKey          []byte
+	HasTags, HasKeys, HasUniqKey bool
+}
+
+// LookupDispatchProperties is LookupProperty of TAGS, KEYS and UNIQ_KEY
+// in one pass over raw (dispatch reads all three of every record): the
+// same values, found the same way. An item whose name is none of them is
+// passed over at the cost of finding its separators.
+func LookupDispatchProperties(raw []byte) DispatchProperties {
+	var p DispatchProperties
+	for len(raw) > 0 {
+		item := raw
+		if end := bytes.IndexByte(raw, propertySeparator); end >= 0 {
+			item, raw = raw[:end], raw[end+1:]
+		} else {
+			raw = nil
+		}
+		// A valid item's name ends at its first separator (splitJavaItem
+		// trims only trailing ones), so the name decides before the check.
+		sep := bytes.IndexByte(item, nameValueSeparator)
+		if sep < 0 {
+			continue
+		}
+		var value *[]byte
+		var has *bool
+		switch string(item[:sep]) {
+		case PropTags:
+			value, has = &p.Tags, &p.HasTags
+		case PropKeys:
+			value, has = &p.Keys, &p.HasKeys
+		case PropUniqKey:
+			value, has = &p.UniqKey, &p.HasUniqKey
+		default:
+			continue
+		}
+		if _, v, valid := splitJavaItem(item); valid {
+			*value, *has = v, true
+		}
+	}
+	return p
+}
+
 // splitJavaItem mimics Java's item.split("\u0001") followed by a check for
 // exactly two parts: trailing separators are ignored, then one separator must
 // remain, followed by a non-empty value.

@@ -1,7 +1,9 @@
 package record
 
 import (
+	"bytes"
 	"errors"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -134,4 +136,50 @@ func TestLookupPropertyDoesNotAllocate(t *testing.T) {
 	if !found || allocs != 0 {
 		t.Fatalf("found %v, %v allocations per lookup, want 0", found, allocs)
 	}
+}
+
+// TestLookupDispatchPropertiesMatchesLookupProperty: the one-pass lookup
+// finds what three LookupProperty calls find, on the Java-semantics cases
+// and on seeded random property texts built from the names and separators.
+func TestLookupDispatchPropertiesMatchesLookupProperty(t *testing.T) {
+	raws := []string{"A\x01x\x01\x02B\x01y\x02A\x01z\x01\x02C\x01\x02\x01q\x02", "TAGS\x01a", "TAGS\x01a\x01b\x02",
+		"TAGS\x01\x01a\x02", "\x02\x02TAGS\x01a\x02\x02", "TAGSS\x01a\x02", "", "TAGS\x01a\x02TAGS\x01\x01b\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01u\x01"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	parts := []string{PropTags, PropKeys, PropUniqKey, "TAG", "KEYSX", "v", "a b", "\x01", "\x02", "\x01\x01", ""}
+	for range 5000 {
+		var b strings.Builder
+		for range rng.IntN(12) {
+			b.WriteString(parts[rng.IntN(len(parts))])
+		}
+		raws = append(raws, b.String())
+	}
+	for _, raw := range raws {
+		p := LookupDispatchProperties([]byte(raw))
+		for _, c := range []struct {
+			name  string
+			value []byte
+			has   bool
+		}{{PropTags, p.Tags, p.HasTags}, {PropKeys, p.Keys, p.HasKeys}, {PropUniqKey, p.UniqKey, p.HasUniqKey}} {
+			want, ok := LookupProperty([]byte(raw), c.name)
+			if !bytes.Equal(c.value, want) || c.has != ok {
+				t.Fatalf("%q: %s = %q %v, LookupProperty says %q %v", raw, c.name, c.value, c.has, want, ok)
+			}
+		}
+	}
+}
+
+func FuzzLookupDispatchProperties(f *testing.F) {
+	f.Add([]byte("TAGS\x01a\x02KEYS\x01k\x02UNIQ_KEY\x01u\x02"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		p := LookupDispatchProperties(raw)
+		for _, c := range []struct {
+			name  string
+			value []byte
+			has   bool
+		}{{PropTags, p.Tags, p.HasTags}, {PropKeys, p.Keys, p.HasKeys}, {PropUniqKey, p.UniqKey, p.HasUniqKey}} {
+			if want, ok := LookupProperty(raw, c.name); !bytes.Equal(c.value, want) || c.has != ok {
+				t.Fatalf("%q: %s = %q %v, LookupProperty says %q %v", raw, c.name, c.value, c.has, want, ok)
+			}
+		}
+	})
 }
