@@ -23,6 +23,7 @@ var (
 	loadBackends  = flag.String("load-backends", "", "BenchmarkPutLoad: backends (default every registered one but mem)")
 	loadModes     = flag.String("load-modes", "sync", "BenchmarkPutLoad: flush modes, comma separated")
 	loadBare      = flag.Bool("load-bare", false, "BenchmarkPutLoad: bodies without properties (no tags, no keys: the index does nothing)")
+	loadLagLimit  = flag.Int64("load-lag-limit", 0, "BenchmarkPutLoad: Options.DispatchLagLimitBytes (0: the backend's default, negative: none)")
 	loadCancel    = flag.Bool("load-cancel", false, "BenchmarkPutLoad: Put with one cancellable context shared by the producers, as mqbench does")
 )
 
@@ -76,7 +77,7 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 	}
-	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: 64 << 20, Logger: quietLogger})
+	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger})
 	if errors.Is(err, mappedfile.ErrUnsupported) {
 		testenv.Skip(b, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
 	}
@@ -128,4 +129,5 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 		b.ReportMetric(float64(msgs)/float64(f), "msgs/flush")
 	}
 	b.ReportMetric(float64(after.Commits-before.Commits)/elapsed.Seconds(), "commits/s")
+	b.ReportMetric(float64(after.DispatchWaits-before.DispatchWaits)/float64(max(msgs, 1)), "dispatch-waits/msg")
 }
