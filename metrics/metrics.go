@@ -32,7 +32,7 @@ type Collector struct {
 
 	info, puts, putBytes, putDuration, flushes, flushDuration, commits, commitDuration    *prometheus.Desc
 	gets, gotMessages, rolls, segments, offsets, flushBehind, dispatchBehind, lockedBytes *prometheus.Desc
-	writeStopped, dispatchStopped, slaveLag, slaveAcked                                   *prometheus.Desc
+	writeStopped, dispatchStopped, slaveLag, slaveAcked, slaveInSync                      *prometheus.Desc
 	consumeQueues, consumeQueueMessages, consumeQueueBytes, lockHeld                      *prometheus.Desc
 }
 
@@ -64,6 +64,8 @@ func NewCollector(store *engine.Store, slaveLags func() map[string]int64) *Colle
 		slaveLag: d("ha_lag_bytes", "How far each connected slave's acknowledged offset is behind the master's CommitLog.", "slave"),
 		slaveAcked: d("ha_slave_acked_offset_bytes",
 			"The CommitLog offset each verified slave acknowledged (what its flush mode made durable there).", "slave"),
+		slaveInSync: d("ha_slave_in_sync",
+			"1 when a verified slave is a member of the store's in-sync set (within InSyncMaxLagBytes of the master), else 0.", "slave"),
 		consumeQueues:        d("consumequeues", "ConsumeQueues open (one per topic and queue id)."),
 		consumeQueueMessages: d("consumequeue_messages", "Messages the ConsumeQueues index (max minus min offset, summed)."),
 		consumeQueueBytes:    d("consumequeue_file_bytes", "Size of the ConsumeQueue files (whole preallocated files)."),
@@ -76,7 +78,7 @@ func NewCollector(store *engine.Store, slaveLags func() map[string]int64) *Colle
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.puts, c.putBytes, c.putDuration, c.flushes, c.flushDuration, c.commits,
 		c.commitDuration, c.gets, c.gotMessages, c.rolls, c.segments, c.offsets, c.flushBehind, c.dispatchBehind, c.lockedBytes,
-		c.writeStopped, c.dispatchStopped, c.slaveLag, c.slaveAcked, c.consumeQueues, c.consumeQueueMessages, c.consumeQueueBytes,
+		c.writeStopped, c.dispatchStopped, c.slaveLag, c.slaveAcked, c.slaveInSync, c.consumeQueues, c.consumeQueueMessages, c.consumeQueueBytes,
 		c.lockHeld} {
 		ch <- d
 	}
@@ -152,6 +154,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	// Each slave's lag from the store's reports (what SYNC_MASTER puts wait
 	// on), then the connected slaves they do not list yet.
 	end := c.store.CommitLogReader().End()
+	inSync := map[string]bool{}
+	for _, a := range rs.InSync {
+		inSync[a] = true
+	}
 	seen := map[string]bool{}
 	for _, sl := range c.store.SlaveReports() {
 		if seen[sl.Addr] {
@@ -160,6 +166,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		seen[sl.Addr] = true
 		gauge(ch, c.slaveLag, float64(max(end-sl.AckedOffset, 0)), sl.Addr)
 		gauge(ch, c.slaveAcked, float64(sl.AckedOffset), sl.Addr)
+		gauge(ch, c.slaveInSync, boolGauge(inSync[sl.Addr]), sl.Addr)
 	}
 	if c.slaveLags != nil {
 		for addr, lag := range c.slaveLags() {

@@ -100,6 +100,7 @@ func TestScrape(t *testing.T) {
 		`mqstore_consumequeue_file_bytes 61440`,
 		`mqstore_ha_lag_bytes{slave="127.0.0.1:40000"} 10` + "\n",
 		fmt.Sprintf(`mqstore_ha_slave_acked_offset_bytes{slave="127.0.0.1:40000"} %d`, end-10),
+		`mqstore_ha_slave_in_sync{slave="127.0.0.1:40000"} 1`, // 10 bytes behind: within the default lag
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("second scrape lacks %s", want)
