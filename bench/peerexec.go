@@ -94,7 +94,7 @@ type peerList []struct {
 }
 
 func (l peerList) has(name string) bool {
-	return slices.ContainsFunc(l, func(p struct {
+	return name == RemotingPeer || slices.ContainsFunc(l, func(p struct {
 		Name  string `json:"name"`
 		Label string `json:"label"`
 	}) bool {
@@ -127,6 +127,12 @@ func listPeers(ctx context.Context, command string) (peerList, error) {
 // peerRepeat runs one repeat of spec on peer through the mqpeer command.
 func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load.Spec) (runfile.Repeat, peerInfo) {
 	defer os.RemoveAll(dir)
+	if peer == RemotingPeer {
+		var err error
+		if command, err = remotingPeerCommand(ctx, filepath.Dir(dir)); err != nil {
+			return failedRepeat(err), peerInfo{}
+		}
+	}
 	args := []string{"--peer", peer, "--dir", dir, "--flush", flush, "--workload", string(spec.Workload),
 		"--size", strconv.Itoa(spec.SizeBytes), "--producers", strconv.Itoa(spec.Producers),
 		"--inflight", strconv.Itoa(spec.InFlight), "--duration", spec.Duration.String(), "--warmup", spec.Warmup.String(),

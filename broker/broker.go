@@ -79,6 +79,10 @@ type Options struct {
 	ConfigDir string
 	Server    remoting.ServerOptions
 	Logger    *slog.Logger
+	// DelayLevels is the delay of each level a message's DELAY property or
+	// a send-back names, level 1 first (nil: DefaultDelayLevels, RocketMQ's
+	// 18 levels from 1 s to 2 h).
+	DelayLevels []time.Duration
 	// OnRequest, when set, is called for every request served, with its
 	// code and the response code (metrics).
 	OnRequest func(code, responseCode int16, took time.Duration)
@@ -95,6 +99,7 @@ type Broker struct {
 	srv       *remoting.Server
 	topics    *topicTable
 	offsets   *offsetTable
+	delays    *delayOffsets
 	clients   *registry
 	locks     *lockTable
 	registrar *namesrv.Registrar
@@ -160,8 +165,13 @@ func New(store *engine.Store, ln net.Listener, opts Options) (*Broker, error) {
 		ln.Close()
 		return nil, fmt.Errorf("broker: %w", err)
 	}
+	delays, err := openDelayOffsets(opts.ConfigDir)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	b := &Broker{store: store, opts: opts, log: opts.Logger, slave: slave, storeHost: host, topics: topics, offsets: offsets,
-		clients: newRegistry(), locks: newLockTable()}
+		delays: delays, clients: newRegistry(), locks: newLockTable()}
 	b.uniq.init(host)
 	if !slave && !opts.NoAutoCreateTopic {
 		if _, ok := topics.get(DefaultTopic); !ok {
@@ -187,6 +197,10 @@ func New(store *engine.Store, ln net.Listener, opts Options) (*Broker, error) {
 	b.goLoop(b.housekeeping)
 	if slave {
 		b.goLoop(b.slaveSync)
+	} else {
+		for level := range len(opts.DelayLevels) {
+			b.goLoop(func() { b.deliverDelayed(level + 1) })
+		}
 	}
 	b.log.Info("broker serving", slog.String("addr", opts.AdvertisedAddr), slog.String("broker", opts.BrokerName),
 		slog.Int64("id", opts.BrokerID), slog.Any("namesrv", opts.Namesrv))
@@ -227,6 +241,9 @@ func (o Options) withDefaults(slave bool) Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if len(o.DelayLevels) == 0 {
+		o.DelayLevels, _ = ParseDelayLevels(DefaultDelayLevels)
+	}
 	return o
 }
 
@@ -234,12 +251,13 @@ func (o Options) withDefaults(slave bool) Options {
 func (b *Broker) Addr() string { return b.opts.AdvertisedAddr }
 
 // Close unregisters from the name servers, closes every connection (held
-// pulls end), and persists the consumer offsets. The store stays open.
+// pulls end), stops delayed delivery, and persists the consumer offsets
+// and the delivery's progress. The store stays open.
 func (b *Broker) Close() error {
 	b.cancel()
 	err := b.srv.Close()
 	b.wg.Wait()
-	return errors.Join(err, b.offsets.flush())
+	return errors.Join(err, b.offsets.flush(), b.delays.flush())
 }
 
 func (b *Broker) goLoop(f func()) {
@@ -262,6 +280,9 @@ func (b *Broker) housekeeping() {
 		}
 		if err := b.offsets.flush(); err != nil {
 			b.log.Error("broker: persist consumer offsets", slog.Any("err", err))
+		}
+		if err := b.delays.flush(); err != nil {
+			b.log.Error("broker: persist delay offsets", slog.Any("err", err))
 		}
 		b.notifyChanged(b.clients.drop(nil, time.Now().Add(-b.opts.ClientExpiry)), nil)
 	}

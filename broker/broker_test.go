@@ -414,7 +414,10 @@ func firstAtOrAfter(stamps []int64, ts int64) int {
 }
 
 func TestSendBackRetryThenDLQ(t *testing.T) {
-	h := start(t, t.TempDir(), Options{}, engine.AsyncMaster)
+	// Retries go through the delay levels (level 3 + reconsume times):
+	// short ones here, and the pulls of the retry topic wait for them.
+	levels, _ := ParseDelayLevels("10ms 10ms 10ms 20ms 20ms")
+	h := start(t, t.TempDir(), Options{DelayLevels: levels}, engine.AsyncMaster)
 	resp := h.send("work", 0, "job", props("TAGS", "t", "UNIQ_KEY", "JOB1"))
 	mustCode(t, resp, remoting.Success)
 	_, phys, _ := ParseOffsetMsgID(resp.Field("msgId"))
@@ -426,7 +429,11 @@ func TestSendBackRetryThenDLQ(t *testing.T) {
 	if err := h.store.WaitDispatched(context.Background(), h.store.MaxOffset()); err != nil {
 		t.Fatal(err)
 	}
-	retry := h.pull("wg", "%RETRY%wg", 0, 0, 0, 0)
+	// Level 0 is 3 + reconsume times: the schedule topic's queue 2 holds it.
+	if n := queueLen(t, h, ScheduleTopic, 2); n != 1 {
+		t.Fatalf("the schedule topic's level-3 queue holds %d messages, want the retry", n)
+	}
+	retry := h.pull("wg", "%RETRY%wg", 0, 0, pullSuspend, 10000)
 	mustCode(t, retry, remoting.Success)
 	r := decodeBody(t, retry.Body)[0]
 	if rt, _ := record.LookupProperty(r.Properties, "RETRY_TOPIC"); string(rt) != "work" || r.ReconsumeTimes != 1 || string(r.Body) != "job" {
@@ -440,7 +447,7 @@ func TestSendBackRetryThenDLQ(t *testing.T) {
 	if err := h.store.WaitDispatched(context.Background(), h.store.MaxOffset()); err != nil {
 		t.Fatal(err)
 	}
-	r2 := decodeBody(t, h.pull("wg", "%RETRY%wg", 0, 1, 0, 0).Body)[0]
+	r2 := decodeBody(t, h.pull("wg", "%RETRY%wg", 0, 1, pullSuspend, 10000).Body)[0]
 	mustCode(t, back(r2.PhysicalOffset, "2"), remoting.Success)
 	if err := h.store.WaitDispatched(context.Background(), h.store.MaxOffset()); err != nil {
 		t.Fatal(err)

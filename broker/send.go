@@ -250,8 +250,16 @@ func (b *Broker) send(ctx context.Context, c *remoting.Conn, req *remoting.Comma
 		uniq = b.uniq.next()
 		props = append(props, record.Property{Name: record.PropUniqKey, Value: uniq})
 	}
+	level, err := delayLevelOf(props, len(b.opts.DelayLevels))
+	if err != nil {
+		return fail(remoting.MessageIllegal, "%v", err)
+	}
+	if strings.HasPrefix(h.topic, DLQGroupPrefix) {
+		level = 0 // dead letters wait for nobody
+	}
 	m := &engine.Message{Topic: h.topic, QueueID: h.queueID, Flag: h.flag, SysFlag: h.sysFlag, BornTimestamp: h.bornTimestamp,
 		BornHost: remoteAddrPort(c), ReconsumeTimes: h.reconsumeTimes, Body: req.Body, Properties: props}
+	scheduleDelayed(m, level) // to the schedule topic's queue of its level, delivered when due
 	res, err := b.put(ctx, m)
 	code := putStatusCode(res.Status)
 	if !stored(code) {
@@ -262,7 +270,7 @@ func (b *Broker) send(ctx context.Context, c *remoting.Conn, req *remoting.Comma
 		resp.Remark = err.Error()
 	}
 	resp.Set("msgId", OffsetMsgID(b.storeHost, res.PhysicalOffset))
-	resp.SetInt("queueId", int64(h.queueID))
+	resp.SetInt("queueId", int64(m.QueueID)) // where it is stored (a delayed message: its level's queue)
 	resp.SetInt("queueOffset", res.QueueOffset)
 	resp.Set("transactionId", uniq)
 	resp.Set("MSG_REGION", "DefaultRegion")
@@ -411,8 +419,9 @@ func (b *Broker) sendBatch(ctx context.Context, c *remoting.Conn, req *remoting.
 }
 
 // sendBack takes a message a consumer failed to process back into the
-// group's retry topic (or, past the maximum, its DLQ). Delay levels are
-// not kept: the retry is delivered at once.
+// group's retry topic (or, past the maximum, its DLQ), delayed by the
+// request's level or, for level 0, RocketMQ's 3 + reconsume times (10 s,
+// 30 s, 1 m, … with the default table).
 func (b *Broker) sendBack(ctx context.Context, req *remoting.Command) *remoting.Command {
 	group := req.Field("group")
 	offset, err := req.Int("offset", -1)
@@ -461,6 +470,13 @@ func (b *Broker) sendBack(ctx context.Context, req *remoting.Command) *remoting.
 	}
 	m := &engine.Message{Topic: target, QueueID: 0, Flag: r.Flag, SysFlag: r.SysFlag, BornTimestamp: r.BornTimestamp,
 		BornHost: r.BornHost, ReconsumeTimes: r.ReconsumeTimes + 1, Body: r.Body, Properties: props}
+	if !strings.HasPrefix(target, DLQGroupPrefix) {
+		level := int(delayLevel)
+		if level == 0 {
+			level = 3 + int(r.ReconsumeTimes)
+		}
+		scheduleDelayed(m, min(level, len(b.opts.DelayLevels)))
+	}
 	res, err := b.put(ctx, m)
 	if code := putStatusCode(res.Status); !stored(code) {
 		return remoting.NewResponse(req, code, fmt.Sprintf("send back to %s: %v", target, err))

@@ -67,7 +67,7 @@ func openNode(t *testing.T, dir, addr, ns string) *node {
 		ln.Close()
 		t.Fatal(err)
 	}
-	b, err := broker.New(store, ln, broker.Options{Namesrv: []string{ns}, Logger: quiet()})
+	b, err := broker.New(store, ln, broker.Options{Namesrv: []string{ns}, DelayLevels: testDelayLevels, Logger: quiet()})
 	if err != nil {
 		store.Close()
 		t.Fatal(err)
@@ -103,6 +103,9 @@ func startCluster(t *testing.T) *cluster {
 	t.Cleanup(func() { ns.Close() })
 	return &cluster{ns: ns, node: startNode(t, t.TempDir(), "127.0.0.1:0", ns.Addr())}
 }
+
+// testDelayLevels keeps retries (delay level 3 + reconsume times) short.
+var testDelayLevels, _ = broker.ParseDelayLevels("100ms 100ms 200ms 200ms 300ms 300ms")
 
 var instances atomic.Int32
 

@@ -240,8 +240,8 @@ func TestIdleConsumerWokenByDispatch(t *testing.T) {
 }
 
 // A message whose callback asks to retry comes back from the group's retry
-// topic with ReconsumeTimes 1 (the broker delivers retries at once: it
-// keeps no delay levels).
+// topic with ReconsumeTimes 1, after its delay level (level 3: 200 ms in
+// these tests' table).
 func TestRetryAfterConsumeRetryLater(t *testing.T) {
 	c := startCluster(t)
 	p := newProducer(t, c)

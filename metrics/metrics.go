@@ -24,14 +24,16 @@ import (
 // Collector exports one store's figures.
 type Collector struct {
 	store *engine.Store
-	// SlaveLags, when set, returns each connected slave's lag in bytes by
-	// its address (a master's HA).
+	// slaveLags, when set, returns each connected slave's lag in bytes by
+	// its address (a master's HA): it adds the slaves the store's own
+	// reports do not list yet (connected, not yet verified).
 	slaveLags func() map[string]int64
 	opened    time.Time
 
 	info, puts, putBytes, putDuration, flushes, flushDuration, commits, commitDuration    *prometheus.Desc
 	gets, gotMessages, rolls, segments, offsets, flushBehind, dispatchBehind, lockedBytes *prometheus.Desc
-	writeStopped, dispatchStopped, slaveLag                                               *prometheus.Desc
+	writeStopped, dispatchStopped, slaveLag, slaveAcked, slaveInSync                      *prometheus.Desc
+	consumeQueues, consumeQueueMessages, consumeQueueBytes, lockHeld                      *prometheus.Desc
 }
 
 // NewCollector returns a collector of store; slaveLags may be nil.
@@ -60,6 +62,15 @@ func NewCollector(store *engine.Store, slaveLags func() map[string]int64) *Colle
 		dispatchStopped: d("dispatch_stopped",
 			"1 when an error stopped dispatch (puts answer SERVICE_NOT_AVAILABLE until the store is reopened)."),
 		slaveLag: d("ha_lag_bytes", "How far each connected slave's acknowledged offset is behind the master's CommitLog.", "slave"),
+		slaveAcked: d("ha_slave_acked_offset_bytes",
+			"The CommitLog offset each verified slave acknowledged (what its flush mode made durable there).", "slave"),
+		slaveInSync: d("ha_slave_in_sync",
+			"1 when a verified slave is a member of the store's in-sync set (within InSyncMaxLagBytes of the master), else 0.", "slave"),
+		consumeQueues:        d("consumequeues", "ConsumeQueues open (one per topic and queue id)."),
+		consumeQueueMessages: d("consumequeue_messages", "Messages the ConsumeQueues index (max minus min offset, summed)."),
+		consumeQueueBytes:    d("consumequeue_file_bytes", "Size of the ConsumeQueue files (whole preallocated files)."),
+		lockHeld: d("append_lock_held_seconds",
+			"How long the current holder of the CommitLog append lock has held it, 0 when free (puts answer OS_PAGE_CACHE_BUSY past the store's limit)."),
 	}
 }
 
@@ -67,7 +78,8 @@ func NewCollector(store *engine.Store, slaveLags func() map[string]int64) *Colle
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.puts, c.putBytes, c.putDuration, c.flushes, c.flushDuration, c.commits,
 		c.commitDuration, c.gets, c.gotMessages, c.rolls, c.segments, c.offsets, c.flushBehind, c.dispatchBehind, c.lockedBytes,
-		c.writeStopped, c.dispatchStopped, c.slaveLag} {
+		c.writeStopped, c.dispatchStopped, c.slaveLag, c.slaveAcked, c.slaveInSync, c.consumeQueues, c.consumeQueueMessages, c.consumeQueueBytes,
+		c.lockHeld} {
 		ch <- d
 	}
 }
@@ -134,9 +146,33 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, c.lockedBytes, float64(st.LockedBytes))
 	gauge(ch, c.writeStopped, boolGauge(st.WriteError != ""))
 	gauge(ch, c.dispatchStopped, boolGauge(st.DispatchError != ""))
+	gauge(ch, c.lockHeld, c.store.AppendLockHeldFor().Seconds())
+	cq := c.store.ConsumeQueueStats()
+	gauge(ch, c.consumeQueues, float64(cq.Queues))
+	gauge(ch, c.consumeQueueMessages, float64(cq.Units))
+	gauge(ch, c.consumeQueueBytes, float64(cq.FileBytes))
+	// Each slave's lag from the store's reports (what SYNC_MASTER puts wait
+	// on), then the connected slaves they do not list yet.
+	end := c.store.CommitLogReader().End()
+	inSync := map[string]bool{}
+	for _, a := range rs.InSync {
+		inSync[a] = true
+	}
+	seen := map[string]bool{}
+	for _, sl := range c.store.SlaveReports() {
+		if seen[sl.Addr] {
+			continue
+		}
+		seen[sl.Addr] = true
+		gauge(ch, c.slaveLag, float64(max(end-sl.AckedOffset, 0)), sl.Addr)
+		gauge(ch, c.slaveAcked, float64(sl.AckedOffset), sl.Addr)
+		gauge(ch, c.slaveInSync, boolGauge(inSync[sl.Addr]), sl.Addr)
+	}
 	if c.slaveLags != nil {
 		for addr, lag := range c.slaveLags() {
-			gauge(ch, c.slaveLag, float64(lag), addr)
+			if !seen[addr] {
+				gauge(ch, c.slaveLag, float64(lag), addr)
+			}
 		}
 	}
 }

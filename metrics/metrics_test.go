@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -50,13 +51,10 @@ func TestScrape(t *testing.T) {
 	if !strings.HasPrefix(srv.Addr(), "127.0.0.1:") {
 		t.Fatalf("a bare port should bind loopback, bound %s", srv.Addr())
 	}
-	resp, err := http.Get("http://" + srv.Addr() + "/metrics")
-	if err != nil {
+	if err := store.WaitDispatched(context.Background(), store.MaxOffset()); err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	body := string(b)
+	body := scrape(t, srv.Addr())
 	for _, want := range []string{
 		`mqstore_puts_total{status="PUT_OK"} 3`,
 		`mqstore_puts_total{status="OTHER"} 1`,
@@ -64,6 +62,10 @@ func TestScrape(t *testing.T) {
 		`mqstore_put_duration_seconds_bucket{le="+Inf"} 3`,
 		`mqstore_store_info{backend="mem",flush_mode="async",role="ASYNC_MASTER"} 1`,
 		`mqstore_ha_lag_bytes{slave="127.0.0.1:40000"} 42`,
+		`mqstore_consumequeues 1`,
+		`mqstore_consumequeue_messages 3`,
+		`mqstore_consumequeue_file_bytes 20480`,
+		`mqstore_append_lock_held_seconds 0`,
 		`mqstore_remoting_requests_total{code="11",response="19"} 1`,
 		`mqstore_remoting_request_duration_seconds_count{code="10"} 1`,
 		`mqstore_flush_duration_seconds_bucket`,
@@ -77,4 +79,48 @@ func TestScrape(t *testing.T) {
 	if t.Failed() {
 		t.Log(body)
 	}
+
+	// The figures move: another queue and messages; a verified slave the
+	// HA master reports (its lag from the store's own report, before the
+	// connection list's 42 for the same address).
+	for i := range 2 {
+		if _, err := store.Put(context.Background(), &engine.Message{Topic: "m2", QueueID: int32(i), Body: []byte("y")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.WaitDispatched(context.Background(), store.MaxOffset()); err != nil {
+		t.Fatal(err)
+	}
+	end := store.CommitLogReader().End()
+	store.ReportSlaves([]engine.SlaveReport{{Addr: "127.0.0.1:40000", Verified: true, AckedOffset: end - 10, Position: end - 10}})
+	body = scrape(t, srv.Addr())
+	for _, want := range []string{
+		`mqstore_consumequeues 3`,
+		`mqstore_consumequeue_messages 5`,
+		`mqstore_consumequeue_file_bytes 61440`,
+		`mqstore_ha_lag_bytes{slave="127.0.0.1:40000"} 10` + "\n",
+		fmt.Sprintf(`mqstore_ha_slave_acked_offset_bytes{slave="127.0.0.1:40000"} %d`, end-10),
+		`mqstore_ha_slave_in_sync{slave="127.0.0.1:40000"} 1`, // 10 bytes behind: within the default lag
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("second scrape lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

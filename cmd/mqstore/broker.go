@@ -29,6 +29,8 @@ type brokerFlags struct {
 	id          *int64
 	noAutoTopic *bool
 	metrics     *string
+	delayLevels *string
+	delays      []time.Duration
 	ln          net.Listener
 
 	metricsServer *metrics.Server
@@ -47,6 +49,7 @@ func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
 		id:          fs.Int64("broker-id", -1, "0 for a master, above 0 for a slave (default: by --role)"),
 		noAutoTopic: fs.Bool("no-auto-create-topic", false, "refuse sends to unknown topics instead of creating them from TBW102"),
 		metrics:     fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (off by default; a bare :PORT binds loopback)"),
+		delayLevels: fs.String("delay-levels", broker.DefaultDelayLevels, "the delay of each level a message's DELAY property names, level 1 first"),
 	}
 }
 
@@ -59,6 +62,11 @@ func (bf *brokerFlags) open(fs *flag.FlagSet, o *engine.Options) error {
 			return cli.BadFlag(fs, "--metrics-listen %q: %v", *bf.metrics, err)
 		}
 	}
+	levels, err := broker.ParseDelayLevels(*bf.delayLevels)
+	if err != nil {
+		return cli.BadFlag(fs, "--delay-levels %q: %v", *bf.delayLevels, err)
+	}
+	bf.delays = levels
 	if *bf.listen == "" {
 		if *bf.namesrv != "" || *bf.advertise != "" {
 			return cli.BadFlag(fs, "--namesrv and --remoting-advertise go with --remoting-listen")
@@ -153,7 +161,7 @@ func (bf *brokerFlags) start(store *engine.Store, haAddr string, slaveLags func(
 		}
 	}
 	b, err := broker.New(store, bf.ln, broker.Options{AdvertisedAddr: *bf.advertise, Namesrv: bf.namesrvs(), Cluster: *bf.cluster,
-		BrokerName: *bf.name, BrokerID: id, HAAddr: haAddr, NoAutoCreateTopic: *bf.noAutoTopic, Logger: log, OnRequest: onRequest})
+		BrokerName: *bf.name, BrokerID: id, HAAddr: haAddr, NoAutoCreateTopic: *bf.noAutoTopic, DelayLevels: bf.delays, Logger: log, OnRequest: onRequest})
 	bf.ln = nil
 	if err == nil {
 		fmt.Fprintf(stderr, "broker listening on %s\n", b.Addr())
