@@ -182,13 +182,6 @@ func (s *LogStore) load(ctx context.Context) error {
 					path, seg.first, prev.last(), ErrLogCorrupt)
 			}
 		}
-		if isLast {
-			// Zero (durably) whatever follows the last good entry: a torn
-			// batch, or nothing.
-			if err := mf.Truncate(ctx, seg.end); err != nil {
-				return fmt.Errorf("cut the tail of %s at %d: %w", path, seg.end, err)
-			}
-		}
 	}
 	// Drop empty trailing segments but the first (a roll cut short).
 	for len(s.segs) > 1 && len(s.segs[len(s.segs)-1].pos) == 0 {
@@ -203,6 +196,12 @@ func (s *LogStore) load(ctx context.Context) error {
 	}
 	if len(s.segs) == 0 {
 		return storefs.RemoveDurably(s.fs, filepath.Join(s.dir, logFirstFile))
+	}
+	// Zero (durably) whatever follows the last good entry of the segment
+	// appends go to: a torn batch, or nothing.
+	last := s.segs[len(s.segs)-1]
+	if err := last.file.Truncate(ctx, last.end); err != nil {
+		return fmt.Errorf("cut the tail of %s at %d: %w", last.file.Path(), last.end, err)
 	}
 	s.first = s.segs[0].first
 	data, err := s.fs.ReadFile(filepath.Join(s.dir, logFirstFile))
