@@ -596,7 +596,10 @@ func (c *Controller) AlterSyncStateSet(ctx context.Context, cmd AlterSyncStateSe
 	if err := c.requireLeader(); err != nil {
 		return nil, err
 	}
-	if b := c.fsm.Set(cmd.Set); b != nil {
+	// Liveness is checked only for an alter that would pass the state
+	// machine's compare-and-set; a stale one gets its refusal from there.
+	if b := c.fsm.Set(cmd.Set); b != nil && b.MasterID == cmd.MasterID && b.MasterEpoch == cmd.MasterEpoch &&
+		b.SyncStateSetEpoch == cmd.SyncStateSetEpoch {
 		now := time.Now()
 		c.mu.Lock()
 		for _, id := range cmd.NewSyncStateSet {
