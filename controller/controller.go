@@ -158,8 +158,9 @@ type Controller struct {
 	live       map[string]map[int64]*liveInfo
 	noCand     map[string]int32 // set → epoch for which "no electable replica" was logged
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 }
 
 // NewTCPTransport returns raft's TCP transport bound to addr.
@@ -301,9 +302,11 @@ func (c *Controller) closeParts() {
 
 // Close stops the controller: the scan, the RPC listener, raft, the stores.
 func (c *Controller) Close() error {
-	close(c.stop)
-	c.wg.Wait()
-	c.closeParts()
+	c.closeOnce.Do(func() {
+		close(c.stop)
+		c.wg.Wait()
+		c.closeParts()
+	})
 	return nil
 }
 

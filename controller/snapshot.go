@@ -17,8 +17,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/mqstore/mqstore/engine/storefs"
-	"github.com/mqstore/mqstore/mmapio"
 	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mmapio"
 )
 
 func defaultBackend() mappedfile.Backend { return mmapio.New(mmapio.Options{}) }
