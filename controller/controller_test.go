@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"sync"
@@ -24,6 +25,15 @@ type testCluster struct {
 	fs    []*mappedfile.MemFS
 	peers []Peer
 	mu    sync.Mutex // guards ctrls against the heartbeat goroutine
+	tweak []func(*Options)
+}
+
+func (tc *testCluster) options(i int) Options {
+	o := fastOptions(tc.peers[i].ID, tc.peers, tc.trans[i], tc.fs[i])
+	for _, f := range tc.tweak {
+		f(&o)
+	}
+	return o
 }
 
 func fastOptions(id string, peers []Peer, tr raft.Transport, fs *mappedfile.MemFS) Options {
@@ -33,9 +43,9 @@ func fastOptions(id string, peers []Peer, tr raft.Transport, fs *mappedfile.MemF
 		BrokerExpiry: 400 * time.Millisecond, ScanInterval: 40 * time.Millisecond, Logger: quietLog()}
 }
 
-func newTestCluster(t *testing.T, n int) *testCluster {
+func newTestCluster(t *testing.T, n int, tweak ...func(*Options)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t}
+	tc := &testCluster{t: t, tweak: tweak}
 	for i := 0; i < n; i++ {
 		addr, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("inmem-%d", i+1)))
 		tc.trans = append(tc.trans, tr)
@@ -44,7 +54,7 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 	}
 	tc.connectAll()
 	for i := 0; i < n; i++ {
-		c, err := Start(context.Background(), fastOptions(tc.peers[i].ID, tc.peers, tc.trans[i], tc.fs[i]))
+		c, err := Start(context.Background(), tc.options(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +97,7 @@ func (tc *testCluster) restart(i int) {
 	_, tr := raft.NewInmemTransport(tc.trans[i].LocalAddr())
 	tc.trans[i] = tr
 	tc.connectAll()
-	c, err := Start(context.Background(), fastOptions(tc.peers[i].ID, tc.peers, tr, tc.fs[i]))
+	c, err := Start(context.Background(), tc.options(i))
 	if err != nil {
 		tc.t.Fatal(err)
 	}
@@ -288,8 +298,11 @@ func TestControllerFailover(t *testing.T) {
 		t.Fatalf("the deposed master's alter: %v", err)
 	}
 	// An operator's election of a replica outside the set is refused.
-	_, err = onLeader(tc, func(c *Controller) (*BrokerSet, error) {
-		return c.ElectMaster(ctx, ElectRequest{Set: "s", BrokerID: 3})
+	waitFor(t, "an answer other than \"not alive\" (a new leader has not heard broker 3 yet)", 5*time.Second, func() bool {
+		_, err = onLeader(tc, func(c *Controller) (*BrokerSet, error) {
+			return c.ElectMaster(ctx, ElectRequest{Set: "s", BrokerID: 3})
+		})
+		return !errors.Is(err, ErrBrokerNotAlive)
 	})
 	if !errors.Is(err, ErrElectMasterFailed) {
 		t.Fatalf("electing broker 3 outside the in-sync set: %v", err)
@@ -346,13 +359,95 @@ func TestControllerFailover(t *testing.T) {
 	if b := tc.setState(tc.leader()); b.MasterID != 3 || !slices.Equal(b.SyncStateSet, []int64{3}) {
 		t.Fatalf("after the unclean election: %+v", b)
 	}
-	st, err := onLeader(tc, func(c *Controller) (*ClusterStatus, error) { return c.Status(ctx) })
-	if err != nil || len(st.Sets) != 1 || len(st.Sets[0].Replicas) != 3 {
-		t.Fatalf("status: %+v %v", st, err)
-	}
-	for _, r := range st.Sets[0].Replicas {
-		if r.Master != (r.ID == 3) || (r.ID == 3) != r.Alive {
-			t.Fatalf("status row %+v", r)
+	// The status shows the master alive and the others dead (a leader
+	// change in between starts its table empty: ask until it has heard).
+	waitFor(t, "the status to show broker 3 as the live master", 5*time.Second, func() bool {
+		st, err := onLeader(tc, func(c *Controller) (*ClusterStatus, error) { return c.Status(ctx) })
+		if err != nil || len(st.Sets) != 1 || len(st.Sets[0].Replicas) != 3 {
+			t.Fatalf("status: %+v %v", st, err)
 		}
+		for _, r := range st.Sets[0].Replicas {
+			if r.Master != (r.ID == 3) {
+				t.Fatalf("status row %+v", r)
+			}
+			if (r.ID == 3) != r.Alive {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestControllerPowerLoss cuts the power of a follower, then of the
+// leader, after snapshots compacted their logs: each comes back with every
+// entry its log store had acknowledged, and catches up with the group.
+func TestControllerPowerLoss(t *testing.T) {
+	tc := newTestCluster(t, 3, func(o *Options) { o.TrailingLogs = 2 })
+	ctx := context.Background()
+	n := 0
+	register := func(k int) {
+		t.Helper()
+		for i := 0; i < k; i++ {
+			n++
+			if _, err := onLeader(tc, func(c *Controller) (*Replica, error) {
+				return c.Register(ctx, RegisterRequest{Set: fmt.Sprintf("s%d", n%4), Addr: fmt.Sprintf("b%d", n), RegisterCode: fmt.Sprint(n)})
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	register(12)
+	rng := rand.New(rand.NewPCG(7, 7))
+	for round, pickLeader := range []bool{false, true} {
+		l := tc.leader()
+		victim := -1
+		for i, c := range tc.ctrls {
+			if (c == l) == pickLeader {
+				victim = i
+				break
+			}
+		}
+		c := tc.ctrls[victim]
+		if err := c.Raft().Snapshot().Error(); err != nil {
+			t.Fatalf("round %d: snapshot: %v", round, err)
+		}
+		register(5)
+		waitFor(t, "the victim to apply every entry", 5*time.Second, func() bool {
+			return reflect.DeepEqual(c.FSM().Sets(), tc.leader().FSM().Sets())
+		})
+		first, _ := c.logs.FirstIndex()
+		last, _ := c.logs.LastIndex()
+		if first <= 1 {
+			t.Fatalf("round %d: the snapshot did not compact the log (first index %d)", round, first)
+		}
+		tc.mu.Lock()
+		tc.stop(victim)
+		tc.mu.Unlock()
+		tc.fs[victim].Crash(mappedfile.TornTail(1+rng.IntN(3)), rng)
+		tc.fs[victim].Restart()
+		s, err := OpenLogStore(ctx, "/ctl/raft-log", LogStoreOptions{Backend: tc.fs[victim]})
+		if err != nil {
+			t.Fatalf("round %d: reopen the log after the power loss: %v", round, err)
+		}
+		gotFirst, _ := s.FirstIndex()
+		gotLast, _ := s.LastIndex()
+		s.Close()
+		if gotFirst != first || gotLast < last {
+			t.Fatalf("round %d: log %d-%d before the power loss, %d-%d after", round, first, last, gotFirst, gotLast)
+		}
+		register(3) // while the victim is down
+		tc.mu.Lock()
+		tc.restart(victim)
+		tc.mu.Unlock()
+		waitFor(t, "the restarted controller to catch up", 10*time.Second, func() bool {
+			return reflect.DeepEqual(tc.ctrls[victim].FSM().Sets(), tc.leader().FSM().Sets())
+		})
+	}
+	total := 0
+	for _, b := range tc.leader().FSM().Sets() {
+		total += len(b.Replicas)
+	}
+	if total != n {
+		t.Fatalf("%d brokers registered, the state holds %d", n, total)
 	}
 }

@@ -98,12 +98,18 @@ func TestClientOverTCP(t *testing.T) {
 	if fc.Leader() != leader.Addr() {
 		t.Fatalf("the follower's client answered from %s, the leader is %s", fc.Leader(), leader.Addr())
 	}
-	if err := client.Heartbeat(ctx, Heartbeat{Set: "s", ID: 2, MaxOffset: 5}); err != nil {
-		t.Fatal(err)
+	beat := func() {
+		t.Helper()
+		for _, hb := range []Heartbeat{{Set: "s", ID: 1, MaxOffset: 10}, {Set: "s", ID: 2, MaxOffset: 5}} {
+			if err := client.Heartbeat(ctx, hb); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	var b *BrokerSet
 	deadline = time.Now().Add(10 * time.Second)
 	for {
+		beat()
 		if b, err = client.ReplicaInfo(ctx, "s"); err != nil {
 			t.Fatal(err)
 		}
@@ -123,16 +129,34 @@ func TestClientOverTCP(t *testing.T) {
 	if _, err := client.ReplicaInfo(ctx, "nope"); !errors.Is(err, ErrBrokerSetNotExist) {
 		t.Fatalf("unknown set over the wire: %v", err)
 	}
-	b, err = client.AlterSyncStateSet(ctx, AlterSyncStateSetCmd{Set: "s", MasterID: 1, MasterEpoch: 1, SyncStateSetEpoch: 1, NewSyncStateSet: []int64{1, 2}})
+	// A member the alter adds must be alive (a leader change forgets the
+	// heartbeats: beat again then).
+	for {
+		beat()
+		b, err = client.AlterSyncStateSet(ctx, AlterSyncStateSetCmd{Set: "s", MasterID: 1, MasterEpoch: 1, SyncStateSetEpoch: 1, NewSyncStateSet: []int64{1, 2}})
+		if !errors.Is(err, ErrBrokerNotAlive) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || b.SyncStateSetEpoch != 2 {
 		t.Fatalf("alter: %+v %v", b, err)
 	}
-	st, err := client.Status(ctx)
-	if err != nil || st.LeaderAddr != leader.Addr() || len(st.Sets) != 1 || len(st.Sets[0].Replicas) != 2 {
-		t.Fatalf("status: %+v %v", st, err)
+	var st *ClusterStatus
+	for {
+		beat()
+		st, err = client.Status(ctx)
+		if err != nil || len(st.Sets) != 1 || len(st.Sets[0].Replicas) != 2 {
+			t.Fatalf("status: %+v %v", st, err)
+		}
+		if r := st.Sets[0].Replicas[1]; r.InSync && r.Lag == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of broker 2: %+v", st.Sets[0].Replicas[1])
+		}
 	}
-	if r := st.Sets[0].Replicas[1]; !r.InSync || r.Lag != 5 {
-		t.Fatalf("status of broker 2: %+v", r)
+	if st.LeaderAddr != client.Leader() {
+		t.Fatalf("status names leader %s, the client got it from %s", st.LeaderAddr, client.Leader())
 	}
 	// A dead context ends a call at once.
 	dead, stop := context.WithCancel(ctx)
