@@ -153,7 +153,8 @@ type Controller struct {
 	rpc    *remoting.Server
 
 	mu         sync.Mutex
-	leading    bool // leader and past its barrier
+	leading    bool   // leader and past its barrier
+	term       uint64 // the raft term leading began in
 	graceUntil time.Time
 	live       map[string]map[int64]*liveInfo
 	noCand     map[string]int32 // set → epoch for which "no electable replica" was logged
@@ -326,7 +327,7 @@ func (c *Controller) FSM() *FSM { return c.fsm }
 func (c *Controller) IsLeader() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.leading && c.raft.State() == raft.Leader
+	return c.leading && c.raft.State() == raft.Leader && c.raft.CurrentTerm() == c.term
 }
 
 func (c *Controller) notLeader() error {
@@ -357,12 +358,14 @@ func (c *Controller) monitor() {
 		}
 		isLeader := c.raft.State() == raft.Leader
 		c.mu.Lock()
-		leading := c.leading
+		// Leadership lost and won back between two looks is a new term:
+		// it needs its own barrier and grace.
+		leading := c.leading && c.term == c.raft.CurrentTerm()
 		c.mu.Unlock()
 		switch {
 		case isLeader && !leading:
 			c.becomeLeader()
-		case !isLeader && leading:
+		case !isLeader && c.leading:
 			c.mu.Lock()
 			c.leading = false
 			c.live = map[string]map[int64]*liveInfo{}
@@ -375,7 +378,9 @@ func (c *Controller) monitor() {
 }
 
 func (c *Controller) becomeLeader() {
+	term := c.raft.CurrentTerm()
 	c.mu.Lock()
+	c.leading = false
 	c.live = map[string]map[int64]*liveInfo{}
 	c.mu.Unlock()
 	if err := c.raft.Barrier(DefaultApplyTimeout).Error(); err != nil {
@@ -391,6 +396,7 @@ func (c *Controller) becomeLeader() {
 	}
 	c.mu.Lock()
 	c.leading = true
+	c.term = term
 	c.graceUntil = time.Now().Add(c.opts.BrokerExpiry)
 	c.mu.Unlock()
 	c.log.Info("controller leader ready", "grace", c.opts.BrokerExpiry)

@@ -408,13 +408,13 @@ func TestControllerPowerLoss(t *testing.T) {
 			}
 		}
 		c := tc.ctrls[victim]
-		if err := c.Raft().Snapshot().Error(); err != nil {
-			t.Fatalf("round %d: snapshot: %v", round, err)
-		}
 		register(5)
 		waitFor(t, "the victim to apply every entry", 5*time.Second, func() bool {
 			return reflect.DeepEqual(c.FSM().Sets(), tc.leader().FSM().Sets())
 		})
+		if err := c.Raft().Snapshot().Error(); err != nil {
+			t.Fatalf("round %d: snapshot: %v", round, err)
+		}
 		first, _ := c.logs.FirstIndex()
 		last, _ := c.logs.LastIndex()
 		if first <= 1 {

@@ -274,6 +274,9 @@ func (c *Client) drop(addr string, conn *remoting.Conn) {
 
 // call sends code with body to the leader and decodes the answer into out.
 func (c *Client) call(ctx context.Context, code int16, body, out any) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("controller call %d: %w", code, err)
+	}
 	payload := mustJSON(body)
 	backoff := 20 * time.Millisecond
 	var lastErr error
