@@ -451,3 +451,54 @@ func TestControllerPowerLoss(t *testing.T) {
 		t.Fatalf("%d brokers registered, the state holds %d", n, total)
 	}
 }
+
+// TestControllerPartitionedLeader cuts the leader off from the group: it
+// stops acting as leader, the majority elects another that fails the set
+// over when the master's heartbeats stop, and after the heal the old
+// leader follows the new state.
+func TestControllerPartitionedLeader(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	ctx := context.Background()
+	for _, code := range []string{"a", "b", "c"} {
+		if _, err := onLeader(tc, func(c *Controller) (*Replica, error) {
+			return c.Register(ctx, RegisterRequest{Set: "s", Addr: "b" + code, RegisterCode: code})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs := startBrokers(tc, Heartbeat{Set: "s", ID: 1, MaxOffset: 9}, Heartbeat{Set: "s", ID: 2}, Heartbeat{Set: "s", ID: 3})
+	waitFor(t, "the first election", 5*time.Second, func() bool { return tc.setState(tc.leader()).MasterEpoch == 1 })
+	if _, err := onLeader(tc, func(c *Controller) (*BrokerSet, error) {
+		return c.AlterSyncStateSet(ctx, AlterSyncStateSetCmd{Set: "s", MasterID: 1, MasterEpoch: 1, SyncStateSetEpoch: 1, NewSyncStateSet: []int64{1, 2, 3}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old := tc.leader()
+	oi := slices.Index(tc.ctrls, old)
+	for j, tr := range tc.trans {
+		if j != oi {
+			tr.Disconnect(tc.trans[oi].LocalAddr())
+			tc.trans[oi].Disconnect(tr.LocalAddr())
+		}
+	}
+	waitFor(t, "the cut-off leader to step down", 5*time.Second, func() bool { return !old.IsLeader() })
+	if _, err := old.Register(ctx, RegisterRequest{Set: "s", Addr: "x", RegisterCode: "x"}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("register on the cut-off controller: %v", err)
+	}
+	nl := tc.leader()
+	if nl == old {
+		t.Fatal("the cut-off controller is the leader again")
+	}
+	bs.stop(1, true)
+	waitFor(t, "the failover by the new leader", 5*time.Second, func() bool { return tc.setState(nl).MasterEpoch == 2 })
+	if b := tc.setState(nl); b.MasterID == 1 || !b.InSync(b.MasterID) || !slices.Equal(b.SyncStateSet, []int64{2, 3}) {
+		t.Fatalf("after the failover: %+v", b)
+	}
+	if b := tc.setState(old); b.MasterEpoch != 1 {
+		t.Fatalf("the cut-off controller applied %+v", b)
+	}
+	tc.connectAll()
+	waitFor(t, "the old leader to follow the new state", 5*time.Second, func() bool {
+		return reflect.DeepEqual(tc.setState(old), tc.setState(tc.leader()))
+	})
+}
