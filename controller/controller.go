@@ -545,10 +545,16 @@ func (c *Controller) propose(ctx context.Context, typ byte, cmd any) (*ApplyResu
 
 // RegisterRequest registers a broker.
 type RegisterRequest struct {
-	Set          string `json:"set"`
-	ID           int64  `json:"id,omitempty"`
-	Addr         string `json:"addr"`
-	HAAddr       string `json:"haAddr"`
+	Set string `json:"set"`
+	// ID asks for a given id (0: the id this register code already has,
+	// else the set's next one).
+	ID     int64  `json:"id,omitempty"`
+	Addr   string `json:"addr"`
+	HAAddr string `json:"haAddr"`
+	// RegisterCode is a random string the broker keeps with its store
+	// (written durably before its first registration): registering again
+	// with it — after a restart, or when a reply was lost — gives the same
+	// id back, and no other broker can take that id.
 	RegisterCode string `json:"registerCode"`
 }
 
@@ -564,17 +570,20 @@ func (c *Controller) Register(ctx context.Context, req RegisterRequest) (*Replic
 }
 
 // Heartbeat records a broker's liveness and progress (leader only, in
-// memory only).
-func (c *Controller) Heartbeat(_ context.Context, hb Heartbeat) error {
+// memory only) and returns its set's state as this controller has applied
+// it, so a broker learns of a new master epoch with its next heartbeat.
+// A broker unknown to the set (removed, or a new leader still applying)
+// gets ErrInvalidReplicas: it registers again.
+func (c *Controller) Heartbeat(_ context.Context, hb Heartbeat) (*BrokerSet, error) {
 	if c.raft.State() != raft.Leader {
-		return c.notLeader()
+		return nil, c.notLeader()
 	}
 	b := c.fsm.Set(hb.Set)
 	if b == nil {
-		return fmt.Errorf("heartbeat from broker %d: set %q: %w", hb.ID, hb.Set, ErrBrokerSetNotExist)
+		return nil, fmt.Errorf("heartbeat from broker %d: set %q: %w", hb.ID, hb.Set, ErrBrokerSetNotExist)
 	}
 	if b.Replicas[hb.ID] == nil {
-		return fmt.Errorf("heartbeat from broker %d of %q: %w", hb.ID, hb.Set, ErrInvalidReplicas)
+		return nil, fmt.Errorf("heartbeat from broker %d of %q: %w", hb.ID, hb.Set, ErrInvalidReplicas)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -584,7 +593,7 @@ func (c *Controller) Heartbeat(_ context.Context, hb Heartbeat) error {
 		c.live[hb.Set] = m
 	}
 	m[hb.ID] = &liveInfo{hb: hb, last: time.Now()}
-	return nil
+	return b, nil
 }
 
 // ReplicaInfo returns the named set's replicated state.

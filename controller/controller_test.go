@@ -237,11 +237,11 @@ func TestControllerFailover(t *testing.T) {
 		if !errors.As(err, &nl) || nl.LeaderID != leader.ID() {
 			t.Fatalf("register on a follower: %v", err)
 		}
-		if err := c.Heartbeat(ctx, Heartbeat{Set: "s", ID: 1}); !errors.Is(err, ErrNotLeader) {
+		if _, err := c.Heartbeat(ctx, Heartbeat{Set: "s", ID: 1}); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("heartbeat to a follower: %v", err)
 		}
 	}
-	if err := leader.Heartbeat(ctx, Heartbeat{Set: "s", ID: 9}); !errors.Is(err, ErrInvalidReplicas) {
+	if _, err := leader.Heartbeat(ctx, Heartbeat{Set: "s", ID: 9}); !errors.Is(err, ErrInvalidReplicas) {
 		t.Fatalf("heartbeat from an unregistered broker: %v", err)
 	}
 

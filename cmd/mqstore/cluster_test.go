@@ -92,7 +92,7 @@ func TestControllerGroupAndClusterStatus(t *testing.T) {
 			t.Fatalf("register: %v", err)
 		}
 	}
-	if err := client.Heartbeat(callCtx, controller.Heartbeat{Set: "orders", ID: 2, LastEpoch: 0, MaxOffset: 4096}); err != nil {
+	if _, err := client.Heartbeat(callCtx, controller.Heartbeat{Set: "orders", ID: 2, LastEpoch: 0, MaxOffset: 4096}); err != nil {
 		t.Fatal(err)
 	}
 	// Ask a single controller, whichever it is: a follower's answer names
