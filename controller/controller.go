@@ -82,6 +82,9 @@ type Options struct {
 	// (its remoting RPC). Recorded in the replicated state so followers can
 	// name the leader's.
 	ListenAddr string
+	// AdvertiseAddr is the RPC address recorded for clients (default: the
+	// address ListenAddr bound; set it when that is a wildcard).
+	AdvertiseAddr string
 
 	// Raft timings (zero: raft's defaults, 1 s / 1 s / 500 ms / 50 ms).
 	HeartbeatTimeout   time.Duration
@@ -278,6 +281,9 @@ func Start(ctx context.Context, opts Options) (*Controller, error) {
 			return fail(fmt.Errorf("controller: %w", err))
 		}
 		c.opts.ListenAddr = c.rpc.Addr().String()
+		if opts.AdvertiseAddr != "" {
+			c.opts.ListenAddr = opts.AdvertiseAddr
+		}
 	}
 	c.wg.Add(1)
 	go c.monitor()
@@ -285,6 +291,13 @@ func Start(ctx context.Context, opts Options) (*Controller, error) {
 }
 
 func (c *Controller) closeParts() {
+	c.stopRaft()
+	c.closeStores()
+}
+
+// stopRaft closes the RPC listener and shuts raft down (which ends a
+// barrier or proposal the monitor waits for).
+func (c *Controller) stopRaft() {
 	if c.rpc != nil {
 		c.rpc.Close()
 	}
@@ -293,6 +306,9 @@ func (c *Controller) closeParts() {
 			c.log.Warn("raft shutdown", "err", err)
 		}
 	}
+}
+
+func (c *Controller) closeStores() {
 	if cl, ok := c.trans.(interface{ Close() error }); ok && c.opts.Transport == nil {
 		cl.Close()
 	}
@@ -305,8 +321,9 @@ func (c *Controller) closeParts() {
 func (c *Controller) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)
+		c.stopRaft()
 		c.wg.Wait()
-		c.closeParts()
+		c.closeStores()
 	})
 	return nil
 }
@@ -314,7 +331,7 @@ func (c *Controller) Close() error {
 // ID is the controller's raft server id.
 func (c *Controller) ID() string { return c.opts.ID }
 
-// Addr is the RPC address ("" when there is no listener).
+// Addr is the RPC address clients are told ("" when there is no listener).
 func (c *Controller) Addr() string { return c.opts.ListenAddr }
 
 // Raft exposes the raft node (tests, the status command).
