@@ -520,12 +520,15 @@ func (s *LogStore) deleteSuffixLocked(lo int64) error {
 			return err
 		}
 	}
+	// Truncate the segment that is now the last even when the cut is at
+	// its end: one opened before the last at Open still has its write
+	// position at its size, and appends go to it from now on.
 	seg := s.segs[len(s.segs)-1]
-	k := lo - seg.first
-	if k >= int64(len(seg.pos)) {
-		return nil
+	k := min(lo-seg.first, int64(len(seg.pos)))
+	cut := seg.end
+	if k < int64(len(seg.pos)) {
+		cut = seg.pos[k]
 	}
-	cut := seg.pos[k]
 	if err := seg.file.Truncate(context.Background(), cut); err != nil {
 		return err
 	}
