@@ -435,13 +435,29 @@ func TestControllerPowerLoss(t *testing.T) {
 		if gotFirst != first || gotLast < last {
 			t.Fatalf("round %d: log %d-%d before the power loss, %d-%d after", round, first, last, gotFirst, gotLast)
 		}
-		register(3) // while the victim is down
+		// While the victim is down the others go on and compact their logs
+		// past its end: it catches up through an installed snapshot.
+		register(6)
+		for _, c := range tc.ctrls {
+			if c != nil {
+				if err := c.Raft().Snapshot().Error(); err != nil {
+					t.Fatalf("round %d: snapshot of %s: %v", round, c.ID(), err)
+				}
+			}
+		}
 		tc.mu.Lock()
 		tc.restart(victim)
 		tc.mu.Unlock()
 		waitFor(t, "the restarted controller to catch up", 10*time.Second, func() bool {
 			return reflect.DeepEqual(tc.ctrls[victim].FSM().Sets(), tc.leader().FSM().Sets())
 		})
+		register(2) // and appends after the installed snapshot
+		waitFor(t, "the restarted controller to follow", 10*time.Second, func() bool {
+			return reflect.DeepEqual(tc.ctrls[victim].FSM().Sets(), tc.leader().FSM().Sets())
+		})
+		if f, _ := tc.ctrls[victim].logs.FirstIndex(); f <= last {
+			t.Fatalf("round %d: the victim's log starts at %d, not past its old end %d: no snapshot was installed", round, f, last)
+		}
 	}
 	total := 0
 	for _, b := range tc.leader().FSM().Sets() {
