@@ -20,8 +20,8 @@ import (
 	"github.com/mqstore/mqstore/controller"
 )
 
-// freeAddr returns a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
+// clusterTestAddr returns a loopback address no one listens on now.
+func clusterTestAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,19 +31,19 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// syncBuffer is a bytes.Buffer safe to write from a running command.
-type syncBuffer struct {
+// clusterLogBuffer is a bytes.Buffer safe to write from a running command.
+type clusterLogBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *clusterLogBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *clusterLogBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -56,16 +56,16 @@ func TestControllerGroupAndClusterStatus(t *testing.T) {
 	var rpc, raftAddrs []string
 	var peers []string
 	for i := 0; i < 3; i++ {
-		rpc = append(rpc, freeAddr(t))
-		raftAddrs = append(raftAddrs, freeAddr(t))
+		rpc = append(rpc, clusterTestAddr(t))
+		raftAddrs = append(raftAddrs, clusterTestAddr(t))
 		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
-	logs := make([]*syncBuffer, 3)
+	logs := make([]*clusterLogBuffer, 3)
 	for i := 0; i < 3; i++ {
-		logs[i] = &syncBuffer{}
+		logs[i] = &clusterLogBuffer{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -143,7 +143,7 @@ func TestControllerBadFlags(t *testing.T) {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"cluster", "status", "--controller", freeAddr(t), "--timeout", "300ms"}, &stdout, &stderr); code != 1 ||
+	if code := run(context.Background(), []string{"cluster", "status", "--controller", clusterTestAddr(t), "--timeout", "300ms"}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "no leader answered") {
 		t.Errorf("status of a dead controller: exit %d, stderr %q", code, stderr.String())
 	}
@@ -158,8 +158,8 @@ func TestControllerProcessesSurviveKill(t *testing.T) {
 	const n = 3
 	var rpc, raftAddrs, peers, dirs []string
 	for i := 0; i < n; i++ {
-		rpc = append(rpc, freeAddr(t))
-		raftAddrs = append(raftAddrs, freeAddr(t))
+		rpc = append(rpc, clusterTestAddr(t))
+		raftAddrs = append(raftAddrs, clusterTestAddr(t))
 		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
 		dirs = append(dirs, t.TempDir())
 	}
