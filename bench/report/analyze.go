@@ -3,16 +3,15 @@ package report
 import (
 	"fmt"
 	"slices"
-	"strconv"
-
 	"sort"
+	"strconv"
 	"strings"
 
 	"golang.org/x/perf/benchmath"
 
 	"github.com/mqstore/mqstore/bench/load"
-
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Analyze derives what run.json records about its own cells, from the
@@ -107,6 +106,20 @@ func samePoint(a, b *runfile.Cell) bool {
 // segments.
 func warmedSegments(c *runfile.Cell) bool { return c.Options["WarmSegments"] == "true" }
 
+// mapsPages: the backend appends into the file's own pages (write-through,
+// not volatile: mmap), so first touches fault pages in. The registry says
+// so; a backend this binary does not register has no fault ratio.
+func mapsPages(backend string) bool {
+	reg, err := mappedfile.Registered().Lookup(backend)
+	return err == nil && !reg.Buffered && !reg.DirectIO && !reg.Volatile
+}
+
+// volatile: the backend keeps its files in memory only (mem).
+func volatile(backend string) bool {
+	reg, err := mappedfile.Registered().Lookup(backend)
+	return err == nil && reg.Volatile
+}
+
 func ratioOf(kind string, c *runfile.Cell, against, fig string, ref runfile.Interval, note string) runfile.Ratio {
 	div := func(a, b float64) float64 {
 		if b == 0 {
@@ -143,12 +156,12 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 			// latency (below).
 			if c.WrittenMBps > 0 {
 				switch {
-				case c.Backend == "mmap" && !warmedSegments(c):
+				case mapsPages(c.Backend) && !warmedSegments(c):
 					if l := limit(runfile.LimitFaults, 0, c.Target); l != nil {
 						out = append(out, ratioOf("fault-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
 							"accepted record MB/s ÷ first-touch page faults' MB/s: appends into cold mmap pages"))
 					}
-				case c.Backend != "mem":
+				case !volatile(c.Backend):
 					if l := limit(runfile.LimitMemcpy, c.SizeBytes, c.Target); l != nil {
 						out = append(out, ratioOf("memcpy-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
 							"accepted record MB/s ÷ one goroutine's memcpy into present pages"))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/mqstore/mqstore/backends" // the registry names the backends the ratios depend on
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"golang.org/x/perf/benchfmt"
