@@ -55,34 +55,10 @@ func e2eRepeat(ctx context.Context, store StoreConfig, dir, backend, flush strin
 			errs[q] = consumeQueue(cctx, s, int32(q), &produced[q], &producing, windowStart, windowEnd, hists[q], &delivered[q])
 		}()
 	}
-	res := load.RunTimed(ctx, spec, nil, nil, func(worker int) load.TimedOp {
-		q := worker % queues
-		g := newProducerMessages(store.Message, worker, spec.SizeBytes)
-		return func(ctx context.Context, intended time.Time) error {
-			m := g.next()
-			m.QueueID = int32(q)
-			binary.LittleEndian.PutUint64(m.Body, uint64(intended.UnixNano()))
-			if _, err := s.Put(ctx, m); err != nil {
-				return err
-			}
-			produced[q].Add(1)
-			return nil
-		}
-	})
+	res := load.RunTimed(ctx, spec, nil, nil, stampedPuts(s, store.Message, spec.SizeBytes, produced))
 	producing.Store(false)
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		stopConsumers()
-		<-done
-		var behind []string
-		for q := range queues {
-			behind = append(behind, fmt.Sprintf("q%d produced %d", q, produced[q].Load()))
-		}
-		errs = append(errs, fmt.Errorf("consumers did not receive every message within 10 s of the producers' end (%s; store max offset %d, dispatched %d)",
-			strings.Join(behind, ", "), s.MaxOffset(), s.DispatchedOffset()))
+	if err := awaitConsumers(&wg, stopConsumers, s, produced); err != nil {
+		errs = append(errs, err)
 	}
 	closeErr := s.Close()
 	res.Workload = WorkloadE2E
@@ -98,6 +74,47 @@ func e2eRepeat(ctx context.Context, store StoreConfig, dir, backend, flush strin
 		rep.Status, rep.Reason = runfile.StatusFailed, "close: "+closeErr.Error()
 	}
 	return rep, options
+}
+
+// stampedPuts is the e2e producer: each Put carries its intended start in
+// the body's first 8 bytes, on the queue of its worker (one of
+// len(produced), each counting what was put on it).
+func stampedPuts(s *engine.Store, message string, size int, produced []atomic.Int64) func(worker int) load.TimedOp {
+	return func(worker int) load.TimedOp {
+		q := worker % len(produced)
+		g := newProducerMessages(message, worker, size)
+		return func(ctx context.Context, intended time.Time) error {
+			m := g.next()
+			m.QueueID = int32(q)
+			binary.LittleEndian.PutUint64(m.Body, uint64(intended.UnixNano()))
+			if _, err := s.Put(ctx, m); err != nil {
+				return err
+			}
+			produced[q].Add(1)
+			return nil
+		}
+	}
+}
+
+// awaitConsumers waits up to 10 s after the producers' end for the
+// consumers to receive every message, then stops them and says how far
+// behind they were.
+func awaitConsumers(wg *sync.WaitGroup, stop context.CancelFunc, s *engine.Store, produced []atomic.Int64) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+	}
+	stop()
+	<-done
+	var behind []string
+	for q := range produced {
+		behind = append(behind, fmt.Sprintf("q%d produced %d", q, produced[q].Load()))
+	}
+	return fmt.Errorf("consumers did not receive every message within 10 s of the producers' end (%s; store max offset %d, dispatched %d)",
+		strings.Join(behind, ", "), s.MaxOffset(), s.DispatchedOffset())
 }
 
 // consumeQueue long-polls queue q until the producers are done and it has
