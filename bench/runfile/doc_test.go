@@ -50,6 +50,7 @@ type docType struct {
 	name string
 	doc  string
 	spec *ast.TypeSpec
+	fset *token.FileSet
 }
 
 // parseTypes reads the named types of the non-test files in dir.
@@ -79,7 +80,7 @@ func parseTypes(dir, pkg string, into map[string]*docType) error {
 				if doc == nil && len(gd.Specs) == 1 {
 					doc = gd.Doc
 				}
-				into[qualify(pkg, ts.Name.Name)] = &docType{pkg: pkg, name: ts.Name.Name, doc: oneLine(doc), spec: ts}
+				into[qualify(pkg, ts.Name.Name)] = &docType{pkg: pkg, name: ts.Name.Name, doc: oneLine(doc), spec: ts, fset: fset}
 			}
 		}
 	}
@@ -145,7 +146,19 @@ recommendations) from the rest.
 			continue
 		}
 		b.WriteString("| field | type | meaning |\n|---|---|---|\n")
+		// A comment above a field also speaks for the fields on the lines
+		// right after it that have none of their own and that it names.
+		groupDoc, groupKey, prevEnd := "", "", -1
 		for _, f := range st.Fields.List {
+			line := dt.fset.Position(f.Pos()).Line
+			switch {
+			case f.Doc != nil && len(f.Names) > 0:
+				groupDoc = f.Doc.Text()
+				groupKey, _, _ = jsonName(f, f.Names[0].Name)
+			case line != prevEnd+1:
+				groupDoc = ""
+			}
+			prevEnd = dt.fset.Position(f.End()).Line
 			refs := typeRefs(f.Type, dt.pkg)
 			for _, r := range refs {
 				if t, ok := types[r]; ok && !seen[r] {
@@ -158,6 +171,9 @@ recommendations) from the rest.
 			doc := oneLine(f.Doc)
 			if c := oneLine(f.Comment); c != "" {
 				doc = strings.TrimSpace(doc + " " + c)
+			}
+			if doc == "" && len(f.Names) > 0 && groupDoc != "" && strings.Contains(groupDoc, f.Names[0].Name) {
+				doc = "See `" + groupKey + "` above."
 			}
 			if len(f.Names) == 0 { // embedded: JSON inlines its fields
 				fmt.Fprintf(&b, "| *(inline)* | %s | the fields of %s, at this level. %s |\n", typeName(f.Type, dt.pkg, types), typeName(f.Type, dt.pkg, types), doc)
