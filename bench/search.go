@@ -101,7 +101,7 @@ func (r *runner) searchStart(ph *phaseEnv, sys system, s *runfile.RateSearch) ([
 // when its backlog grew), what it achieved and the cap its in-flight
 // limit put on it; atDrainOnly for a peer that reports durability only
 // when drained, which cannot be judged by its backlog (see
-// durableObservedOnlyAtDrain).
+// runfile.DurableOnlyAtDrain).
 func (r *runner) probe(ctx context.Context, ph *phaseEnv, sys system, group string, rate float64, seed uint64) (runfile.Probe, runfile.Repeat, bool) {
 	c := r.newCell(sys, "latency", ph.pressure, ph.t)
 	c.RatePerSec, c.WindowNs = rate, r.cfg.SearchDuration.Nanoseconds()
@@ -110,7 +110,7 @@ func (r *runner) probe(ctx context.Context, ph *phaseEnv, sys system, group stri
 	rep := r.runJob(ph, sys, "latency", 0, rate)(ctx, &c, 1, seed)
 	r.progress.advance(1)
 	status := rep.Status
-	atDrainOnly := sys.peer && durableObservedOnlyAtDrain([]*runfile.Repeat{&rep})
+	atDrainOnly := sys.peer && runfile.DurableOnlyAtDrain([]*runfile.Repeat{&rep})
 	if d := rep.Result.Durability; status == runfile.StatusOK && d != nil && !d.Sustained() && !atDrainOnly {
 		status = probeNotSustained
 	}

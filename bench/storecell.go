@@ -75,12 +75,8 @@ func tunedBackendOptions(backend, flush string) (any, string) {
 func optionsMap(o engine.Options) map[string]string {
 	out := map[string]string{}
 	bo := o.BackendOptions
-	if bo == nil {
-		for _, reg := range engine.Backends() {
-			if reg.Name == o.Backend && reg.NewOptions != nil {
-				bo = reg.NewOptions()
-			}
-		}
+	if reg, err := mappedfile.Registered().Lookup(o.Backend); bo == nil && err == nil && reg.NewOptions != nil {
+		bo = reg.NewOptions()
 	}
 	if bo != nil {
 		if b, err := json.Marshal(bo); err == nil {
