@@ -433,7 +433,7 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 	best := map[string]*candidate{}
 	for i := range f.Cells {
 		c := &f.Cells[i]
-		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || c.Backend == "mem" || c.Replication != "" {
+		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || volatile(c.Backend) || c.Replication != "" {
 			continue // a replicated configuration is compared in its own section, not picked here
 		}
 		label := c.Backend + " " + c.Flush
