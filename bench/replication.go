@@ -351,6 +351,17 @@ func (t *lagTracker) watch(ctx context.Context, acked func() int64, waitAbove fu
 	return done
 }
 
+// lastAck records the acknowledged offset once the watch has stopped:
+// the acknowledgement that ended the catch-up can arrive as the watch is
+// cancelled, and would otherwise leave the last records unacknowledged.
+// Its time is now, a bound from above. Call it after watch's channel
+// closed.
+func (t *lagTracker) lastAck(off int64) {
+	if n := len(t.acks); n == 0 || t.acks[n-1].offset < off {
+		t.acks = append(t.acks, ackPoint{at: t.now(), offset: off})
+	}
+}
+
 // marks returns every worker's marks.
 func (t *lagTracker) allMarks() []putMark {
 	var out []putMark
@@ -507,6 +518,7 @@ func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir s
 	deadline := catchUp(ctx, tr, m, s.Stats().WroteOffset, spec.Duration)
 	stopWatch()
 	<-watched
+	tr.lastAck(s.ReplicatedOffset())
 	rr := computeLag(tr.allMarks(), tr.acks, tr.winStart, tr.winEnd, min(deadline, tr.now()))
 	rr.Role, rr.SlaveBackend, rr.SlaveFlush, rr.SlaveDir, rr.HADelayNs = opts.Role.String(), sys.backend, sys.pol.Flush, slaveDir, sys.haDelay().Nanoseconds()
 	d.slaveEdges(&rr)
