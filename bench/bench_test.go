@@ -73,6 +73,10 @@ func TestEndToEndRun(t *testing.T) {
 		if c.TwinOf != "" {
 			twin = c
 		}
+		if c.Status == runfile.StatusSkipped && c.RatePerSec > 0 && strings.Contains(c.Reason, "the generator, not the system, limits this rate") {
+			t.Logf("%s: %s", c.Name, c.Reason) // a loaded machine: the floor itself did not keep the rate
+			continue
+		}
 		if !c.Measured() {
 			t.Errorf("%s: %s %s", c.Name, c.Status, c.Reason)
 			continue
