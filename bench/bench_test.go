@@ -73,6 +73,10 @@ func TestEndToEndRun(t *testing.T) {
 		if c.TwinOf != "" {
 			twin = c
 		}
+		if c.Status == runfile.StatusSkipped && c.RatePerSec > 0 && strings.Contains(c.Reason, "the generator, not the system, limits this rate") {
+			t.Logf("%s: %s", c.Name, c.Reason) // a loaded machine: the floor itself did not keep the rate
+			continue
+		}
 		if !c.Measured() {
 			t.Errorf("%s: %s %s", c.Name, c.Status, c.Reason)
 			continue
@@ -443,11 +447,15 @@ func TestChooseWindow(t *testing.T) {
 		{"given", func(c *Config) { c.Duration = 1500 * time.Millisecond }, 1500 * time.Millisecond, "--duration"},
 		{"sync only", func(c *Config) { c.Flushes = []string{"sync"} }, time.Second, "nothing to absorb"},
 		{"dirty threshold", func(c *Config) {}, 3 * time.Second, "vm.dirty_bytes=3000000000"},
-		{"uring-direct staging", func(c *Config) { c.Backends = []string{"uring-direct"} }, time.Second, "4 staging rings of 17 MB"},
+		{"uring-direct staging", func(c *Config) { c.Backends = []string{"uring-direct"} }, time.Second, "4 staging rings of 16777216 bytes"},
 		{"uring-direct large staging", func(c *Config) {
 			c.Backends, c.Store.SegmentSizeBytes = []string{"uring-direct"}, 1e9
 			c.Store.BackendOptions = map[string]string{"uring-direct": `{"StagingBytes": 999997440}`}
-		}, 4 * time.Second, "4 staging rings of 1000 MB"},
+		}, 4 * time.Second, "4 staging rings of 999997440 bytes"},
+		{"transient pool", func(c *Config) {
+			c.Backends, c.Store.SegmentSizeBytes = []string{"transient"}, 1e9
+			c.Store.BackendOptions = map[string]string{"transient": `{"poolSize": 5}`}
+		}, 5 * time.Second, "the transient pool, 5 segments"},
 	} {
 		cfg := cfg
 		c.mod(&cfg)

@@ -11,6 +11,7 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/internal/hostctl"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Config is a run's configuration (recorded in run.json).
@@ -139,56 +140,81 @@ func policiesFor(c *Config, backend string) []Policy {
 
 // Validate checks a configuration; the error names the bad value.
 func Validate(c *Config) error {
-	known := engine.BackendNames()
-	for _, b := range c.Backends {
-		if !slices.Contains(known, b) {
-			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(known, ", "))
+	for _, check := range []func(*Config) error{validateNames, validateReplication, validateNumbers, validateSizes} {
+		if err := check(c); err != nil {
+			return err
 		}
 	}
-	if m := c.Store.Message; m != "" && !slices.Contains(MessageKinds(), m) {
-		return fmt.Errorf("message %q: want %s", m, strings.Join(MessageKinds(), " or "))
-	}
-	for _, s := range c.Sizes {
-		if s <= 0 || s > 4<<20 {
-			return fmt.Errorf("size %d: want 1 byte to 4 MiB", s)
+	return nil
+}
+
+// oneOf: every value of got is one of want.
+func oneOf(what string, got []string, want ...string) error {
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			return fmt.Errorf("%s %q: want one of %s", what, g, strings.Join(want, ", "))
 		}
 	}
-	for _, f := range c.Flushes {
-		if f != "async" && f != "sync" {
-			return fmt.Errorf("flush %q: want async or sync", f)
-		}
-	}
-	for _, w := range c.Workloads {
-		if !slices.Contains([]string{string(load.Throughput), string(load.Latency), WorkloadConsume, WorkloadE2E, WorkloadRecovery}, w) {
-			return fmt.Errorf("workload %q: want throughput, latency, consume, e2e or recovery", w)
-		}
-	}
-	for _, w := range c.PressureWorkloads {
-		if w != string(load.Throughput) && w != string(load.Latency) && w != WorkloadE2E {
-			return fmt.Errorf("pressure workload %q: want throughput, latency or e2e", w)
-		}
-	}
-	for _, p := range c.Pressures {
-		if !slices.Contains([]string{PressureNone, PressureDirty, PressureSwap, PressureBoth}, p) {
-			return fmt.Errorf("pressure %q: want none, dirty, swap or both", p)
-		}
-	}
-	for _, e := range c.Emulate {
-		if e != "hdd" {
-			return fmt.Errorf("emulate %q: want hdd", e)
-		}
-	}
+	return nil
+}
+
+// validateNames checks the lists of names: backends, flushes, workloads,
+// pressures, emulated devices, policies, the message and backend options.
+func validateNames(c *Config) error {
+	var flushes []string
 	for _, p := range c.Policies {
-		if p.Flush != "async" && p.Flush != "sync" {
-			return fmt.Errorf("policy %q: flush %q: want async or sync", p.Name, p.Flush)
+		flushes = append(flushes, p.Flush)
+	}
+	var message []string
+	if c.Store.Message != "" {
+		message = []string{c.Store.Message}
+	}
+	for _, err := range []error{
+		oneOf("backend", c.Backends, engine.BackendNames()...),
+		oneOf("message", message, MessageKinds()...),
+		oneOf("flush", c.Flushes, "async", "sync"),
+		oneOf("workload", c.Workloads, string(load.Throughput), string(load.Latency), WorkloadConsume, WorkloadE2E, WorkloadRecovery),
+		oneOf("pressure workload", c.PressureWorkloads, string(load.Throughput), string(load.Latency), WorkloadE2E),
+		oneOf("pressure", c.Pressures, PressureNone, PressureDirty, PressureSwap, PressureBoth),
+		oneOf("emulate", c.Emulate, "hdd"),
+		oneOf("policy flush", flushes, "async", "sync"),
+		oneOf("replication", c.Replication, ReplicationNone, ReplicationAsync, ReplicationSync),
+	} {
+		if err != nil {
+			return err
 		}
 	}
-	replicated := false
-	for _, r := range c.Replication {
-		if r != ReplicationNone && r != ReplicationAsync && r != ReplicationSync {
-			return fmt.Errorf("replication %q: want none (no slave), async (ASYNC_MASTER) or sync (SYNC_MASTER)", r)
+	for name, js := range c.Store.BackendOptions {
+		if _, err := engine.DecodeBackendOptions(name, []byte(js)); err != nil {
+			return fmt.Errorf("--backend-options %s=%s: %w", name, js, err)
 		}
-		replicated = replicated || r != ReplicationNone
+	}
+	if _, err := load.ParseArrival(c.Arrival); err != nil {
+		return err
+	}
+	switch {
+	case len(c.Pressures) == 0:
+		return fmt.Errorf("pressures must not be empty (none is the baseline)")
+	case len(c.Backends)+len(c.Peers) == 0:
+		return fmt.Errorf("no backend and no peer to run")
+	case len(c.Sizes) == 0 || len(c.Flushes) == 0 || len(c.Workloads) == 0:
+		return fmt.Errorf("sizes, flushes and workloads must not be empty")
+	case hasWorkload(c, string(load.Throughput)) && len(c.Producers) == 0:
+		return fmt.Errorf("the throughput workload needs a --producers list")
+	case hasOpenLoop(c) && len(c.Rates) == 0:
+		return fmt.Errorf("the latency and e2e workloads need a --rates ladder")
+	}
+	return nil
+}
+
+// validateReplication checks the replication axis and what needs it.
+func validateReplication(c *Config) error {
+	replicated := slices.ContainsFunc(c.Replication, func(r string) bool { return r != ReplicationNone })
+	volatile := ""
+	for _, b := range c.Backends {
+		if reg, err := mappedfile.Registered().Lookup(b); err == nil && reg.Volatile {
+			volatile = b
+		}
 	}
 	switch {
 	case c.HADelay < 0:
@@ -197,19 +223,19 @@ func Validate(c *Config) error {
 		return fmt.Errorf("--ha-delay %v needs a slave: add async or sync to --replication", c.HADelay)
 	case c.SlaveDir != "" && !replicated:
 		return fmt.Errorf("--slave-dir %s needs a slave: add async or sync to --replication", c.SlaveDir)
-	case replicated && slices.Contains(c.Backends, "mem"):
-		return fmt.Errorf("replication with the mem backend: a slave in another process cannot share its in-memory files; leave mem out of --backends or use --replication none")
+	case replicated && volatile != "":
+		return fmt.Errorf("replication with the %s backend: a slave in another process cannot share its in-memory files; leave it out of --backends or use --replication none", volatile)
 	}
 	if c.SlaveDir != "" {
 		if st, err := os.Stat(c.SlaveDir); err != nil || !st.IsDir() {
 			return fmt.Errorf("--slave-dir %s: not a directory (%v)", c.SlaveDir, err)
 		}
 	}
-	for name, js := range c.Store.BackendOptions {
-		if _, err := engine.DecodeBackendOptions(name, []byte(js)); err != nil {
-			return fmt.Errorf("--backend-options %s=%s: %w", name, js, err)
-		}
-	}
+	return nil
+}
+
+// validateNumbers checks the counts, rates and durations.
+func validateNumbers(c *Config) error {
 	for _, p := range c.Producers {
 		if p <= 0 || p > 4096 {
 			return fmt.Errorf("producers %d: want 1 to 4096", p)
@@ -220,24 +246,7 @@ func Validate(c *Config) error {
 			return fmt.Errorf("rate %v msgs/s: want a positive rate up to 10^8", r)
 		}
 	}
-	if _, err := load.ParseArrival(c.Arrival); err != nil {
-		return err
-	}
-	open := hasOpenLoop(c)
 	switch {
-	case len(c.Pressures) == 0:
-		return fmt.Errorf("pressures must not be empty (none is the baseline)")
-	case (hasWorkload(c, WorkloadConsume) && c.ConsumeBytes < 1<<20) || (hasWorkload(c, WorkloadRecovery) && c.RecoveryBytes < 1<<20):
-		return fmt.Errorf("consume bytes %d, recovery bytes %d: want ≥ 1 MiB", c.ConsumeBytes, c.RecoveryBytes)
-	case len(c.Backends)+len(c.Peers) == 0:
-		return fmt.Errorf("no backend and no peer to run")
-	case len(c.Sizes) == 0 || len(c.Flushes) == 0 || len(c.Workloads) == 0:
-		return fmt.Errorf("sizes, flushes and workloads must not be empty")
-
-	case hasWorkload(c, string(load.Throughput)) && len(c.Producers) == 0:
-		return fmt.Errorf("the throughput workload needs a --producers list")
-	case open && len(c.Rates) == 0:
-		return fmt.Errorf("the latency and e2e workloads need a --rates ladder")
 	case c.InFlight < 0:
 		return fmt.Errorf("in flight %d: want > 0, or 0 to choose it", c.InFlight)
 	case c.Duration < 0 || c.Warmup < 0:
@@ -246,6 +255,21 @@ func Validate(c *Config) error {
 		return fmt.Errorf("repeat %d: want ≥ 1", c.Repeat)
 	case c.SearchProbes < 0 || (c.SearchProbes > 0 && c.SearchDuration <= 0):
 		return fmt.Errorf("search probes %d of %v: want probes ≥ 0 and a positive duration", c.SearchProbes, c.SearchDuration)
+	}
+	return nil
+}
+
+// validateSizes checks the byte sizes: bodies, segments, the consume and
+// recovery logs, the limits' files.
+func validateSizes(c *Config) error {
+	for _, s := range c.Sizes {
+		if s <= 0 || s > 4<<20 {
+			return fmt.Errorf("size %d: want 1 byte to 4 MiB", s)
+		}
+	}
+	switch {
+	case (hasWorkload(c, WorkloadConsume) && c.ConsumeBytes < 1<<20) || (hasWorkload(c, WorkloadRecovery) && c.RecoveryBytes < 1<<20):
+		return fmt.Errorf("consume bytes %d, recovery bytes %d: want ≥ 1 MiB", c.ConsumeBytes, c.RecoveryBytes)
 	case c.Store.SegmentSizeBytes < 1<<20:
 		return fmt.Errorf("segment size %d: want ≥ 1 MiB", c.Store.SegmentSizeBytes)
 	case !c.NoLimits && (c.MemcpyBytes < 1<<20 || c.MemcpyDuration <= 0 || c.FaultBytes < 1<<20 || c.DeviceProbeBytes < 1<<20 || c.SyncProbeCount <= 0):

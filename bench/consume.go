@@ -283,24 +283,8 @@ func (r *runner) consumeCells(ctx context.Context, t *target, backend string, si
 	for rep := 0; rep < r.cfg.Repeat && ctx.Err() == nil; rep++ {
 		for i, v := range variants {
 			r.progress.step(cells[i].Name, rep+1, r.cfg.Repeat, 0)
-			resident := -1.0
-			if strings.HasPrefix(v, "cold") {
-				if resident, err = dropCaches(r.host, dir); err != nil {
-					cells[i].Repeats = append(cells[i].Repeats, failedRepeat(err))
-					continue
-				}
-			}
-			out, err := consumePass(ctx, s, l, count, strings.HasSuffix(v, "sendfile"))
-			if err != nil {
-				out = failedRepeat(err)
-				if ctx.Err() != nil {
-					out.Status = runfile.StatusInterrupted
-				}
-			}
+			out := r.consumeRepeat(ctx, s, l, dir, v, count)
 			out.Index = rep + 1
-			if resident >= 0 {
-				out.Figures.ResidentFraction = resident
-			}
 			cells[i].Repeats = append(cells[i].Repeats, out)
 		}
 	}
@@ -309,4 +293,28 @@ func (r *runner) consumeCells(ctx context.Context, t *target, backend string, si
 		finishCell(&cells[i])
 		r.record(cells[i])
 	}
+}
+
+// consumeRepeat is one pass of a consume variant over the store's count
+// messages: cold variants drop the store's pages first and record how
+// many stayed resident.
+func (r *runner) consumeRepeat(ctx context.Context, s *engine.Store, l *loopback, dir, variant string, count int64) runfile.Repeat {
+	resident := -1.0
+	if strings.HasPrefix(variant, "cold") {
+		var err error
+		if resident, err = dropCaches(r.host, dir); err != nil {
+			return failedRepeat(err)
+		}
+	}
+	out, err := consumePass(ctx, s, l, count, strings.HasSuffix(variant, "sendfile"))
+	if err != nil {
+		out = failedRepeat(err)
+		if ctx.Err() != nil {
+			out.Status = runfile.StatusInterrupted
+		}
+	}
+	if resident >= 0 {
+		out.Figures.ResidentFraction = resident
+	}
+	return out
 }

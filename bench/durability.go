@@ -17,14 +17,9 @@ import (
 // for a replicated cell, what the replication role adds. Nothing here
 // describes a backend's mechanism: that text lives with the backend's code.
 func storeDurabilitySemantics(o engine.Options, replication string) (*runfile.Durability, error) {
-	var reg *mappedfile.Registration
-	for _, r := range engine.Backends() {
-		if r.Name == o.Backend {
-			reg = &r
-		}
-	}
-	if reg == nil {
-		return nil, fmt.Errorf("backend %q is not registered", o.Backend)
+	reg, err := mappedfile.Registered().Lookup(o.Backend)
+	if err != nil {
+		return nil, err
 	}
 	sync := o.FlushMode == engine.FlushSync
 	d, err := reg.Durability(mappedfile.Config{SegmentSizeBytes: o.SegmentSizeBytes, SyncFlush: sync}, o.BackendOptions)
@@ -80,10 +75,4 @@ func replicationDurability(d *runfile.Durability, replication string, o engine.O
 	default:
 		d.MachineLoss = "everything: no other copy"
 	}
-}
-
-// durableObservedOnlyAtDrain is runfile.DurableOnlyAtDrain: the system
-// reports durability only when drained.
-func durableObservedOnlyAtDrain(measured []*runfile.Repeat) bool {
-	return runfile.DurableOnlyAtDrain(measured)
 }

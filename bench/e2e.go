@@ -37,59 +37,28 @@ func e2eRepeat(ctx context.Context, store StoreConfig, dir, backend, flush strin
 	options := optionsMap(s.Options())
 	queues := min(spec.Workers(), 8)
 	produced := make([]atomic.Int64, queues)
-	windowStart := time.Now().Add(spec.Warmup).UnixNano()
-	windowEnd := windowStart + spec.Duration.Nanoseconds()
 	cctx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
 	var producing atomic.Bool
 	producing.Store(true)
-	hists := make([]*load.Histogram, queues)
-	delivered := make([]int64, queues)
+	deliveries := make([][]delivery, queues)
 	errs := make([]error, queues)
 	var wg sync.WaitGroup
 	for q := range queues {
-		hists[q] = load.NewHistogram()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[q] = consumeQueue(cctx, s, int32(q), &produced[q], &producing, windowStart, windowEnd, hists[q], &delivered[q])
+			errs[q] = consumeQueue(cctx, s, int32(q), &produced[q], &producing, &deliveries[q])
 		}()
 	}
-	res := load.RunTimed(ctx, spec, nil, nil, func(worker int) load.TimedOp {
-		q := worker % queues
-		g := newProducerMessages(store.Message, worker, spec.SizeBytes)
-		return func(ctx context.Context, intended time.Time) error {
-			m := g.next()
-			m.QueueID = int32(q)
-			binary.LittleEndian.PutUint64(m.Body, uint64(intended.UnixNano()))
-			if _, err := s.Put(ctx, m); err != nil {
-				return err
-			}
-			produced[q].Add(1)
-			return nil
-		}
-	})
+	res := load.RunTimed(ctx, spec, nil, nil, stampedPuts(s, store.Message, spec.SizeBytes, produced))
 	producing.Store(false)
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		stopConsumers()
-		<-done
-		var behind []string
-		for q := range queues {
-			behind = append(behind, fmt.Sprintf("q%d produced %d", q, produced[q].Load()))
-		}
-		errs = append(errs, fmt.Errorf("consumers did not receive every message within 10 s of the producers' end (%s; store max offset %d, dispatched %d)",
-			strings.Join(behind, ", "), s.MaxOffset(), s.DispatchedOffset()))
+	if err := awaitConsumers(&wg, stopConsumers, s, produced); err != nil {
+		errs = append(errs, err)
 	}
 	closeErr := s.Close()
 	res.Workload = WorkloadE2E
-	res.Delivery = load.Merged(hists...)
-	for _, d := range delivered {
-		res.Delivered += d
-	}
+	res.Delivery, res.Delivered = deliveredIn(deliveries, res.StartUnixNs, res.StartUnixNs+res.WindowNs)
 	rep := repeatOf(res, nil)
 	if err := errors.Join(errs...); err != nil && rep.Status != runfile.StatusFailed {
 		rep.Status, rep.Reason = runfile.StatusFailed, err.Error()
@@ -100,10 +69,71 @@ func e2eRepeat(ctx context.Context, store StoreConfig, dir, backend, flush strin
 	return rep, options
 }
 
+// stampedPuts is the e2e producer: each Put carries its intended start in
+// the body's first 8 bytes, on the queue of its worker (one of
+// len(produced), each counting what was put on it).
+func stampedPuts(s *engine.Store, message string, size int, produced []atomic.Int64) func(worker int) load.TimedOp {
+	return func(worker int) load.TimedOp {
+		q := worker % len(produced)
+		g := newProducerMessages(message, worker, size)
+		return func(ctx context.Context, intended time.Time) error {
+			m := g.next()
+			m.QueueID = int32(q)
+			binary.LittleEndian.PutUint64(m.Body, uint64(intended.UnixNano()))
+			if _, err := s.Put(ctx, m); err != nil {
+				return err
+			}
+			produced[q].Add(1)
+			return nil
+		}
+	}
+}
+
+// awaitConsumers waits up to 10 s after the producers' end for the
+// consumers to receive every message, then stops them and says how far
+// behind they were.
+func awaitConsumers(wg *sync.WaitGroup, stop context.CancelFunc, s *engine.Store, produced []atomic.Int64) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+	}
+	stop()
+	<-done
+	var behind []string
+	for q := range produced {
+		behind = append(behind, fmt.Sprintf("q%d produced %d", q, produced[q].Load()))
+	}
+	return fmt.Errorf("consumers did not receive every message within 10 s of the producers' end (%s; store max offset %d, dispatched %d)",
+		strings.Join(behind, ", "), s.MaxOffset(), s.DispatchedOffset())
+}
+
+// delivery is one message a consumer decoded: its intended start (the
+// producer's stamp) and the time from it to the decoding.
+type delivery struct{ stamp, latencyNs int64 }
+
+// deliveredIn is the store-to-delivery latency of the messages intended
+// within the measured window [start, end) — known only once the producers'
+// loop has run (its warm-up ends when its last request does) — and their
+// count.
+func deliveredIn(deliveries [][]delivery, start, end int64) (*load.Histogram, int64) {
+	h, n := load.NewHistogram(), int64(0)
+	for _, ds := range deliveries {
+		for _, d := range ds {
+			if d.stamp >= start && d.stamp < end {
+				h.Record(time.Duration(d.latencyNs))
+				n++
+			}
+		}
+	}
+	return h, n
+}
+
 // consumeQueue long-polls queue q until the producers are done and it has
-// read everything they produced there.
-func consumeQueue(ctx context.Context, s *engine.Store, q int32, produced *atomic.Int64, producing *atomic.Bool,
-	windowStart, windowEnd int64, h *load.Histogram, delivered *int64) error {
+// read everything they produced there, keeping every delivery.
+func consumeQueue(ctx context.Context, s *engine.Store, q int32, produced *atomic.Int64, producing *atomic.Bool, out *[]delivery) error {
 	var offset int64
 	for {
 		if !producing.Load() && offset >= produced.Load() {
@@ -125,12 +155,8 @@ func consumeQueue(ctx context.Context, s *engine.Store, q int32, produced *atomi
 				res.Release()
 				return fmt.Errorf("consumer %d: %w", q, err)
 			}
-			now := time.Now().UnixNano()
 			stamp := int64(binary.LittleEndian.Uint64(rec.Body))
-			if stamp >= windowStart && stamp < windowEnd {
-				h.Record(time.Duration(now - stamp))
-				*delivered++
-			}
+			*out = append(*out, delivery{stamp: stamp, latencyNs: time.Now().UnixNano() - stamp})
 		}
 		offset = res.NextBeginOffset
 		res.Release()

@@ -79,7 +79,14 @@ func (r *runner) setupHDD(ctx context.Context, base *target) (*target, error) {
 		return nil, err
 	}
 	t := &target{label: "hdd-emulated", work: work, emulated: true, blkio: cg}
-	t.device = DescribeDevice(work)
+	r.describeHDD(t, base, mnt, dev, mm, icg)
+	return t, nil
+}
+
+// describeHDD describes the emulated disk t: its device, what the
+// throttle reaches (cgroup v1 or v2) and what it does not model.
+func (r *runner) describeHDD(t, base *target, mnt, dev, mm string, icg hostctl.Cgroup) {
+	t.device = DescribeDevice(t.work)
 	t.device.Dir, t.device.Emulated, t.device.Label, t.device.Model = mnt, true, t.label, EmulatedHDDModel
 	t.device.Kind = fmt.Sprintf("EMULATED 7200 rpm HDD (loop device throttled by cgroup v%d %s)", icg.Version, map[int]string{1: "blkio", 2: "io.max"}[icg.Version])
 	// cgroup v1 charges the kernel's writeback to the root blkio cgroup: the
@@ -98,7 +105,6 @@ func (r *runner) setupHDD(ctx context.Context, base *target) (*target, error) {
 	t.device.Note = fmt.Sprintf("EMULATED: %s (major:minor %s, direct I/O) on a sparse %s image on %s's file system (%s), ext4, marked rotational; "+
 		"%s: %.0f MB/s and %d IOPS each way. Not modelled: seek and rotational latency of a single request (so no recommendation is drawn from it); %s.",
 		dev, mm, sizeLabel(int(r.cfg.EmulateImageBytes)), base.label, base.device.Device, icg, float64(r.cfg.HDDBandwidthBytes)/1e6, r.cfg.HDDIOPS, writeback)
-	return t, nil
 }
 
 func runToolContext(ctx context.Context, name string, args ...string) error {

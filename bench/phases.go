@@ -249,7 +249,7 @@ func finishCell(c *runfile.Cell) {
 	c.Figures, c.CILow, c.CIHigh, c.Min, c.Max, c.CILevel = s.Median, s.CILow, s.CIHigh, s.Min, s.Max, s.CILevel
 	c.DurableAtDrainOnly = false
 	switch {
-	case durable && len(backlog) > 0 && c.Peer && durableObservedOnlyAtDrain(measured):
+	case durable && len(backlog) > 0 && c.Peer && runfile.DurableOnlyAtDrain(measured):
 		// The peer reports durability only when drained: its durable rate
 		// is not observable, so no sustained verdict either way.
 		c.DurableAtDrainOnly = true

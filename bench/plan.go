@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mqstore/mqstore/transientpool"
-	"github.com/mqstore/mqstore/uring"
+	"github.com/mqstore/mqstore/mappedfile"
 
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
@@ -214,31 +213,28 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target stri
 }
 
 // largestBuffer is the largest amount of accepted data the run's async
-// backends can hold before the device limits them.
+// backends can hold before the device limits them: the kernel's dirty
+// threshold for a backend whose committed bytes reach the page cache, and
+// what the backend itself holds unflushed (its registration's Unflushed:
+// a buffer pool, staging rings) when that is more.
 func largestBuffer(c *Config, h hostctl.Host) (int64, string) {
 	dirty, dirtyWhat := dirtyThreshold(h)
 	best, what := int64(0), ""
-	seg := c.Store.SegmentSizeBytes
+	cfg := mappedfile.Config{SegmentSizeBytes: c.Store.SegmentSizeBytes}
 	for _, b := range c.Backends {
+		reg, err := mappedfile.Registered().Lookup(b)
+		if err != nil || reg.Volatile {
+			continue
+		}
 		var n int64
 		var w string
-		switch b {
-		case "mmap", "uring", "transient":
-			// Appends reach the page cache (mmap: at once; uring: at each
-			// commit's pwrite; transient: from its pool), where the kernel
-			// throttles writers at its dirty threshold.
+		if !reg.DirectIO {
 			n, w = dirty, "the kernel's dirty threshold, "+dirtyWhat
-			if b == "transient" {
-				if pool := int64(transientpool.DefaultPoolSize) * seg; pool > n {
-					n, w = pool, fmt.Sprintf("the transient pool, %d segments", transientpool.DefaultPoolSize)
-				}
-			}
-		case uring.NameDirect:
-			// O_DIRECT bypasses the page cache: only the staging rings hold
-			// what the device has not taken.
+		}
+		if reg.Unflushed != nil {
 			bo, _, _ := backendOptions(c.Store, b, "async")
-			if bufs, ring, err := uring.StagingCapacity(bo, seg); err == nil {
-				n, w = int64(bufs)*ring, fmt.Sprintf("uring-direct's %d staging rings of %s", bufs, fmtBytes(ring))
+			if u, uw, err := reg.Unflushed(cfg, bo); err == nil && u > n {
+				n, w = u, uw
 			}
 		}
 		if n > best {

@@ -351,6 +351,17 @@ func (t *lagTracker) watch(ctx context.Context, acked func() int64, waitAbove fu
 	return done
 }
 
+// lastAck records the acknowledged offset once the watch has stopped:
+// the acknowledgement that ended the catch-up can arrive as the watch is
+// cancelled, and would otherwise leave the last records unacknowledged.
+// Its time is now, a bound from above. Call it after watch's channel
+// closed.
+func (t *lagTracker) lastAck(off int64) {
+	if n := len(t.acks); n == 0 || t.acks[n-1].offset < off {
+		t.acks = append(t.acks, ackPoint{at: t.now(), offset: off})
+	}
+}
+
 // marks returns every worker's marks.
 func (t *lagTracker) allMarks() []putMark {
 	var out []putMark
@@ -423,6 +434,56 @@ func (d *replDurability) Positions() (int64, int64) {
 	return w, f
 }
 
+// masterSide is a replicated cell's master: the store, its ha.Master, the
+// EMULATED delay's proxy when there is one, and the address the slave
+// dials.
+type masterSide struct {
+	s       *engine.Store
+	m       *ha.Master
+	addr    string
+	closers []func() error
+}
+
+// open opens the store as a master with sys's role and options, its
+// ha.Master on a loopback port and the proxy; it returns the store's
+// options and their record (optionsMap).
+func (ms *masterSide) open(ctx context.Context, store StoreConfig, dir string, sys system) (engine.Options, map[string]string, error) {
+	opts, err := storeOptions(store, sys.backend, sys.pol.Flush)
+	if err != nil {
+		return opts, nil, err
+	}
+	opts.Role = replicationRole(sys.repl)
+	if ms.s, err = engine.Open(ctx, dir, opts); err != nil {
+		return opts, nil, fmt.Errorf("open the master (%s): %w", sys.backend, err)
+	}
+	options := optionsMap(ms.s.Options())
+	ms.closers = append(ms.closers, ms.s.Close)
+	if ms.m, err = ha.NewMaster(ms.s, ha.MasterOptions{ListenAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		return opts, options, err
+	}
+	ms.closers = append(ms.closers, ms.m.Close)
+	ms.addr = ms.m.Addr().String()
+	if d := sys.haDelay(); d > 0 {
+		p, err := tcpproxy.New("127.0.0.1:0", ms.addr, tcpproxy.Options{Delay: d})
+		if err != nil {
+			return opts, options, err
+		}
+		ms.closers = append(ms.closers, p.Close)
+		ms.addr = p.Addr()
+	}
+	return opts, options, nil
+}
+
+// close closes what open opened, last first (a no-op the second time).
+func (ms *masterSide) close() error {
+	var errs []error
+	for i := len(ms.closers) - 1; i >= 0; i-- {
+		errs = append(errs, ms.closers[i]())
+	}
+	ms.closers = nil
+	return errors.Join(errs...)
+}
+
 // runReplicatedRepeat runs one repeat of spec on a master whose slave runs in
 // its own process in slaveDir, with the EMULATED delay between them when
 // sys has one; it measures the lag and the slave's durable rate beside the
@@ -430,42 +491,14 @@ func (d *replDurability) Positions() (int64, int64) {
 func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir string, sys system, spec load.Spec) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
 	defer os.RemoveAll(slaveDir)
-	opts, err := storeOptions(store, sys.backend, sys.pol.Flush)
-	if err != nil {
-		return failedRepeat(err), nil
-	}
-	opts.Role = replicationRole(sys.repl)
-	s, err := engine.Open(ctx, dir, opts)
-	if err != nil {
-		return failedRepeat(fmt.Errorf("open the master (%s): %w", sys.backend, err)), nil
-	}
-	options := optionsMap(s.Options())
-	var closers []func() error
-	closeAll := func() error {
-		var errs []error
-		for i := len(closers) - 1; i >= 0; i-- {
-			errs = append(errs, closers[i]())
-		}
-		closers = nil
-		return errors.Join(errs...)
-	}
-	defer closeAll()
-	closers = append(closers, s.Close)
-	m, err := ha.NewMaster(s, ha.MasterOptions{ListenAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	ms := &masterSide{}
+	defer ms.close()
+	opts, options, err := ms.open(ctx, store, dir, sys)
 	if err != nil {
 		return failedRepeat(err), options
 	}
-	closers = append(closers, m.Close)
-	addr := m.Addr().String()
-	if d := sys.haDelay(); d > 0 {
-		p, err := tcpproxy.New("127.0.0.1:0", addr, tcpproxy.Options{Delay: d})
-		if err != nil {
-			return failedRepeat(err), options
-		}
-		closers = append(closers, p.Close)
-		addr = p.Addr()
-	}
-	slave, err := startSlave(ctx, store, slaveDir, sys.backend, sys.pol.Flush, addr)
+	s, m := ms.s, ms.m
+	slave, err := startSlave(ctx, store, slaveDir, sys.backend, sys.pol.Flush, ms.addr)
 	if err != nil {
 		return failedRepeat(err), options
 	}
@@ -481,42 +514,16 @@ func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir s
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watched := tr.watch(watchCtx, s.ReplicatedOffset, m.WaitAcked)
 	d := &replDurability{storeDurability: storeDurability{s: s}, tr: tr, slave: slave}
-	res := load.Run(ctx, spec, nil, d, func(worker int) load.Op {
-		g := newProducerMessages(store.Message, worker, spec.SizeBytes)
-		return func(ctx context.Context) error {
-			start := tr.now()
-			r, err := s.Put(ctx, g.next())
-			if err != nil {
-				return err
-			}
-			tr.mark(worker, putMark{start: start, end: r.PhysicalOffset + int64(r.Size), ackedAtReturn: s.ReplicatedOffset()})
-			return nil
-		}
-	})
-	// The slave's acknowledgement of everything written, for as long as
-	// the catch-up allows.
-	wroteEnd := s.Stats().WroteOffset
-	catchUp := max(minCatchUp, 2*spec.Duration)
-	deadline := tr.winEnd + catchUp.Nanoseconds()
-	if tr.winEnd == math.MaxInt64 { // the window never ended (a failed run)
-		deadline = tr.now()
-	}
-	actx, cancel := context.WithTimeout(ctx, time.Duration(max(deadline-tr.now(), 0)))
-	_ = m.WaitAcked(actx, wroteEnd) // what it did not acknowledge by then is counted below
-	cancel()
+	res := load.Run(ctx, spec, nil, d, replicatedPuts(s, tr, store.Message, spec.SizeBytes))
+	deadline := catchUp(ctx, tr, m, s.Stats().WroteOffset, spec.Duration)
 	stopWatch()
 	<-watched
+	tr.lastAck(s.ReplicatedOffset())
 	rr := computeLag(tr.allMarks(), tr.acks, tr.winStart, tr.winEnd, min(deadline, tr.now()))
 	rr.Role, rr.SlaveBackend, rr.SlaveFlush, rr.SlaveDir, rr.HADelayNs = opts.Role.String(), sys.backend, sys.pol.Flush, slaveDir, sys.haDelay().Nanoseconds()
-	if d.edges == 2 {
-		a, b := d.slaveAt[0], d.slaveAt[1]
-		rr.SlaveWroteStart, rr.SlaveFlushedStart, rr.SlaveWroteEnd, rr.SlaveFlushedEnd = a.Wrote, a.Flushed, b.Wrote, b.Flushed
-		rr.SlaveElapsedNs = b.UnixNs - a.UnixNs
-		rr.FlushSlaveTimeouts = d.repl[1].FlushSlaveTimeouts - d.repl[0].FlushSlaveTimeouts
-		rr.SlaveNotAvailable = d.repl[1].SlaveNotAvailable - d.repl[0].SlaveNotAvailable
-	}
+	d.slaveEdges(&rr)
 	_, stopErr := slave.stop()
-	closeMaster := closeAll() // the master, the proxy, then the store (Close timed with them)
+	closeMaster := ms.close() // the master, the proxy, then the store (Close timed with them)
 	rep := repeatOf(res, d.counters())
 	rep.Replication = &rr
 	rep.Figures.AddReplication(&rr)
@@ -531,6 +538,51 @@ func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir s
 		}
 	}
 	return rep, options
+}
+
+// replicatedPuts is the replicated cell's producer: a Put whose start,
+// record end and acknowledged offset at return the lag tracker marks.
+func replicatedPuts(s *engine.Store, tr *lagTracker, message string, size int) func(worker int) load.Op {
+	return func(worker int) load.Op {
+		g := newProducerMessages(message, worker, size)
+		return func(ctx context.Context) error {
+			start := tr.now()
+			r, err := s.Put(ctx, g.next())
+			if err != nil {
+				return err
+			}
+			tr.mark(worker, putMark{start: start, end: r.PhysicalOffset + int64(r.Size), ackedAtReturn: s.ReplicatedOffset()})
+			return nil
+		}
+	}
+}
+
+// catchUp waits for the slave's acknowledgement of everything written
+// (wroteEnd), for as long as the catch-up after the window allows, and
+// returns that deadline (what the slave did not acknowledge by then is
+// counted as unacked).
+func catchUp(ctx context.Context, tr *lagTracker, m *ha.Master, wroteEnd int64, window time.Duration) int64 {
+	deadline := tr.winEnd + max(minCatchUp, 2*window).Nanoseconds()
+	if tr.winEnd == math.MaxInt64 { // the window never ended (a failed run)
+		deadline = tr.now()
+	}
+	actx, cancel := context.WithTimeout(ctx, time.Duration(max(deadline-tr.now(), 0)))
+	defer cancel()
+	_ = m.WaitAcked(actx, wroteEnd)
+	return deadline
+}
+
+// slaveEdges records the slave's own positions and the master's
+// replication counters at the window's edges.
+func (d *replDurability) slaveEdges(rr *runfile.ReplicationResult) {
+	if d.edges != 2 {
+		return
+	}
+	a, b := d.slaveAt[0], d.slaveAt[1]
+	rr.SlaveWroteStart, rr.SlaveFlushedStart, rr.SlaveWroteEnd, rr.SlaveFlushedEnd = a.Wrote, a.Flushed, b.Wrote, b.Flushed
+	rr.SlaveElapsedNs = b.UnixNs - a.UnixNs
+	rr.FlushSlaveTimeouts = d.repl[1].FlushSlaveTimeouts - d.repl[0].FlushSlaveTimeouts
+	rr.SlaveNotAvailable = d.repl[1].SlaveNotAvailable - d.repl[0].SlaveNotAvailable
 }
 
 // replicatedRepeat runs a replicated repeat with the slave's directory

@@ -82,46 +82,15 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 	}
 	chosenInFlight := cfg.InFlight == 0
 	cfg.InFlight = EffectiveInFlight(&cfg)
-	host := hostctl.Default()
-	m := DescribeMachine(host)
-	started := time.Now()
-	id := started.Format("20060102-150405") + "-" + runfile.SafeName(m.Host)
-	r := &runner{cfg: cfg, host: host, prober: o.Prober, runDir: filepath.Join(cfg.Out, id), profDir: filepath.Join(cfg.ProfilesRoot, id),
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x726f756e64)), caps: map[string]float64{}, rungs: map[string][]float64{}}
-	if r.prober == nil {
-		r.prober = BuiltinProber{}
-	}
-	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, ID: id, Command: o.CommandLine, StartedAt: started, Machine: m,
-		Devices: []runfile.Device{}, Config: cfg, Cells: []runfile.Cell{}, Peers: []runfile.Cell{}, Floors: []runfile.Floor{},
-		Limits: []runfile.Limit{}, Searches: []runfile.RateSearch{}, Ratios: []runfile.Ratio{}, AA: []runfile.Comparison{},
-		Recommendations: []runfile.Recommendation{}, Profiles: []runfile.ProfileSummary{}}
-	r.file.Plan = plan(&cfg, isRoot(), len(cfg.TargetDirs())+len(cfg.Emulate))
+	r := newRunner(cfg, o)
 	r.progress = newProgress(o.Progress, o.Terminal, r.file.Plan.Runs+limitRuns(&cfg, len(cfg.TargetDirs())+len(cfg.Emulate)), r.file.Plan.EstimatedSeconds)
 	defer r.progress.close()
 	r.progress.note("mqbench: %s", planLine(&r.file.Plan, &cfg))
 	if r.needsSystemChanges() && isRoot() {
-		if left := hostctl.LeftoverStates(cfg.StateDir); len(left) > 0 {
-			return nil, "", fmt.Errorf("a killed run left system changes recorded in %s: run `mqbench cleanup` first", strings.Join(left, ", "))
-		}
-		if r.journal, err = hostctl.OpenJournal(cfg.StateDir, host); err != nil {
+		if err := r.openJournal(); err != nil {
 			return nil, "", err
 		}
-		defer func() {
-			uerr := r.journal.Undo()
-			r.file.SystemChanges = systemChanges(r.journal.Changes())
-			if len(r.file.SystemChanges) > 0 {
-				r.progress.note("mqbench: undid %d system change(s) (state file %s)", len(r.file.SystemChanges), r.journal.Path())
-			}
-			if uerr != nil {
-				r.progress.note("mqbench: could NOT undo every change: %v — run `mqbench cleanup`", uerr)
-				err = errors.Join(err, uerr)
-			}
-			if dir != "" {
-				if werr := runfile.Write(dir, r.file); werr != nil && err == nil {
-					err = werr
-				}
-			}
-		}()
+		defer func() { err = r.undoAndWrite(dir, err) }()
 	}
 	if err := r.setupTargets(ctx); err != nil {
 		return nil, "", err
@@ -160,6 +129,58 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 		return r.file, r.runDir, fmt.Errorf("%w: partial results in %s", ErrInterrupted, r.runDir)
 	}
 	return r.file, r.runDir, nil
+}
+
+// newRunner makes the runner of cfg and its run file, not yet run.
+func newRunner(cfg Config, o RunOptions) *runner {
+	host := hostctl.Default()
+	m := DescribeMachine(host)
+	started := time.Now()
+	id := started.Format("20060102-150405") + "-" + runfile.SafeName(m.Host)
+	r := &runner{cfg: cfg, host: host, prober: o.Prober, runDir: filepath.Join(cfg.Out, id), profDir: filepath.Join(cfg.ProfilesRoot, id),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x726f756e64)), caps: map[string]float64{}, rungs: map[string][]float64{}}
+	if r.prober == nil {
+		r.prober = BuiltinProber{}
+	}
+	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, ID: id, Command: o.CommandLine, StartedAt: started, Machine: m,
+		Devices: []runfile.Device{}, Config: cfg, Cells: []runfile.Cell{}, Peers: []runfile.Cell{}, Floors: []runfile.Floor{},
+		Limits: []runfile.Limit{}, Searches: []runfile.RateSearch{}, Ratios: []runfile.Ratio{}, AA: []runfile.Comparison{},
+		Recommendations: []runfile.Recommendation{}, Profiles: []runfile.ProfileSummary{}}
+	r.file.Plan = plan(&cfg, isRoot(), len(cfg.TargetDirs())+len(cfg.Emulate))
+	return r
+}
+
+// openJournal opens the state file that records every change to the
+// system, refusing to start over a killed run's leftovers.
+func (r *runner) openJournal() error {
+	if left := hostctl.LeftoverStates(r.cfg.StateDir); len(left) > 0 {
+		return fmt.Errorf("a killed run left system changes recorded in %s: run `mqbench cleanup` first", strings.Join(left, ", "))
+	}
+	var err error
+	r.journal, err = hostctl.OpenJournal(r.cfg.StateDir, r.host)
+	return err
+}
+
+// undoAndWrite undoes the run's system changes (a second time is a
+// no-op), records them, and rewrites the run file in dir (when the run got
+// that far) so that it says what was undone; it returns err joined with
+// what went wrong.
+func (r *runner) undoAndWrite(dir string, err error) error {
+	uerr := r.journal.Undo()
+	r.file.SystemChanges = systemChanges(r.journal.Changes())
+	if len(r.file.SystemChanges) > 0 {
+		r.progress.note("mqbench: undid %d system change(s) (state file %s)", len(r.file.SystemChanges), r.journal.Path())
+	}
+	if uerr != nil {
+		r.progress.note("mqbench: could NOT undo every change: %v — run `mqbench cleanup`", uerr)
+		err = errors.Join(err, uerr)
+	}
+	if dir != "" {
+		if werr := runfile.Write(dir, r.file); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
 }
 
 // setupTargets makes a work directory on every target and the emulated

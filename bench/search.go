@@ -24,29 +24,7 @@ import (
 func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	s := runfile.RateSearch{Group: runfile.SearchGroup(sys.backend, sys.size, sys.pol.Flush, sys.pol.Name), Backend: sys.backend, Peer: sys.peer,
 		Flush: sys.pol.Flush, Size: sys.size, Target: ph.t.label, Pressure: ph.pressure, InFlight: r.cfg.InFlight}
-	var cells []*runfile.Cell
-	all := &r.file.Cells
-	if sys.peer {
-		all = &r.file.Peers
-	}
-	guess := r.caps[sys.key(ph.t)]
-	for i := range *all {
-		c := &(*all)[i]
-		if c.Workload != "latency" || c.Backend != sys.backend || c.SizeBytes != sys.size || c.Flush != sys.pol.Flush ||
-			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" || c.Replication != sys.replicationLabel() {
-			continue
-		}
-		cells = append(cells, c)
-		switch {
-		case c.Status == runfile.StatusOK && (c.Sustained == nil || *c.Sustained):
-			s.SustainableRatePerSec = math.Max(s.SustainableRatePerSec, c.RatePerSec)
-		case c.Measured():
-			if s.SaturatedAtPerSec == 0 || c.RatePerSec < s.SaturatedAtPerSec {
-				s.SaturatedAtPerSec = c.RatePerSec
-				guess = guessBelow * sustainedRate(c)
-			}
-		}
-	}
+	cells, guess := r.searchStart(ph, sys, &s)
 	seed := repeatSeed(r.cfg.Seed, 1)
 	near := false // the last probe was a guess at the capacity, and it held
 	for probe := 0; probe < r.cfg.SearchProbes && ctx.Err() == nil; probe++ {
@@ -57,26 +35,9 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		rate := nextProbe(lo, hi, guess, near)
 		wasGuess := guess > lo && (hi == 0 || guess < hi)
 		guess, near = 0, false
-		c := r.newCell(sys, "latency", ph.pressure, ph.t)
-		c.RatePerSec, c.WindowNs = rate, r.cfg.SearchDuration.Nanoseconds()
-		c.Name = fmt.Sprintf("search-%s-r%.0f", s.Group, rate)
-		r.progress.step(c.Name, 1, 1, rate)
-		rep := r.runJob(ph, sys, "latency", 0, rate)(ctx, &c, 1, seed)
-		r.progress.advance(1)
-		status := rep.Status
-		// A peer that reports durability only when drained cannot be judged
-		// by its backlog (see durableObservedOnlyAtDrain).
-		atDrainOnly := sys.peer && durableObservedOnlyAtDrain([]*runfile.Repeat{&rep})
-		if d := rep.Result.Durability; status == runfile.StatusOK && d != nil && !d.Sustained() && !atDrainOnly {
-			status = probeNotSustained
-		}
-		p := runfile.Probe{RatePerSec: rate, Status: status, Saturation: rep.Saturation, AchievedPerSec: rep.Figures.MsgsPerSec,
-			P999Ns: rep.Figures.P999Ns, Reason: rep.Reason}
-		if svc := rep.Result.Service; svc != nil && svc.Count() > 0 && svc.Mean() > 0 {
-			p.InFlightCapPerSec = float64(r.cfg.InFlight) / (svc.Mean() / 1e9)
-		}
+		p, rep, atDrainOnly := r.probe(ctx, ph, sys, s.Group, rate, seed)
 		s.Probes = append(s.Probes, p)
-		switch status {
+		switch p.Status {
 		case runfile.StatusOK:
 			s.SustainableRatePerSec = math.Max(s.SustainableRatePerSec, rate)
 			near = wasGuess
@@ -104,6 +65,61 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	r.file.Searches = append(r.file.Searches, s)
 	r.progress.cellDone("search "+s.Group, runfile.StatusOK, "")
 	r.checkpoint()
+}
+
+// searchStart reads what the rate ladder already showed of sys: its
+// open-loop cells (which get the search's answer), the highest rate it
+// sustained and the lowest it did not, and a first guess at its capacity.
+func (r *runner) searchStart(ph *phaseEnv, sys system, s *runfile.RateSearch) ([]*runfile.Cell, float64) {
+	var cells []*runfile.Cell
+	all := &r.file.Cells
+	if sys.peer {
+		all = &r.file.Peers
+	}
+	guess := r.caps[sys.key(ph.t)]
+	for i := range *all {
+		c := &(*all)[i]
+		if c.Workload != "latency" || c.Backend != sys.backend || c.SizeBytes != sys.size || c.Flush != sys.pol.Flush ||
+			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" || c.Replication != sys.replicationLabel() {
+			continue
+		}
+		cells = append(cells, c)
+		switch {
+		case c.Status == runfile.StatusOK && (c.Sustained == nil || *c.Sustained):
+			s.SustainableRatePerSec = math.Max(s.SustainableRatePerSec, c.RatePerSec)
+		case c.Measured():
+			if s.SaturatedAtPerSec == 0 || c.RatePerSec < s.SaturatedAtPerSec {
+				s.SaturatedAtPerSec = c.RatePerSec
+				guess = guessBelow * sustainedRate(c)
+			}
+		}
+	}
+	return cells, guess
+}
+
+// probe runs one search probe of sys at rate: its status (not sustained
+// when its backlog grew), what it achieved and the cap its in-flight
+// limit put on it; atDrainOnly for a peer that reports durability only
+// when drained, which cannot be judged by its backlog (see
+// runfile.DurableOnlyAtDrain).
+func (r *runner) probe(ctx context.Context, ph *phaseEnv, sys system, group string, rate float64, seed uint64) (runfile.Probe, runfile.Repeat, bool) {
+	c := r.newCell(sys, "latency", ph.pressure, ph.t)
+	c.RatePerSec, c.WindowNs = rate, r.cfg.SearchDuration.Nanoseconds()
+	c.Name = fmt.Sprintf("search-%s-r%.0f", group, rate)
+	r.progress.step(c.Name, 1, 1, rate)
+	rep := r.runJob(ph, sys, "latency", 0, rate)(ctx, &c, 1, seed)
+	r.progress.advance(1)
+	status := rep.Status
+	atDrainOnly := sys.peer && runfile.DurableOnlyAtDrain([]*runfile.Repeat{&rep})
+	if d := rep.Result.Durability; status == runfile.StatusOK && d != nil && !d.Sustained() && !atDrainOnly {
+		status = probeNotSustained
+	}
+	p := runfile.Probe{RatePerSec: rate, Status: status, Saturation: rep.Saturation, AchievedPerSec: rep.Figures.MsgsPerSec,
+		P999Ns: rep.Figures.P999Ns, Reason: rep.Reason}
+	if svc := rep.Result.Service; svc != nil && svc.Count() > 0 && svc.Mean() > 0 {
+		p.InFlightCapPerSec = float64(r.cfg.InFlight) / (svc.Mean() / 1e9)
+	}
+	return p, rep, atDrainOnly
 }
 
 // probeNotSustained is a probe that kept its schedule but not durably:

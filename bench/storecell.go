@@ -13,7 +13,7 @@ import (
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
-	"github.com/mqstore/mqstore/uring"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 const benchTopic = "BenchTopic"
@@ -53,21 +53,18 @@ func backendOptions(s StoreConfig, backend, flush string) (any, string, error) {
 }
 
 // tunedBackendOptions is what mqbench runs a backend with when it is not
-// told otherwise, and why: the backend's best known settings. Every backend
-// runs with its own defaults today — they are the measured best — and the
-// reason is named where it matters: uring-direct with sync flush makes each
-// commit durable with one pwritev2(RWF_DSYNC) of its blocks (SyncMethod
-// syscalls, measured faster than through io_uring), into segments the
-// engine pre-writes for sync flush (Options.PrewriteSegments: no extent
-// conversion to commit with the data; the device limits device-fdatasync-4k
-// against device-fdatasync-4k-prewritten show what that is worth,
-// segment-create-prewritten-direct what it costs).
+// told otherwise, and why: the options its registration's Tuned names for
+// the flush mode (nil Tuned: the backend's defaults, no reason given).
 func tunedBackendOptions(backend, flush string) (any, string) {
-	if backend == uring.NameDirect && flush == "sync" {
-		return nil, "mqbench's choice: the backend's defaults — each durable commit one pwritev2 with RWF_DSYNC (SyncMethod syscalls) — " +
-			"on segments the engine pre-writes for sync flush (PrewriteSegments), so a commit commits data only, no extent conversion"
+	reg, err := mappedfile.Registered().Lookup(backend)
+	if err != nil || reg.Tuned == nil {
+		return nil, ""
 	}
-	return nil, ""
+	o, why := reg.Tuned(mappedfile.Config{SyncFlush: flush == "sync"})
+	if why != "" {
+		why = "mqbench's choice: " + why
+	}
+	return o, why
 }
 
 // optionsMap records the effective engine options of an open store: every
@@ -78,12 +75,8 @@ func tunedBackendOptions(backend, flush string) (any, string) {
 func optionsMap(o engine.Options) map[string]string {
 	out := map[string]string{}
 	bo := o.BackendOptions
-	if bo == nil {
-		for _, reg := range engine.Backends() {
-			if reg.Name == o.Backend && reg.NewOptions != nil {
-				bo = reg.NewOptions()
-			}
-		}
+	if reg, err := mappedfile.Registered().Lookup(o.Backend); bo == nil && err == nil && reg.NewOptions != nil {
+		bo = reg.NewOptions()
 	}
 	if bo != nil {
 		if b, err := json.Marshal(bo); err == nil {

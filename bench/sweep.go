@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // DefaultSweepGrid is mqbench sweep's grid when no --vary is given.
@@ -14,26 +16,29 @@ func DefaultSweepGrid() []string {
 	return []string{"flush=async,sync", "flush-interval=50ms,500ms", "flush-least-pages=0,4,64", "commit-interval=50ms,200ms", "sync-flush-timeout=5s"}
 }
 
-// committingBackends are the backends whose Commit moves data (a pwrite, an
-// io_uring write): the commit service's options change nothing for the
-// others (mmap's Commit is a no-op).
-var committingBackends = []string{"transient", "uring", "uring-direct"}
+// committing: the backend's Commit moves data (a buffered backend: a
+// pwrite, an io_uring write), so the commit service's options change
+// something (a write-through backend's Commit is a no-op).
+func committing(backend string) bool {
+	reg, err := mappedfile.Registered().Lookup(backend)
+	return err == nil && reg.Buffered
+}
 
 // sweepKeys are the options a grid may vary, with whether they matter for
-// async (a), sync (s) or both, the backends they apply to (nil: all), and
+// async (a), sync (s) or both, which backends they apply to (nil: all), and
 // how to set them.
 var sweepKeys = map[string]struct {
-	modes    string
-	backends []string
-	short    string
-	set      func(*StoreConfig, string) error
+	modes   string
+	applies func(backend string) bool // nil: every backend
+	short   string
+	set     func(*StoreConfig, string) error
 }{
 	"flush-interval":          {"a", nil, "fi", durSetter(func(s *StoreConfig) *time.Duration { return &s.FlushInterval })},
 	"flush-thorough-interval": {"a", nil, "fti", durSetter(func(s *StoreConfig) *time.Duration { return &s.FlushThoroughInterval })},
 	"flush-least-pages":       {"a", nil, "flp", intSetter(func(s *StoreConfig) *int { return &s.FlushLeastPages })},
 	"sync-flush-timeout":      {"s", nil, "gct", durSetter(func(s *StoreConfig) *time.Duration { return &s.SyncFlushTimeout })},
-	"commit-interval":         {"as", committingBackends, "ci", durSetter(func(s *StoreConfig) *time.Duration { return &s.CommitInterval })},
-	"commit-least-pages":      {"as", committingBackends, "clp", intSetter(func(s *StoreConfig) *int { return &s.CommitLeastPages })},
+	"commit-interval":         {"as", committing, "ci", durSetter(func(s *StoreConfig) *time.Duration { return &s.CommitInterval })},
+	"commit-least-pages":      {"as", committing, "clp", intSetter(func(s *StoreConfig) *int { return &s.CommitLeastPages })},
 }
 
 func durSetter(field func(*StoreConfig) *time.Duration) func(*StoreConfig, string) error {
@@ -112,7 +117,7 @@ func SweepPolicies(grid []string, base StoreConfig, backends []string) ([]Policy
 				}
 				a := axes[i]
 				k := sweepKeys[a.key]
-				if !strings.Contains(k.modes, mode) || (k.backends != nil && !slices.Contains(k.backends, backend)) {
+				if !strings.Contains(k.modes, mode) || (k.applies != nil && !k.applies(backend)) {
 					return rec(i+1, s, name)
 				}
 				for _, v := range a.values {

@@ -53,65 +53,83 @@ func SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockByt
 	if ring.RegisterBuffers([][]byte{buf}) == nil {
 		op = uring.OpWriteFixed
 	}
-	blocks := int(totalBytes / int64(blockBytes))
-	tickets := make([]uring.Ticket, depth)
-	inFlight := make([]bool, depth)
-	var written int64
-	var firstErr error
-	// wait collects slot's completion; the kernel may read the slot's
-	// memory until then, so every submitted request is waited for.
-	wait := func(slot int) {
-		c := ring.Wait(tickets[slot])
-		inFlight[slot] = false
-		switch {
-		case c.Err() != nil && firstErr == nil:
-			firstErr = fmt.Errorf("device: O_DIRECT write: %w", c.Err())
-		case c.Err() == nil && int(c.Res) != blockBytes && firstErr == nil:
-			firstErr = fmt.Errorf("device: short O_DIRECT write: %d of %d bytes", c.Res, blockBytes)
-		case c.Err() == nil:
-			written += int64(c.Res)
-		}
-	}
+	w := &seqWriter{ring: ring, fd: int32(f.Fd()), buf: buf, op: op, block: blockBytes, tickets: make([]uring.Ticket, depth), inFlight: make([]bool, depth)}
 	start := time.Now()
-	for i := 0; i < blocks && firstErr == nil; i++ {
-		slot := i % depth
-		if inFlight[slot] {
-			wait(slot)
-			if firstErr != nil {
-				break
-			}
-		}
-		mem := buf[slot*blockBytes : (slot+1)*blockBytes]
-		req := []uring.Request{{Opcode: op, Fd: int32(f.Fd()), Offset: uint64(i) * uint64(blockBytes),
-			Addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), Len: uint32(blockBytes)}}
-		// The probe holds tickets while it submits, so it never blocks for
-		// a slot (Submit would, and a holder that blocks may wait for
-		// itself): TrySubmit, and when the ring has no free slot, collect
-		// the oldest of its own requests first.
-		if err := submitHolding(ctx, ring, req, tickets[slot:slot+1], func() bool {
-			for j := 1; j < depth; j++ {
-				if s := (slot + j) % depth; inFlight[s] {
-					wait(s)
-					return true
-				}
-			}
-			return false
-		}); err != nil {
-			firstErr = err
-			break
-		}
-		inFlight[slot] = true
-	}
-	for slot := range inFlight {
-		if inFlight[slot] {
-			wait(slot)
-		}
-	}
+	w.run(ctx, int(totalBytes/int64(blockBytes)))
+	written, firstErr := w.written, w.firstErr
 	elapsed := time.Since(start)
 	if firstErr != nil {
 		return Result{Bytes: written, Duration: elapsed}, fmt.Errorf("%w (in %s)", firstErr, dir)
 	}
 	return Result{Bytes: written, Duration: elapsed}, nil
+}
+
+// seqWriter keeps one request of block bytes in flight per slot of buf,
+// writing block after block of the file at fd.
+type seqWriter struct {
+	ring     *uring.Ring
+	fd       int32
+	buf      []byte
+	op       uint8
+	block    int
+	tickets  []uring.Ticket
+	inFlight []bool
+	written  int64
+	firstErr error
+}
+
+// wait collects slot's completion; the kernel may read the slot's memory
+// until then, so every submitted request is waited for.
+func (w *seqWriter) wait(slot int) {
+	c := w.ring.Wait(w.tickets[slot])
+	w.inFlight[slot] = false
+	switch {
+	case c.Err() != nil && w.firstErr == nil:
+		w.firstErr = fmt.Errorf("device: O_DIRECT write: %w", c.Err())
+	case c.Err() == nil && int(c.Res) != w.block && w.firstErr == nil:
+		w.firstErr = fmt.Errorf("device: short O_DIRECT write: %d of %d bytes", c.Res, w.block)
+	case c.Err() == nil:
+		w.written += int64(c.Res)
+	}
+}
+
+// run writes blocks blocks, then waits for every request in flight.
+func (w *seqWriter) run(ctx context.Context, blocks int) {
+	depth := len(w.inFlight)
+	for i := 0; i < blocks && w.firstErr == nil; i++ {
+		slot := i % depth
+		if w.inFlight[slot] {
+			w.wait(slot)
+			if w.firstErr != nil {
+				break
+			}
+		}
+		mem := w.buf[slot*w.block : (slot+1)*w.block]
+		req := []uring.Request{{Opcode: w.op, Fd: w.fd, Offset: uint64(i) * uint64(w.block),
+			Addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), Len: uint32(w.block)}}
+		// The probe holds tickets while it submits, so it never blocks for
+		// a slot (Submit would, and a holder that blocks may wait for
+		// itself): TrySubmit, and when the ring has no free slot, collect
+		// the oldest of its own requests first.
+		if err := submitHolding(ctx, w.ring, req, w.tickets[slot:slot+1], func() bool {
+			for j := 1; j < depth; j++ {
+				if s := (slot + j) % depth; w.inFlight[s] {
+					w.wait(s)
+					return true
+				}
+			}
+			return false
+		}); err != nil {
+			w.firstErr = err
+			break
+		}
+		w.inFlight[slot] = true
+	}
+	for slot := range w.inFlight {
+		if w.inFlight[slot] {
+			w.wait(slot)
+		}
+	}
 }
 
 // submitHolding submits req on a ring whose tickets the caller already

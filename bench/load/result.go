@@ -13,6 +13,9 @@ type Result struct {
 	// deadline (every one of them completes: the run waits for it).
 	Messages     int64 `json:"messages"`
 	PayloadBytes int64 `json:"payloadBytes"`
+	// StartUnixNs is the wall-clock time the measured window started
+	// (after the warm-up); an open loop's intended starts count from it.
+	StartUnixNs int64 `json:"startUnixNs,omitempty"`
 	// ElapsedNs runs from the window's start to its end or the last
 	// completion, whichever is later; WindowNs is the nominal window.
 	ElapsedNs int64  `json:"elapsedNs"`

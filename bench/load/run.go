@@ -56,7 +56,7 @@ func RunTimed(ctx context.Context, spec Spec, clock Clock, d Durability, newOp f
 		dur.WrittenEndBytes, dur.DurableEndBytes = d.Positions()
 	}
 	runtime.ReadMemStats(&after)
-	res.Messages, res.ElapsedNs = ph.messages, ph.elapsed.Nanoseconds()
+	res.Messages, res.ElapsedNs, res.StartUnixNs = ph.messages, ph.elapsed.Nanoseconds(), ph.start.UnixNano()
 	res.PayloadBytes = ph.messages * int64(spec.SizeBytes)
 	res.CPUUserNs, res.CPUSysNs = int64(ph.cpuUser), int64(ph.cpuSys)
 	res.Mallocs = after.Mallocs - before.Mallocs
@@ -94,6 +94,7 @@ func (r *Result) setError(ctx context.Context, err error) {
 }
 
 type phase struct {
+	start    time.Time
 	messages int64
 	elapsed  time.Duration
 	// open loop, from the start: the latest intended start of an arrival
@@ -175,7 +176,7 @@ func newWorker(open bool, start time.Time, interval time.Duration) *worker {
 // merge folds the workers into a phase: histograms merged, the window ending
 // at the last completion (or at end, whichever is later).
 func merge(ws []*worker, start, end time.Time) phase {
-	p := phase{service: NewHistogram()}
+	p := phase{start: start, service: NewHistogram()}
 	last := end
 	ss := make([]*series, 0, len(ws))
 	var qs [quarters]*Histogram

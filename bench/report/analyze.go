@@ -3,16 +3,15 @@ package report
 import (
 	"fmt"
 	"slices"
-	"strconv"
-
 	"sort"
+	"strconv"
 	"strings"
 
 	"golang.org/x/perf/benchmath"
 
 	"github.com/mqstore/mqstore/bench/load"
-
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Analyze derives what run.json records about its own cells, from the
@@ -107,6 +106,20 @@ func samePoint(a, b *runfile.Cell) bool {
 // segments.
 func warmedSegments(c *runfile.Cell) bool { return c.Options["WarmSegments"] == "true" }
 
+// mapsPages: the backend appends into the file's own pages (write-through,
+// not volatile: mmap), so first touches fault pages in. The registry says
+// so; a backend this binary does not register has no fault ratio.
+func mapsPages(backend string) bool {
+	reg, err := mappedfile.Registered().Lookup(backend)
+	return err == nil && !reg.Buffered && !reg.DirectIO && !reg.Volatile
+}
+
+// volatile: the backend keeps its files in memory only (mem).
+func volatile(backend string) bool {
+	reg, err := mappedfile.Registered().Lookup(backend)
+	return err == nil && reg.Volatile
+}
+
 func ratioOf(kind string, c *runfile.Cell, against, fig string, ref runfile.Interval, note string) runfile.Ratio {
 	div := func(a, b float64) float64 {
 		if b == 0 {
@@ -123,95 +136,121 @@ func ratioOf(kind string, c *runfile.Cell, against, fig string, ref runfile.Inte
 // they are bounded by, to the peers and to themselves under pressure.
 func ratios(f *runfile.RunFile) []runfile.Ratio {
 	out := []runfile.Ratio{}
-	limit := func(name string, size int, target string) *runfile.Limit {
-		for i := range f.Limits {
-			l := &f.Limits[i]
-			if l.Name == name && l.Status == runfile.StatusOK && (size == 0 || l.SizeBytes == size) && l.Target == target {
-				return l
-			}
-		}
-		return nil
-	}
 	for i := range f.Cells {
 		c := &f.Cells[i]
 		if !c.Comparable() || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" || c.Replication != "" {
 			continue // replicated cells have their own section
 		}
-		if c.Workload == "throughput" && c.Flush == "async" {
-			// The append path's ceilings and the device's bandwidth bound
-			// async cells; sync cells are bound by the device's flush
-			// latency (below).
-			if c.WrittenMBps > 0 {
-				switch {
-				case c.Backend == "mmap" && !warmedSegments(c):
-					if l := limit(runfile.LimitFaults, 0, c.Target); l != nil {
-						out = append(out, ratioOf("fault-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
-							"accepted record MB/s ÷ first-touch page faults' MB/s: appends into cold mmap pages"))
-					}
-				case c.Backend != "mem":
-					if l := limit(runfile.LimitMemcpy, c.SizeBytes, c.Target); l != nil {
-						out = append(out, ratioOf("memcpy-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
-							"accepted record MB/s ÷ one goroutine's memcpy into present pages"))
-					}
+		out = append(out, limitRatios(f, c)...)
+		out = append(out, peerRatios(f, c)...)
+	}
+	out = append(out, pressureRatios(f)...)
+	return append(out, sendfileRatios(f)...)
+}
+
+// findLimit is the run's measured limit of that name on target (and body
+// size, unless 0).
+func findLimit(f *runfile.RunFile, name string, size int, target string) *runfile.Limit {
+	for i := range f.Limits {
+		l := &f.Limits[i]
+		if l.Name == name && l.Status == runfile.StatusOK && (size == 0 || l.SizeBytes == size) && l.Target == target {
+			return l
+		}
+	}
+	return nil
+}
+
+// limitRatios relates a cell to the limits beside the store: the append
+// path's ceilings, the device's bandwidth and sync latency, the group
+// commit's limit.
+func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
+	var out []runfile.Ratio
+	if c.Workload == "throughput" && c.Flush == "async" {
+		// The append path's ceilings and the device's bandwidth bound
+		// async cells; sync cells are bound by the device's flush
+		// latency (below).
+		if c.WrittenMBps > 0 {
+			switch {
+			case mapsPages(c.Backend) && !warmedSegments(c):
+				if l := findLimit(f, runfile.LimitFaults, 0, c.Target); l != nil {
+					out = append(out, ratioOf("fault-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
+						"accepted record MB/s ÷ first-touch page faults' MB/s: appends into cold mmap pages"))
 				}
-			}
-			if c.DurableMBps > 0 {
-				for _, name := range []string{runfile.LimitDeviceSeq, runfile.LimitFioSeq} {
-					if l := limit(name, 0, c.Target); l != nil {
-						out = append(out, ratioOf("device", c, l.Name, "durableMBps", l.Interval("mbPerSec"),
-							"durable record MB/s ÷ sequential O_DIRECT MB/s"))
-					}
+			case !volatile(c.Backend):
+				if l := findLimit(f, runfile.LimitMemcpy, c.SizeBytes, c.Target); l != nil {
+					out = append(out, ratioOf("memcpy-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
+						"accepted record MB/s ÷ one goroutine's memcpy into present pages"))
 				}
 			}
 		}
-		if c.Workload == "throughput" && c.Flush == "sync" {
-			if ref, against, ok := groupCommitLimit(f, c); ok {
-				out = append(out, ratioOf("group-commit", c, against, "msgsPerSec", ref,
-					fmt.Sprintf("acknowledged msgs/s ÷ the device's %d records of %d B as one write+fdatasync (msgs/s, the better of one and two in flight): how close the group commit comes to the device", c.Producers, c.RecordBytes)))
-			}
-		}
-		if c.Workload == "latency" && c.Flush == "sync" {
-			for _, name := range []string{runfile.LimitDeviceSync, runfile.LimitDeviceSyncPrewritten, runfile.LimitFioSync} {
-				if l := limit(name, 0, c.Target); l != nil {
-					out = append(out, ratioOf("device", c, l.Name, "p50Ns", l.Interval("p50Ns"),
-						"open-loop p50 ÷ one 4 KiB write+fdatasync p50: how many device syncs a durable append costs"))
+		if c.DurableMBps > 0 {
+			for _, name := range []string{runfile.LimitDeviceSeq, runfile.LimitFioSeq} {
+				if l := findLimit(f, name, 0, c.Target); l != nil {
+					out = append(out, ratioOf("device", c, l.Name, "durableMBps", l.Interval("mbPerSec"),
+						"durable record MB/s ÷ sequential O_DIRECT MB/s"))
 				}
-			}
-		}
-		for _, p := range f.Peers {
-			if !p.Comparable() || p.Workload != c.Workload || p.SizeBytes != c.SizeBytes || p.Flush != c.Flush || p.Target != c.Target ||
-				p.Producers != c.Producers || p.RatePerSec != c.RatePerSec {
-				continue
-			}
-			if c.Workload == "throughput" {
-				note := "accepted msgs/s, same producers; higher: mqstore faster"
-				if c.Message != "" && c.Message != "bare" {
-					note += " (mqstore puts the " + c.Message + " message, the peer the body alone)"
-				}
-				if sustainedNo(c) || sustainedNo(&p) {
-					note += " — but " + strings.Join(notSustained(c, &p), " and ") + " did not keep durable up with what it accepted"
-				}
-				out = append(out, ratioOf("peer", c, p.Name, "msgsPerSec", p.Interval("msgsPerSec"), note))
-				if c.DurableMBps > 0 && p.DurableMBps > 0 {
-					out = append(out, ratioOf("peer", c, p.Name, "durableMBps", p.Interval("durableMBps"),
-						"durable MB/s of each one's own records (formats differ); higher: mqstore faster"))
-				}
-				continue
-			}
-			if c.Workload != "latency" {
-				continue
-			}
-			for _, fig := range []string{"p50Ns", "p99Ns", "p999Ns"} {
-				civ, cs := ruleFigure(c, fig)
-				piv, ps := ruleFigure(&p, fig)
-				if cs != exact || ps != exact {
-					continue // a bound on either side: no ratio to state
-				}
-				out = append(out, runfile.Ratio{Kind: "peer", Cell: c.Name, Against: p.Name, Figure: fig, Median: civ.Median / piv.Median,
-					Low: civ.Lo / piv.Hi, High: civ.Hi / piv.Lo, Note: fmt.Sprintf("merged tails, both at %.0f msgs/s; lower: mqstore faster", c.RatePerSec)})
 			}
 		}
 	}
+	if c.Workload == "throughput" && c.Flush == "sync" {
+		if ref, against, ok := groupCommitLimit(f, c); ok {
+			out = append(out, ratioOf("group-commit", c, against, "msgsPerSec", ref,
+				fmt.Sprintf("acknowledged msgs/s ÷ the device's %d records of %d B as one write+fdatasync (msgs/s, the better of one and two in flight): how close the group commit comes to the device", c.Producers, c.RecordBytes)))
+		}
+	}
+	if c.Workload == "latency" && c.Flush == "sync" {
+		for _, name := range []string{runfile.LimitDeviceSync, runfile.LimitDeviceSyncPrewritten, runfile.LimitFioSync} {
+			if l := findLimit(f, name, 0, c.Target); l != nil {
+				out = append(out, ratioOf("device", c, l.Name, "p50Ns", l.Interval("p50Ns"),
+					"open-loop p50 ÷ one 4 KiB write+fdatasync p50: how many device syncs a durable append costs"))
+			}
+		}
+	}
+	return out
+}
+
+// peerRatios relates a cell to the peers' cells at its point.
+func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
+	var out []runfile.Ratio
+	for _, p := range f.Peers {
+		if !p.Comparable() || p.Workload != c.Workload || p.SizeBytes != c.SizeBytes || p.Flush != c.Flush || p.Target != c.Target ||
+			p.Producers != c.Producers || p.RatePerSec != c.RatePerSec {
+			continue
+		}
+		if c.Workload == "throughput" {
+			note := "accepted msgs/s, same producers; higher: mqstore faster"
+			if c.Message != "" && c.Message != "bare" {
+				note += " (mqstore puts the " + c.Message + " message, the peer the body alone)"
+			}
+			if sustainedNo(c) || sustainedNo(&p) {
+				note += " — but " + strings.Join(notSustained(c, &p), " and ") + " did not keep durable up with what it accepted"
+			}
+			out = append(out, ratioOf("peer", c, p.Name, "msgsPerSec", p.Interval("msgsPerSec"), note))
+			if c.DurableMBps > 0 && p.DurableMBps > 0 {
+				out = append(out, ratioOf("peer", c, p.Name, "durableMBps", p.Interval("durableMBps"),
+					"durable MB/s of each one's own records (formats differ); higher: mqstore faster"))
+			}
+			continue
+		}
+		if c.Workload != "latency" {
+			continue
+		}
+		for _, fig := range []string{"p50Ns", "p99Ns", "p999Ns"} {
+			civ, cs := ruleFigure(c, fig)
+			piv, ps := ruleFigure(&p, fig)
+			if cs != exact || ps != exact {
+				continue // a bound on either side: no ratio to state
+			}
+			out = append(out, runfile.Ratio{Kind: "peer", Cell: c.Name, Against: p.Name, Figure: fig, Median: civ.Median / piv.Median,
+				Low: civ.Lo / piv.Hi, High: civ.Hi / piv.Lo, Note: fmt.Sprintf("merged tails, both at %.0f msgs/s; lower: mqstore faster", c.RatePerSec)})
+		}
+	}
+	return out
+}
+
+// pressureRatios relate each cell under pressure to its unpressured twin.
+func pressureRatios(f *runfile.RunFile) []runfile.Ratio {
+	var out []runfile.Ratio
 	for i := range f.Cells {
 		c := &f.Cells[i]
 		if !c.Measured() || c.Pressure == "none" || c.Variant != "" {
@@ -238,6 +277,13 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 			}
 		}
 	}
+	return out
+}
+
+// sendfileRatios relate each consume cell that sends with sendfile to its
+// copying twin.
+func sendfileRatios(f *runfile.RunFile) []runfile.Ratio {
+	var out []runfile.Ratio
 	for i := range f.Cells {
 		c := &f.Cells[i]
 		if c.Status != runfile.StatusOK || c.Workload != "consume" || !strings.HasSuffix(c.Variant, "-sendfile") {
@@ -387,7 +433,7 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 	best := map[string]*candidate{}
 	for i := range f.Cells {
 		c := &f.Cells[i]
-		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || c.Backend == "mem" || c.Replication != "" {
+		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || volatile(c.Backend) || c.Replication != "" {
 			continue // a replicated configuration is compared in its own section, not picked here
 		}
 		label := c.Backend + " " + c.Flush
@@ -445,22 +491,7 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 	}
 	var dominated []string
 	if durability == "any" {
-		var kept []*candidate
-		for _, cd := range ok {
-			by := ""
-			for _, s := range ok {
-				if cd.thr.Flush == "async" && s.thr.Flush == "sync" && !(runfile.Separated(durableIv(cd), durableIv(s)) && cd.thr.DurableMBps > s.thr.DurableMBps) {
-					by = s.label
-					break
-				}
-			}
-			if by != "" {
-				dominated = append(dominated, fmt.Sprintf("%s (no faster than %s, which acknowledges only what is durable)", cd.label, by))
-				continue
-			}
-			kept = append(kept, cd)
-		}
-		ok = kept
+		ok, dominated = setAsideDominated(ok)
 	}
 	sort.SliceStable(ok, func(i, j int) bool { return ok[i].thr.DurableMBps > ok[j].thr.DurableMBps })
 	if len(ok) == 0 {
@@ -469,13 +500,6 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 	}
 	top := ok[0]
 	rec.Cell, rec.Interval = top.thr.Name, durableIv(top)
-	describe := func(cd *candidate) string {
-		iv := durableIv(cd)
-		if len(cd.undetermined) > 0 {
-			return fmt.Sprintf("%s (%s; %s)", cd.label, ci(iv, fmtFloat), strings.Join(cd.undetermined, "; "))
-		}
-		return fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat))
-	}
 	var tied []*candidate
 	var next *candidate
 	var fallback *candidate // the best that is fully determined, when the top is not
@@ -490,6 +514,46 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 			fallback = cd
 		}
 	}
+	writeRecommendation(&rec, top, tied, next, fallback, dominated)
+	return rec, true
+}
+
+// setAsideDominated drops, for "any", each async policy no faster than a
+// sync one (the sync one acknowledges only what is durable at no
+// measurable cost), saying so.
+func setAsideDominated(ok []*candidate) (kept []*candidate, dominated []string) {
+	for _, cd := range ok {
+		by := ""
+		for _, s := range ok {
+			if cd.thr.Flush == "async" && s.thr.Flush == "sync" && !(runfile.Separated(durableIv(cd), durableIv(s)) && cd.thr.DurableMBps > s.thr.DurableMBps) {
+				by = s.label
+				break
+			}
+		}
+		if by != "" {
+			dominated = append(dominated, fmt.Sprintf("%s (no faster than %s, which acknowledges only what is durable)", cd.label, by))
+			continue
+		}
+		kept = append(kept, cd)
+	}
+	return kept, dominated
+}
+
+// describe is a candidate with its durable MB/s interval (and what is
+// undetermined about it).
+func describe(cd *candidate) string {
+	iv := durableIv(cd)
+	if len(cd.undetermined) > 0 {
+		return fmt.Sprintf("%s (%s; %s)", cd.label, ci(iv, fmtFloat), strings.Join(cd.undetermined, "; "))
+	}
+	return fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat))
+}
+
+// writeRecommendation sets rec's pick, ties and text from the ranked
+// candidates: the top, those tied with it, the next separated one, the
+// best fully determined one (when the top is not) and the async policies
+// set aside.
+func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*candidate, next, fallback *candidate, dominated []string) {
 	head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat), ciWords(top.thr.CILevel), top.thr.Producers)
 	for _, u := range top.undetermined {
 		if u == sustainUndetermined {
@@ -537,7 +601,6 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 	if len(dominated) > 0 {
 		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
 	}
-	return rec, true
 }
 
 // ciWords says what the interval after a median is.

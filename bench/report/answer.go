@@ -70,22 +70,8 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 			fmt.Fprintf(b, "- %s: **nothing qualifies**\n", title)
 		}
 		if n := len(r.Excluded); n > 0 {
-			fmt.Fprintf(b, "  - excluded: %s\n", shortExcluded(r.Excluded))
+			fmt.Fprintf(b, "  - excluded: %s\n", strings.Join(r.Excluded, "; "))
 		}
 	}
-	b.WriteString("\nWhy, and every figure behind it: the sections below.\n\n")
-}
-
-// shortExcluded lists exclusions with their reason cut at the first
-// colon's clause, so the first screen stays short (the full reasons are in
-// the recommendation section).
-func shortExcluded(ex []string) string {
-	var out []string
-	for _, e := range ex {
-		if i := strings.Index(e, " ("); i > 0 && i < len(e)-1 {
-			e = e[:i]
-		}
-		out = append(out, e)
-	}
-	return strings.Join(out, "; ")
+	b.WriteString("\nWhy, and every figure behind it: the sections below (the rule in full: run.json's recommendations, docs/harness.md).\n\n")
 }

@@ -67,6 +67,18 @@ func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
 		fmt.Fprintf(b, "# %s generator-bound (p99.9 below 3x the floor's %dns, service p99.9 within it): not comparable\n", c.Name, c.FloorP999Ns)
 		return
 	}
+	name := benchName(c, withTarget)
+	for _, r := range c.Repeats {
+		if !r.Warm {
+			n, v := repeatValues(c.Workload, &r)
+			fmt.Fprintf(b, "%s %d%s\n", name, n, v.String())
+		}
+	}
+}
+
+// benchName is a cell's benchmark name: its coordinates as key=value
+// parts, so benchstat can group by any of them.
+func benchName(c *runfile.Cell, withTarget bool) string {
 	name := fmt.Sprintf("BenchmarkMQBench/workload=%s/backend=%s/size=%d/flush=%s/pressure=%s", c.Workload, c.Backend, c.SizeBytes, c.Flush, c.Pressure)
 	switch {
 	case c.RatePerSec > 0:
@@ -92,56 +104,53 @@ func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
 	if withTarget && c.Target != "" {
 		name += "/target=" + runfile.SafeName(c.Target)
 	}
-	for _, r := range c.Repeats {
-		if r.Warm {
-			continue
+	return name
+}
+
+// repeatValues are one measured repeat's iteration count and values.
+func repeatValues(workload string, r *runfile.Repeat) (int64, valueList) {
+	f := r.Figures
+	var v valueList
+	switch workload {
+	case "consume":
+		v.add(f.MBPerSec, "MB/s")
+		v.add(f.MsgsPerSec, "msgs/s")
+		v.add(f.CPUSecPerGiB, "sender-cpu-sec/GiB")
+		v.add(f.ProcessCPUSecPerGiB, "cpu-sec/GiB")
+		return max(1, r.Result.Messages), v
+	case "recovery":
+		v.add(float64(f.OpenNs), "ns/op")
+		v.add(f.MBPerSec, "MB/s")
+		return 1, v
+	case "throughput":
+		v.add(float64(r.Result.ElapsedNs)/float64(max(r.Result.Messages, 1)), "ns/op")
+		v.add(f.MBPerSec, "MB/s")
+		v.add(f.MsgsPerSec, "msgs/s")
+		if r.Result.Durability != nil {
+			v.add(f.DurableMBps, "durable-MB/s")
+			v.add(f.BacklogBytes, "backlog-B")
+			v.add(float64(f.DrainNs), "drain-ns")
 		}
-		f := r.Figures
-		var v valueList
-		switch c.Workload {
-		case "consume":
-			v.add(f.MBPerSec, "MB/s")
-			v.add(f.MsgsPerSec, "msgs/s")
-			v.add(f.CPUSecPerGiB, "sender-cpu-sec/GiB")
-			v.add(f.ProcessCPUSecPerGiB, "cpu-sec/GiB")
-			fmt.Fprintf(b, "%s %d%s\n", name, max(1, r.Result.Messages), v.String())
-			continue
-		case "recovery":
-			v.add(float64(f.OpenNs), "ns/op")
-			v.add(f.MBPerSec, "MB/s")
-			fmt.Fprintf(b, "%s 1%s\n", name, v.String())
-			continue
-		}
-		if c.Workload == "throughput" {
-			v.add(float64(r.Result.ElapsedNs)/float64(max(r.Result.Messages, 1)), "ns/op")
-			v.add(f.MBPerSec, "MB/s")
-			v.add(f.MsgsPerSec, "msgs/s")
-			if r.Result.Durability != nil {
-				v.add(f.DurableMBps, "durable-MB/s")
-				v.add(f.BacklogBytes, "backlog-B")
-				v.add(float64(f.DrainNs), "drain-ns")
-			}
-			v.add(f.CPUSecPerGiB, "cpu-sec/GiB")
-		} else {
-			v.add(f.MsgsPerSec, "msgs/s")
-		}
-		v.add(float64(f.P50Ns), "p50-ns")
-		v.add(float64(f.P99Ns), "p99-ns")
-		v.add(float64(f.P999Ns), "p99.9-ns")
-		v.add(float64(f.P9999Ns), "p99.99-ns")
-		v.add(float64(f.MaxNs), "max-ns")
-		if c.Workload == "latency" {
-			v.add(float64(f.ServiceP999Ns), "service-p99.9-ns")
-		}
-		v.add(f.AllocsPerMsg, "allocs/msg")
-		if r.Replication != nil {
-			v.add(float64(f.ReplLagP50Ns), "repl-lag-p50-ns")
-			v.add(float64(f.ReplLagP99Ns), "repl-lag-p99-ns")
-			v.add(f.ReplLagBytesP99, "repl-lag-p99-B")
-			v.add(f.SlaveDurableMBps, "slave-durable-MB/s")
-		}
-		fmt.Fprintf(b, "%s %d%s\n", name, max(r.Result.Messages, 1), v.String())
+		v.add(f.CPUSecPerGiB, "cpu-sec/GiB")
+	default:
+		v.add(f.MsgsPerSec, "msgs/s")
 	}
+	v.add(float64(f.P50Ns), "p50-ns")
+	v.add(float64(f.P99Ns), "p99-ns")
+	v.add(float64(f.P999Ns), "p99.9-ns")
+	v.add(float64(f.P9999Ns), "p99.99-ns")
+	v.add(float64(f.MaxNs), "max-ns")
+	if workload == "latency" {
+		v.add(float64(f.ServiceP999Ns), "service-p99.9-ns")
+	}
+	v.add(f.AllocsPerMsg, "allocs/msg")
+	if r.Replication != nil {
+		v.add(float64(f.ReplLagP50Ns), "repl-lag-p50-ns")
+		v.add(float64(f.ReplLagP99Ns), "repl-lag-p99-ns")
+		v.add(f.ReplLagBytesP99, "repl-lag-p99-B")
+		v.add(f.SlaveDurableMBps, "slave-durable-MB/s")
+	}
+	return max(r.Result.Messages, 1), v
 }
 
 func limitValues(f *runfile.Figures) string {

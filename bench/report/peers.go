@@ -18,14 +18,11 @@ const refPeer = "pebble-wal"
 // both report durability during the window (accepted MB/s of an async row
 // is what buffers absorbed, which says nothing about durable speed).
 func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
-	ref := map[string]*runfile.Cell{} // flush|producers|size|target
-	key := func(c *runfile.Cell) string {
-		return fmt.Sprintf("%s|%d|%d|%s", c.Flush, c.Producers, c.SizeBytes, c.Target)
-	}
+	ref := map[string]*runfile.Cell{} // versusKey: flush|producers|size|target
 	for i := range f.Peers {
 		c := &f.Peers[i]
 		if c.Backend == refPeer && c.Workload == "throughput" && c.Pressure == "none" {
-			ref[key(c)] = c
+			ref[versusKey(c)] = c
 		}
 	}
 	if len(ref) == 0 {
@@ -36,7 +33,7 @@ func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || c.Replication != "" || c.Policy != "" || c.Backend == refPeer {
 			continue
 		}
-		if ref[key(c)] != nil {
+		if ref[versusKey(c)] != nil {
 			systems = append(systems, c)
 		}
 	}
@@ -51,83 +48,99 @@ func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 		fmt.Fprintf(b, "Not the same message: %s.\n\n", n)
 	}
 	for _, flush := range []string{"sync", "async"} {
-		type rowKey struct {
-			name         string
-			size         int
-			target, peer string
-		}
-		var rows []rowKey
-		cells := map[rowKey]map[int]*runfile.Cell{}
-		for _, c := range systems {
-			if c.Flush != flush {
-				continue
-			}
-			k := rowKey{name: c.Backend, size: c.SizeBytes, target: c.Target}
-			if c.Peer {
-				k.peer = " (peer)"
-			}
-			if cells[k] == nil {
-				cells[k] = map[int]*runfile.Cell{}
-				rows = append(rows, k)
-			}
-			cells[k][c.Producers] = c
-		}
-		if len(rows) == 0 {
+		writeVersusTable(b, flush, systems, ref, producers)
+	}
+}
+
+// versusRow is one row of a ÷ pebble-wal table: a system at a body size
+// on a target.
+type versusRow struct {
+	name         string
+	size         int
+	target, peer string
+}
+
+func versusKey(c *runfile.Cell) string {
+	return fmt.Sprintf("%s|%d|%d|%s", c.Flush, c.Producers, c.SizeBytes, c.Target)
+}
+
+// writeVersusTable is the ÷ pebble-wal table of one flush mode: a row per
+// system, a column per producer count.
+func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell, ref map[string]*runfile.Cell, producers []int) {
+	var rows []versusRow
+	cells := map[versusRow]map[int]*runfile.Cell{}
+	for _, c := range systems {
+		if c.Flush != flush {
 			continue
 		}
-		figure, what := "msgsPerSec", "acknowledged msgs/s (every acknowledgement durable)"
-		if flush == "async" {
-			figure, what = "durableMBps", "durable MB/s during the window (each system's own records)"
-			// No table when pebble-wal's async durability cannot be seen
-			// in any window: every entry would be "—".
-			var measured []*runfile.Cell
-			for _, r := range ref {
-				if r.Flush == "async" && r.Measured() && !r.DurableAtDrainOnly && r.DurableMBps > 0 {
-					measured = append(measured, r)
-				}
-			}
-			if len(measured) == 0 {
-				for _, r := range ref {
-					if r.Flush == "async" && r.DurableAtDrainOnly {
-						fmt.Fprintf(b, "### async\n\nNo ratio: `%s` async reports durable bytes only at Drain (its own statement: \"%s\") — no durable rate to divide by. That is what it does (an accounting limit of the peer, not a failure to keep up); compare async rows by their own durable MB/s in the throughput table, and read the durability table before comparing async with sync.\n\n",
-							refPeer, mechanismOf(r))
-						break
-					}
-				}
-				continue
-			}
+		k := versusRow{name: c.Backend, size: c.SizeBytes, target: c.Target}
+		if c.Peer {
+			k.peer = " (peer)"
 		}
-		fmt.Fprintf(b, "### %s: %s\n\n| system | size |", flush, what)
-		for _, p := range producers {
-			fmt.Fprintf(b, " %d producer%s |", p, map[bool]string{true: "", false: "s"}[p == 1])
+		if cells[k] == nil {
+			cells[k] = map[int]*runfile.Cell{}
+			rows = append(rows, k)
 		}
-		b.WriteString("\n|---|---:|" + strings.Repeat("---|", len(producers)) + "\n")
-		var notes []string
-		for _, k := range rows {
-			fmt.Fprintf(b, "| %s%s | %s |", k.name, k.peer, sizeLabel(k.size))
-			for _, p := range producers {
-				c := cells[k][p]
-				if c == nil {
-					b.WriteString(" — |")
-					continue
-				}
-				r := ref[key(c)]
-				text, note := versus(c, r, figure)
-				if note != "" && !slices.Contains(notes, note) {
-					notes = append(notes, note)
-				}
-				fmt.Fprintf(b, " %s |", text)
-			}
-			b.WriteString("\n")
-		}
-		b.WriteString("\n")
-		for _, n := range notes {
-			fmt.Fprintf(b, "- %s\n", n)
-		}
-		if len(notes) > 0 {
-			b.WriteString("\n")
+		cells[k][c.Producers] = c
+	}
+	if len(rows) == 0 {
+		return
+	}
+	figure, what := "msgsPerSec", "acknowledged msgs/s (every acknowledgement durable)"
+	if flush == "async" {
+		figure, what = "durableMBps", "durable MB/s during the window (each system's own records)"
+		if !refAsyncMeasured(b, ref) {
+			return
 		}
 	}
+	fmt.Fprintf(b, "### %s: %s\n\n| system | size |", flush, what)
+	for _, p := range producers {
+		fmt.Fprintf(b, " %d producer%s |", p, map[bool]string{true: "", false: "s"}[p == 1])
+	}
+	b.WriteString("\n|---|---:|" + strings.Repeat("---|", len(producers)) + "\n")
+	var notes []string
+	for _, k := range rows {
+		fmt.Fprintf(b, "| %s%s | %s |", k.name, k.peer, sizeLabel(k.size))
+		for _, p := range producers {
+			c := cells[k][p]
+			if c == nil {
+				b.WriteString(" — |")
+				continue
+			}
+			text, note := versus(c, ref[versusKey(c)], figure)
+			if note != "" && !slices.Contains(notes, note) {
+				notes = append(notes, note)
+			}
+			fmt.Fprintf(b, " %s |", text)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	for _, n := range notes {
+		fmt.Fprintf(b, "- %s\n", n)
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n")
+	}
+}
+
+// refAsyncMeasured reports whether pebble-wal's async durability shows in
+// a window; when it does not, every entry would be "—", and it says why
+// instead of a table.
+func refAsyncMeasured(b *strings.Builder, ref map[string]*runfile.Cell) bool {
+	for _, r := range ref {
+		if r.Flush == "async" && r.Measured() && !r.DurableAtDrainOnly && r.DurableMBps > 0 {
+			return true
+		}
+	}
+	for _, r := range ref {
+		if r.Flush == "async" && r.DurableAtDrainOnly {
+			fmt.Fprintf(b, "### async\n\nNo ratio: `%s` async reports durable bytes only at Drain (its own statement: \"%s\") — no durable rate to divide by. That is what it does (an accounting limit of the peer, not a failure to keep up); compare async rows by their own durable MB/s in the throughput table, and read the durability table before comparing async with sync.\n\n",
+				refPeer, mechanismOf(r))
+			break
+		}
+	}
+	return false
 }
 
 // versus is c ÷ ref for figure, or why there is no ratio.

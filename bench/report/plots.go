@@ -461,21 +461,34 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 			return fmt.Errorf("plot %s: %w", path, err)
 		}
 	}
-	plots := [][]*plot.Plot{{lat}, {dirty}, {swap}, {psi}}
+	alignX([]*plot.Plot{lat, dirty, swap, psi}, p99, nd)
+	return drawColumn(path, []*plot.Plot{lat, dirty, swap, psi})
+}
+
+// alignX gives every plot the x range the series cover.
+func alignX(plots []*plot.Plot, series ...plotter.XYs) {
 	xmin, xmax := math.Inf(1), math.Inf(-1)
-	for _, xys := range []plotter.XYs{p99, nd} {
+	for _, xys := range series {
 		for _, xy := range xys {
 			xmin, xmax = math.Min(xmin, xy.X), math.Max(xmax, xy.X)
 		}
 	}
 	if xmin < xmax {
-		for _, row := range plots {
-			row[0].X.Min, row[0].X.Max = xmin, xmax
+		for _, p := range plots {
+			p.X.Min, p.X.Max = xmin, xmax
 		}
+	}
+}
+
+// drawColumn draws the plots one above the other into a PNG at path.
+func drawColumn(path string, column []*plot.Plot) error {
+	plots := make([][]*plot.Plot, len(column))
+	for i, p := range column {
+		plots[i] = []*plot.Plot{p}
 	}
 	img := vgimg.New(9*vg.Inch, 11*vg.Inch)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 4, Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4)}
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4)}
 	canvases := plot.Align(plots, tiles, dc)
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])

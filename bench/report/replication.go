@@ -88,44 +88,46 @@ func replFigs(c *runfile.Cell) []string {
 		fmtPct(c.Max.ReplUnackedFraction), fig(c, "slaveDurableMBps", fmtFloat)}
 }
 
-// writeNamedComparison is the ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH table: per backend, size and point
-// (producer count or offered rate), the four named configurations.
-func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
-	type point struct {
-		backend, target string
-		size, producers int
-		rate            float64
-	}
-	delay := f.Config.HADelay.Nanoseconds()
-	find := func(p point, rc replicaConfig) *runfile.Cell {
-		for i := range f.Cells {
-			c := &f.Cells[i]
-			if c.Backend != p.backend || c.Target != p.target || c.SizeBytes != p.size || c.Producers != p.producers || c.RatePerSec != p.rate ||
-				c.Flush != rc.flush || c.Replication != rc.repl || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" {
-				continue
-			}
-			if rc.repl != "" && c.HADelayNs != delay {
-				continue
-			}
-			return c
+// namedPoint is one point of the named comparison: a backend at a body
+// size on a target, at a producer count (closed loop) or an offered rate.
+type namedPoint struct {
+	backend, target string
+	size, producers int
+	rate            float64
+}
+
+// namedCell is the cell of a named configuration at a point (nil: not in
+// the run).
+func namedCell(f *runfile.RunFile, p namedPoint, rc replicaConfig) *runfile.Cell {
+	for i := range f.Cells {
+		c := &f.Cells[i]
+		if c.Backend != p.backend || c.Target != p.target || c.SizeBytes != p.size || c.Producers != p.producers || c.RatePerSec != p.rate ||
+			c.Flush != rc.flush || c.Replication != rc.repl || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" {
+			continue
 		}
-		return nil
+		if rc.repl != "" && c.HADelayNs != f.Config.HADelay.Nanoseconds() {
+			continue
+		}
+		return c
 	}
-	var points []point
-	seen := map[point]bool{}
+	return nil
+}
+
+// namedPoints are the points where the run has ASYNC_FLUSH + SYNC_MASTER,
+// per backend: closed-loop points first, by producers, then by rate.
+func namedPoints(f *runfile.RunFile) []namedPoint {
+	var points []namedPoint
+	seen := map[namedPoint]bool{}
 	for i := range f.Cells {
 		c := &f.Cells[i]
 		if c.Replication != "sync" || c.Flush != "async" || (c.Workload != "throughput" && c.Workload != "latency") {
 			continue
 		}
-		p := point{backend: c.Backend, target: c.Target, size: c.SizeBytes, producers: c.Producers, rate: c.RatePerSec}
+		p := namedPoint{backend: c.Backend, target: c.Target, size: c.SizeBytes, producers: c.Producers, rate: c.RatePerSec}
 		if !seen[p] {
 			seen[p] = true
 			points = append(points, p)
 		}
-	}
-	if len(points) == 0 {
-		return
 	}
 	sort.SliceStable(points, func(i, j int) bool {
 		a, c := points[i], points[j]
@@ -137,49 +139,23 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 		}
 		return a.producers < c.producers || (a.producers == c.producers && a.rate < c.rate)
 	})
-	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (master to slave: %s)\n\n", delayText(delay))
+	return points
+}
+
+// writeNamedComparison is the ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH table: per backend, size and point
+// (producer count or offered rate), the four named configurations.
+func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
+	points := namedPoints(f)
+	if len(points) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (master to slave: %s)\n\n", delayText(f.Config.HADelay.Nanoseconds()))
 	b.WriteString("\"Usually configure master and slave with ASYNC_FLUSH, and SYNC_MASTER replication between them: even if one machine fails, no data is lost.\" Each group compares the four configurations at the same producers (closed loop: throughput, service-time percentiles) or the same offered rate (open loop: latency from the intended start); the ratio is to SYNC_FLUSH alone, a difference is called only where the intervals separate.\n\n")
 	b.WriteString("| backend, size | point | configuration | status | msgs/s | ÷ SYNC_FLUSH alone | p50 | p99 | p99.9 | lag p50 / p99 | losing the master's machine loses |\n")
 	b.WriteString("|---|---|---|---|---:|---|---:|---:|---:|---|---|\n")
 	var verdicts []string
 	for _, p := range points {
-		where := fmt.Sprintf("%d producers", p.producers)
-		cmpFig, cmpName := "msgsPerSec", "throughput"
-		if p.rate > 0 {
-			where, cmpFig, cmpName = fmt.Sprintf("%s msgs/s offered", fmtCount(p.rate)), "p99Ns", "p99"
-		}
-		base := find(p, namedConfigs[0])
-		for _, rc := range namedConfigs {
-			c := find(p, rc)
-			if c == nil {
-				fmt.Fprintf(b, "| %s %s | %s | %s | not in this run | | | | | | | |\n", p.backend, sizeLabel(p.size), where, rc.name)
-				continue
-			}
-			if !c.Measured() {
-				fmt.Fprintf(b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, sizeLabel(p.size), where, rc.name, c.Status)
-				continue
-			}
-			ratio, lag, loss := "—", "—", "—"
-			if rc.repl != "" {
-				lag = fig(c, "replLagP50Ns", fmtNsF) + " / " + fig(c, "replLagP99Ns", fmtNsF)
-			}
-			if c.Durability != nil {
-				loss = orDefault(c.Durability.MachineLoss, "—")
-			}
-			if base != nil && base.Measured() && c != base {
-				ratio = namedRatio(base, c, cmpFig)
-				if rc.seed {
-					verdicts = append(verdicts, fmt.Sprintf("%s %s at %s: ASYNC_FLUSH + SYNC_MASTER ÷ SYNC_FLUSH alone, %s: %s", p.backend, sizeLabel(p.size),
-						where, cmpName, ratio))
-				}
-			}
-			status := c.Status
-			if c.GeneratorBound {
-				status += " †"
-			}
-			fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.backend, sizeLabel(p.size), where, rc.name, status,
-				fig(c, "msgsPerSec", fmtCount), ratio, latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), lag, loss)
-		}
+		verdicts = append(verdicts, writeNamedPoint(b, f, p)...)
 	}
 	b.WriteString("\n")
 	for _, v := range verdicts {
@@ -188,6 +164,49 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 	if len(verdicts) > 0 {
 		b.WriteString("\n")
 	}
+}
+
+// writeNamedPoint is the four configurations' rows at one point; it
+// returns the verdict on ASYNC_FLUSH + SYNC_MASTER there.
+func writeNamedPoint(b *strings.Builder, f *runfile.RunFile, p namedPoint) (verdicts []string) {
+	where := fmt.Sprintf("%d producers", p.producers)
+	cmpFig, cmpName := "msgsPerSec", "throughput"
+	if p.rate > 0 {
+		where, cmpFig, cmpName = fmt.Sprintf("%s msgs/s offered", fmtCount(p.rate)), "p99Ns", "p99"
+	}
+	base := namedCell(f, p, namedConfigs[0])
+	for _, rc := range namedConfigs {
+		c := namedCell(f, p, rc)
+		if c == nil {
+			fmt.Fprintf(b, "| %s %s | %s | %s | not in this run | | | | | | | |\n", p.backend, sizeLabel(p.size), where, rc.name)
+			continue
+		}
+		if !c.Measured() {
+			fmt.Fprintf(b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, sizeLabel(p.size), where, rc.name, c.Status)
+			continue
+		}
+		ratio, lag, loss := "—", "—", "—"
+		if rc.repl != "" {
+			lag = fig(c, "replLagP50Ns", fmtNsF) + " / " + fig(c, "replLagP99Ns", fmtNsF)
+		}
+		if c.Durability != nil {
+			loss = orDefault(c.Durability.MachineLoss, "—")
+		}
+		if base != nil && base.Measured() && c != base {
+			ratio = namedRatio(base, c, cmpFig)
+			if rc.seed {
+				verdicts = append(verdicts, fmt.Sprintf("%s %s at %s: ASYNC_FLUSH + SYNC_MASTER ÷ SYNC_FLUSH alone, %s: %s", p.backend, sizeLabel(p.size),
+					where, cmpName, ratio))
+			}
+		}
+		status := c.Status
+		if c.GeneratorBound {
+			status += " †"
+		}
+		fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.backend, sizeLabel(p.size), where, rc.name, status,
+			fig(c, "msgsPerSec", fmtCount), ratio, latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), lag, loss)
+	}
+	return verdicts
 }
 
 // namedRatio is c ÷ base for a figure, with the widest ratio the intervals

@@ -31,7 +31,7 @@ func Summary(f *runfile.RunFile) string {
 	writePlotsSection(&b, f)
 	writeProfiles(&b, f)
 	writeSystemChanges(&b, f)
-	b.WriteString(howToRead)
+	b.WriteString("How to read this — the rules every figure obeys, what each column means: docs/harness.md in the mqstore repository.\n")
 	return b.String()
 }
 
@@ -172,7 +172,6 @@ func SummaryTables(f *runfile.RunFile) string {
 
 // writeTables is everything after the first screen and the run's context.
 func writeTables(b *strings.Builder, f *runfile.RunFile) {
-	writeRecommendations(b, f)
 	writeAA(b, f)
 	writeThroughput(b, f)
 	writeAtDrainOnly(b, f)
@@ -335,16 +334,6 @@ func writeNotes(b *strings.Builder, f *runfile.RunFile) {
 	}
 	b.WriteString("\n")
 }
-
-const howToRead = `## How to read this
-
-- **Intervals decide.** Every figure is the median of the measured repeats with a confidence interval of that median. A difference is called only when two intervals do not overlap; otherwise the answer is "no significant difference" — also in the recommendation and in ` + "`mqbench compare`" + `. The A/A check measures one cell twice as if it were two systems: the harness must not call them different.
-- **Throughput is what became durable.** *accepted* is what the producers got acknowledged; *durable* is what the store made durable during the window (its flushed position, record bytes); *backlog* is accepted but not yet durable at the window's end, *drain* how long the system then took to make it durable (mqstore: Store.Flush — commit and flush of the CommitLog, as a peer's Drain syncs its log; Close is timed apart), *time-to-durable* the window's bytes ÷ (window + drain). A cell whose backlog exceeds 10 % of what it wrote is **not sustained** — it filled buffers — and is never recommended.
-- **The floor** is the load generator's own latency at each rate (the same schedule against an operation that does nothing). A cell whose p99.9 is below 3× the floor is **generator-bound** (†): its tail is the harness's, so it is shown but kept out of ratios, comparisons and the recommendation.
-- **Saturated** cells could not keep their offered rate (arrivals never started by the window's end + a tenth, less than 98 % of the offered rate achieved, or latency rising through the window). Every arrival is either served or recorded, so their percentiles are lower bounds (≥) of a queue that grows with the window, not figures of the system; the sustainable-rate search gives the rate they do keep up with.
-- **Equal loads**: open-loop cells run at absolute rates shared by every backend and peer, so latencies are compared at the same offered load; closed-loop cells at the same producer count.
-- **async** acknowledges from memory, **sync** after a group-commit flush: read the durability table before comparing them.
-`
 
 func sortedKeys(m map[string]string) []string {
 	out := make([]string, 0, len(m))

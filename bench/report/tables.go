@@ -125,26 +125,6 @@ func tailCount(c *runfile.Cell) string {
 	return fmtCount(float64(c.Tail.Count))
 }
 
-func writeRecommendations(b *strings.Builder, f *runfile.RunFile) {
-	if len(f.Recommendations) == 0 {
-		return
-	}
-	b.WriteString("## Recommendation per device\n\n")
-	b.WriteString("Rule: the highest **durable** throughput among backend/flush policies that are sustained (backlog ≤ 10 % of what they wrote; one whose backlog interval straddles 10 % is undetermined), not saturated under pressure at a rate they sustain without it, and whose tail under pressure is not above 2× their own unpressured tail at the run's confidence — on the merged p99.9, or p99 where p99.9 has fewer than 10 samples above it; a generator-bound unpressured tail can exclude but never pass, a saturated one pass but never exclude, otherwise the gate is undetermined. Nothing on an emulated device that models no seek qualifies, nor async cells on one whose throttle misses the kernel's writeback. A pick is named only when its interval separates from the others' and nothing about it is undetermined; *any* sets aside an async policy no faster than a sync one. async and sync acknowledge different things (see the durability table): choose the durability you need first.\n\n")
-	last := ""
-	for _, r := range f.Recommendations {
-		if k := r.Target + fmt.Sprint(r.SizeBytes); k != last {
-			fmt.Fprintf(b, "- **%s**, %s bodies:\n", orDefault(deviceLabel(f, r.Target), "target"), sizeLabel(r.SizeBytes))
-			last = k
-		}
-		fmt.Fprintf(b, "  - %s: %s\n", r.Durability, r.Text)
-		for _, e := range r.Excluded {
-			fmt.Fprintf(b, "    - excluded %s\n", e)
-		}
-	}
-	b.WriteString("\n")
-}
-
 func deviceLabel(f *runfile.RunFile, target string) string {
 	for _, d := range f.Devices {
 		if d.Label == target && d.Emulated {

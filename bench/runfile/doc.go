@@ -4,10 +4,10 @@
 // reading and writing it. It holds no orchestration and no rendering:
 // package bench writes run files, package bench/report renders them.
 //
-// The schema is documented field by field in the README ("run.json, schema
-// 3"). SchemaVersion changes whenever a figure's meaning changes; Read
-// converts schema 2 explicitly and refuses other schemas with an error
-// that says why they cannot be converted.
+// The schema is documented field by field in docs/runfile.md, generated
+// from these types by TestRunfileDoc. SchemaVersion changes whenever a
+// figure's meaning changes; Read reads schema 3 as written (with a note)
+// and refuses other schemas with an error that says why.
 //
 // Files: schema.go (the run file's types), config.go (the configuration
 // recorded in it), figures.go (Figures and their derivation), stats.go

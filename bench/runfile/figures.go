@@ -1,7 +1,9 @@
 package runfile
 
 import (
+	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/mqstore/mqstore/bench/load"
 )
@@ -149,71 +151,42 @@ func perSec(v float64, ns int64) float64 {
 	return v / (float64(ns) / 1e9)
 }
 
-// figureFields lists every figure with its accessor, so medians and
-// intervals are computed field by field.
-var figureFields = []struct {
-	name string
-	get  func(*Figures) *float64
-	geti func(*Figures) *int64
-}{
-	{name: "msgsPerSec", get: func(f *Figures) *float64 { return &f.MsgsPerSec }},
-	{name: "mbPerSec", get: func(f *Figures) *float64 { return &f.MBPerSec }},
-	{name: "writtenMBps", get: func(f *Figures) *float64 { return &f.WrittenMBps }},
-	{name: "durableMBps", get: func(f *Figures) *float64 { return &f.DurableMBps }},
-	{name: "backlogBytes", get: func(f *Figures) *float64 { return &f.BacklogBytes }},
-	{name: "backlogShare", get: func(f *Figures) *float64 { return &f.BacklogShare }},
-	{name: "drainNs", geti: func(f *Figures) *int64 { return &f.DrainNs }},
-	{name: "timeToDurableMBps", get: func(f *Figures) *float64 { return &f.TimeToDurableMBps }},
-	{name: "closeNs", geti: func(f *Figures) *int64 { return &f.CloseNs }},
-	{name: "msgsPerGroupCommit", get: func(f *Figures) *float64 { return &f.MsgsPerGroupCommit }},
-	{name: "p50Ns", geti: func(f *Figures) *int64 { return &f.P50Ns }},
-	{name: "p90Ns", geti: func(f *Figures) *int64 { return &f.P90Ns }},
-	{name: "p99Ns", geti: func(f *Figures) *int64 { return &f.P99Ns }},
-	{name: "p999Ns", geti: func(f *Figures) *int64 { return &f.P999Ns }},
-	{name: "p9999Ns", geti: func(f *Figures) *int64 { return &f.P9999Ns }},
-	{name: "maxNs", geti: func(f *Figures) *int64 { return &f.MaxNs }},
-	{name: "cpuSecPerGiB", get: func(f *Figures) *float64 { return &f.CPUSecPerGiB }},
-	{name: "allocsPerMsg", get: func(f *Figures) *float64 { return &f.AllocsPerMsg }},
-	{name: "serviceP50Ns", geti: func(f *Figures) *int64 { return &f.ServiceP50Ns }},
-	{name: "serviceP99Ns", geti: func(f *Figures) *int64 { return &f.ServiceP99Ns }},
-	{name: "serviceP999Ns", geti: func(f *Figures) *int64 { return &f.ServiceP999Ns }},
-	{name: "offeredPerSec", get: func(f *Figures) *float64 { return &f.OfferedPerSec }},
-	{name: "unstartedFraction", get: func(f *Figures) *float64 { return &f.UnstartedFraction }},
-	{name: "dispatchLagP99Ns", geti: func(f *Figures) *int64 { return &f.DispatchLagP99 }},
-	{name: "processCpuSecPerGiB", get: func(f *Figures) *float64 { return &f.ProcessCPUSecPerGiB }},
-	{name: "residentFraction", get: func(f *Figures) *float64 { return &f.ResidentFraction }},
-	{name: "openNs", geti: func(f *Figures) *int64 { return &f.OpenNs }},
-	{name: "faultsPerSec", get: func(f *Figures) *float64 { return &f.FaultsPerSec }},
-	{name: "opsPerSec", get: func(f *Figures) *float64 { return &f.OpsPerSec }},
-	{name: "replLagP50Ns", geti: func(f *Figures) *int64 { return &f.ReplLagP50Ns }},
-	{name: "replLagP99Ns", geti: func(f *Figures) *int64 { return &f.ReplLagP99Ns }},
-	{name: "replLagBytesP50", get: func(f *Figures) *float64 { return &f.ReplLagBytesP50 }},
-	{name: "replLagBytesP99", get: func(f *Figures) *float64 { return &f.ReplLagBytesP99 }},
-	{name: "replUnackedFraction", get: func(f *Figures) *float64 { return &f.ReplUnackedFraction }},
-	{name: "slaveDurableMBps", get: func(f *Figures) *float64 { return &f.SlaveDurableMBps }},
+// figureIndex maps each figure's JSON name to its field of Figures (every
+// field is a figure: a float64 or an int64), so medians and intervals are
+// computed field by field and a figure added to Figures needs nothing more.
+var figureIndex = func() map[string]int {
+	m := map[string]int{}
+	t := reflect.TypeFor[Figures]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		m[name] = i
+	}
+	return m
+}()
+
+func getFigure(v reflect.Value) float64 {
+	if v.Kind() == reflect.Int64 {
+		return float64(v.Int())
+	}
+	return v.Float()
 }
 
-// FigureNames lists every figure's JSON name.
-func FigureNames() []string {
-	out := make([]string, len(figureFields))
-	for i, f := range figureFields {
-		out[i] = f.name
+func setFigure(v reflect.Value, x float64) {
+	if v.Kind() == reflect.Int64 {
+		v.SetInt(int64(x))
+		return
 	}
-	return out
+	v.SetFloat(x)
 }
 
 // Figure returns the named figure as a float; it panics on a name that is
 // not a figure (a programming error).
 func (f *Figures) Figure(name string) float64 {
-	for _, fld := range figureFields {
-		if fld.name == name {
-			if fld.get != nil {
-				return *fld.get(f)
-			}
-			return float64(*fld.geti(f))
-		}
+	i, ok := figureIndex[name]
+	if !ok {
+		panic("runfile: unknown figure " + name)
 	}
-	panic("runfile: unknown figure " + name)
+	return getFigure(reflect.ValueOf(f).Elem().Field(i))
 }
 
 // Summary is the median, interval and range of each figure over repeats.
@@ -229,27 +202,17 @@ func Summarize(fs []Figures) Summary {
 	if len(fs) == 0 {
 		return s
 	}
-	for _, fld := range figureFields {
+	dsts := []reflect.Value{reflect.ValueOf(&s.Median).Elem(), reflect.ValueOf(&s.CILow).Elem(), reflect.ValueOf(&s.CIHigh).Elem(),
+		reflect.ValueOf(&s.Min).Elem(), reflect.ValueOf(&s.Max).Elem()}
+	for i := range reflect.TypeFor[Figures]().NumField() {
 		xs := make([]float64, len(fs))
-		for i := range fs {
-			if fld.get != nil {
-				xs[i] = *fld.get(&fs[i])
-			} else {
-				xs[i] = float64(*fld.geti(&fs[i]))
-			}
+		for j := range fs {
+			xs[j] = getFigure(reflect.ValueOf(&fs[j]).Elem().Field(i))
 		}
 		m, lo, hi, level := MedianCI(xs)
 		s.CILevel = level
-		mn, mx := slices.Min(xs), slices.Max(xs)
-		for _, dst := range []struct {
-			f *Figures
-			v float64
-		}{{&s.Median, m}, {&s.CILow, lo}, {&s.CIHigh, hi}, {&s.Min, mn}, {&s.Max, mx}} {
-			if fld.get != nil {
-				*fld.get(dst.f) = dst.v
-			} else {
-				*fld.geti(dst.f) = int64(dst.v)
-			}
+		for k, x := range []float64{m, lo, hi, slices.Min(xs), slices.Max(xs)} {
+			setFigure(dsts[k].Field(i), x)
 		}
 	}
 	return s

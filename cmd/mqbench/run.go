@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,29 +43,29 @@ func joinInts(xs []int) string {
 	return strings.Join(s, ",")
 }
 
+// matrixFlags are the flags of run and sweep that are read after parsing:
+// the lists, the repeatable flags and the negations.
+type matrixFlags struct {
+	backends, sizes, flushes, workloads, peers, pressures, pressureWorkloads *string
+	producers, rates, emulate, replication                                   *string
+	dirs, vary, backendOpts                                                  multiFlag
+	noAA, noProfile, quiet                                                   *bool
+}
+
+// matrixDefaults are the list flags' defaults: run's, sweep's, or those of
+// a --config file.
+type matrixDefaults struct {
+	workloads, peers, sizes, producers, rates, flushes, pressures, pressureWorkloads, emulate, replication string
+}
+
 // runMatrix is run and sweep: the same flags; sweep adds --vary and
 // changes the defaults to a flush-policy grid.
 func runMatrix(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
 	sweep := name == "sweep"
-	defWorkloads, defPeers, defSizes := "throughput,latency", strings.Join(bench.DefaultPeers(), ","), "128,1024,4096"
-	defProducers, defRates := joinInts(cfg.Producers), joinFloats(cfg.Rates)
-	defFlushes, defPressures, defPressureWorkloads, defEmulate, defReplication := "async,sync", "none", "", "", "none"
-	if sweep {
-		defPeers, defSizes, defProducers, defRates = "", "1024", "16", "5000"
-		cfg.Repeat, cfg.Duration, cfg.Warmup, cfg.Profile, cfg.NoLimits, cfg.SearchProbes = 3, 2*time.Second, 500*time.Millisecond, false, true, 0
-	}
-	// --config FILE: the configuration as JSON (the "config" object of a
-	// run.json), read before the flags so that flags given beside it
-	// override it.
-	if file := configArg(args); file != "" {
-		if err := loadConfig(file, &cfg); err != nil {
-			fmt.Fprintf(stderr, "mqbench %s: --config %s: %v\n", name, file, err)
-			return cli.ErrUsage
-		}
-		j := func(xs []string) string { return strings.Join(xs, ",") }
-		defWorkloads, defPeers, defSizes, defProducers, defRates = j(cfg.Workloads), j(cfg.Peers), joinInts(cfg.Sizes), joinInts(cfg.Producers), joinFloats(cfg.Rates)
-		defFlushes, defPressures, defPressureWorkloads, defEmulate, defReplication = j(cfg.Flushes), j(cfg.Pressures), j(cfg.PressureWorkloads), j(cfg.Emulate), j(cfg.Replication)
+	def, err := matrixDefaultsOf(name, &cfg, args, stderr)
+	if err != nil {
+		return err
 	}
 	c := newCommand(name, "mqbench "+name+" [--backends a,b] [--sizes 1024] [--flush async,sync] [--workloads throughput,latency] [--producers 1,4,16] [--rates 1000,10000] [--duration D|auto] [--repeat N] [--dir DIR] [--peers a,b] [flags]",
 		"Runs every backend × size × flush policy (and the peers) through the closed loop at each producer count and the open loop at each rate of one shared ladder, with interleaved shuffled repeats after an unmeasured warm one; measures the device limits and the harness's own floor in the same run; writes results/<id>/ (summary.md, run.json.gz, bench.txt, plots, .hgrm).")
@@ -71,19 +73,71 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 		c.synopsis = "mqbench sweep [--backends a,b] [--vary option=v1,v2 …] [--pressure none,dirty] [--dir DIR …] [run's flags]"
 		c.about = "Runs throughput and latency for every flush policy of the grid (only options that apply to each backend are varied) and plots durable throughput against p99.9 with the Pareto front."
 	}
-	fs := c.fs
-	backends := fs.String("backends", strings.Join(cfg.Backends, ","), "backends, comma-separated (mem is allowed when named)")
-	sizes := fs.String("sizes", defSizes, "message body sizes in bytes, comma-separated (4k, 1MiB accepted)")
-	flushes := fs.String("flush", defFlushes, "flush policies: async, sync")
-	workloads := fs.String("workloads", defWorkloads, "workloads: throughput (closed loop), latency (open loop), consume (catch-up reads, copy and sendfile), e2e (producers + long-polling consumers), recovery (reopen after SIGKILL)")
-	peers := fs.String("peers", defPeers, "peers passed to mqpeer --peer (mqpeer --list names them; empty: none)")
-	pressures := fs.String("pressure", defPressures, "pressures, comma-separated: none, dirty (dirty-page writeback), swap (memory cgroup + swap), both; all but none need root")
-	pressureWorkloads := fs.String("pressure-workloads", defPressureWorkloads, "workloads run under a pressure other than none (empty: all of --workloads)")
-	producers := fs.String("producers", defProducers, "closed-loop producer counts, comma-separated: one throughput cell each")
-	rates := fs.String("rates", defRates, "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
-	var dirs multiFlag
-	fs.Var(&dirs, "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
-	emulate := fs.String("emulate", defEmulate, "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
+	var m matrixFlags
+	m.registerAxes(c.fs, &cfg, def)
+	m.registerKnobs(c.fs, &cfg, sweep)
+	m.registerOutputs(c.fs, &cfg, def)
+	if err := c.parse(args, stderr, 0); err != nil {
+		return err
+	}
+	if err := m.apply(&cfg, sweep); err != nil {
+		return c.bad(stderr, "%v", err)
+	}
+	if err := bench.Validate(&cfg); err != nil {
+		return c.bad(stderr, "%v", err)
+	}
+	f, dir, err := bench.Run(ctx, cfg, progressOptions(stderr))
+	if f != nil && !*m.quiet {
+		fmt.Fprint(stdout, report.SummaryTables(f))
+	}
+	if dir != "" {
+		fmt.Fprintf(stdout, "results: %s (summary.md, run.json.gz, bench.txt, *.hgrm, plots)\n", dir)
+	}
+	return err
+}
+
+// matrixDefaultsOf sets sweep's defaults in cfg, reads a --config file over
+// cfg (before the flags, so that flags given beside it override it), and
+// returns the list flags' defaults.
+func matrixDefaultsOf(name string, cfg *bench.Config, args []string, stderr io.Writer) (matrixDefaults, error) {
+	def := matrixDefaults{workloads: "throughput,latency", peers: strings.Join(bench.DefaultPeers(), ","), sizes: "128,1024,4096",
+		producers: joinInts(cfg.Producers), rates: joinFloats(cfg.Rates), flushes: "async,sync", pressures: "none", replication: "none"}
+	if name == "sweep" {
+		def.peers, def.sizes, def.producers, def.rates = "", "1024", "16", "5000"
+		cfg.Repeat, cfg.Duration, cfg.Warmup, cfg.Profile, cfg.NoLimits, cfg.SearchProbes = 3, 2*time.Second, 500*time.Millisecond, false, true, 0
+	}
+	file := configArg(args)
+	if file == "" {
+		return def, nil
+	}
+	if err := loadConfig(file, cfg); err != nil {
+		fmt.Fprintf(stderr, "mqbench %s: --config %s: %v\n", name, file, err)
+		return def, cli.ErrUsage
+	}
+	j := func(xs []string) string { return strings.Join(xs, ",") }
+	return matrixDefaults{workloads: j(cfg.Workloads), peers: j(cfg.Peers), sizes: joinInts(cfg.Sizes), producers: joinInts(cfg.Producers),
+		rates: joinFloats(cfg.Rates), flushes: j(cfg.Flushes), pressures: j(cfg.Pressures), pressureWorkloads: j(cfg.PressureWorkloads),
+		emulate: j(cfg.Emulate), replication: j(cfg.Replication)}, nil
+}
+
+// registerAxes registers the matrix's axes and the devices.
+func (m *matrixFlags) registerAxes(fs *flag.FlagSet, cfg *bench.Config, def matrixDefaults) {
+	m.backends = fs.String("backends", strings.Join(cfg.Backends, ","), "backends, comma-separated (mem is allowed when named)")
+	m.sizes = fs.String("sizes", def.sizes, "message body sizes in bytes, comma-separated (4k, 1MiB accepted)")
+	m.flushes = fs.String("flush", def.flushes, "flush policies: async, sync")
+	m.workloads = fs.String("workloads", def.workloads, "workloads: throughput (closed loop), latency (open loop), consume (catch-up reads, copy and sendfile), e2e (producers + long-polling consumers), recovery (reopen after SIGKILL)")
+	m.peers = fs.String("peers", def.peers, "peers passed to mqpeer --peer (mqpeer --list names them; empty: none)")
+	m.pressures = fs.String("pressure", def.pressures, "pressures, comma-separated: none, dirty (dirty-page writeback), swap (memory cgroup + swap), both; all but none need root")
+	m.pressureWorkloads = fs.String("pressure-workloads", def.pressureWorkloads, "workloads run under a pressure other than none (empty: all of --workloads)")
+	m.producers = fs.String("producers", def.producers, "closed-loop producer counts, comma-separated: one throughput cell each")
+	m.rates = fs.String("rates", def.rates, "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
+	fs.Var(&m.dirs, "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
+	m.emulate = fs.String("emulate", def.emulate, "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
+}
+
+// registerKnobs registers the emulation, workload, pressure and loop
+// settings.
+func (m *matrixFlags) registerKnobs(fs *flag.FlagSet, cfg *bench.Config, sweep bool) {
 	fs.Var(bytesFlag{&cfg.EmulateImageBytes}, "emulate-bytes", "size of the emulated disk's (sparse) image")
 	fs.Var(bytesFlag{&cfg.HDDBandwidthBytes}, "hdd-bandwidth", "emulated HDD bandwidth per direction, bytes/s")
 	fs.IntVar(&cfg.HDDIOPS, "hdd-iops", cfg.HDDIOPS, "emulated HDD IOPS per direction")
@@ -97,9 +151,8 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.Var(bytesFlag{&cfg.SwapLimitBytes}, "swap-limit", "memory cgroup limit of the store (and the neighbour) under swap pressure")
 	fs.Var(bytesFlag{&cfg.SwapNeighbourBytes}, "swap-neighbour-bytes", "anonymous memory the swap neighbour keeps touching")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "where the state file of system changes is kept (mqbench cleanup reads it)")
-	var vary multiFlag
 	if sweep {
-		fs.Var(&vary, "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
+		fs.Var(&m.vary, "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
 	}
 	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers, each owning its share of the schedule (requests in flight at most); 0: 2 × the largest --producers, at least 64, so a rate search finds the store's limit, not the generator's")
 	fs.Var(windowFlag{&cfg.Duration}, "duration", "measured window of each repeat, or auto: long enough for the device to absorb the largest buffer an async cell can fill (see summary.md)")
@@ -109,10 +162,15 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the arrivals (with the repeat index) and of the order of the cells")
 	fs.IntVar(&cfg.SearchProbes, "search-probes", cfg.SearchProbes, "probes of each system's sustainable-rate search (0: no search)")
 	fs.DurationVar(&cfg.SearchDuration, "search-duration", cfg.SearchDuration, "window of each search probe")
-	noAA := fs.Bool("no-aa", !cfg.AA, "skip the A/A check (one cell measured twice)")
+	m.noAA = fs.Bool("no-aa", !cfg.AA, "skip the A/A check (one cell measured twice)")
+}
+
+// registerOutputs registers the outputs, the limits, the store's options
+// and replication.
+func (m *matrixFlags) registerOutputs(fs *flag.FlagSet, cfg *bench.Config, def matrixDefaults) {
 	fs.StringVar(&cfg.Out, "out", cfg.Out, "results root: the run writes OUT/<YYYYMMDD-HHMMSS>-<host>/")
 	fs.StringVar(&cfg.ProfilesRoot, "profiles", cfg.ProfilesRoot, "profiles root: PROFILES/<run>/<cell>.{cpu,heap,block,mutex}.pprof")
-	noProfile := fs.Bool("no-profile", !cfg.Profile, "skip the profiled extra run of each throughput cell")
+	m.noProfile = fs.Bool("no-profile", !cfg.Profile, "skip the profiled extra run of each throughput cell")
 	fs.DurationVar(&cfg.ProfileDuration, "profile-duration", cfg.ProfileDuration, "length of each profiled run")
 	fs.BoolVar(&cfg.NoLimits, "no-limits", cfg.NoLimits, "skip the memcpy and fault ceilings, device probes and fio")
 	fs.Var(bytesFlag{&cfg.MemcpyBytes}, "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
@@ -131,36 +189,36 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.IntVar(&cfg.Store.CommitLeastPages, "commit-least-pages", 0, "commit least pages (0: engine default 4)")
 	fs.BoolVar(&cfg.Store.WarmSegments, "warm-segments", false, "pre-touch new segments in the allocation service (RocketMQ's warmMapedFileEnable)")
 	fs.BoolVar(&cfg.Store.LockSegments, "lock-segments", false, "mlock warmed segments (with --warm-segments)")
-	replication := fs.String("replication", defReplication, "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
+	m.replication = fs.String("replication", def.replication, "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
 	fs.StringVar(&cfg.SlaveDir, "slave-dir", "", "where the slaves' stores go (another device; default: beside the master's, in --dir)")
 	fs.DurationVar(&cfg.HADelay, "ha-delay", 0, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
-	var backendOpts multiFlag
-	fs.Var(&backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
-	quiet := fs.Bool("quiet", false, "do not print the summary tables at the end")
+	fs.Var(&m.backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
+	m.quiet = fs.Bool("quiet", false, "do not print the summary tables at the end")
 	fs.String("config", "", "a JSON file of the configuration (the \"config\" object of a run.json: field names as there, durations in ns); flags given beside it override it")
-	if err := c.parse(args, stderr, 0); err != nil {
-		return err
-	}
-	cfg.Backends, cfg.Flushes, cfg.Workloads, cfg.Peers = splitList(*backends), splitList(*flushes), splitList(*workloads), splitList(*peers)
-	cfg.Pressures, cfg.PressureWorkloads, cfg.Emulate, cfg.AA = splitList(*pressures), splitList(*pressureWorkloads), splitList(*emulate), !*noAA
-	if len(dirs) > 0 {
-		cfg.Dir, cfg.Dirs = dirs[0], dirs
+}
+
+// apply sets cfg from the parsed flags.
+func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
+	cfg.Backends, cfg.Flushes, cfg.Workloads, cfg.Peers = splitList(*m.backends), splitList(*m.flushes), splitList(*m.workloads), splitList(*m.peers)
+	cfg.Pressures, cfg.PressureWorkloads, cfg.Emulate, cfg.AA = splitList(*m.pressures), splitList(*m.pressureWorkloads), splitList(*m.emulate), !*m.noAA
+	if len(m.dirs) > 0 {
+		cfg.Dir, cfg.Dirs = m.dirs[0], m.dirs
 	}
 	var err error
-	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
-		return c.bad(stderr, "%v", err)
+	if cfg.Sizes, err = splitSizes(*m.sizes); err != nil {
+		return err
 	}
-	if cfg.Producers, err = splitInts(*producers, "producers"); err != nil {
-		return c.bad(stderr, "%v", err)
+	if cfg.Producers, err = splitInts(*m.producers, "producers"); err != nil {
+		return err
 	}
-	if cfg.Rates, err = splitRates(*rates); err != nil {
-		return c.bad(stderr, "%v", err)
+	if cfg.Rates, err = splitRates(*m.rates); err != nil {
+		return err
 	}
-	cfg.Replication = splitList(*replication)
-	for _, kv := range backendOpts {
+	cfg.Replication = splitList(*m.replication)
+	for _, kv := range m.backendOpts {
 		name, js, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || js == "" {
-			return c.bad(stderr, "--backend-options %q: want NAME=JSON (uring-direct='{\"PreZero\":true}')", kv)
+			return fmt.Errorf("--backend-options %q: want NAME=JSON (uring-direct='{\"PreZero\":true}')", kv)
 		}
 		if cfg.Store.BackendOptions == nil {
 			cfg.Store.BackendOptions = map[string]string{}
@@ -168,31 +226,21 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 		cfg.Store.BackendOptions[name] = js
 	}
 	if cfg.Store.LockSegments && !cfg.Store.WarmSegments {
-		return c.bad(stderr, "--lock-segments locks warmed segments: add --warm-segments")
+		return errors.New("--lock-segments locks warmed segments: add --warm-segments")
 	}
 	if sweep {
-		grid := []string(vary)
+		grid := []string(m.vary)
 		if len(grid) == 0 {
 			grid = bench.DefaultSweepGrid()
 		}
 		pols, err := bench.SweepPolicies(grid, cfg.Store, cfg.Backends)
 		if err != nil {
-			return c.bad(stderr, "%v", err)
+			return err
 		}
 		cfg.Policies = pols
 	}
-	cfg.Profile = !*noProfile
-	if err := bench.Validate(&cfg); err != nil {
-		return c.bad(stderr, "%v", err)
-	}
-	f, dir, err := bench.Run(ctx, cfg, progressOptions(stderr))
-	if f != nil && !*quiet {
-		fmt.Fprint(stdout, report.SummaryTables(f))
-	}
-	if dir != "" {
-		fmt.Fprintf(stdout, "results: %s (summary.md, run.json.gz, bench.txt, *.hgrm, plots)\n", dir)
-	}
-	return err
+	cfg.Profile = !*m.noProfile
+	return nil
 }
 
 func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) error {
