@@ -378,3 +378,45 @@ func (a *allocator) discardAfter(offset int64) error {
 	}
 	return errors.Join(errs...)
 }
+
+// errFound stops a scan once it found what it looked for.
+var errFound = errors.New("found")
+
+// UnitBefore returns where the unit (a record, or an end-of-segment blank)
+// that ends exactly at offset starts: the record a replica compares with
+// its master's copy before it cuts its log at offset. ErrInvalidOption
+// when offset is no unit's end (inside a unit, past the valid data, or at
+// or before the first offset stored).
+func (s *Store) UnitBefore(ctx context.Context, offset int64) (int64, error) {
+	q := s.log.queue
+	start := s.MinOffset()
+	if offset <= start || q.Len() == 0 {
+		return 0, fmt.Errorf("no unit ends at %d: the CommitLog starts at %d: %w", offset, start, ErrInvalidOption)
+	}
+	mf := q.Find(offset - 1)
+	if mf == nil {
+		return 0, fmt.Errorf("no unit ends at %d: past the CommitLog's end %d: %w", offset, s.MaxOffset(), ErrInvalidOption)
+	}
+	segSize := s.log.segmentSizeBytes
+	found := int64(-1)
+	end, err := s.log.scan(ctx, max(mf.FromOffset(), start), func(at int64, rec []byte, r *record.Record) error {
+		unitEnd := at + int64(len(rec))
+		if r == nil {
+			unitEnd = at + segSize - at%segSize
+		}
+		if unitEnd == offset {
+			found = at
+		}
+		if unitEnd >= offset {
+			return errFound
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return 0, fmt.Errorf("find the unit that ends at %d: %w", offset, err)
+	}
+	if found < 0 {
+		return 0, fmt.Errorf("no unit ends at %d (the valid data ends at %d, or the offset is inside a unit): %w", offset, end.validEnd, ErrInvalidOption)
+	}
+	return found, nil
+}
