@@ -42,6 +42,10 @@ const (
 // no epoch of it: the slave's log is another history. Nothing is cut.
 var ErrNoCommonEpoch = errors.New("ha: the slave's epoch history shares no epoch with the master's")
 
+// ErrStaleMaster: the slave's newest epoch is later than the master's: it
+// was told to follow a master that an election has since replaced.
+var ErrStaleMaster = errors.New("ha: the master's epoch is older than the slave's")
+
 func appendMarker(b []byte) []byte {
 	m := epochMarker
 	return binary.BigEndian.AppendUint64(b, uint64(m))
@@ -177,6 +181,9 @@ func (ss *session) planFork(ctx context.Context, a epochAnswer, local []engine.E
 			}
 		}
 		p := a.point.Offset
+		if err := ss.checkFork(a, local, p, end); err != nil {
+			return 0, 0, err
+		}
 		if p == end {
 			return verifyFrom, end, nil // nothing to cut: compare the newest record as classic mode does
 		}
@@ -202,6 +209,29 @@ func (ss *session) planFork(ctx context.Context, a epochAnswer, local []engine.E
 	// the master's epochs recorded as their bytes arrive.
 	ss.epochs = a.epochs
 	return verifyFrom, end, nil
+}
+
+// checkFork refuses the forks the epoch histories do not prove safe to
+// cut: a master whose newest epoch is older than the slave's (replaced by
+// an election since), and a master shorter than the slave in the master's
+// own current epoch — it lost records of its epoch that the slave holds,
+// which it may have acknowledged; those are never cut by themselves. A cut
+// is automatic only when the master moved on to a later epoch than the
+// common one: the slave's bytes past the point were then written by a
+// master that no election kept, and the all-in-sync acknowledgement says
+// no Put of them was acknowledged.
+func (ss *session) checkFork(a epochAnswer, local []engine.EpochEntry, p, end int64) error {
+	masterLast := a.epochs[len(a.epochs)-1] // found: the master has the common epoch
+	if n := len(local); n > 0 && local[n-1].Epoch > masterLast.Epoch {
+		return fmt.Errorf("the master %s is in epoch %d, this slave has seen epoch %d (from %d): a newer master was elected; "+
+			"follow it instead: %w", ss.addr, masterLast.Epoch, local[n-1].Epoch, local[n-1].StartOffset, ErrStaleMaster)
+	}
+	if p < end && a.point.Epoch == masterLast.Epoch {
+		return fmt.Errorf("the master %s's CommitLog ends at %d in its current epoch %d, but this slave holds up to %d of that epoch: "+
+			"the master lost records of its own epoch (a restart before its flush?) that may have been acknowledged. %s: %w",
+			ss.addr, a.masterEnd, masterLast.Epoch, end, ss.repairAdvice(), ErrDiverged)
+	}
+	return nil
 }
 
 // cut truncates the slave's log at the fork point.

@@ -114,28 +114,62 @@ func TestForkPointHandshake(t *testing.T) {
 		t.Fatalf("C's epochs %v, want %v", got, want)
 	}
 
-	// Another history: refused, nothing cut.
-	do := engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
-	d := open(t, t.TempDir(), do)
-	if err := d.AppendEpoch(ctx, 7, 0); err != nil {
+	// Forks the histories do not prove safe to cut are refused, and
+	// nothing changes: another history; a master of the same epoch that is
+	// shorter (it lost records of its own epoch); a master of an older
+	// epoch than the slave's.
+	h := open(t, t.TempDir(), engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})})
+	defer h.Close()
+	if err := h.AppendEpoch(ctx, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	produce(t, d, 0, 30, rng)
-	d = reopenAs(t, d, do, engine.Slave)
-	defer d.Close()
-	dEnd := d.MaxOffset()
-	o := epochSlave
-	o.MasterAddress = bm.Addr().String()
-	ds, err := NewSlave(d, o)
-	if err != nil {
-		t.Fatal(err)
+	produce(t, h, 0, 5, rng)
+	hm := startMaster(t, h, fastMaster)
+	defer hm.Close()
+	other := epochStore(t, rng, []int32{7}, 30)
+	defer other.Close()
+	longer := epochStore(t, rng, []int32{1}, 30)
+	defer longer.Close()
+	for _, c := range []struct {
+		name   string
+		slave  *engine.Store
+		master *Master
+		want   error
+	}{
+		{"another history", other, bm, ErrNoCommonEpoch},
+		{"a shorter master in its own epoch", longer, hm, ErrDiverged},
+		{"a master of an older epoch", a, hm, ErrStaleMaster},
+	} {
+		end, epochs := c.slave.MaxOffset(), c.slave.Epochs()
+		o := epochSlave
+		o.MasterAddress = c.master.Addr().String()
+		s, err := NewSlave(c.slave, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run(ctx); !errors.Is(err, c.want) {
+			t.Fatalf("%s: %v, want %v", c.name, err, c.want)
+		}
+		if c.slave.MaxOffset() != end || !reflect.DeepEqual(c.slave.Epochs(), epochs) || s.Status().Truncations != 0 {
+			t.Fatalf("%s: the refused slave changed: end %d (was %d), epochs %v (were %v)", c.name, c.slave.MaxOffset(), end, c.slave.Epochs(), epochs)
+		}
 	}
-	if err := ds.Run(ctx); !errors.Is(err, ErrNoCommonEpoch) || !errors.Is(err, ErrDiverged) {
-		t.Fatalf("a slave of another history: %v", err)
+}
+
+// epochStore is a slave store holding n records written as a master in
+// the given epochs (evenly spread).
+func epochStore(t *testing.T, rng *rand.Rand, epochs []int32, n int) *engine.Store {
+	t.Helper()
+	ctx := context.Background()
+	o := engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+	s := open(t, t.TempDir(), o)
+	for i, e := range epochs {
+		if _, err := s.StartEpoch(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		produce(t, s, i*n, n/len(epochs), rng)
 	}
-	if d.MaxOffset() != dEnd || len(d.Epochs()) != 1 {
-		t.Fatalf("the refused slave changed: end %d (was %d), epochs %v", d.MaxOffset(), dEnd, d.Epochs())
-	}
+	return reopenAs(t, s, o, engine.Slave)
 }
 
 // checkDiverged checks that the store's diverged/ directory holds the cut

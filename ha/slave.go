@@ -140,7 +140,7 @@ func (s *Slave) Run(ctx context.Context) error {
 }
 
 func fatal(err error) bool {
-	return errors.Is(err, ErrDiverged) || errors.Is(err, ErrMasterGap) || errors.Is(err, engine.ErrReplicaMismatch) ||
+	return errors.Is(err, ErrDiverged) || errors.Is(err, ErrMasterGap) || errors.Is(err, ErrStaleMaster) || errors.Is(err, engine.ErrReplicaMismatch) ||
 		errors.Is(err, engine.ErrServiceNotAvailable) || errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrCorrupt)
 }
 
