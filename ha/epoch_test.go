@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -34,10 +37,23 @@ func reopenAs(t *testing.T, s *engine.Store, o engine.Options, role engine.Broke
 // too and records B's epochs; a replica of another history is refused and
 // left untouched.
 func TestForkPointHandshake(t *testing.T) {
+	for _, backend := range []string{"mem", "mmap"} {
+		t.Run(backend, func(t *testing.T) {
+			opts := func() engine.Options {
+				if backend == "mem" {
+					return engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+				}
+				return engine.Options{Backend: backend}
+			}
+			forkPointHandshake(t, opts)
+		})
+	}
+}
+
+func forkPointHandshake(t *testing.T, opts func() engine.Options) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(22, 1))
-	ao := engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
-	bo := engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+	ao, bo := opts(), opts()
 	a := open(t, t.TempDir(), ao)
 	if err := a.AppendEpoch(ctx, 1, 0); err != nil {
 		t.Fatal(err)
@@ -101,7 +117,8 @@ func TestForkPointHandshake(t *testing.T) {
 	}
 
 	// A new replica copies B and its epochs.
-	co := engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), Role: engine.Slave}
+	co := opts()
+	co.Role = engine.Slave
 	c := open(t, t.TempDir(), co)
 	defer c.Close()
 	rc := startSlave(t, c, bm.Addr().String(), epochSlave)
@@ -118,7 +135,7 @@ func TestForkPointHandshake(t *testing.T) {
 	// nothing changes: another history; a master of the same epoch that is
 	// shorter (it lost records of its own epoch); a master of an older
 	// epoch than the slave's.
-	h := open(t, t.TempDir(), engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})})
+	h := open(t, t.TempDir(), opts())
 	defer h.Close()
 	if err := h.AppendEpoch(ctx, 1, 0); err != nil {
 		t.Fatal(err)
@@ -126,9 +143,9 @@ func TestForkPointHandshake(t *testing.T) {
 	produce(t, h, 0, 5, rng)
 	hm := startMaster(t, h, fastMaster)
 	defer hm.Close()
-	other := epochStore(t, rng, []int32{7}, 30)
+	other := epochStore(t, rng, opts(), []int32{7}, 30)
 	defer other.Close()
-	longer := epochStore(t, rng, []int32{1}, 30)
+	longer := epochStore(t, rng, opts(), []int32{1}, 30)
 	defer longer.Close()
 	for _, c := range []struct {
 		name   string
@@ -158,10 +175,9 @@ func TestForkPointHandshake(t *testing.T) {
 
 // epochStore is a slave store holding n records written as a master in
 // the given epochs (evenly spread).
-func epochStore(t *testing.T, rng *rand.Rand, epochs []int32, n int) *engine.Store {
+func epochStore(t *testing.T, rng *rand.Rand, o engine.Options, epochs []int32, n int) *engine.Store {
 	t.Helper()
 	ctx := context.Background()
-	o := engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
 	s := open(t, t.TempDir(), o)
 	for i, e := range epochs {
 		if _, err := s.StartEpoch(ctx, e); err != nil {
@@ -176,14 +192,17 @@ func epochStore(t *testing.T, rng *rand.Rand, epochs []int32, n int) *engine.Sto
 // bytes, from offset on.
 func checkDiverged(t *testing.T, o engine.Options, dir string, from int64, want []byte) {
 	t.Helper()
-	fs := o.BackendImpl.(*mappedfile.MemFS)
-	names, err := fs.List(dir + "/diverged")
+	var fsys storefs.FS = storefs.OS()
+	if o.BackendImpl != nil {
+		fsys = storefs.Of(o.BackendImpl)
+	}
+	names, err := fsys.List(filepath.Join(dir, "diverged"))
 	if err != nil || len(names) == 0 {
 		t.Fatalf("diverged/: %v %v", names, err)
 	}
 	var got []byte
 	for _, n := range names {
-		b, err := fs.ReadFile(dir + "/diverged/" + n)
+		b, err := fsys.ReadFile(filepath.Join(dir, "diverged", n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,5 +255,56 @@ func sameQueues(t *testing.T, master, slave *engine.Store) {
 			rm.Release()
 			rs.Release()
 		}
+	}
+}
+
+// TestForkPointComparesBeforeCutting: the record before the fork point
+// differs from the master's (same sizes, another born time): the slave
+// stops with ErrDiverged and cuts nothing.
+func TestForkPointComparesBeforeCutting(t *testing.T) {
+	ctx := context.Background()
+	put := func(s *engine.Store, n int, born int64) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			m := message(i, 100+i)
+			m.BornTimestamp = born
+			if _, err := s.Put(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mo := engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+	master := open(t, t.TempDir(), mo)
+	defer master.Close()
+	if _, err := master.StartEpoch(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	put(master, 20, 1_700_000_000_000)
+	if _, err := master.StartEpoch(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	put(master, 5, 1_700_000_000_000)
+	so := engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+	slave := open(t, t.TempDir(), so)
+	if _, err := slave.StartEpoch(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	put(slave, 30, 1_600_000_000_000)
+	slave = reopenAs(t, slave, so, engine.Slave)
+	defer slave.Close()
+	end := slave.MaxOffset()
+	m := startMaster(t, master, fastMaster)
+	defer m.Close()
+	o := epochSlave
+	o.MasterAddress = m.Addr().String()
+	s, err := NewSlave(slave, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctx); !errors.Is(err, ErrDiverged) || !strings.Contains(err.Error(), "differs from this slave's") {
+		t.Fatalf("a slave whose record before the fork differs: %v", err)
+	}
+	if slave.MaxOffset() != end || s.Status().Truncations != 0 {
+		t.Fatalf("the slave was cut: end %d (was %d), %d truncations", slave.MaxOffset(), end, s.Status().Truncations)
 	}
 }
