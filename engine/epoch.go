@@ -296,6 +296,35 @@ func (s *Store) StartEpoch(ctx context.Context, epoch int32) (EpochEntry, error)
 	return EpochEntry{Epoch: epoch, StartOffset: end}, nil
 }
 
+// DropEpochsAfter removes, durably, the entries of the epochs after epoch:
+// a replica that found its fork point with a master in epoch drops the
+// later epochs of its own history, which the master's does not have (their
+// records, if any, were cut at the fork point).
+func (s *Store) DropEpochsAfter(ctx context.Context, epoch int32) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("drop the epochs after %d: %w", epoch, err)
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("drop the epochs after %d: %w", epoch, ErrClosed)
+	}
+	c := &s.epochs
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.entries
+	for len(kept) > 0 && kept[len(kept)-1].Epoch > epoch {
+		kept = kept[:len(kept)-1]
+	}
+	if len(kept) == len(c.entries) {
+		return nil
+	}
+	if err := s.writeEpochsLocked(append([]EpochEntry(nil), kept...)); err != nil {
+		return fmt.Errorf("drop the epochs after %d: %w", epoch, err)
+	}
+	return nil
+}
+
 // cutEpochsLocked drops, durably, the entries that start past offset (the
 // CommitLog is being cut there); c.mu held.
 func (s *Store) cutEpochsLocked(offset int64) error {

@@ -279,3 +279,32 @@ func TestStartEpoch(t *testing.T) {
 		t.Fatalf("epochs %v", got)
 	}
 }
+
+// TestDropEpochsAfter: the later epochs go, durably.
+func TestDropEpochsAfter(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	dir := t.TempDir()
+	s := openStore(t, dir, epochStoreOptions(fs))
+	defer s.Close()
+	putN(t, s, "E", 1, 10, 100, nil)
+	end := s.MaxOffset()
+	for _, e := range []EpochEntry{{1, 0}, {4, end / 2}, {6, end}} {
+		if err := s.AppendEpoch(ctx, e.Epoch, e.StartOffset); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DropEpochsAfter(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	want := []EpochEntry{{1, 0}, {4, end / 2}}
+	if got := s.Epochs(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("epochs %v, want %v", got, want)
+	}
+	if data, _ := fs.Durable(filepath.Join(dir, epochFileName)); string(data) != string(encodeEpochs(want)) {
+		t.Fatalf("durable file %q", data)
+	}
+	if err := s.DropEpochsAfter(ctx, 9); err != nil || !reflect.DeepEqual(s.Epochs(), want) {
+		t.Fatalf("nothing to drop: %v, epochs %v", err, s.Epochs())
+	}
+}

@@ -174,6 +174,7 @@ func (ss *session) planFork(ctx context.Context, a epochAnswer, local []engine.E
 	s := ss.s
 	switch {
 	case a.found:
+		ss.common = a.point.Epoch
 		ss.epochs = nil
 		for _, e := range a.epochs {
 			if e.Epoch > a.point.Epoch {
@@ -243,6 +244,19 @@ func (ss *session) cut(ctx context.Context, point, end int64) error {
 	ss.s.log.Warn("ha slave: cut the CommitLog at the fork point with the master", slog.String("master", ss.addr),
 		slog.Int64("point", point), slog.Int64("oldEnd", end), slog.Int64("cutBytes", res.CutBytes), slog.Any("savedTo", res.SavedTo))
 	ss.s.update(func(st *SlaveStatus) { st.Truncations++ })
+	return nil
+}
+
+// settleEpochs runs once the slave's log is known to be the master's up
+// to where it resumes: the slave's own epochs after the common one go.
+func (ss *session) settleEpochs(ctx context.Context) error {
+	if ss.common <= 0 {
+		return nil
+	}
+	if err := ss.s.store.DropEpochsAfter(ctx, ss.common); err != nil {
+		return fmt.Errorf("drop this slave's epochs after the common epoch %d: %w", ss.common, err)
+	}
+	ss.common = 0
 	return nil
 }
 

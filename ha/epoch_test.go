@@ -308,3 +308,47 @@ func TestForkPointComparesBeforeCutting(t *testing.T) {
 		t.Fatalf("the slave was cut: end %d (was %d), %d truncations", slave.MaxOffset(), end, s.Status().Truncations)
 	}
 }
+
+// TestForkPointDropsTheSlavesOwnEpochs: a slave elected for an epoch in
+// which it wrote nothing, then demoted, follows a master that kept writing
+// the earlier epoch: nothing is cut, and its history becomes the master's
+// (its own epoch goes).
+func TestForkPointDropsTheSlavesOwnEpochs(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	master := open(t, t.TempDir(), engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})})
+	defer master.Close()
+	if _, err := master.StartEpoch(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	res := produce(t, master, 0, 20, rng)
+	if err := master.WaitDispatched(ctx, master.Stats().WroteOffset); err != nil {
+		t.Fatal(err)
+	}
+	p10 := res[10].PhysicalOffset
+	slave := open(t, t.TempDir(), engine.Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), Role: engine.Slave})
+	defer slave.Close()
+	if _, err := slave.AppendReplicated(ctx, 0, readLog(t, master, 0, p10)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []engine.EpochEntry{{Epoch: 1, StartOffset: 0}, {Epoch: 2, StartOffset: p10}} {
+		if err := slave.AppendEpoch(ctx, e.Epoch, e.StartOffset); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := master.StartEpoch(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, master, 20, 5, rng)
+	m := startMaster(t, master, fastMaster)
+	defer m.Close()
+	rs := startSlave(t, slave, m.Addr().String(), epochSlave)
+	waitCaughtUp(t, master, slave)
+	if err := rs.stop(); err != nil {
+		t.Fatal(err)
+	}
+	sameLog(t, master, slave)
+	if got, want := slave.Epochs(), master.Epochs(); !reflect.DeepEqual(got, want) || rs.Status().Truncations != 0 {
+		t.Fatalf("the slave's epochs %v, the master's %v; %d truncations", got, want, rs.Status().Truncations)
+	}
+}
