@@ -106,9 +106,10 @@
 // log runs past the point reports where the record before the point starts,
 // compares the master's copy of it byte for byte, and only then cuts its
 // log at the point, durably (engine.Store.TruncateOnline, the cut bytes
-// kept in diverged/), and replicates from it; it records each later epoch
-// of the master's (engine.Store.AppendEpoch) before it appends that epoch's
-// first bytes. The cut is automatic only when the master has moved on to a
+// kept in diverged/), and replicates from it; it drops its own epochs
+// after the common one (engine.Store.DropEpochsAfter) and records each later
+// epoch of the master's (engine.Store.AppendEpoch) before it appends that
+// epoch's first bytes. The cut is automatic only when the master has moved on to a
 // later epoch than the common one — the bytes past the point were written
 // by a master no election kept, and the all-in-sync acknowledgement says
 // none of them was acknowledged. Refused, with nothing changed: a slave
