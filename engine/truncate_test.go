@@ -11,11 +11,13 @@ import (
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/faultfile"
 )
 
 var truncateTrials = flag.Int("truncate.trials", 40, "crash trials in TestTruncateOnlineCrash")
@@ -403,5 +405,44 @@ func TestInterruptedCutIsFinished(t *testing.T) {
 				t.Fatalf("the next Put to queue %d got queue offset %d (%v), want %d", 45%3, res.QueueOffset, err, puts[45].QueueOffset)
 			}
 		})
+	}
+}
+
+// TestTruncateOnlineFailsPastTheCommitPoint: an I/O error while the
+// segments are cut stops the store; the next Open finishes the cut.
+func TestTruncateOnlineFailsPastTheCommitPoint(t *testing.T) {
+	ctx := context.Background()
+	mem := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	faults := faultfile.NewFaults()
+	o := smallLogicsOptions(Options{BackendImpl: faultfile.NewFaulty(mem, faults)})
+	dir := t.TempDir()
+	s := openRole(t, dir, o)
+	puts := putRandom(t, s, rand.New(rand.NewPCG(4, 4)), 60, 3, 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.Role = Slave
+	s = openRole(t, dir, o)
+	end := s.MaxOffset()
+	faults.Add(faultfile.Fault{Op: faultfile.OpTruncate, PathContains: commitLogDirName, Err: syscall.EIO})
+	cut := puts[30].PhysicalOffset
+	if _, err := s.TruncateOnline(ctx, cut); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("truncate with a failing disk: %v", err)
+	}
+	if _, err := s.AppendReplicated(ctx, s.Stats().WroteOffset, []byte{1}); !errors.Is(err, ErrServiceNotAvailable) {
+		t.Fatalf("a half-cut store took bytes: %v", err)
+	}
+	if err := s.Close(); err == nil {
+		t.Fatal("a half-cut store closed cleanly")
+	}
+	faults.Clear()
+	s = openRole(t, dir, o)
+	defer s.Close()
+	if s.MaxOffset() != cut || end == cut {
+		t.Fatalf("reopened at %d; the cut was at %d of %d", s.MaxOffset(), cut, end)
+	}
+	checkQueuesAt(t, s, puts[:30], 3)
+	if err := verifyClean(ctx, s); err != nil {
+		t.Fatal(err)
 	}
 }
