@@ -407,6 +407,10 @@ type candidate struct {
 	// (its backlog's interval straddles the 10 % bar; a pressure gate that
 	// has no figure to decide on): kept, but never a pick on its own.
 	undetermined []string
+	// pressureOnly: excluded by the pressure gate alone. When every
+	// candidate of a class is, the gate does not tell them apart, and they
+	// are ranked without it (said so).
+	pressureOnly bool
 }
 
 // sustainUndetermined is the undetermined reason of a candidate whose
@@ -473,21 +477,36 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 func durableIv(cd *candidate) runfile.Interval { return cd.thr.Interval("durableMBps") }
 
 // recommend is one recommendation of a durability class.
+//
+// When every candidate of the class is excluded by the pressure gate alone
+// (on a shared device, every sync policy's tail grows under a neighbour's
+// writeback), the gate does not separate them: they are ranked without it,
+// and the text says so and keeps each one's exclusion. When the top ties
+// with others on durable MB/s, a tied candidate whose CPU per GiB is
+// significantly below every other tied one's is the pick (as fast, and
+// cheaper); otherwise there is no single pick.
 func recommend(target string, size int, durability string, cands []*candidate) (runfile.Recommendation, bool) {
 	rec := runfile.Recommendation{Target: target, SizeBytes: size, Durability: durability, Figure: "durableMBps"}
-	var ok []*candidate
+	var ok, gated []*candidate
 	for _, cd := range cands {
 		if durability != "any" && cd.thr.Flush != durability {
 			continue
 		}
 		if cd.excluded != "" {
 			rec.Excluded = append(rec.Excluded, cd.label+": "+cd.excluded)
+			if cd.pressureOnly {
+				gated = append(gated, cd)
+			}
 			continue
 		}
 		ok = append(ok, cd)
 	}
 	if len(ok) == 0 && len(rec.Excluded) == 0 {
 		return rec, false
+	}
+	ungated := false
+	if len(ok) == 0 && len(gated) > 0 {
+		ok, ungated = gated, true
 	}
 	var dominated []string
 	if durability == "any" {
@@ -514,8 +533,72 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 			fallback = cd
 		}
 	}
-	writeRecommendation(&rec, top, tied, next, fallback, dominated)
+	if cheap := cheapestOf(append([]*candidate{top}, tied...)); cheap != nil && len(top.undetermined) == 0 {
+		writeCheaper(&rec, cheap, append([]*candidate{top}, tied...), dominated)
+	} else {
+		writeRecommendation(&rec, top, tied, next, fallback, dominated)
+	}
+	if ungated {
+		rec.Text = fmt.Sprintf("every %s policy's tail under pressure is above %d× its own (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
+			durabilityWord(durability), PressureBar, rec.Text)
+	}
 	return rec, true
+}
+
+// durabilityWord names a class in text.
+func durabilityWord(durability string) string {
+	if durability == "any" {
+		return "qualifying"
+	}
+	return durability
+}
+
+// cheapestOf is the candidate of group whose CPU per GiB is significantly
+// below every other's, nil when none is (or the group has one member, or
+// a member has no CPU figure).
+func cheapestOf(group []*candidate) *candidate {
+	if len(group) < 2 {
+		return nil
+	}
+	best := group[0]
+	for _, cd := range group {
+		if cd.thr.CPUSecPerGiB <= 0 {
+			return nil
+		}
+		if cd.thr.CPUSecPerGiB < best.thr.CPUSecPerGiB {
+			best = cd
+		}
+	}
+	bi := best.thr.Interval("cpuSecPerGiB")
+	for _, cd := range group {
+		if cd != best && !(runfile.Separated(bi, cd.thr.Interval("cpuSecPerGiB")) && bi.Hi < cd.thr.Interval("cpuSecPerGiB").Lo) {
+			return nil
+		}
+	}
+	return best
+}
+
+// writeCheaper sets rec to the pick made on CPU among candidates tied on
+// durable MB/s.
+func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candidate, dominated []string) {
+	rec.Pick, rec.Cell, rec.Interval = pick.label, pick.thr.Name, durableIv(pick)
+	var others, cpus []string
+	for _, cd := range group {
+		if cd == pick {
+			continue
+		}
+		others = append(others, describe(cd))
+		cpus = append(cpus, fmt.Sprintf("%s %s", cd.label, ci(cd.thr.Interval("cpuSecPerGiB"), fmtFloat)))
+	}
+	rec.Text = fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers, no significant difference from %s, and significantly less CPU: %s s/GiB against %s",
+		pick.label, ci(rec.Interval, fmtFloat), ciWords(pick.thr.CILevel), pick.thr.Producers, strings.Join(others, ", "),
+		ci(pick.thr.Interval("cpuSecPerGiB"), fmtFloat), strings.Join(cpus, ", "))
+	if len(pick.notes) > 0 {
+		rec.Text += "; " + strings.Join(pick.notes, "; ")
+	}
+	if len(dominated) > 0 {
+		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
+	}
 }
 
 // setAsideDominated drops, for "any", each async policy no faster than a
@@ -768,6 +851,7 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 			case "exclude":
 				cd.excluded = fmt.Sprintf("%s under %s is %s× its unpressured %s (above %d× at the run's confidence)",
 					figureName(figure), at, ratio, figureName(figure), PressureBar)
+				cd.pressureOnly = true
 				return
 			case "pass":
 				cd.notes = append(cd.notes, fmt.Sprintf("%s: %s %s× unpressured", at, figureName(figure), ratio))

@@ -43,7 +43,7 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 		b.WriteString("This run has no throughput cells to recommend from.\n\n")
 		return
 	}
-	fmt.Fprintf(b, "Highest durable MB/s among the backend/flush policies that qualify (sustained; not saturated, nor above %d× their own tail, under pressure; not on an emulated device that models no seek), median [interval] of %d repeats; a pick only where it separates from the rest.\n\n",
+	fmt.Fprintf(b, "Highest durable MB/s among the backend/flush policies that qualify (sustained; not saturated, nor above %d× their own tail, under pressure; not on an emulated device that models no seek), median [interval] of %d repeats; a pick only where it separates from the rest on durable MB/s, or, tied there, on CPU per GiB.\n\n",
 		PressureBar, f.Config.Repeat)
 	last := ""
 	for _, r := range f.Recommendations {
@@ -64,6 +64,7 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 		switch {
 		case r.Pick != "" && c != nil:
 			fmt.Fprintf(b, "- %s: **%s**, flush %s — %s durable MB/s at %d producers\n", title, c.Backend, flushPolicy(c), ci(r.Interval, fmtFloat), c.Producers)
+			fmt.Fprintf(b, "  - why: %s\n", r.Text)
 		case len(r.Tied) > 0:
 			fmt.Fprintf(b, "- %s: **no single pick** — %s\n", title, r.Text)
 		default:

@@ -621,3 +621,58 @@ func TestSweepDecidesOnNoBound(t *testing.T) {
 		t.Errorf("p99 (a figure) %+v", iv)
 	}
 }
+
+// TestRecommendationTieBrokenOnCPU: two policies tied on durable MB/s are
+// told apart by CPU per GiB when one is significantly cheaper; not when
+// their CPU intervals overlap.
+func TestRecommendationTieBrokenOnCPU(t *testing.T) {
+	f := fakeRun()
+	setCPU := func(c *runfile.Cell, lo, med, hi float64) {
+		c.CILow.CPUSecPerGiB, c.CPUSecPerGiB, c.CIHigh.CPUSecPerGiB = lo, med, hi
+	}
+	setCPU(&f.Cells[3], 9.5, 10, 10.5) // mmap sync
+	setCPU(&f.Cells[4], 19, 20, 21)    // uring sync
+	Analyze(f)
+	s := recOf(t, f, "sync")
+	if s.Pick != "mmap sync" || s.Cell != f.Cells[3].Name || !strings.Contains(s.Text, "no significant difference from uring sync") ||
+		!strings.Contains(s.Text, "significantly less CPU: 10 [9.5–10.5] s/GiB against uring sync 20 [19–21]") {
+		t.Errorf("sync tied on MB/s, mmap clearly cheaper: %+v", s)
+	}
+	var b strings.Builder
+	writeAnswer(&b, f)
+	if !strings.Contains(b.String(), "- ack = durable: **mmap**, flush sync") || !strings.Contains(b.String(), "significantly less CPU") {
+		t.Errorf("the first screen does not name the pick made on CPU and why:\n%s", b.String())
+	}
+	setCPU(&f.Cells[4], 10, 11, 12) // overlaps: no pick
+	Analyze(f)
+	if s = recOf(t, f, "sync"); s.Pick != "" || len(s.Tied) != 2 {
+		t.Errorf("sync tied on MB/s and on CPU: %+v", s)
+	}
+}
+
+// TestRecommendationWhenEveryPolicyFailsThePressureGate: when the gate
+// excludes every policy of a class, it does not tell them apart; they are
+// ranked without it, the text says so, and the exclusions stay listed.
+func TestRecommendationWhenEveryPolicyFailsThePressureGate(t *testing.T) {
+	f := fakeRun()
+	f.Config.Pressures = []string{"none", "dirty"}
+	f.Cells[7] = spreadCell("latency-mmap-1024-sync-r1000", "mmap", "sync", "none", 2000, 0.5)
+	f.Cells[8] = spreadCell("latency-uring-1024-sync-r1000", "uring", "sync", "none", 2000, 0.5)
+	f.Cells = append(f.Cells, spreadCell("latency-mmap-1024-sync-r1000-dirty", "mmap", "sync", "dirty", 6000, 0.5),
+		spreadCell("latency-uring-1024-sync-r1000-dirty", "uring", "sync", "dirty", 8000, 0.5))
+	// mmap sync clearly faster.
+	c := &f.Cells[3]
+	c.DurableMBps, c.CILow.DurableMBps, c.CIHigh.DurableMBps = 30, 29, 31
+	Analyze(f)
+	s := recOf(t, f, "sync")
+	if s.Pick != "mmap sync" || len(s.Excluded) != 2 || !strings.Contains(s.Text, "every sync policy's tail under pressure is above 2× its own") ||
+		!strings.Contains(s.Text, "ranked without it") {
+		t.Errorf("every sync policy fails the gate: %+v", s)
+	}
+	// One of them passes: the gate decides again, and the other stays out.
+	f.Cells[len(f.Cells)-1] = spreadCell("latency-uring-1024-sync-r1000-dirty", "uring", "sync", "dirty", 2200, 0.5)
+	Analyze(f)
+	if s = recOf(t, f, "sync"); s.Pick != "uring sync" || strings.Contains(s.Text, "ranked without it") {
+		t.Errorf("one sync policy passes the gate: %+v", s)
+	}
+}
