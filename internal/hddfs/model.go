@@ -11,13 +11,13 @@ import (
 // Model is the mechanics of the emulated drive. The zero value is not a
 // drive: start from DefaultModel and change what differs.
 //
-// The defaults are a Seagate Barracuda 7200.14 (ST1000DM003 / ST2000DM001,
-// product manual 100686584 and data sheet DS1770): 7200 rpm, average
-// latency 4.16 ms, average seek read < 8.5 ms, max sustained data rate at
-// the outer diameter 210 MB/s, average data rate 156 MB/s, 64 MB cache,
-// SATA 6 Gb/s. The data sheet gives no track-to-track time; 1 ms is the
-// figure drives of that class publish (WD and HGST 7200 rpm manuals give
-// 0.6–2 ms).
+// The defaults are Seagate's data sheet for the Barracuda 7200.14
+// (ST1000DM003, ST2000DM001): 7200 rpm, average latency 4.16 ms, average
+// seek (read) 8.5 ms, max sustained data rate at the outer diameter
+// 210 MB/s, average data rate 156 MB/s, 64 MB cache, SATA 6 Gb/s. The data
+// sheet gives no track-to-track time; 1 ms is what drives of the class
+// publish (Hitachi/HGST specifications: single-track read seek 1.0 ms
+// typical).
 type Model struct {
 	// RPM is the spindle speed: a revolution takes 60/RPM s (8.33 ms at
 	// 7200), the average rotational latency half of it (4.17 ms).
