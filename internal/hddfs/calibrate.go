@@ -24,7 +24,10 @@ var ErrNoFio = errors.New("hddfs: fio is not installed (apt-get install fio), so
 // CalibrationOptions sizes the calibration; zero fields take the defaults.
 type CalibrationOptions struct {
 	// SeqBytes is the sequential write's size (default 512 MiB, at most a
-	// quarter of the disk).
+	// quarter of the disk). It must be well above the model's write cache
+	// (64 MiB) for the figure to be the media's: calibrate a disk of 2 GiB
+	// or more. The whole calibration takes SeqBytes at the media rate plus
+	// twice Runtime (about 20 s by default).
 	SeqBytes int64
 	// Runtime is the length of the random-read and of the sync-write job
 	// (default 8 s).

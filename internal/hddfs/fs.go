@@ -43,6 +43,8 @@ type DaemonStats struct {
 	Disk Stats
 	// Answered is the requests that waited for the model's time; Late the
 	// sum of how much later than it they were answered, MaxLate the most.
+	// A request whose time had passed when the daemon got to it is not
+	// counted, so Late is a lower bound.
 	Answered      int64
 	Late, MaxLate time.Duration
 }
