@@ -81,7 +81,7 @@ bench-full:
 
 ## bench-pressure: the pressure reference (root): every backend, 1 KiB, async and sync, throughput, latency, e2e,
 ## consume and recovery, without pressure and under dirty and swap pressure, on the current file system and on an
-## emulated 7200 rpm HDD (loop device + blkio; async cells there are labelled and never recommended from). Undoes
+## emulated 7200 rpm HDD (a FUSE latency model under a loop device, calibrated with fio at the start). Undoes
 ## every system change at exit; after a killed run, `go run ./cmd/mqbench cleanup`.
 bench-pressure:
 	$(GO) run ./cmd/mqbench run --dir . --emulate hdd --sizes 1024 --flush async,sync \

@@ -115,6 +115,13 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 	r.file.FinishedAt = time.Now()
 	r.file.Machine.LoadAvgEnd = loadAvg()
 	r.file.Interrupted = ctx.Err() != nil
+	for _, t := range r.targets {
+		if t.close != nil {
+			if err := t.close(); err != nil {
+				r.note("tearing down %s: %v", t.label, err)
+			}
+		}
+	}
 	if r.journal != nil {
 		// Restore the system before writing the outputs, so they say so.
 		if uerr := r.journal.Undo(); uerr != nil {
@@ -304,7 +311,7 @@ func (r *runner) emulated(ctx context.Context, kind string) (*target, error) {
 	if r.journal == nil {
 		return nil, fmt.Errorf("%w; running as uid %d", errNeedsRoot, os.Geteuid())
 	}
-	r.progress.note("building the emulated %s (loop device, ext4, blkio throttle)…", kind)
+	r.progress.note("building the emulated %s (a FUSE latency model under a loop device, ext4)…", kind)
 	return r.setupHDD(ctx, r.targets[0])
 }
 
@@ -312,12 +319,6 @@ func (r *runner) emulated(ctx context.Context, kind string) (*target, error) {
 // each pressure (none first) with every backend (and the peers without
 // pressure), then consume and recovery (unpressured).
 func (r *runner) runTarget(ctx context.Context, ti int, t *target) {
-	leave, err := t.enter()
-	defer leave()
-	if err != nil {
-		r.note("target %s: %v", t.label, err)
-		return
-	}
 	r.work = t.work
 	if !r.cfg.NoLimits {
 		before := len(r.file.Limits)

@@ -60,6 +60,7 @@ type workerReply struct {
 // MaybeWorker runs the worker and exits when WorkerEnv is set; otherwise it
 // returns at once. Call it first thing in main (and in TestMain).
 func MaybeWorker() {
+	hddDaemon() // the emulated disk's FUSE daemon runs and exits here
 	if os.Getenv(WorkerEnv) == "" {
 		return
 	}

@@ -56,13 +56,12 @@ type Config struct {
 	// directory (--dir repeated); Dir is the first.
 	Dir  string   `json:"dir"`
 	Dirs []string `json:"dirs,omitempty"`
-	// Emulate adds emulated devices: "hdd" is a loop-device ext4 file system
-	// whose I/O is throttled with cgroup v1 blkio limits to HDDBandwidthBytes
-	// per second and HDDIOPS, in an image of EmulateImageBytes. Root only.
+	// Emulate adds emulated devices: "hdd" is ext4 on a loop device on a
+	// FUSE file whose daemon charges every request a 7200 rpm drive's seek,
+	// rotation and transfer time (internal/hddfs), a disk of
+	// EmulateImageBytes, calibrated with fio at the start. Root only.
 	Emulate           []string `json:"emulate,omitempty"`
 	EmulateImageBytes int64    `json:"emulateImageBytes,omitempty"`
-	HDDBandwidthBytes int64    `json:"hddBandwidthBytes,omitempty"`
-	HDDIOPS           int      `json:"hddIops,omitempty"`
 
 	ConsumeBytes  int64 `json:"consumeBytes,omitempty"`
 	RecoveryBytes int64 `json:"recoveryBytes,omitempty"`

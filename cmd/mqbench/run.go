@@ -139,8 +139,6 @@ func (m *matrixFlags) registerAxes(fs *flag.FlagSet, cfg *bench.Config, def matr
 // settings.
 func (m *matrixFlags) registerKnobs(fs *flag.FlagSet, cfg *bench.Config, sweep bool) {
 	fs.Var(bytesFlag{&cfg.EmulateImageBytes}, "emulate-bytes", "size of the emulated disk's (sparse) image")
-	fs.Var(bytesFlag{&cfg.HDDBandwidthBytes}, "hdd-bandwidth", "emulated HDD bandwidth per direction, bytes/s")
-	fs.IntVar(&cfg.HDDIOPS, "hdd-iops", cfg.HDDIOPS, "emulated HDD IOPS per direction")
 	fs.Var(bytesFlag{&cfg.ConsumeBytes}, "consume-bytes", "CommitLog the consume workload writes and reads back")
 	fs.Var(bytesFlag{&cfg.RecoveryBytes}, "recovery-bytes", "CommitLog size a recovery cell reopens after SIGKILL")
 	fs.BoolVar(&cfg.ColdReads, "cold-reads", cfg.ColdReads, "add the cold consume and recovery variants (root: they drop the page cache)")
