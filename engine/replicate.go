@@ -17,6 +17,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -578,6 +579,10 @@ func (s *Store) checkReplicaStartLocked(offset int64) error {
 					return fmt.Errorf("drop the empty segment before offset %d: %w", offset, err)
 				}
 			}
+			if invariants.Enabled {
+				invariants.Forward("committed offset of an empty slave", s.log.committedOffset.Load(), offset)
+				invariants.Forward("flushed offset of an empty slave", s.log.flushedOffset.Load(), offset)
+			}
 			s.log.committedOffset.Store(offset)
 			s.log.flushedOffset.Store(offset)
 		}
@@ -672,7 +677,30 @@ func (s *Store) appendReplicaRunLocked(ctx context.Context, at int64, run []byte
 		return fmt.Errorf("replicated append of %d bytes at %d to %s: %w", len(run), at, mf.Path(), err)
 	}
 	s.repl.replicated.Add(uint64(len(run)))
+	if invariants.Enabled {
+		s.checkReplicaRun(mf, at, run)
+	}
 	return nil
+}
+
+// checkReplicaRun asserts what replicaUnitSize and the run's cut promise:
+// the run's units tile it exactly, none crosses the segment's end, and a
+// blank is the segment's last unit — every record ends at the segment's end
+// or before another unit, and a run ending in a blank fills its segment.
+func (s *Store) checkReplicaRun(mf mappedfile.MappedFile, at int64, run []byte) {
+	segEnd := mf.FromOffset() + mf.SizeBytes()
+	off := 0
+	for off < len(run) {
+		total := int(binary.BigEndian.Uint32(run[off:]))
+		invariants.True(total >= record.BlankSize && off+total <= len(run), "replicated units tile their run",
+			fmt.Sprintf("unit of %d bytes at %d, run of %d bytes at %d", total, at+int64(off), len(run), at))
+		if int32(binary.BigEndian.Uint32(run[off+record.OffMagic:])) == record.MagicBlank {
+			invariants.Equal("an end-of-segment blank ends at its segment's end", at+int64(off+total), segEnd)
+		}
+		off += max(total, record.BlankSize)
+	}
+	invariants.Ordered("a replicated run ends within its segment", at+int64(len(run)), segEnd)
+	invariants.Equal("the slave's write position is the run's end", mf.FromOffset()+mf.WrotePosition(), at+int64(len(run)))
 }
 
 // replicaEncoder copies checked units into a segment, each unit's

@@ -14,6 +14,7 @@ import (
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/engine/storefs"
+	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -360,6 +361,11 @@ func (s *Store) Close() error {
 		// The checkpoint written below must know all of it durable: a bad
 		// record before this offset is then corruption, never a torn tail.
 		raise(&s.checkpoint.flushedOffset, flushed)
+		if invariants.Enabled { // the services are stopped: nothing moves
+			invariants.Ordered3("flushed ≤ committed ≤ written at close", s.log.flushedOffset.Load(),
+				s.log.committedOffset.Load(), s.log.queue.WroteOffset())
+			invariants.Equal("the final flush reaches the flushed offset", flushed, s.log.flushedOffset.Load())
+		}
 	}
 	// Dispatch what the final commit made readable, then flush the logics
 	// (which writes the checkpoint).
