@@ -119,10 +119,6 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	if opts.MaxMessageSizeBytes == 0 {
-		// The default shrinks to fit small segments (tests, tools).
-		o.MaxMessageSizeBytes = min(o.MaxMessageSizeBytes, int(o.SegmentSizeBytes)-2*record.BlankSize)
-	}
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}

@@ -49,7 +49,7 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	size := fs.Int("size", 1024, "body size in bytes")
 	tags := fs.String("tags", "", "TAGS property of every message")
 	keys := fs.Bool("keys", false, "set KEYS = k<index>")
-	backend := fs.String("backend", "mmap", "I/O backend: "+backendList())
+	backend := fs.String("backend", engine.DefaultOptions().Backend, "I/O backend: "+backendList())
 	flush := fs.String("flush", "async", "flush mode: async or sync")
 	segmentSize := fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB; must match an existing store)")
 	printAcks := fs.Bool("print-acks", false, "print one JSON line per acknowledged message (after the chosen flush and replication); "+

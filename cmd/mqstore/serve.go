@@ -103,6 +103,10 @@ func (h *haFlags) parseRole(fs *flag.FlagSet) (engine.BrokerRole, error) {
 		}
 	}
 	switch {
+	case *h.slaveTimeout <= 0:
+		return 0, cli.BadFlag(fs, "--slave-timeout must be positive, got %v", *h.slaveTimeout)
+	case *h.fallbehind <= 0:
+		return 0, cli.BadFlag(fs, "--fallbehind-max must be positive, got %d", *h.fallbehind)
 	case *h.minInSync < 0:
 		return 0, cli.BadFlag(fs, "--min-in-sync-replicas must not be negative")
 	case *h.minInSync > 0 && r != engine.SyncMaster:
@@ -171,7 +175,7 @@ func runSlave(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func serve(ctx context.Context, name string, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	dir := fs.String("dir", "", "store directory (required)")
-	backend := fs.String("backend", "mmap", "I/O backend: "+backendList())
+	backend := fs.String("backend", engine.DefaultOptions().Backend, "I/O backend: "+backendList())
 	flush := fs.String("flush", "async", "flush mode: async or sync")
 	segmentSize := fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB); a slave's must be its master's")
 	statusEvery := fs.Duration("status-interval", 5*time.Second, "how often to log the replication state (0: never)")
