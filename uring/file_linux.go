@@ -307,17 +307,17 @@ func (f *file) pwriteDSync(start, logicalEnd int64, pieces [][]byte) writeResult
 	for len(pieces) > 0 {
 		total := iovecBytes(pieces)
 		op := segfile.Op{Kind: segfile.OpWriteDurable, Path: f.Path(), Offset: done, Length: total, Via: "pwritev2"}
-		err := segfile.Begin(op)
 		var n int
-		if err == nil {
-			for {
+		var err error
+		for { // each attempt through the seam, as segfile's own calls: it sees an interrupted one and its retry
+			if err = segfile.Begin(op); err == nil {
 				n, err = unix.Pwritev2(int(f.fd), pieces, done, unix.RWF_DSYNC)
-				if err != unix.EINTR {
-					break
-				}
+			}
+			segfile.End(op, err)
+			if err != unix.EINTR {
+				break
 			}
 		}
-		segfile.End(op, err)
 		if err != nil {
 			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("pwritev2(RWF_DSYNC) [%d,+%d): %w", done, total, err)}
 		}
