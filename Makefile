@@ -5,6 +5,8 @@ STATICCHECK_VERSION ?= v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 TEST_TIMEOUT ?= 14m
+# The tests run with the store's assertions on (internal/invariants); a normal build compiles them out.
+INVARIANTS := -tags mqstore_invariants
 
 .PHONY: all build test cross test-interop test-peers lint vet staticcheck fmt-check tools clean bench bench-full bench-pressure bench-sweep bench-durable bench-replication bench-peers report
 
@@ -13,13 +15,14 @@ all: build
 build:
 	$(GO) build ./...
 
-## test: everything CI runs — gofmt check, go vet, staticcheck, go test -race over every package,
+## test: everything CI runs — gofmt check, go vet and staticcheck (with and without the invariants tag),
+## go test -race over every package with the invariants on,
 ## then the allocation checks without -race (the race detector allocates; those tests are built
 ## with `//go:build !race` and named *Allocs*), then the interop module (rocketmq-client-go against
 ## the name server and broker, loopback only; its examples test needs 127.0.0.1:9876 free), then
 ## the peers' module (pebble, NATS).
 test: fmt-check vet staticcheck cross
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race $(INVARIANTS) -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -count=1 -run Allocs -timeout 5m ./...
 	$(MAKE) test-interop
 	$(MAKE) test-peers
@@ -47,9 +50,11 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet $(INVARIANTS) ./...
 
 staticcheck: $(STATICCHECK)
 	$(STATICCHECK) ./...
+	$(STATICCHECK) $(INVARIANTS) ./...
 
 $(STATICCHECK):
 	@command -v $(GO) >/dev/null || { echo "Go is not installed: get Go 1.26 from your distribution or go.dev/dl"; exit 1; }

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/mqstore/mqstore/engine/consumequeue"
-	"github.com/mqstore/mqstore/engine/indexfile"
 	"github.com/mqstore/mqstore/engine/storefs"
 )
 
@@ -165,26 +163,16 @@ func writeParams(fsys storefs.FS, dir string, p storeParams) error {
 const formatVersion = 1
 
 // reconcileParams reads the recorded parameters (a new store gets them from
-// the options; the caller writes them once the options are valid) and merges them into o: a zero option takes the recorded value, a
-// different non-zero one is ErrConfigMismatch naming the parameter.
+// the options, newStoreParams; the caller writes them once the options are
+// valid) and resolves o with them (withStoreParams). A recorded parameter
+// that is set in o (not zero) and differs is ErrConfigMismatch naming it.
 func reconcileParams(fsys storefs.FS, dir string, o *Options) (storeParams, error) {
 	path := filepath.Join(dir, paramsFileName)
 	b, err := fsys.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		if o.SegmentSizeBytes == 0 {
-			o.SegmentSizeBytes = DefaultSegmentSizeBytes
-		}
-		if o.ConsumeQueueFileSizeBytes == 0 {
-			o.ConsumeQueueFileSizeBytes = consumequeue.DefaultFileSizeBytes
-		}
-		if o.IndexSlotCount == 0 {
-			o.IndexSlotCount = indexfile.DefaultSlotCount
-		}
-		if o.IndexMaxEntries == 0 {
-			o.IndexMaxEntries = indexfile.DefaultMaxEntries
-		}
-		return storeParams{FormatVersion: formatVersion, SegmentSizeBytes: o.SegmentSizeBytes, MaxMessageSizeBytes: o.MaxMessageSizeBytes,
-			ConsumeQueueFileSize: o.ConsumeQueueFileSizeBytes, IndexSlotCount: o.IndexSlotCount, IndexMaxEntries: o.IndexMaxEntries, isNew: true}, nil
+		p := o.newStoreParams()
+		o.withStoreParams(p)
+		return p, nil
 	}
 	if err != nil {
 		return storeParams{}, fmt.Errorf("read store parameters: %w", err)
@@ -200,7 +188,6 @@ func reconcileParams(fsys storefs.FS, dir string, o *Options) (storeParams, erro
 		return p, fmt.Errorf("store %s was created with CommitLog segments of %d bytes, opened with %d: %w",
 			dir, p.SegmentSizeBytes, o.SegmentSizeBytes, ErrConfigMismatch)
 	}
-	o.SegmentSizeBytes = p.SegmentSizeBytes
 	for _, c := range []struct {
 		name     string
 		opt      *int64
@@ -211,7 +198,6 @@ func reconcileParams(fsys storefs.FS, dir string, o *Options) (storeParams, erro
 		if *c.opt != 0 && *c.opt != c.recorded {
 			return p, fmt.Errorf("store %s was created with %s %d bytes, opened with %d: %w", dir, c.name, c.recorded, *c.opt, ErrConfigMismatch)
 		}
-		*c.opt = c.recorded
 	}
 	for _, c := range []struct {
 		name     string
@@ -224,8 +210,8 @@ func reconcileParams(fsys storefs.FS, dir string, o *Options) (storeParams, erro
 		if *c.opt != 0 && *c.opt != c.recorded {
 			return p, fmt.Errorf("store %s was created with %s %d, opened with %d: %w", dir, c.name, c.recorded, *c.opt, ErrConfigMismatch)
 		}
-		*c.opt = c.recorded
 	}
+	o.withStoreParams(p)
 	return p, nil
 }
 

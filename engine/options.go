@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/mqstore/mqstore/engine/consumequeue"
+	"github.com/mqstore/mqstore/engine/indexfile"
+	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -149,10 +152,23 @@ const (
 	DefaultInSyncMaxLagBytes      = 4 << 20
 	DefaultInSyncMaxLagTime       = 10 * time.Second
 	DefaultSlaveRetentionMaxBytes = 64 << 30
+
+	DefaultConsumeQueueFlushInterval         = time.Second
+	DefaultConsumeQueueFlushThoroughInterval = time.Minute
+	DefaultGetMaxBytes                       = 256 << 10 // maxTransferBytesOnMessageInMemory
 )
 
-// Options configure a Store. The zero value of every field means its
-// default (RocketMQ's); set fields override them.
+// DefaultStoreHost is the STOREHOSTADDRESS of a store whose StoreHost is
+// unset (RocketMQ's default listen port on loopback).
+var DefaultStoreHost = netip.MustParseAddrPort("127.0.0.1:10911")
+
+// Options configure a Store. A field left at its zero value is unset and
+// takes its default (RocketMQ's, listed with each field) — in one place,
+// withDefaults; DefaultOptions shows the result and Store.Options the
+// effective options of an open store. Where zero is a value of its own
+// the field says so (MinInSyncReplicas, WarmFlushEveryPages), and where an
+// explicit "none" is needed it is a named constant (LeastPagesAny,
+// SlaveRetentionIgnore).
 type Options struct {
 	// Backend names a registered I/O backend (mappedfile.Register; the
 	// backends package links every one of this module); BackendNames lists
@@ -178,14 +194,14 @@ type Options struct {
 
 	FlushMode             FlushMode
 	FlushInterval         time.Duration // async: how often the flusher runs (500 ms)
-	FlushLeastPages       int           // async: flush only when this many pages are pending (4)
+	FlushLeastPages       int           // async: flush only when this many pages are pending (4; LeastPagesAny: any byte)
 	FlushThoroughInterval time.Duration // async: a full flush at least this often (10 s)
 	SyncFlushTimeout      time.Duration // sync: how long Put waits before FlushDiskTimeout (5 s)
 	GroupCommitQueueSize  int           // sync: bound of the waiter queue (16384)
 
 	// Commit service, for buffered backends (Registration.Buffered).
 	CommitInterval         time.Duration // 200 ms
-	CommitLeastPages       int           // 4
+	CommitLeastPages       int           // 4; LeastPagesAny: any byte
 	CommitThoroughInterval time.Duration // 200 ms
 
 	// NoPreallocate turns off the allocation service: segments are created
@@ -273,7 +289,8 @@ type Options struct {
 	// yet, while the store holds at most this many CommitLog bytes
 	// (64 GiB) and the disk is not fuller than DiskMaxUsedRatio; beyond
 	// either it deletes the segment anyway and logs which slave lost it.
-	// -1: retention ignores slaves (RocketMQ's behaviour).
+	// SlaveRetentionIgnore (-1): retention ignores slaves (RocketMQ's
+	// behaviour).
 	SlaveRetentionMaxBytes int64
 
 	// OnCorruption: what Open does with a corrupt record in durable data.
@@ -309,88 +326,111 @@ type Options struct {
 	// truncateAt, when set, cuts the CommitLog there before recovery
 	// (TruncateCommitLog).
 	truncateAt *truncateRequest
+	// maxMessageSizeDefaulted: MaxMessageSizeBytes was unset, so
+	// withStoreParams may shrink it to fit the segment.
+	maxMessageSizeDefaulted bool
 }
 
+// LeastPagesAny, as FlushLeastPages or CommitLeastPages, makes the service
+// act on any pending byte (RocketMQ's flushPhysicQueueLeastPages = 0). The
+// field's zero value is unset and takes the default, 4 pages; this is the
+// explicit "no minimum", kept as is in the effective options.
+const LeastPagesAny = -1
+
+// SlaveRetentionIgnore, as SlaveRetentionMaxBytes, makes retention ignore
+// slaves (RocketMQ's behaviour).
+const SlaveRetentionIgnore = -1
+
+// DefaultOptions returns the effective options of a zero Options: every
+// default, as Open applies it (before the store's recorded parameters:
+// SegmentSizeBytes, ConsumeQueueFileSizeBytes, IndexSlotCount and
+// IndexMaxEntries stay unset until a store is opened; see
+// Options.withStoreParams).
+func DefaultOptions() Options { return Options{}.withDefaults() }
+
+// withDefaults is the one place an unset option takes its default. An
+// option is unset when it holds its type's zero value, and only here does a
+// zero mean that: every other reader of Options sees the effective value.
+// Values with a meaning of their own are named constants (LeastPagesAny,
+// SlaveRetentionIgnore); options whose zero is a real setting have no
+// default (MinInSyncReplicas 0: the classic mode; WarmFlushEveryPages 0:
+// no flush during warm-up; the bools: off). The four parameters a store
+// records at creation depend on its directory: withStoreParams resolves
+// them at Open. The result is idempotent: withDefaults of effective options
+// changes nothing.
 func (o Options) withDefaults() Options {
-	if o.Backend == "" {
-		o.Backend = defaultBackendName()
+	o.backendDefaults()
+	o.flushDefaults()
+	o.readDefaults()
+	o.retentionDefaults()
+	o.replicationDefaults()
+	o.hookDefaults()
+	return o
+}
+
+// setDefault stores def in *v when *v is unset (its zero value).
+func setDefault[T comparable](v *T, def T) {
+	var unset T
+	if *v == unset {
+		*v = def
 	}
+}
+
+// backendDefaults: the backend, the record bound and the store host.
+func (o *Options) backendDefaults() {
+	setDefault(&o.Backend, defaultBackendName())
 	if o.MaxMessageSizeBytes == 0 {
 		o.MaxMessageSizeBytes = DefaultMaxMessageSizeBytes
+		o.maxMessageSizeDefaulted = true // withStoreParams fits it to small segments
 	}
-	if o.FlushInterval == 0 {
-		o.FlushInterval = DefaultFlushInterval
-	}
-	if o.FlushLeastPages == 0 {
-		o.FlushLeastPages = DefaultFlushLeastPages
-	}
-	if o.FlushThoroughInterval == 0 {
-		o.FlushThoroughInterval = DefaultFlushThoroughInterval
-	}
-	if o.SyncFlushTimeout == 0 {
-		o.SyncFlushTimeout = DefaultSyncFlushTimeout
-	}
-	if o.GroupCommitQueueSize == 0 {
-		o.GroupCommitQueueSize = DefaultGroupCommitQueueSize
-	}
-	if o.CommitInterval == 0 {
-		o.CommitInterval = DefaultCommitInterval
-	}
-	if o.CommitLeastPages == 0 {
-		o.CommitLeastPages = DefaultCommitLeastPages
-	}
-	if o.CommitThoroughInterval == 0 {
-		o.CommitThoroughInterval = DefaultCommitThoroughInterval
-	}
-	if o.AllocationTimeout == 0 {
-		o.AllocationTimeout = DefaultAllocationTimeout
-	}
-	o.PrewriteSegments = o.effectivePrewrite()
-	if o.OSPageCacheBusyTimeout == 0 {
-		o.OSPageCacheBusyTimeout = DefaultOSPageCacheBusyTimeout
-	}
+	setDefault(&o.AllocationTimeout, DefaultAllocationTimeout)
 	if !o.StoreHost.IsValid() {
-		o.StoreHost = netip.MustParseAddrPort("127.0.0.1:10911")
+		o.StoreHost = DefaultStoreHost
 	}
-	if o.ConsumeQueueFlushInterval == 0 {
-		o.ConsumeQueueFlushInterval = time.Second
-	}
-	if o.ConsumeQueueFlushThoroughInterval == 0 {
-		o.ConsumeQueueFlushThoroughInterval = time.Minute
-	}
-	if o.FileReservedTime == 0 {
-		o.FileReservedTime = DefaultFileReservedTime
-	}
-	if o.DeleteWhen == "" {
-		o.DeleteWhen = DefaultDeleteWhen
-	}
-	if o.DiskMaxUsedRatio == 0 {
-		o.DiskMaxUsedRatio = DefaultDiskMaxUsedRatio
-	}
-	if o.CleanInterval == 0 {
-		o.CleanInterval = DefaultCleanInterval
-	}
-	if o.SlaveTimeout == 0 {
-		o.SlaveTimeout = DefaultSlaveTimeout
-	}
-	if o.HASlaveFallbehindMax == 0 {
-		o.HASlaveFallbehindMax = DefaultHASlaveFallbehindMax
-	}
-	if o.InSyncMaxLagBytes == 0 {
-		o.InSyncMaxLagBytes = DefaultInSyncMaxLagBytes
-	}
-	if o.InSyncMaxLagTime == 0 {
-		o.InSyncMaxLagTime = DefaultInSyncMaxLagTime
-	}
-	if o.SlaveRetentionMaxBytes == 0 {
-		o.SlaveRetentionMaxBytes = DefaultSlaveRetentionMaxBytes
-	}
-	if o.GetMaxBytes == 0 {
-		o.GetMaxBytes = 256 << 10
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+}
+
+// flushDefaults: the flush, group commit and commit services. PrewriteDefault
+// is resolved here too (effectivePrewrite), since it follows FlushMode.
+func (o *Options) flushDefaults() {
+	setDefault(&o.FlushInterval, DefaultFlushInterval)
+	setDefault(&o.FlushLeastPages, DefaultFlushLeastPages)
+	setDefault(&o.FlushThoroughInterval, DefaultFlushThoroughInterval)
+	setDefault(&o.SyncFlushTimeout, DefaultSyncFlushTimeout)
+	setDefault(&o.GroupCommitQueueSize, DefaultGroupCommitQueueSize)
+	setDefault(&o.CommitInterval, DefaultCommitInterval)
+	setDefault(&o.CommitLeastPages, DefaultCommitLeastPages)
+	setDefault(&o.CommitThoroughInterval, DefaultCommitThoroughInterval)
+	setDefault(&o.OSPageCacheBusyTimeout, DefaultOSPageCacheBusyTimeout)
+	o.PrewriteSegments = o.effectivePrewrite()
+}
+
+// readDefaults: the ConsumeQueue flush and the read bound.
+func (o *Options) readDefaults() {
+	setDefault(&o.ConsumeQueueFlushInterval, DefaultConsumeQueueFlushInterval)
+	setDefault(&o.ConsumeQueueFlushThoroughInterval, DefaultConsumeQueueFlushThoroughInterval)
+	setDefault(&o.GetMaxBytes, DefaultGetMaxBytes)
+}
+
+// retentionDefaults: the clean service.
+func (o *Options) retentionDefaults() {
+	setDefault(&o.FileReservedTime, DefaultFileReservedTime)
+	setDefault(&o.DeleteWhen, DefaultDeleteWhen)
+	setDefault(&o.DiskMaxUsedRatio, DefaultDiskMaxUsedRatio)
+	setDefault(&o.CleanInterval, DefaultCleanInterval)
+}
+
+// replicationDefaults: what a master waits for and keeps for its slaves.
+func (o *Options) replicationDefaults() {
+	setDefault(&o.SlaveTimeout, DefaultSlaveTimeout)
+	setDefault(&o.HASlaveFallbehindMax, DefaultHASlaveFallbehindMax)
+	setDefault(&o.InSyncMaxLagBytes, DefaultInSyncMaxLagBytes)
+	setDefault(&o.InSyncMaxLagTime, DefaultInSyncMaxLagTime)
+	setDefault(&o.SlaveRetentionMaxBytes, DefaultSlaveRetentionMaxBytes)
+}
+
+// hookDefaults: the logger and what tests inject (clock, disk usage).
+func (o *Options) hookDefaults() {
+	setDefault(&o.Logger, slog.Default())
 	if o.now == nil {
 		o.now = time.Now
 		o.realClock = true
@@ -398,7 +438,35 @@ func (o Options) withDefaults() Options {
 	if o.diskUsed == nil {
 		o.diskUsed = diskUsedPercent
 	}
-	return o
+}
+
+// withStoreParams resolves what depends on the store's directory, once its
+// recorded parameters are read (reconcileParams): a new store takes the set
+// sizes or their defaults and records them; an existing one takes its
+// recorded sizes (a set one that differs is ErrConfigMismatch, found by
+// reconcileParams). A defaulted MaxMessageSizeBytes shrinks to fit the
+// segment (tests and tools use small segments); a set one is validated
+// against it instead.
+func (o *Options) withStoreParams(p storeParams) {
+	o.SegmentSizeBytes = p.SegmentSizeBytes
+	o.ConsumeQueueFileSizeBytes = p.ConsumeQueueFileSize
+	o.IndexSlotCount = p.IndexSlotCount
+	o.IndexMaxEntries = p.IndexMaxEntries
+	if o.maxMessageSizeDefaulted {
+		o.MaxMessageSizeBytes = min(o.MaxMessageSizeBytes, int(o.SegmentSizeBytes)-2*record.BlankSize)
+	}
+}
+
+// newStoreParams are the parameters a new store records: the set sizes, or
+// their defaults.
+func (o Options) newStoreParams() storeParams {
+	p := storeParams{FormatVersion: formatVersion, SegmentSizeBytes: o.SegmentSizeBytes, MaxMessageSizeBytes: o.MaxMessageSizeBytes,
+		ConsumeQueueFileSize: o.ConsumeQueueFileSizeBytes, IndexSlotCount: o.IndexSlotCount, IndexMaxEntries: o.IndexMaxEntries, isNew: true}
+	setDefault(&p.SegmentSizeBytes, DefaultSegmentSizeBytes)
+	setDefault(&p.ConsumeQueueFileSize, consumequeue.DefaultFileSizeBytes)
+	setDefault(&p.IndexSlotCount, indexfile.DefaultSlotCount)
+	setDefault(&p.IndexMaxEntries, indexfile.DefaultMaxEntries)
+	return p
 }
 
 // effectivePrewrite resolves PrewriteDefault: on for sync flush, off for
@@ -437,7 +505,7 @@ func (o Options) validate() error {
 		{o.PrewriteSegments == PrewriteOn && o.NoPreallocate, "PrewriteSegments on needs the allocation service, which NoPreallocate turns off (a roll would wait for the whole segment to be written)"},
 		{o.FlushInterval < 0 || o.FlushThoroughInterval < 0 || o.SyncFlushTimeout < 0 || o.CommitInterval < 0 ||
 			o.CommitThoroughInterval < 0 || o.AllocationTimeout < 0 || o.OSPageCacheBusyTimeout < 0, "a duration is negative"},
-		{o.FlushLeastPages < 0 || o.CommitLeastPages < 0, "a least-pages count is negative"},
+		{o.FlushLeastPages < LeastPagesAny || o.CommitLeastPages < LeastPagesAny, "a least-pages count is below LeastPagesAny (-1)"},
 		{o.GroupCommitQueueSize < 0, "GroupCommitQueueSize is negative"},
 		{o.ConsumeQueueFileSizeBytes < 0 || o.ConsumeQueueFileSizeBytes%20 != 0, fmt.Sprintf("ConsumeQueueFileSizeBytes %d is not a positive multiple of 20", o.ConsumeQueueFileSizeBytes)},
 		{o.IndexSlotCount < 0 || o.IndexMaxEntries < 0, "an index size is negative"},
@@ -451,7 +519,7 @@ func (o Options) validate() error {
 		{o.MinInSyncReplicas < 0, fmt.Sprintf("MinInSyncReplicas %d is negative", o.MinInSyncReplicas)},
 		{o.MinInSyncReplicas > 0 && o.Role != SyncMaster, fmt.Sprintf("MinInSyncReplicas %d needs the SyncMaster role", o.MinInSyncReplicas)},
 		{o.InSyncMaxLagBytes < 0 || o.InSyncMaxLagTime < 0, "an in-sync lag bound is negative"},
-		{o.SlaveRetentionMaxBytes < -1, fmt.Sprintf("SlaveRetentionMaxBytes %d is below -1", o.SlaveRetentionMaxBytes)},
+		{o.SlaveRetentionMaxBytes < SlaveRetentionIgnore, fmt.Sprintf("SlaveRetentionMaxBytes %d is below SlaveRetentionIgnore (-1)", o.SlaveRetentionMaxBytes)},
 	} {
 		if c.bad {
 			return fmt.Errorf("options: %s: %w", c.what, ErrInvalidOption)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -479,35 +480,63 @@ func (s *Store) appendReplicatedLocked(ctx context.Context, offset int64, data [
 	}
 	base := offset // the global offset of data[0]
 	if len(r.pending) > 0 {
-		// Complete the unit a previous frame split.
-		at := r.pendingAt
-		if len(r.pending) < record.BlankSize {
-			k := min(record.BlankSize-len(r.pending), len(data))
-			r.pending = append(r.pending, data[:k]...)
-			data, base = data[k:], base+int64(k)
-			if len(r.pending) < record.BlankSize {
-				return q.WroteOffset(), nil
-			}
+		var err error
+		if data, base, err = s.completePendingLocked(ctx, data, base); err != nil || len(r.pending) > 0 {
+			return q.WroteOffset(), err // an error, or the unit is still incomplete
 		}
-		total, err := s.replicaUnitSize(r.pending, at)
-		if err != nil {
-			return q.WroteOffset(), err
-		}
-		k := min(total-len(r.pending), len(data))
+	}
+	pos, err := s.appendUnitsLocked(ctx, data, base)
+	if err != nil {
+		return q.WroteOffset(), err
+	}
+	if pos < len(data) {
+		r.pending = append(r.pending[:0], data[pos:]...)
+		r.pendingAt = base + int64(pos)
+	}
+	return q.WroteOffset(), nil
+}
+
+// completePendingLocked completes the unit a previous frame split with the
+// head of data (at global offset base) and appends it once whole; it
+// returns the rest of data and its offset. r.pending stays non-empty while
+// the unit is still incomplete.
+func (s *Store) completePendingLocked(ctx context.Context, data []byte, base int64) ([]byte, int64, error) {
+	r := &s.repl
+	at := r.pendingAt
+	if len(r.pending) < record.BlankSize {
+		k := min(record.BlankSize-len(r.pending), len(data))
 		r.pending = append(r.pending, data[:k]...)
 		data, base = data[k:], base+int64(k)
-		if len(r.pending) < total {
-			return q.WroteOffset(), nil
+		if len(r.pending) < record.BlankSize {
+			return data, base, nil
 		}
-		if err := s.checkReplicaUnitLocked(r.pending, at); err != nil {
-			return q.WroteOffset(), err
-		}
-		if err := s.appendReplicaRunLocked(ctx, at, r.pending); err != nil {
-			return q.WroteOffset(), err
-		}
-		r.pending = r.pending[:0]
 	}
-	// Whole units, appended in runs that end at a segment end.
+	total, err := s.replicaUnitSize(r.pending, at)
+	if err != nil {
+		return data, base, err
+	}
+	k := min(total-len(r.pending), len(data))
+	r.pending = append(r.pending, data[:k]...)
+	data, base = data[k:], base+int64(k)
+	if len(r.pending) < total {
+		return data, base, nil
+	}
+	if err := s.checkReplicaUnitLocked(r.pending, at); err != nil {
+		return data, base, err
+	}
+	if err := s.appendReplicaRunLocked(ctx, at, r.pending); err != nil {
+		return data, base, err
+	}
+	r.pending = r.pending[:0]
+	return data, base, nil
+}
+
+// appendUnitsLocked appends the whole units at the head of data (at global
+// offset base), checked one by one, in runs that end at a segment end (a
+// blank). It returns where the whole units end: the rest is the start of a
+// unit the next frame completes. On an error the units before the bad one
+// are appended.
+func (s *Store) appendUnitsLocked(ctx context.Context, data []byte, base int64) (int, error) {
 	runStart, pos := 0, 0
 	flushRun := func() error {
 		if pos == runStart {
@@ -521,31 +550,22 @@ func (s *Store) appendReplicatedLocked(ctx context.Context, offset int64, data [
 		at := base + int64(pos)
 		total, err := s.replicaUnitSize(data[pos:], at)
 		if err != nil {
-			err = errors.Join(err, flushRun()) // the units before it are good
-			return q.WroteOffset(), err
+			return pos, errors.Join(err, flushRun()) // the units before it are good
 		}
 		if len(data)-pos < total {
 			break
 		}
 		if err := s.checkReplicaUnitLocked(data[pos:pos+total], at); err != nil {
-			err = errors.Join(err, flushRun())
-			return q.WroteOffset(), err
+			return pos, errors.Join(err, flushRun())
 		}
 		pos += total
 		if int32(binary.BigEndian.Uint32(data[pos-total+record.OffMagic:])) == record.MagicBlank {
 			if err := flushRun(); err != nil { // the segment is full: the next unit goes to the next one
-				return q.WroteOffset(), err
+				return pos, err
 			}
 		}
 	}
-	if err := flushRun(); err != nil {
-		return q.WroteOffset(), err
-	}
-	if pos < len(data) {
-		r.pending = append(r.pending[:0], data[pos:]...)
-		r.pendingAt = base + int64(pos)
-	}
-	return q.WroteOffset(), nil
+	return pos, flushRun()
 }
 
 // checkReplicaStartLocked checks that offset is where the slave's
@@ -577,6 +597,10 @@ func (s *Store) checkReplicaStartLocked(offset int64) error {
 				if err := q.DeleteFirst(); err != nil {
 					return fmt.Errorf("drop the empty segment before offset %d: %w", offset, err)
 				}
+			}
+			if invariants.Enabled {
+				invariants.Forward("committed offset of an empty slave", s.log.committedOffset.Load(), offset)
+				invariants.Forward("flushed offset of an empty slave", s.log.flushedOffset.Load(), offset)
 			}
 			s.log.committedOffset.Store(offset)
 			s.log.flushedOffset.Store(offset)
@@ -672,7 +696,30 @@ func (s *Store) appendReplicaRunLocked(ctx context.Context, at int64, run []byte
 		return fmt.Errorf("replicated append of %d bytes at %d to %s: %w", len(run), at, mf.Path(), err)
 	}
 	s.repl.replicated.Add(uint64(len(run)))
+	if invariants.Enabled {
+		s.checkReplicaRun(mf, at, run)
+	}
 	return nil
+}
+
+// checkReplicaRun asserts what replicaUnitSize and the run's cut promise:
+// the run's units tile it exactly, none crosses the segment's end, and a
+// blank is the segment's last unit — every record ends at the segment's end
+// or before another unit, and a run ending in a blank fills its segment.
+func (s *Store) checkReplicaRun(mf mappedfile.MappedFile, at int64, run []byte) {
+	segEnd := mf.FromOffset() + mf.SizeBytes()
+	off := 0
+	for off < len(run) {
+		total := int(binary.BigEndian.Uint32(run[off:]))
+		invariants.True(total >= record.BlankSize && off+total <= len(run), "replicated units tile their run",
+			fmt.Sprintf("unit of %d bytes at %d, run of %d bytes at %d", total, at+int64(off), len(run), at))
+		if int32(binary.BigEndian.Uint32(run[off+record.OffMagic:])) == record.MagicBlank {
+			invariants.Equal("an end-of-segment blank ends at its segment's end", at+int64(off+total), segEnd)
+		}
+		off += max(total, record.BlankSize)
+	}
+	invariants.Ordered("a replicated run ends within its segment", at+int64(len(run)), segEnd)
+	invariants.Equal("the slave's write position is the run's end", mf.FromOffset()+mf.WrotePosition(), at+int64(len(run)))
 }
 
 // replicaEncoder copies checked units into a segment, each unit's

@@ -131,18 +131,8 @@ func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 		if !expired && !spaceFull {
 			break
 		}
-		if slave, ok := s.slowestSlave(); ok && s.opts.SlaveRetentionMaxBytes >= 0 && slave.AckedOffset < end {
-			// A connected slave has not received all of it yet.
-			held := s.log.queue.WroteOffset() - files[0].FromOffset()
-			if !spaceFull && held <= s.opts.SlaveRetentionMaxBytes {
-				break
-			}
-			why := fmt.Sprintf("the store holds %d CommitLog bytes, more than SlaveRetentionMaxBytes %d", held, s.opts.SlaveRetentionMaxBytes)
-			if spaceFull {
-				why = fmt.Sprintf("the disk is %.0f%% full, more than DiskMaxUsedRatio %d%%", used, s.opts.DiskMaxUsedRatio)
-			}
-			s.opts.Logger.Warn("retention deletes a CommitLog segment a connected slave has not received", slog.String("path", files[0].Path()),
-				slog.String("slave", slave.Addr), slog.Int64("slaveAcked", slave.AckedOffset), slog.Int64("segmentEnd", end), slog.String("why", why))
+		if s.keptForSlave(files[0], end, spaceFull, used) {
+			break
 		}
 		if err := s.log.queue.DeleteFirst(); err != nil {
 			return deleted, err
@@ -157,17 +147,46 @@ func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 		}
 	}
 	if deleted > 0 {
-		minOffset := s.MinOffset()
-		for _, q := range s.logics.queues() {
-			if _, err := q.DeleteBefore(ctx, minOffset); err != nil {
-				return deleted, fmt.Errorf("retention of consume queue %s/%d: %w", q.Topic(), q.QueueID(), err)
-			}
-		}
-		if _, err := s.logics.index.DeleteBefore(ctx, minOffset); err != nil {
-			return deleted, fmt.Errorf("retention of index files: %w", err)
-		}
+		return deleted, s.trimLogics(ctx)
 	}
 	return deleted, nil
+}
+
+// keptForSlave reports whether retention keeps seg, which ends at end,
+// for the slowest connected slave that has not received all of it: while
+// the store holds at most SlaveRetentionMaxBytes and the disk is not full.
+// When it deletes the segment anyway it logs which slave loses it and why.
+func (s *Store) keptForSlave(seg mappedfile.MappedFile, end int64, spaceFull bool, used float64) bool {
+	slave, ok := s.slowestSlave()
+	if !ok || s.opts.SlaveRetentionMaxBytes == SlaveRetentionIgnore || slave.AckedOffset >= end {
+		return false
+	}
+	held := s.log.queue.WroteOffset() - seg.FromOffset()
+	if !spaceFull && held <= s.opts.SlaveRetentionMaxBytes {
+		return true
+	}
+	why := fmt.Sprintf("the store holds %d CommitLog bytes, more than SlaveRetentionMaxBytes %d", held, s.opts.SlaveRetentionMaxBytes)
+	if spaceFull {
+		why = fmt.Sprintf("the disk is %.0f%% full, more than DiskMaxUsedRatio %d%%", used, s.opts.DiskMaxUsedRatio)
+	}
+	s.opts.Logger.Warn("retention deletes a CommitLog segment a connected slave has not received", slog.String("path", seg.Path()),
+		slog.String("slave", slave.Addr), slog.Int64("slaveAcked", slave.AckedOffset), slog.Int64("segmentEnd", end), slog.String("why", why))
+	return false
+}
+
+// trimLogics deletes the ConsumeQueue and index files wholly before the
+// CommitLog's new first offset.
+func (s *Store) trimLogics(ctx context.Context) error {
+	minOffset := s.MinOffset()
+	for _, q := range s.logics.queues() {
+		if _, err := q.DeleteBefore(ctx, minOffset); err != nil {
+			return fmt.Errorf("retention of consume queue %s/%d: %w", q.Topic(), q.QueueID(), err)
+		}
+	}
+	if _, err := s.logics.index.DeleteBefore(ctx, minOffset); err != nil {
+		return fmt.Errorf("retention of index files: %w", err)
+	}
+	return nil
 }
 
 // segmentExpired reports whether seg's newest message is older than the

@@ -14,6 +14,7 @@ import (
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/engine/storefs"
+	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -82,6 +83,39 @@ type Store struct {
 // file, recovers the CommitLog (scanning with CRC checks and truncating a
 // torn tail) and starts the background services.
 func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
+	s, err := lockStore(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.abandon()
+		}
+	}()
+	params, err := s.resolveParams()
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := s.openFiles(); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := s.openCommitLog(ctx, params); err != nil {
+		return nil, err
+	}
+	if err := s.recoverAll(ctx); err != nil {
+		return nil, err
+	}
+	s.startServices()
+	ok = true
+	return s, nil
+}
+
+// lockStore checks and resolves the options (withDefaults), picks the
+// directory's file system — the in-memory backend's own, or the OS's —
+// creates the directory and takes its lock. The Store it returns holds
+// only that; abandon releases it.
+func lockStore(dir string, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -109,86 +143,100 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{dir: dir, lock: lock, fs: fsys}
-	ok := false
-	defer func() {
-		if !ok {
-			s.abandon()
-		}
-	}()
-	params, err := reconcileParams(fsys, dir, &o)
+	return &Store{dir: dir, lock: lock, fs: fsys, opts: o}, nil
+}
+
+// resolveParams merges the store's recorded parameters into the options
+// (reconcileParams), validates the result and records a new store's.
+func (s *Store) resolveParams() (storeParams, error) {
+	params, err := reconcileParams(s.fs, s.dir, &s.opts)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return params, err
 	}
-	if opts.MaxMessageSizeBytes == 0 {
-		// The default shrinks to fit small segments (tests, tools).
-		o.MaxMessageSizeBytes = min(o.MaxMessageSizeBytes, int(o.SegmentSizeBytes)-2*record.BlankSize)
-	}
-	if err := o.validate(); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if err := s.opts.validate(); err != nil {
+		return params, err
 	}
 	if params.isNew {
-		params.MaxMessageSizeBytes = o.MaxMessageSizeBytes
-		if err := writeParams(fsys, dir, params); err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
+		params.MaxMessageSizeBytes = s.opts.MaxMessageSizeBytes
+		if err := writeParams(s.fs, s.dir, params); err != nil {
+			return params, err
 		}
 	}
-	s.opts = o
+	return params, nil
+}
+
+// openFiles makes the backends and reads the directory's own files: the
+// checkpoint and the abort file (there: the last run did not close).
+func (s *Store) openFiles() error {
+	o := s.opts
+	var err error
 	if s.deleteHours, err = parseDeleteWhen(o.DeleteWhen); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return err
 	}
 	if s.backend, err = newBackend(o); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return err
 	}
 	if s.aux, err = auxBackend(o, s.backend); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return err
 	}
-	if s.checkpoint, err = loadCheckpoint(fsys, dir); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if s.checkpoint, err = loadCheckpoint(s.fs, s.dir); err != nil {
+		return err
 	}
-	abortPath := filepath.Join(dir, abortFileName)
-	if s.abnormalOpen, err = fsys.Exists(abortPath); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if s.abnormalOpen, err = s.fs.Exists(filepath.Join(s.dir, abortFileName)); err != nil {
+		return err
 	} else if s.abnormalOpen {
-		o.Logger.Warn("store was not closed cleanly; recovering", slog.String("dir", dir))
+		o.Logger.Warn("store was not closed cleanly; recovering", slog.String("dir", s.dir))
 	}
+	return nil
+}
+
+// openCommitLog starts the allocation service, opens the CommitLog's
+// segments and, for TruncateCommitLog, cuts it.
+func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
+	o := s.opts
 	if !o.NoPreallocate {
-		s.alloc = newAllocator(s.backend, fsys, o)
+		s.alloc = newAllocator(s.backend, s.fs, o)
 	}
 	var alloc segment.Allocator
 	if s.alloc != nil {
 		alloc = s.alloc
 	}
-	queue, err := segment.Open(ctx, segment.Config{Dir: filepath.Join(dir, commitLogDirName), Backend: s.backend,
+	queue, err := segment.Open(ctx, segment.Config{Dir: filepath.Join(s.dir, commitLogDirName), Backend: s.backend,
 		SegmentSizeBytes: o.SegmentSizeBytes, Allocator: alloc})
 	if errors.Is(err, segment.ErrCorruptDirectory) {
-		return nil, fmt.Errorf("open store: commitlog: %w: %w", ErrCorrupt, err)
+		return fmt.Errorf("open store: commitlog: %w: %w", ErrCorrupt, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open store: commitlog: %w", err)
+		return fmt.Errorf("open store: commitlog: %w", err)
 	}
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
 		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]*queueCounter)}
 	if o.truncateAt != nil { // TruncateCommitLog
 		if err := s.cutCommitLog(ctx, o.truncateAt); err != nil {
-			return nil, fmt.Errorf("open store %s: %w", dir, err)
+			return fmt.Errorf("open store %s: %w", s.dir, err)
 		}
 	}
+	return nil
+}
+
+// recoverAll opens the ConsumeQueues and the index (rebuilt when their
+// directory is missing), recovers the CommitLog and them, and creates the
+// abort file a clean Close removes.
+func (s *Store) recoverAll(ctx context.Context) error {
+	var err error
 	if s.rebuildLogics, err = s.logicsMissing(); err != nil {
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
+		return fmt.Errorf("open store %s: %w", s.dir, err)
 	}
 	if s.logics, err = openLogics(ctx, s); err != nil {
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
+		return fmt.Errorf("open store %s: %w", s.dir, err)
 	}
 	if err := s.recover(ctx); err != nil {
-		return nil, fmt.Errorf("open store %s: recovery: %w", dir, err)
+		return fmt.Errorf("open store %s: recovery: %w", s.dir, err)
 	}
-	if err := storefs.WriteFileAtomic(fsys, abortPath, nil); err != nil {
-		return nil, fmt.Errorf("open store: create abort file: %w", err)
+	if err := storefs.WriteFileAtomic(s.fs, filepath.Join(s.dir, abortFileName), nil); err != nil {
+		return fmt.Errorf("open store: create abort file: %w", err)
 	}
-	s.startServices()
-	ok = true
-	return s, nil
+	return nil
 }
 
 func (s *Store) startServices() {
@@ -346,9 +394,38 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.closeMu.Unlock()
+	s.stopWriters()
+	ctx := context.Background()
+	flushErr := s.finalFlush(ctx)
+	errs := []error{flushErr}
+	errs = append(errs, s.finalDispatch(ctx)...)
+	errs = append(errs, s.closeFiles()...)
+	if p := s.writeErr.Load(); p != nil && flushErr == nil {
+		errs = append(errs, fmt.Errorf("writes stopped earlier: %w", *p))
+	}
+	if p := s.logics.dispatchErr.Load(); p != nil {
+		errs = append(errs, fmt.Errorf("dispatch stopped earlier: %w", *p))
+	}
+	if errors.Join(errs...) == nil {
+		// Only a clean close — everything flushed, dispatched and its
+		// checkpoint written — removes the abort file. Otherwise the next
+		// Open recovers: it re-dispatches what the queues and index lack.
+		if err := storefs.RemoveDurably(s.fs, filepath.Join(s.dir, abortFileName)); err != nil {
+			errs = append(errs, fmt.Errorf("remove the abort file: %w", err))
+		}
+	}
+	if err := s.lock.unlock(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// stopWriters stops what moves the CommitLog: replication, retention, the
+// commit service and the flusher (async or group commit). Dispatch and
+// the logics flusher go on until the final flush is dispatched.
+func (s *Store) stopWriters() {
 	s.logics.wakeAll()
 	s.stopReplication()
-
 	s.cleaner.shutdown()
 	s.committer.shutdown()
 	if s.group != nil {
@@ -356,19 +433,31 @@ func (s *Store) Close() error {
 	} else {
 		s.async.shutdown()
 	}
-	var errs []error
-	ctx := context.Background()
-	flushed, flushErr := s.log.flush(ctx, 0, true)
-	if flushErr != nil {
-		errs = append(errs, fmt.Errorf("final flush: %w", flushErr))
-	} else {
-		s.checkpoint.setPhysic(s.log.lastStoreTimestamp.Load())
-		// The checkpoint written below must know all of it durable: a bad
-		// record before this offset is then corruption, never a torn tail.
-		raise(&s.checkpoint.flushedOffset, flushed)
+}
+
+// finalFlush commits and flushes everything and records it in the
+// checkpoint (written by finalDispatch's logics flush).
+func (s *Store) finalFlush(ctx context.Context) error {
+	flushed, err := s.log.flush(ctx, 0, true)
+	if err != nil {
+		return fmt.Errorf("final flush: %w", err)
 	}
-	// Dispatch what the final commit made readable, then flush the logics
-	// (which writes the checkpoint).
+	s.checkpoint.setPhysic(s.log.lastStoreTimestamp.Load())
+	// The checkpoint written below must know all of it durable: a bad
+	// record before this offset is then corruption, never a torn tail.
+	raise(&s.checkpoint.flushedOffset, flushed)
+	if invariants.Enabled { // the services are stopped: nothing moves
+		invariants.Ordered3("flushed ≤ committed ≤ written at close", s.log.flushedOffset.Load(),
+			s.log.committedOffset.Load(), s.log.queue.WroteOffset())
+		invariants.Equal("the final flush reaches the flushed offset", flushed, s.log.flushedOffset.Load())
+	}
+	return nil
+}
+
+// finalDispatch dispatches what the final commit made readable, then
+// flushes the logics (which writes the checkpoint) and closes them.
+func (s *Store) finalDispatch(ctx context.Context) []error {
+	var errs []error
 	s.dispatcher.shutdown()
 	if err := s.dispatcher.dispatchAvailable(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("final dispatch: %w", err))
@@ -380,6 +469,13 @@ func (s *Store) Close() error {
 	if err := s.logics.close(); err != nil {
 		errs = append(errs, err)
 	}
+	return errs
+}
+
+// closeFiles closes the allocation service, the CommitLog's segments and
+// the backend.
+func (s *Store) closeFiles() []error {
+	var errs []error
 	if s.alloc != nil {
 		if err := s.alloc.Close(); err != nil {
 			errs = append(errs, err)
@@ -393,22 +489,5 @@ func (s *Store) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if p := s.writeErr.Load(); p != nil && flushErr == nil {
-		errs = append(errs, fmt.Errorf("writes stopped earlier: %w", *p))
-	}
-	if p := s.logics.dispatchErr.Load(); p != nil {
-		errs = append(errs, fmt.Errorf("dispatch stopped earlier: %w", *p))
-	}
-	if len(errs) == 0 {
-		// Only a clean close — everything flushed, dispatched and its
-		// checkpoint written — removes the abort file. Otherwise the next
-		// Open recovers: it re-dispatches what the queues and index lack.
-		if err := storefs.RemoveDurably(s.fs, filepath.Join(s.dir, abortFileName)); err != nil {
-			errs = append(errs, fmt.Errorf("remove the abort file: %w", err))
-		}
-	}
-	if err := s.lock.unlock(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return errs
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+
+	"github.com/mqstore/mqstore/internal/invariants"
 )
 
 // Base is the bookkeeping every backend's file must agree on, so that a
@@ -143,6 +145,7 @@ func (b *Base) Init(cfg BaseConfig) {
 		b.flushedPosition.Store(b.sizeBytes)
 	}
 	b.refs.Init()
+	b.checkPositions()
 }
 
 // Path implements MappedFile.
@@ -244,6 +247,7 @@ func (b *Base) PublishWrote(end int64) {
 		panic(fmt.Sprintf("%s: %s: write position %d → %d of %d", b.backend, b.path, wrote, end, b.sizeBytes))
 	}
 	b.wrotePosition.Store(end)
+	b.checkPositions()
 }
 
 // CommitWriteThrough is the whole Commit of a write-through backend: it
@@ -285,6 +289,7 @@ func (b *Base) PublishCommitted(pos int64) {
 		panic(fmt.Sprintf("%s: %s: committed position %d → %d with wrote %d", b.backend, b.path, c, pos, w))
 	}
 	b.committedPosition.Store(pos)
+	b.checkPositions()
 }
 
 // BeginFlush starts a Flush: from is the flushed position, to the committed
@@ -315,6 +320,7 @@ func (b *Base) PublishFlushed(pos int64) {
 		panic(fmt.Sprintf("%s: %s: flushed position %d → %d with committed %d", b.backend, b.path, f, pos, c))
 	}
 	b.flushedPosition.Store(pos)
+	b.checkPositions()
 }
 
 // BeginTruncate checks a Truncate to validEnd: the sticky error,
@@ -338,11 +344,25 @@ func (b *Base) BeginTruncate(ctx context.Context, validEnd int64) error {
 	return nil
 }
 
-// FinishTruncate sets wrote, committed and flushed to validEnd.
+// FinishTruncate sets wrote, committed and flushed to validEnd
+// (BeginTruncate checked it is within the file).
 func (b *Base) FinishTruncate(validEnd int64) {
+	invariants.Ordered3("0 ≤ truncated end ≤ segment size", 0, validEnd, b.sizeBytes)
 	b.wrotePosition.Store(validEnd)
 	b.committedPosition.Store(validEnd)
 	b.flushedPosition.Store(validEnd)
+	b.checkPositions()
+}
+
+// checkPositions asserts flushed ≤ committed ≤ written ≤ size: a byte is
+// committed only once written and flushed only once committed. The
+// Publish* calls check their own move (always, they are cheap); this is
+// the whole order, under mqstore_invariants.
+func (b *Base) checkPositions() {
+	if invariants.Enabled {
+		invariants.Ordered3("flushed ≤ committed ≤ written", b.flushedPosition.Load(), b.CommittedPosition(), b.wrotePosition.Load())
+		invariants.Ordered("written ≤ segment size", b.wrotePosition.Load(), b.sizeBytes)
+	}
 }
 
 // Close implements MappedFile: no new references; Cleanup runs now, or at

@@ -307,17 +307,17 @@ func (f *file) pwriteDSync(start, logicalEnd int64, pieces [][]byte) writeResult
 	for len(pieces) > 0 {
 		total := iovecBytes(pieces)
 		op := segfile.Op{Kind: segfile.OpWriteDurable, Path: f.Path(), Offset: done, Length: total, Via: "pwritev2"}
-		err := segfile.Begin(op)
 		var n int
-		if err == nil {
-			for {
+		var err error
+		for { // each attempt through the seam, as segfile's own calls: it sees an interrupted one and its retry
+			if err = segfile.Begin(op); err == nil {
 				n, err = unix.Pwritev2(int(f.fd), pieces, done, unix.RWF_DSYNC)
-				if err != unix.EINTR {
-					break
-				}
+			}
+			segfile.End(op, err)
+			if err != unix.EINTR {
+				break
 			}
 		}
-		segfile.End(op, err)
 		if err != nil {
 			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("pwritev2(RWF_DSYNC) [%d,+%d): %w", done, total, err)}
 		}
@@ -345,63 +345,18 @@ func (f *file) pwriteDSync(start, logicalEnd int64, pieces [][]byte) writeResult
 // the rest after a short write. logicalEnd is where the segment's data
 // ends (the last piece may be padding beyond it).
 func (f *file) ringWriteSync(ctx context.Context, l *lease, start, logicalEnd int64, pieces [][]byte) writeResult {
-	r := f.backend.ring
 	done := start // file offset written so far
 	noProgress := 0
 	for len(pieces) > 0 {
 		total := iovecBytes(pieces)
-		nv := f.putIovecs(l, pieces)
-		q := Request{Opcode: OpWritev, Fd: f.fd, Offset: uint64(done), Addr: uint64(uintptr(unsafe.Pointer(&l.buf.iovecs[0]))), Len: uint32(nv)}
-		if l.buf.fixed && r.Supports(OpWritevFixed) {
-			q.Opcode, q.BufIndex = OpWritevFixed, uint16(l.buf.index)
+		w, failed := f.ringWriteOnce(ctx, l, done, logicalEnd, pieces, total)
+		if failed != nil {
+			return *failed
 		}
-		write := segfile.Op{Kind: segfile.OpPwrite, Path: f.Path(), Offset: done, Length: total, Via: viaRing}
-		linked := f.syncCommit && f.syncMethod == SyncLinkedFsync
-		if f.syncCommit && !linked {
-			q.OpFlags |= RWFDSync
-			write.Kind = segfile.OpWriteDurable
-		}
-		sync := segfile.Op{Kind: segfile.OpFdatasync, Path: f.Path(), Via: viaRing}
-		if err := segfile.Begin(write); err != nil {
-			segfile.End(write, err) // the linked fsync was never issued
-			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %w", done, total, err)}
-		}
-		var syncErr error
-		reqs := f.reqs[:1]
-		if linked {
-			if syncErr = segfile.Begin(sync); syncErr == nil {
-				q.Flags |= FlagIOLink
-				f.reqs[1] = Request{Opcode: OpFsync, Fd: f.fd, OpFlags: FsyncDataSync}
-				reqs = f.reqs[:2]
-			}
-		}
-		f.reqs[0] = q
-		tickets := f.tickets[:len(reqs)]
-		if err := r.Submit(ctx, reqs, tickets); err != nil {
-			segfile.End(write, err)
-			if linked {
-				segfile.End(sync, err)
-			}
-			if ctx.Err() != nil && !errors.Is(err, ErrRingBroken) {
-				return writeResult{end: min(done, logicalEnd), ctxErr: err}
-			}
-			return writeResult{end: min(done, logicalEnd), ioErr: err}
-		}
-		cw := r.Wait(tickets[0])
-		segfile.End(write, cw.Err())
-		if linked {
-			if len(reqs) == 2 {
-				syncErr = r.Wait(tickets[1]).Err()
-			}
-			segfile.End(sync, syncErr)
-		}
-		if cw.Res < 0 {
-			return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %w", done, total, cw.Err())}
-		}
-		written := int64(cw.Res)
+		written := w.written
 		if written >= total {
-			if syncErr != nil {
-				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring fdatasync: %w", syncErr)}
+			if w.syncErr != nil {
+				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring fdatasync: %w", w.syncErr)}
 			}
 			return writeResult{end: logicalEnd}
 		}
@@ -423,6 +378,72 @@ func (f *file) ringWriteSync(ctx context.Context, l *lease, start, logicalEnd in
 		}
 	}
 	return writeResult{end: logicalEnd}
+}
+
+// ringWrite is what one submitted write did: the bytes written and the
+// linked fsync's error (with SyncLinkedFsync).
+type ringWrite struct {
+	written int64
+	syncErr error
+}
+
+// ringWriteOnce submits one vectored write of pieces (total bytes) at file
+// offset done — with RWF_DSYNC, or linked to an FSYNC(DATASYNC), when
+// commits are durable — and waits for it. It returns what the write did,
+// or the result that ends ringWriteSync when the write failed or was not
+// submitted.
+func (f *file) ringWriteOnce(ctx context.Context, l *lease, done, logicalEnd int64, pieces [][]byte, total int64) (ringWrite, *writeResult) {
+	r := f.backend.ring
+	fail := func(res writeResult) (ringWrite, *writeResult) { return ringWrite{}, &res }
+	nv := f.putIovecs(l, pieces)
+	q := Request{Opcode: OpWritev, Fd: f.fd, Offset: uint64(done), Addr: uint64(uintptr(unsafe.Pointer(&l.buf.iovecs[0]))), Len: uint32(nv)}
+	if l.buf.fixed && r.Supports(OpWritevFixed) {
+		q.Opcode, q.BufIndex = OpWritevFixed, uint16(l.buf.index)
+	}
+	write := segfile.Op{Kind: segfile.OpPwrite, Path: f.Path(), Offset: done, Length: total, Via: viaRing}
+	linked := f.syncCommit && f.syncMethod == SyncLinkedFsync
+	if f.syncCommit && !linked {
+		q.OpFlags |= RWFDSync
+		write.Kind = segfile.OpWriteDurable
+	}
+	sync := segfile.Op{Kind: segfile.OpFdatasync, Path: f.Path(), Via: viaRing}
+	if err := segfile.Begin(write); err != nil {
+		segfile.End(write, err) // the linked fsync was never issued
+		return fail(writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %w", done, total, err)})
+	}
+	var syncErr error
+	reqs := f.reqs[:1]
+	if linked {
+		if syncErr = segfile.Begin(sync); syncErr == nil {
+			q.Flags |= FlagIOLink
+			f.reqs[1] = Request{Opcode: OpFsync, Fd: f.fd, OpFlags: FsyncDataSync}
+			reqs = f.reqs[:2]
+		}
+	}
+	f.reqs[0] = q
+	tickets := f.tickets[:len(reqs)]
+	if err := r.Submit(ctx, reqs, tickets); err != nil {
+		segfile.End(write, err)
+		if linked {
+			segfile.End(sync, err)
+		}
+		if ctx.Err() != nil && !errors.Is(err, ErrRingBroken) {
+			return fail(writeResult{end: min(done, logicalEnd), ctxErr: err})
+		}
+		return fail(writeResult{end: min(done, logicalEnd), ioErr: err})
+	}
+	cw := r.Wait(tickets[0])
+	segfile.End(write, cw.Err())
+	if linked {
+		if len(reqs) == 2 {
+			syncErr = r.Wait(tickets[1]).Err()
+		}
+		segfile.End(sync, syncErr)
+	}
+	if cw.Res < 0 {
+		return fail(writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %w", done, total, cw.Err())})
+	}
+	return ringWrite{written: int64(cw.Res), syncErr: syncErr}, nil
 }
 
 // putIovecs writes the iovec array for pieces into the lease's iovec page

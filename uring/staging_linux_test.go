@@ -18,7 +18,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/pagecache"
 	"github.com/mqstore/mqstore/internal/segfile"
@@ -345,52 +344,6 @@ func TestTruncateSyncsEverything(t *testing.T) {
 				if err := pagecache.CheckSynced(path, 0, size); err != nil {
 					t.Fatalf("after Truncate(%d): %v", end, err)
 				}
-			}
-		})
-	}
-}
-
-// TestTruncateKeepsExtentsWritten: Truncate of a pre-written segment zeroes
-// its tail by writing, so no extent goes back to unwritten (a durable write
-// there would cost a journal commit again).
-func TestTruncateKeepsExtentsWritten(t *testing.T) {
-	for _, v := range []Options{{PreZero: true}, {Direct: true, PreZero: true}} {
-		t.Run(fmt.Sprintf("direct=%v", v.Direct), func(t *testing.T) {
-			b := newTestBackend(t, v)
-			dir := t.TempDir()
-			disktest.NeedExtents(t, dir)
-			path := filepath.Join(dir, "seg")
-			const size = 64 * 4096
-			ctx := context.Background()
-			mf := openSeg(t, b, path, size)
-			if n := disktest.Unwritten(t, path, 0, size); n != 0 {
-				t.Fatalf("a pre-zeroed segment has %d bytes of unwritten extents", n)
-			}
-			if _, err := mf.Append(40*4096, fill(5)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := mf.Commit(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := mf.Flush(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			mf.Close()
-			mf = openSeg(t, b, path, size)
-			if err := mf.Truncate(ctx, 10*4096+123); err != nil {
-				t.Fatal(err)
-			}
-			if n := disktest.Unwritten(t, path, 0, size); n != 0 {
-				t.Fatalf("after Truncate %d bytes are unwritten extents again", n)
-			}
-			onDisk, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([]byte, size)
-			_ = fill(5).EncodeAt(want[:10*4096+123], 0)
-			if i := commonPrefix(onDisk, want); i != size {
-				t.Fatalf("after Truncate the file differs at %d", i)
 			}
 		})
 	}

@@ -46,54 +46,89 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer store.Close()
-	enc := json.NewEncoder(stdout)
-	next, explicit := *offset, *offset >= 0
-	if !explicit {
-		next = 0
+	c := consumer{store: store, group: *group, topic: *topic, queue: int32(*queue), max: *maxN, filter: filter,
+		body: *body, enc: json.NewEncoder(stdout)}
+	if err := c.run(ctx, *offset); err != nil {
+		return err
 	}
-	var printed int64
-	var last *engine.GetResult
-	for *maxN == 0 || printed < *maxN {
+	fmt.Fprintln(stderr, string(c.summary()))
+	return nil
+}
+
+// consumer prints one queue's messages, one JSON line each.
+type consumer struct {
+	store  *engine.Store
+	group  string
+	topic  string
+	queue  int32
+	max    int64 // 0: all
+	filter engine.MessageFilter
+	body   bool
+	enc    *json.Encoder
+
+	printed int64
+	next    int64             // the queue offset to read next
+	last    *engine.GetResult // the last Get's answer, for the summary
+}
+
+// run prints from queue offset from (negative: the first stored) until the
+// queue's end or max messages.
+func (c *consumer) run(ctx context.Context, from int64) error {
+	explicit := from >= 0
+	c.next = max(from, 0)
+	for c.max == 0 || c.printed < c.max {
 		batch := 32
-		if *maxN > 0 {
-			batch = int(min(int64(batch), *maxN-printed))
+		if c.max > 0 {
+			batch = int(min(int64(batch), c.max-c.printed))
 		}
-		res, err := store.Get(ctx, *group, *topic, int32(*queue), next, batch, filter)
+		res, err := c.store.Get(ctx, c.group, c.topic, c.queue, c.next, batch, c.filter)
 		if err != nil {
 			return err
 		}
-		last = res
+		c.last = res
 		if res.Status == engine.OffsetTooSmall && !explicit {
-			next = res.NextBeginOffset
+			res.Release()
+			c.next = res.NextBeginOffset // the first stored: start there
 			explicit = true
 			continue
 		}
-		for i := range res.Messages {
-			r, err := res.Message(i)
-			if err != nil {
-				res.Release()
-				return fmt.Errorf("message at queue offset %d: %w", res.Messages[i].QueueOffset, err)
-			}
-			if err := enc.Encode(lineOf(&r, *body)); err != nil {
-				res.Release()
-				return err
-			}
-			printed++
+		if err := c.print(res); err != nil {
+			return err
 		}
-		res.Release()
-		progressed := res.NextBeginOffset > next
-		next = res.NextBeginOffset
-		if !(res.Status == engine.Found || (res.Status == engine.NoMatchedMessage && progressed && next < res.MaxOffset)) {
-			break
+		progressed := res.NextBeginOffset > c.next
+		c.next = res.NextBeginOffset
+		if !(res.Status == engine.Found || (res.Status == engine.NoMatchedMessage && progressed && c.next < res.MaxOffset)) {
+			return nil
 		}
 	}
-	summary := map[string]any{"messages": printed, "nextOffset": next}
-	if last != nil {
-		summary["status"], summary["minOffset"], summary["maxOffset"] = last.Status.String(), last.MinOffset, last.MaxOffset
+	return nil
+}
+
+// print writes a Get's messages and releases it.
+func (c *consumer) print(res *engine.GetResult) error {
+	defer res.Release()
+	for i := range res.Messages {
+		r, err := res.Message(i)
+		if err != nil {
+			return fmt.Errorf("message at queue offset %d: %w", res.Messages[i].QueueOffset, err)
+		}
+		if err := c.enc.Encode(lineOf(&r, c.body)); err != nil {
+			return err
+		}
+		c.printed++
+	}
+	return nil
+}
+
+// summary is the closing JSON line: how many, where to go on, and the
+// queue's state as the last Get saw it.
+func (c *consumer) summary() []byte {
+	summary := map[string]any{"messages": c.printed, "nextOffset": c.next}
+	if c.last != nil {
+		summary["status"], summary["minOffset"], summary["maxOffset"] = c.last.Status.String(), c.last.MinOffset, c.last.MaxOffset
 	}
 	b, _ := json.Marshal(summary)
-	fmt.Fprintln(stderr, string(b))
-	return nil
+	return b
 }
 
 func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -40,24 +40,34 @@ func Body(i int64, size int) []byte {
 	return b
 }
 
-func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
-	dir := fs.String("dir", "", "store directory (required)")
-	topic := fs.String("topic", "", "topic (required)")
-	queues := fs.Int("queues", 1, "queue ids 0..N-1, used round robin")
-	count := fs.Int64("count", 1000, "messages to append")
-	size := fs.Int("size", 1024, "body size in bytes")
-	tags := fs.String("tags", "", "TAGS property of every message")
-	keys := fs.Bool("keys", false, "set KEYS = k<index>")
-	backend := fs.String("backend", "mmap", "I/O backend: "+backendList())
-	flush := fs.String("flush", "async", "flush mode: async or sync")
-	segmentSize := fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB; must match an existing store)")
-	printAcks := fs.Bool("print-acks", false, "print one JSON line per acknowledged message (after the chosen flush and replication); "+
-		"a message stored but not acknowledged gets a line with its \"status\"")
-	waitSlaves := fs.Int("wait-slaves", 0, "with --ha-listen: wait until this many slaves are connected before producing")
-	keepGoing := fs.Bool("keep-going", false, "go on after a message stored without acknowledgement (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE, "+
-		"IN_SYNC_REPLICAS_NOT_ENOUGH)")
-	h := addHAFlags(fs, "async-master", false)
+// produceFlags are produce's flags.
+type produceFlags struct {
+	dir, topic, tags, backend, flush *string
+	queues, size, waitSlaves         *int
+	count, segmentSize               *int64
+	keys, printAcks, keepGoing       *bool
+	h                                *haFlags
+}
+
+func addProduceFlags(fs *flag.FlagSet) *produceFlags {
+	f := &produceFlags{
+		dir:         fs.String("dir", "", "store directory (required)"),
+		topic:       fs.String("topic", "", "topic (required)"),
+		queues:      fs.Int("queues", 1, "queue ids 0..N-1, used round robin"),
+		count:       fs.Int64("count", 1000, "messages to append"),
+		size:        fs.Int("size", 1024, "body size in bytes"),
+		tags:        fs.String("tags", "", "TAGS property of every message"),
+		keys:        fs.Bool("keys", false, "set KEYS = k<index>"),
+		backend:     fs.String("backend", engine.DefaultOptions().Backend, "I/O backend: "+backendList()),
+		flush:       fs.String("flush", "async", "flush mode: async or sync"),
+		segmentSize: fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB; must match an existing store)"),
+		printAcks: fs.Bool("print-acks", false, "print one JSON line per acknowledged message (after the chosen flush and replication); "+
+			"a message stored but not acknowledged gets a line with its \"status\""),
+		waitSlaves: fs.Int("wait-slaves", 0, "with --ha-listen: wait until this many slaves are connected before producing"),
+		keepGoing: fs.Bool("keep-going", false, "go on after a message stored without acknowledgement (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE, "+
+			"IN_SYNC_REPLICAS_NOT_ENOUGH)"),
+		h: addHAFlags(fs, "async-master", false),
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqstore produce --dir DIR --topic T [--queues N] [--count N] [--size BYTES] [--tags TAG] [--keys]\n"+
 			"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--print-acks] [--keep-going]\n"+
@@ -66,69 +76,95 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"there; with --role sync-master a message is acknowledged only once a slave has it.")
 		fs.PrintDefaults()
 	}
+	return f
+}
+
+// options checks the parsed flags and returns the store's options and,
+// with --ha-listen, the HA master's.
+func (f *produceFlags) options(fs *flag.FlagSet, stderr io.Writer) (engine.Options, ha.MasterOptions, error) {
+	var mo ha.MasterOptions
+	switch {
+	case *f.queues < 1:
+		return engine.Options{}, mo, cli.BadFlag(fs, "--queues must be at least 1, got %d", *f.queues)
+	case *f.count < 0:
+		return engine.Options{}, mo, cli.BadFlag(fs, "--count must not be negative, got %d", *f.count)
+	case *f.size < 0:
+		return engine.Options{}, mo, cli.BadFlag(fs, "--size must not be negative, got %d", *f.size)
+	case *f.waitSlaves < 0:
+		return engine.Options{}, mo, cli.BadFlag(fs, "--wait-slaves must not be negative, got %d", *f.waitSlaves)
+	case *f.waitSlaves > 0 && *f.h.listen == "":
+		return engine.Options{}, mo, cli.BadFlag(fs, "--wait-slaves needs --ha-listen")
+	}
+	mode, err := engine.ParseFlushMode(*f.flush)
+	if err != nil {
+		return engine.Options{}, mo, cli.BadFlag(fs, "--flush: %v", err)
+	}
+	role, err := f.h.parseRole(fs)
+	if err != nil {
+		return engine.Options{}, mo, err
+	}
+	switch {
+	case role == engine.Slave:
+		return engine.Options{}, mo, cli.BadFlag(fs, "--role slave: a slave takes no messages; produce to its master")
+	case role == engine.SyncMaster && *f.h.listen == "":
+		return engine.Options{}, mo, cli.BadFlag(fs, "--role sync-master needs --ha-listen, where its slaves connect")
+	}
+	o := engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize}
+	if *f.h.listen != "" {
+		log := textLogger(stderr)
+		o.Logger = log
+		if mo, err = f.h.masterOptions(fs, log); err != nil {
+			return engine.Options{}, mo, err
+		}
+	}
+	return f.h.storeOptions(o, role), mo, nil
+}
+
+// startMaster starts the HA master of --ha-listen (nil without it) and
+// waits for --wait-slaves slaves. On an error the store is closed.
+func (f *produceFlags) startMaster(ctx context.Context, store *engine.Store, mo ha.MasterOptions, stderr io.Writer) (*ha.Master, error) {
+	if *f.h.listen == "" {
+		return nil, nil
+	}
+	master, err := ha.NewMaster(store, mo)
+	if err != nil {
+		return nil, errors.Join(err, store.Close())
+	}
+	fmt.Fprintf(stderr, "ha master listening on %s\n", master.Addr())
+	if *f.waitSlaves > 0 {
+		fmt.Fprintf(stderr, "waiting for %d slaves\n", *f.waitSlaves)
+		if err := master.WaitSlaves(ctx, *f.waitSlaves); err != nil {
+			return nil, errors.Join(err, master.Close(), store.Close())
+		}
+	}
+	return master, nil
+}
+
+func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
+	f := addProduceFlags(fs)
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	if err := cli.Required(fs, "dir", "topic"); err != nil {
 		return err
 	}
-	switch {
-	case *queues < 1:
-		return cli.BadFlag(fs, "--queues must be at least 1, got %d", *queues)
-	case *count < 0:
-		return cli.BadFlag(fs, "--count must not be negative, got %d", *count)
-	case *size < 0:
-		return cli.BadFlag(fs, "--size must not be negative, got %d", *size)
-	case *waitSlaves < 0:
-		return cli.BadFlag(fs, "--wait-slaves must not be negative, got %d", *waitSlaves)
-	case *waitSlaves > 0 && *h.listen == "":
-		return cli.BadFlag(fs, "--wait-slaves needs --ha-listen")
-	}
-	mode, err := engine.ParseFlushMode(*flush)
-	if err != nil {
-		return cli.BadFlag(fs, "--flush: %v", err)
-	}
-	role, err := h.parseRole(fs)
+	o, mo, err := f.options(fs, stderr)
 	if err != nil {
 		return err
 	}
-	switch {
-	case role == engine.Slave:
-		return cli.BadFlag(fs, "--role slave: a slave takes no messages; produce to its master")
-	case role == engine.SyncMaster && *h.listen == "":
-		return cli.BadFlag(fs, "--role sync-master needs --ha-listen, where its slaves connect")
-	}
-	o := engine.Options{Backend: *backend, FlushMode: mode, SegmentSizeBytes: *segmentSize}
-	var mo ha.MasterOptions
-	if *h.listen != "" {
-		log := textLogger(stderr)
-		o.Logger = log
-		if mo, err = h.masterOptions(fs, log); err != nil {
-			return err
-		}
-	}
-	store, err := engine.Open(ctx, *dir, h.storeOptions(o, role))
+	store, err := engine.Open(ctx, *f.dir, o)
 	if err != nil {
 		return err
 	}
-	var master *ha.Master
-	if *h.listen != "" {
-		if master, err = ha.NewMaster(store, mo); err != nil {
-			store.Close()
-			return err
-		}
-		fmt.Fprintf(stderr, "ha master listening on %s\n", master.Addr())
-		if *waitSlaves > 0 {
-			fmt.Fprintf(stderr, "waiting for %d slaves\n", *waitSlaves)
-			if err := master.WaitSlaves(ctx, *waitSlaves); err != nil {
-				return errors.Join(err, master.Close(), store.Close())
-			}
-		}
+	master, err := f.startMaster(ctx, store, mo, stderr)
+	if err != nil {
+		return err
 	}
 	start := time.Now()
-	p := producer{store: store, topic: *topic, queues: int32(*queues), size: *size, tags: *tags, keys: *keys,
-		printAcks: *printAcks, keepGoing: *keepGoing, stdout: stdout, stderr: stderr}
-	n, bytes, err := p.run(ctx, *count)
+	p := producer{store: store, topic: *f.topic, queues: int32(*f.queues), size: *f.size, tags: *f.tags, keys: *f.keys,
+		printAcks: *f.printAcks, keepGoing: *f.keepGoing, stdout: stdout, stderr: stderr}
+	n, bytes, err := p.run(ctx, *f.count)
 	elapsed := time.Since(start)
 	if master != nil {
 		err = errors.Join(err, master.Close())

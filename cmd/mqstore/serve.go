@@ -103,6 +103,10 @@ func (h *haFlags) parseRole(fs *flag.FlagSet) (engine.BrokerRole, error) {
 		}
 	}
 	switch {
+	case *h.slaveTimeout <= 0:
+		return 0, cli.BadFlag(fs, "--slave-timeout must be positive, got %v", *h.slaveTimeout)
+	case *h.fallbehind <= 0:
+		return 0, cli.BadFlag(fs, "--fallbehind-max must be positive, got %d", *h.fallbehind)
 	case *h.minInSync < 0:
 		return 0, cli.BadFlag(fs, "--min-in-sync-replicas must not be negative")
 	case *h.minInSync > 0 && r != engine.SyncMaster:
@@ -166,21 +170,31 @@ func runSlave(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return serve(ctx, "slave", args, stderr)
 }
 
-// serve runs a master or a slave until ctx ends (SIGINT, SIGTERM), then
-// closes cleanly; it logs the replication state every --status-interval.
-func serve(ctx context.Context, name string, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	dir := fs.String("dir", "", "store directory (required)")
-	backend := fs.String("backend", "mmap", "I/O backend: "+backendList())
-	flush := fs.String("flush", "async", "flush mode: async or sync")
-	segmentSize := fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB); a slave's must be its master's")
-	statusEvery := fs.Duration("status-interval", 5*time.Second, "how often to log the replication state (0: never)")
+// serveFlags are the flags of serve and slave.
+type serveFlags struct {
+	dir, backend, flush *string
+	segmentSize         *int64
+	statusEvery         *time.Duration
+	h                   *haFlags
+	bf                  *brokerFlags
+}
+
+// addServeFlags registers the flags of serve, or of slave (name "slave":
+// no --role).
+func addServeFlags(fs *flag.FlagSet, name string) *serveFlags {
+	f := &serveFlags{
+		dir:         fs.String("dir", "", "store directory (required)"),
+		backend:     fs.String("backend", engine.DefaultOptions().Backend, "I/O backend: "+backendList()),
+		flush:       fs.String("flush", "async", "flush mode: async or sync"),
+		segmentSize: fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB); a slave's must be its master's"),
+		statusEvery: fs.Duration("status-interval", 5*time.Second, "how often to log the replication state (0: never)"),
+	}
 	role := ""
 	if name == "slave" {
 		role = "-"
 	}
-	h := addHAFlags(fs, role, true)
-	bf := addBrokerFlags(fs)
+	f.h = addHAFlags(fs, role, true)
+	f.bf = addBrokerFlags(fs)
 	fs.Usage = func() {
 		if name == "slave" {
 			fmt.Fprintln(fs.Output(), "usage: mqstore slave --dir DIR --master HOST:PORT [--backend NAME] [--flush async|sync] [--segment-size BYTES]\n\n"+
@@ -195,36 +209,54 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		}
 		fs.PrintDefaults()
 	}
+	return f
+}
+
+// options checks the parsed flags and returns the store's options.
+func (f *serveFlags) options(fs *flag.FlagSet, log *slog.Logger) (engine.Options, error) {
+	h := f.h
+	if h.role != nil && *h.role == "" {
+		return engine.Options{}, cli.BadFlag(fs, "--role is required")
+	}
+	r, err := h.parseRole(fs)
+	if err != nil {
+		return engine.Options{}, err
+	}
+	mode, err := engine.ParseFlushMode(*f.flush)
+	if err != nil {
+		return engine.Options{}, cli.BadFlag(fs, "--flush: %v", err)
+	}
+	switch {
+	case r == engine.Slave && *h.master == "":
+		return engine.Options{}, cli.BadFlag(fs, "--master is required for a slave")
+	case r == engine.Slave && *h.listen != "":
+		return engine.Options{}, cli.BadFlag(fs, "--ha-listen is for a master; a slave connects to --master")
+	case r != engine.Slave && *h.master != "":
+		return engine.Options{}, cli.BadFlag(fs, "--master is for a slave; a %v listens on --ha-listen", r)
+	case *f.statusEvery < 0:
+		return engine.Options{}, cli.BadFlag(fs, "--status-interval must not be negative")
+	}
+	return h.storeOptions(engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize, Logger: log}, r), nil
+}
+
+// serve runs a master or a slave until ctx ends (SIGINT, SIGTERM), then
+// closes cleanly; it logs the replication state every --status-interval.
+func serve(ctx context.Context, name string, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	f := addServeFlags(fs, name)
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
 		return err
 	}
 	if err := cli.Required(fs, "dir"); err != nil {
 		return err
 	}
-	if h.role != nil && *h.role == "" {
-		return cli.BadFlag(fs, "--role is required")
-	}
-	r, err := h.parseRole(fs)
+	log := textLogger(stderr)
+	o, err := f.options(fs, log)
 	if err != nil {
 		return err
 	}
-	mode, err := engine.ParseFlushMode(*flush)
-	if err != nil {
-		return cli.BadFlag(fs, "--flush: %v", err)
-	}
-	switch {
-	case r == engine.Slave && *h.master == "":
-		return cli.BadFlag(fs, "--master is required for a slave")
-	case r == engine.Slave && *h.listen != "":
-		return cli.BadFlag(fs, "--ha-listen is for a master; a slave connects to --master")
-	case r != engine.Slave && *h.master != "":
-		return cli.BadFlag(fs, "--master is for a slave; a %v listens on --ha-listen", r)
-	case *statusEvery < 0:
-		return cli.BadFlag(fs, "--status-interval must not be negative")
-	}
-	log := textLogger(stderr)
-	o := h.storeOptions(engine.Options{Backend: *backend, FlushMode: mode, SegmentSizeBytes: *segmentSize, Logger: log}, r)
-	if r == engine.Slave {
+	h, bf := f.h, f.bf
+	if o.Role == engine.Slave {
 		so, err := h.slaveOptions(fs, log)
 		if err != nil {
 			return err
@@ -233,7 +265,7 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 			return err
 		}
 		defer bf.close(nil)
-		return serveSlave(ctx, *dir, o, so, *statusEvery, log, stderr, bf)
+		return serveSlave(ctx, *f.dir, o, so, *f.statusEvery, log, stderr, bf)
 	}
 	mo, err := h.masterOptions(fs, log)
 	if err != nil {
@@ -243,7 +275,7 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		return err
 	}
 	defer bf.close(nil)
-	return serveMaster(ctx, *dir, o, mo, *statusEvery, log, stderr, bf)
+	return serveMaster(ctx, *f.dir, o, mo, *f.statusEvery, log, stderr, bf)
 }
 
 func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.MasterOptions, every time.Duration, log *slog.Logger, stderr io.Writer,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/engine/storefs"
+	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -247,7 +248,18 @@ func (q *Queue) appendLocked(ctx context.Context, files *segment.Queue, queueOff
 	}
 	q.maxPhysicalOffset.Store(u.End())
 	q.maxOffset.Store(queueOffset + 1)
+	q.checkContiguous(f)
 	return nil
+}
+
+// checkContiguous asserts, after an append to f (the queue's last file),
+// that the queue's offsets are contiguous: unit q.maxOffset−1 is the last
+// one written, so the file's write position is MaxOffset units. q.mu held.
+func (q *Queue) checkContiguous(f mappedfile.MappedFile) {
+	if invariants.Enabled {
+		invariants.Equal("consume queue: write position is MaxOffset units (queue offsets contiguous)",
+			f.FromOffset()+f.WrotePosition(), q.maxOffset.Load()*UnitSize)
+	}
 }
 
 // verifyLocked checks a re-dispatched unit against the one stored.
@@ -483,5 +495,6 @@ func (q *Queue) appendRun(ctx context.Context, queueOffset int64, units []Unit) 
 	}
 	q.maxPhysicalOffset.Store(units[n-1].End())
 	q.maxOffset.Store(queueOffset + int64(n))
+	q.checkContiguous(f)
 	return n, nil
 }

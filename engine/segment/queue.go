@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/mqstore/mqstore/engine/storefs"
+	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -269,6 +270,10 @@ func (q *Queue) NextForAppend(ctx context.Context, startOffset int64) (mappedfil
 		return nil, err
 	}
 	q.mu.Lock()
+	if invariants.Enabled && len(q.files) > 0 {
+		prev := q.files[len(q.files)-1]
+		invariants.Equal("a new segment starts where the last one ends", mf.FromOffset(), prev.FromOffset()+q.segmentSizeBytes)
+	}
 	q.files = append(q.files, mf)
 	q.mu.Unlock()
 	return mf, nil
@@ -313,7 +318,11 @@ func (q *Queue) forPending(ctx context.Context, from int64, leastPages int,
 		if err != nil {
 			return where, err
 		}
-		where = f.FromOffset() + pos
+		// A committed or flushed position only moves forward: the file
+		// holding from is committed (flushed) at least up to it.
+		next := f.FromOffset() + pos
+		invariants.Forward("committed or flushed offset", where, next)
+		where = next
 		if pos < f.SizeBytes() {
 			break
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,12 +111,34 @@ func Recover(state, backing string) ([]NameUndo, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("crashfs: recover names: %w", err)
 	}
+	ops, err := unsyncedNameOps(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("crashfs: recover names: %w", err)
+	}
+	var undone []NameUndo
+	for i := len(ops) - 1; i >= 0; i-- {
+		undone = append(undone, undoNameOp(state, backing, ops[i]))
+	}
+	if err := os.RemoveAll(filepath.Join(state, graveName)); err != nil {
+		return undone, fmt.Errorf("crashfs: recover names: %w", err)
+	}
+	if err := os.Remove(filepath.Join(state, journalName)); err != nil {
+		return undone, fmt.Errorf("crashfs: recover names: %w", err)
+	}
+	return undone, nil
+}
+
+// unsyncedNameOps reads the journal and returns, oldest first, the name
+// changes that a directory sync has not made durable: a change is durable
+// once every directory it touched (nameOp.dirs) was synced after it.
+func unsyncedNameOps(journal io.Reader) ([]nameOp, error) {
 	type pending struct {
 		op   nameOp
 		dirs []string
 	}
 	var ops []*pending
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(journal)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		var op nameOp
@@ -135,44 +158,42 @@ func Recover(state, backing string) ([]NameUndo, error) {
 		}
 		ops = kept
 	}
-	f.Close()
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("crashfs: recover names: %w", err)
+		return nil, err
 	}
-	var undone []NameUndo
+	out := make([]nameOp, len(ops))
+	for i, p := range ops {
+		out[i] = p.op
+	}
+	return out, nil
+}
+
+// undoNameOp reverts one name change in backing (an unlinked or replaced
+// file comes back from the graveyard in state) and says how it went.
+func undoNameOp(state, backing string, op nameOp) NameUndo {
 	abs := func(rel string) string { return filepath.Join(backing, rel) }
 	graveAbs := func(name string) string { return filepath.Join(state, graveName, name) }
-	for i := len(ops) - 1; i >= 0; i-- {
-		op := ops[i].op
-		var err error
-		switch op.Op {
-		case "create":
-			err = os.Remove(abs(op.Path))
-		case "mkdir":
-			err = os.RemoveAll(abs(op.Path))
-		case "rmdir":
-			err = os.Mkdir(abs(op.Path), 0o755)
-		case "unlink":
-			err = os.Rename(graveAbs(op.Grave), abs(op.Path))
-		case "rename":
-			err = os.Rename(abs(op.To), abs(op.Path))
-			if err == nil && op.Grave != "" {
-				err = os.Rename(graveAbs(op.Grave), abs(op.To))
-			}
-		default:
-			err = fmt.Errorf("unknown change %q", op.Op)
+	var err error
+	switch op.Op {
+	case "create":
+		err = os.Remove(abs(op.Path))
+	case "mkdir":
+		err = os.RemoveAll(abs(op.Path))
+	case "rmdir":
+		err = os.Mkdir(abs(op.Path), 0o755)
+	case "unlink":
+		err = os.Rename(graveAbs(op.Grave), abs(op.Path))
+	case "rename":
+		err = os.Rename(abs(op.To), abs(op.Path))
+		if err == nil && op.Grave != "" {
+			err = os.Rename(graveAbs(op.Grave), abs(op.To))
 		}
-		u := NameUndo{Op: op.Op, Path: op.Path, To: op.To}
-		if err != nil {
-			u.Error = err.Error()
-		}
-		undone = append(undone, u)
+	default:
+		err = fmt.Errorf("unknown change %q", op.Op)
 	}
-	if err := os.RemoveAll(filepath.Join(state, graveName)); err != nil {
-		return undone, fmt.Errorf("crashfs: recover names: %w", err)
+	u := NameUndo{Op: op.Op, Path: op.Path, To: op.To}
+	if err != nil {
+		u.Error = err.Error()
 	}
-	if err := os.Remove(filepath.Join(state, journalName)); err != nil {
-		return undone, fmt.Errorf("crashfs: recover names: %w", err)
-	}
-	return undone, nil
+	return u
 }

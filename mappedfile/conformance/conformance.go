@@ -16,10 +16,14 @@
 // With an Injector (WithInjector) the suite also proves, on the backend's
 // real I/O, what a crash test of an in-memory file cannot: that Flush
 // returning n means a sync covering [0, n) was issued after those bytes were
-// written; that a failed write or sync is sticky and never retried; that
-// Truncate leaves the whole valid range synced; and that creating and
-// deleting a segment syncs its directory. Allocation checks are separate
-// (RunAllocs), for a test file built without -race.
+// written; that a failed write or sync is sticky and never retried, while
+// one interrupted by a signal (EINTR) is issued again; that Truncate leaves
+// the whole valid range synced, and on a prewritten segment writes zeros
+// over the discarded pages only; and that creating and deleting a segment
+// syncs its directory. For files on disk it also checks that a prewritten
+// segment keeps no unwritten extent through appends, Truncate and a reopen.
+// Allocation checks are separate (RunAllocs), for a test file built
+// without -race.
 package conformance
 
 import (
@@ -86,9 +90,13 @@ func Run(t *testing.T, factory Factory, opts ...Option) {
 	}
 	if caps.onDisk {
 		checks = append(checks, pageCacheChecks...)
+		checks = append(checks, check{"PrewrittenSegmentStaysWritten", testPrewrittenSegmentStaysWritten})
 	}
 	if cfg.injector != nil {
 		checks = append(checks, injectionChecks(caps)...)
+		if caps.onDisk {
+			checks = append(checks, check{"TruncateRewritesOnlyDiscardedPages", testTruncateRewritesOnlyDiscardedPages})
+		}
 	} else {
 		t.Logf("conformance: backend %s runs without an injector: durability and stickiness of its I/O are not checked here", caps.name)
 	}

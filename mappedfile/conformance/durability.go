@@ -21,6 +21,7 @@ func injectionChecks(caps capabilities) []check {
 		{"FailedIOIsStickyAndNeverRetried", testStickyAfterFailedIO},
 		{"TruncateSyncsTheValidData", testTruncateSyncs},
 		{"CreateAndDeleteSyncTheDirectory", testDirectorySyncs},
+		{"InterruptedSyscallsAreRetried", testInterruptedSyscallsAreRetried},
 	}
 	if caps.overwriter {
 		checks = append(checks, check{"FlushSyncsOverwrites", testOverwriteSynced})
@@ -388,4 +389,116 @@ func testOverwriteSynced(t *testing.T, h *harness) {
 			t.Fatalf("Flush after an overwrite of [%d,%d) left byte %d unsynced; operations:\n%s", at, at+4, b, formatOps(ops, mf.Path()))
 		}
 	}
+}
+
+// testInterruptedSyscallsAreRetried: a system call of Commit, Flush or
+// Truncate interrupted by a signal (EINTR) did nothing and is issued again,
+// so the call succeeds, leaves no sticky error, and the file holds what it
+// should; the injector sees the operation twice, interrupted then done.
+// Every write and sync kind each call issues as a system call is tried (an
+// io_uring request never completes with EINTR for a file: a kind the
+// backend sends through its ring is left out).
+func testInterruptedSyscallsAreRetried(t *testing.T, h *harness) {
+	for _, phase := range interruptPhases {
+		kinds := syscallKinds(t, h, phase)
+		for _, kind := range kinds {
+			t.Run(phase.name+"/"+kind.String(), func(t *testing.T) {
+				mf := h.open(t, "eintr-"+strings.ToLower(phase.name)+"-"+kind.String())
+				phase.prepare(t, h, mf)
+				mark := len(h.injector.Ops())
+				h.injector.FailNext(mf.Path(), syscall.EINTR, kind)
+				validEnd, err := phase.run(h, mf)
+				if err != nil {
+					t.Fatalf("%s with an interrupted %v: %v, want it retried and successful", phase.name, kind, err)
+				}
+				if err := mf.Err(); err != nil {
+					t.Fatalf("sticky error after an EINTR: %v", err)
+				}
+				var attempts []Op
+				for _, op := range h.injector.Ops()[mark:] {
+					if op.Kind == kind && samePath(op.Path, mf.Path()) {
+						attempts = append(attempts, op)
+					}
+				}
+				if len(attempts) < 2 || !errors.Is(attempts[0].Err, syscall.EINTR) || attempts[1].Err != nil {
+					t.Fatalf("the interrupted %v was not issued again: %v", kind, attempts)
+				}
+				commitFlush(t, h.ctx, mf)
+				got := make([]byte, validEnd)
+				if _, err := mf.ReadAt(got, 0); err != nil {
+					t.Fatal(err)
+				}
+				checkPattern(t, got, 0)
+				if err := mf.Close(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// interruptPhase is a call whose system calls the EINTR check interrupts:
+// prepare brings a file to the state before it, run makes it and returns
+// where the file's pattern must end afterwards. (Whether a backend issues
+// any I/O in a phase at all is FailedIOIsStickyAndNeverRetried's concern.)
+type interruptPhase struct {
+	name    string
+	prepare func(t *testing.T, h *harness, mf mappedfile.MappedFile)
+	run     func(h *harness, mf mappedfile.MappedFile) (int64, error)
+}
+
+var interruptPhases = []interruptPhase{
+	{"Commit",
+		func(t *testing.T, h *harness, mf mappedfile.MappedFile) { appendN(t, mf, 5000) },
+		func(h *harness, mf mappedfile.MappedFile) (int64, error) {
+			_, err := mf.Commit(h.ctx, 0)
+			return mf.WrotePosition(), err
+		}},
+	{"Flush",
+		func(t *testing.T, h *harness, mf mappedfile.MappedFile) {
+			appendN(t, mf, 5000)
+			if _, err := mf.Commit(h.ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+		},
+		func(h *harness, mf mappedfile.MappedFile) (int64, error) {
+			_, err := mf.Flush(h.ctx, 0)
+			return mf.WrotePosition(), err
+		}},
+	{"Truncate",
+		func(t *testing.T, h *harness, mf mappedfile.MappedFile) {
+			// Bytes past the valid end, beyond its page: zeros are written there.
+			appendN(t, mf, 20000)
+			commitFlush(t, h.ctx, mf)
+		},
+		func(h *harness, mf mappedfile.MappedFile) (int64, error) {
+			validEnd := mf.WrotePosition() - 16000
+			return validEnd, mf.Truncate(h.ctx, validEnd)
+		}},
+}
+
+// syscallKinds runs phase on a probe file and returns the write and sync
+// kinds it issued, none of them through the backend's io_uring.
+func syscallKinds(t *testing.T, h *harness, phase interruptPhase) []Kind {
+	t.Helper()
+	mf := h.open(t, "eintr-probe-"+strings.ToLower(phase.name))
+	phase.prepare(t, h, mf)
+	mark := len(h.injector.Ops())
+	if _, err := phase.run(h, mf); err != nil {
+		t.Fatalf("%s: %v", phase.name, err)
+	}
+	ops := h.injector.Ops()[mark:]
+	if err := mf.Close(); err != nil { // give a pooled backend its buffer back
+		t.Fatal(err)
+	}
+	var kinds []Kind
+	for _, kind := range ioKinds(ops, mf.Path()) {
+		viaRing := slices.ContainsFunc(ops, func(op Op) bool {
+			return op.Kind == kind && samePath(op.Path, mf.Path()) && strings.HasPrefix(op.Name, "io_uring")
+		})
+		if !viaRing {
+			kinds = append(kinds, kind)
+		}
+	}
+	return kinds
 }
