@@ -12,6 +12,7 @@ import (
 
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -224,6 +225,7 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, qc *queue
 		if _, err := mf.Append(int(remaining), c.blank); err != nil {
 			return res, fmt.Errorf("write blank at the end of %s: %w", mf.Path(), err)
 		}
+		invariants.Equal("an end-of-segment blank ends at its segment's end", mf.WrotePosition(), mf.SizeBytes())
 		if mf, err = c.queue.NextForAppend(ctx, 0); err != nil {
 			return res, err
 		}
@@ -275,6 +277,9 @@ func (c *commitLog) lockSync() (unlock func()) {
 func (c *commitLog) commitLocked(ctx context.Context, leastPages int) (int64, error) {
 	off, err := c.queue.Commit(ctx, c.committedOffset.Load(), leastPages)
 	raise(&c.committedOffset, off)
+	if invariants.Enabled {
+		invariants.Ordered("committed ≤ written", c.committedOffset.Load(), c.queue.WroteOffset())
+	}
 	return off, err
 }
 
@@ -296,6 +301,9 @@ func (c *commitLog) flush(ctx context.Context, leastPages int, commitFirst bool)
 		// least here already (wrote ≥ committed ≥ flushed for readers).
 		raise(&c.committedOffset, off)
 		c.flushedOffset.Store(off)
+	}
+	if invariants.Enabled {
+		invariants.Ordered3("flushed ≤ committed ≤ written", c.flushedOffset.Load(), c.committedOffset.Load(), c.queue.WroteOffset())
 	}
 	return off, err
 }

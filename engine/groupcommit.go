@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mqstore/mqstore/internal/invariants"
 )
 
 // groupCommit is the sync flush service (RocketMQ's GroupCommitService):
@@ -293,6 +295,7 @@ func (q *groupCommit) answer(taken []*groupWaiter, reached int64, err error) {
 			res = errFlushBehind
 		}
 		if w.answered.CompareAndSwap(false, true) {
+			invariants.Equal("a waiter is answered once", int64(len(w.done)), 0)
 			w.done <- res
 		} else {
 			w.ctx = nil
@@ -321,6 +324,7 @@ func (q *groupCommit) expire(now int64) {
 			}
 			if err != nil && w.answered.CompareAndSwap(false, true) {
 				w.byWatchdog = true
+				invariants.Equal("a waiter is answered once", int64(len(w.done)), 0)
 				w.done <- err
 			}
 		}
@@ -333,6 +337,7 @@ func (q *groupCommit) failAll(err error) {
 	defer q.mu.Unlock()
 	for _, w := range q.queued {
 		if w.answered.CompareAndSwap(false, true) {
+			invariants.Equal("a waiter is answered once", int64(len(w.done)), 0)
 			w.done <- err
 		}
 	}

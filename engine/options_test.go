@@ -39,6 +39,7 @@ func TestDefaultOptions(t *testing.T) {
 		"AllocationTimeout":                 5 * time.Second,
 		"PrewriteSegments":                  PrewriteOff, // async flush
 		"OSPageCacheBusyTimeout":            time.Second,
+		"DispatchLagLimitBytes":             int64(0), // the backend's bound, resolved at Open (dispatchLagLimit); negative: none
 		"StoreHost":                         DefaultStoreHost,
 		"ConsumeQueueFileSizeBytes":         int64(0), // recorded
 		"IndexSlotCount":                    0,        // recorded
