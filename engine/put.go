@@ -42,58 +42,20 @@ func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutR
 	fail := func(st PutStatus, err error) (PutResult, error) {
 		return PutResult{Status: st}, fmt.Errorf("put to %s/%d: %w: %w", m.Topic, m.QueueID, statusError(st), err)
 	}
-	if s.closed {
-		return fail(ServiceNotAvailable, ErrClosed)
-	}
-	if s.opts.Role == Slave {
-		return fail(ServiceNotAvailable, ErrSlaveReadOnly) // RocketMQ's answer too
-	}
-	if p := s.writeErr.Load(); p != nil {
-		return fail(ServiceNotAvailable, *p)
-	}
-	if p := s.logics.dispatchErr.Load(); p != nil {
-		return fail(ServiceNotAvailable, fmt.Errorf("dispatch stopped: %w", *p))
-	}
-	if err := record.ValidateTopic(m.Topic, true); err != nil {
-		return fail(MessageIllegal, err)
-	}
-	if m.QueueID < 0 {
-		return fail(MessageIllegal, fmt.Errorf("queue id %d is negative", m.QueueID))
-	}
-	if len(m.Body) > s.opts.MaxMessageSizeBytes {
-		return fail(MessageIllegal, fmt.Errorf("body of %d bytes exceeds the maximum message size %d", len(m.Body), s.opts.MaxMessageSizeBytes))
+	if st, err := s.refusal(); err != nil {
+		return fail(st, err)
 	}
 	e := encodeBuffers.Get().(*encodeBuffer)
 	defer encodeBuffers.Put(e)
-	props, err := record.EncodeProperties(e.props[:0], m.Properties)
-	e.props = props
+	sysFlag, st, err := s.encode(e, m, now)
 	if err != nil {
-		return fail(MessageIllegal, err)
-	}
-	if len(props) > record.MaxPropertiesBytes {
-		return fail(PropertiesSizeExceeded, fmt.Errorf("properties are %d bytes, at most %d", len(props), record.MaxPropertiesBytes))
-	}
-	stored := *m
-	stored.StoreHost = s.opts.StoreHost
-	if stored.BornTimestamp == 0 {
-		stored.BornTimestamp = now.UnixMilli()
-	}
-	size := record.Size(&stored, len(props))
-	if size > s.opts.MaxMessageSizeBytes {
-		return fail(MessageIllegal, fmt.Errorf("record of %d bytes exceeds the maximum message size %d", size, s.opts.MaxMessageSizeBytes))
-	}
-	if cap(e.buf) < size {
-		e.buf = make([]byte, size+size/4)
-	}
-	e.size = size
-	if err := record.Encode(e.buf[:size], &stored, props); err != nil {
-		return fail(MessageIllegal, err)
+		return fail(st, err)
 	}
 	if since := s.log.lockedSince.Load(); since != 0 && now.UnixNano()-since > int64(s.opts.OSPageCacheBusyTimeout) {
 		s.stats.osPageCacheBusy.Add(1)
 		return fail(OSPageCacheBusy, fmt.Errorf("append lock held for %v", time.Duration(now.UnixNano()-since)))
 	}
-	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, stored.SysFlag, now, s.opts.now)
+	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, sysFlag, now, s.opts.now)
 	if err != nil {
 		if errors.Is(err, segment.ErrCreate) || errors.Is(err, context.Canceled) {
 			return fail(CreateMappedFileFailed, err)
@@ -127,6 +89,64 @@ func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutR
 		return res, fmt.Errorf("put to %s/%d at offset %d: %w", m.Topic, m.QueueID, res.PhysicalOffset, err)
 	}
 	return res, nil
+}
+
+// refusal is why the store takes no Put now (closed, a slave, writes or
+// dispatch stopped), with its status; nil when it takes them.
+func (s *Store) refusal() (PutStatus, error) {
+	switch {
+	case s.closed:
+		return ServiceNotAvailable, ErrClosed
+	case s.opts.Role == Slave:
+		return ServiceNotAvailable, ErrSlaveReadOnly // RocketMQ's answer too
+	}
+	if p := s.writeErr.Load(); p != nil {
+		return ServiceNotAvailable, *p
+	}
+	if p := s.logics.dispatchErr.Load(); p != nil {
+		return ServiceNotAvailable, fmt.Errorf("dispatch stopped: %w", *p)
+	}
+	return PutOK, nil
+}
+
+// encode checks m and encodes its record into e (all but the fields the
+// append sets: offsets and the store timestamp), returning its SYSFLAG, or
+// the status and error that refuse it. now is the Put's clock reading.
+func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutStatus, error) {
+	if err := record.ValidateTopic(m.Topic, true); err != nil {
+		return 0, MessageIllegal, err
+	}
+	if m.QueueID < 0 {
+		return 0, MessageIllegal, fmt.Errorf("queue id %d is negative", m.QueueID)
+	}
+	if len(m.Body) > s.opts.MaxMessageSizeBytes {
+		return 0, MessageIllegal, fmt.Errorf("body of %d bytes exceeds the maximum message size %d", len(m.Body), s.opts.MaxMessageSizeBytes)
+	}
+	props, err := record.EncodeProperties(e.props[:0], m.Properties)
+	e.props = props
+	if err != nil {
+		return 0, MessageIllegal, err
+	}
+	if len(props) > record.MaxPropertiesBytes {
+		return 0, PropertiesSizeExceeded, fmt.Errorf("properties are %d bytes, at most %d", len(props), record.MaxPropertiesBytes)
+	}
+	stored := *m
+	stored.StoreHost = s.opts.StoreHost
+	if stored.BornTimestamp == 0 {
+		stored.BornTimestamp = now.UnixMilli()
+	}
+	size := record.Size(&stored, len(props))
+	if size > s.opts.MaxMessageSizeBytes {
+		return 0, MessageIllegal, fmt.Errorf("record of %d bytes exceeds the maximum message size %d", size, s.opts.MaxMessageSizeBytes)
+	}
+	if cap(e.buf) < size {
+		e.buf = make([]byte, size+size/4)
+	}
+	e.size = size
+	if err := record.Encode(e.buf[:size], &stored, props); err != nil {
+		return 0, MessageIllegal, err
+	}
+	return stored.SysFlag, PutOK, nil
 }
 
 // waitDurable waits until the record is flushed (sync flush) and
