@@ -1051,17 +1051,26 @@ func TestCancelledAckLeavesWritesOn(t *testing.T) {
 	defer master.Close()
 	putRandom(t, master, rand.New(rand.NewPCG(18, 19)), 40, 2, 0)
 	// transient: its commit honours ctx (the buffered backend where the
-	// cancelled commit was seen).
-	slave := openRole(t, t.TempDir(), smallLogicsOptions(Options{Backend: "transient", SegmentSizeBytes: 1 << 20,
-		Role: Slave, CommitInterval: time.Hour, CommitThoroughInterval: time.Hour}))
+	// cancelled commit was seen). The commit service, woken by the append,
+	// may commit the bytes before the test looks; a fresh slave then tries
+	// again, so the cancelled ack always meets pending bytes.
+	var slave *Store
+	var end int64
+	for attempt := 0; ; attempt++ {
+		slave = openRole(t, t.TempDir(), smallLogicsOptions(Options{Backend: "transient", SegmentSizeBytes: 1 << 20,
+			Role: Slave, CommitInterval: time.Hour, CommitThoroughInterval: time.Hour, CommitLeastPages: 1 << 30}))
+		var err error
+		if end, err = slave.AppendReplicated(ctx, 0, logBytes(t, master, 0, master.MaxOffset())); err != nil {
+			t.Fatal(err)
+		}
+		if committed := slave.Stats().CommittedOffset; committed < end {
+			break
+		} else if attempt == 20 {
+			t.Fatalf("the replicated bytes are committed already (%d of %d) in %d attempts: the test needs them pending", committed, end, attempt+1)
+		}
+		slave.Close()
+	}
 	defer slave.Close()
-	end, err := slave.AppendReplicated(ctx, 0, logBytes(t, master, 0, master.MaxOffset()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if committed := slave.Stats().CommittedOffset; committed >= end {
-		t.Fatalf("the replicated bytes are committed already (%d of %d): the test needs them pending", committed, end)
-	}
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := slave.ReplicaAckOffset(ended); !errors.Is(err, context.Canceled) {
