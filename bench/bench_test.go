@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/mqstore/mqstore/bench/device"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
@@ -601,5 +603,28 @@ func TestEffectiveInFlight(t *testing.T) {
 	cfg.InFlight = -1
 	if err := Validate(&cfg); err == nil || !strings.Contains(err.Error(), "in flight -1") {
 		t.Errorf("in flight -1: %v", err)
+	}
+}
+
+// TestSweepRunsDistinctEffectivePolicies: the default grid's least-pages
+// values are three policies that differ in what the engine runs — 0 is
+// "whatever is pending", not the engine's default 4 under another name.
+func TestSweepRunsDistinctEffectivePolicies(t *testing.T) {
+	pols, err := SweepPolicies(DefaultSweepGrid(), StoreConfig{SegmentSizeBytes: 1 << 20}, []string{"mmap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, p := range pols {
+		o, err := storeOptions(p.Store, p.Backend, p.Flush)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o = engine.EffectiveOptions(o)
+		key := fmt.Sprintf("%s %v %v %d %v", p.Flush, o.FlushInterval, o.SyncFlushTimeout, o.FlushLeastPages, o.CommitInterval)
+		if other, ok := seen[key]; ok {
+			t.Errorf("policies %q and %q run the same engine options (%s)", other, p.Name, key)
+		}
+		seen[key] = p.Name
 	}
 }

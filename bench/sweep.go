@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -35,10 +36,10 @@ var sweepKeys = map[string]struct {
 }{
 	"flush-interval":          {"a", nil, "fi", durSetter(func(s *StoreConfig) *time.Duration { return &s.FlushInterval })},
 	"flush-thorough-interval": {"a", nil, "fti", durSetter(func(s *StoreConfig) *time.Duration { return &s.FlushThoroughInterval })},
-	"flush-least-pages":       {"a", nil, "flp", intSetter(func(s *StoreConfig) *int { return &s.FlushLeastPages })},
+	"flush-least-pages":       {"a", nil, "flp", leastPagesSetter(func(s *StoreConfig) *int { return &s.FlushLeastPages })},
 	"sync-flush-timeout":      {"s", nil, "gct", durSetter(func(s *StoreConfig) *time.Duration { return &s.SyncFlushTimeout })},
 	"commit-interval":         {"as", committing, "ci", durSetter(func(s *StoreConfig) *time.Duration { return &s.CommitInterval })},
-	"commit-least-pages":      {"as", committing, "clp", intSetter(func(s *StoreConfig) *int { return &s.CommitLeastPages })},
+	"commit-least-pages":      {"as", committing, "clp", leastPagesSetter(func(s *StoreConfig) *int { return &s.CommitLeastPages })},
 }
 
 func durSetter(field func(*StoreConfig) *time.Duration) func(*StoreConfig, string) error {
@@ -52,11 +53,17 @@ func durSetter(field func(*StoreConfig) *time.Duration) func(*StoreConfig, strin
 	}
 }
 
-func intSetter(field func(*StoreConfig) *int) func(*StoreConfig, string) error {
+// leastPagesSetter sets a least-pages option: n pages, 0 for "any byte"
+// (engine.LeastPagesAny — the engine reads a zero field as its default, 4,
+// so "0" and "4" would otherwise run one policy under two names).
+func leastPagesSetter(field func(*StoreConfig) *int) func(*StoreConfig, string) error {
 	return func(s *StoreConfig, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return fmt.Errorf("%q: want an integer ≥ 0", v)
+			return fmt.Errorf("%q: want an integer ≥ 0 (0: flush whatever is pending)", v)
+		}
+		if n == 0 {
+			n = engine.LeastPagesAny
 		}
 		*field(s) = n
 		return nil

@@ -348,6 +348,11 @@ const SlaveRetentionIgnore = -1
 // Options.withStoreParams).
 func DefaultOptions() Options { return Options{}.withDefaults() }
 
+// EffectiveOptions is o with its defaults applied (withDefaults): what a
+// store opened with o runs with, but for the sizes a store records when it
+// is created (Store.Options has those too).
+func EffectiveOptions(o Options) Options { return o.withDefaults() }
+
 // withDefaults is the one place an unset option takes its default. An
 // option is unset when it holds its type's zero value, and only here does a
 // zero mean that: every other reader of Options sees the effective value.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/internal/cli"
 )
 
@@ -182,5 +183,32 @@ func (m *multiFlag) String() string { return strings.Join(*m, " ") }
 
 func (m *multiFlag) Set(s string) error {
 	*m = append(*m, s)
+	return nil
+}
+
+// leastPagesFlag is --flush-least-pages and --commit-least-pages: a page
+// count, 0 for whatever is pending (engine.LeastPagesAny); unset, the
+// engine's default (4).
+type leastPagesFlag struct{ v *int }
+
+func (f leastPagesFlag) String() string {
+	switch {
+	case f.v == nil || *f.v == 0:
+		return ""
+	case *f.v == engine.LeastPagesAny:
+		return "0"
+	}
+	return strconv.Itoa(*f.v)
+}
+
+func (f leastPagesFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q: want a page count ≥ 0 (0: whatever is pending)", s)
+	}
+	if n == 0 {
+		n = engine.LeastPagesAny
+	}
+	*f.v = n
 	return nil
 }
