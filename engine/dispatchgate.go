@@ -15,7 +15,7 @@ import (
 // wrote when they are many and the CPUs few: with 16 producers on 2 CPUs the
 // scheduler gives dispatch about a seventeenth of the time. Dispatch then
 // falls behind without bound, and on a backend whose older bytes are not in
-// memory (uring-direct: its staging ring, then the device) every read past
+// memory (an O_DIRECT backend: its staging ring, then the device) every read past
 // the ring is a read from the device — measured, a quarter of the process's
 // CPU in pread and the device reading back most of what it wrote, beside
 // consumers that see a message seconds late. So a Put that ends more than

@@ -224,7 +224,7 @@ type Options struct {
 	// up before it returns, so consumers see messages within this many bytes
 	// and dispatch reads what it reads from the backend's memory. 0: half of
 	// what the backend serves reads from memory (mappedfile.MemoryReads:
-	// uring-direct's staging ring), none for a backend without such a bound;
+	// an O_DIRECT staging ring), none for a backend without such a bound;
 	// negative: none.
 	DispatchLagLimitBytes int64
 
@@ -359,7 +359,7 @@ func EffectiveOptions(o Options) Options { return o.withDefaults() }
 // Values with a meaning of their own are named constants (LeastPagesAny,
 // SlaveRetentionIgnore); options whose zero is a real setting have no
 // default (MinInSyncReplicas 0: the classic mode; WarmFlushEveryPages 0:
-// no flush during warm-up; the bools: off). The four parameters a store
+// no flush while warming up; the bools: off). The four parameters a store
 // records at creation depend on its directory: withStoreParams resolves
 // them at Open. The result is idempotent: withDefaults of effective options
 // changes nothing.

@@ -115,7 +115,7 @@ func (s *Store) truncateQuiesced(ctx context.Context, offset int64) (TruncateRes
 	if err := s.dispatcher.dispatchAvailable(ctx); err != nil {
 		return res, fmt.Errorf("dispatch: %w", err)
 	}
-	unlock := s.log.lockSync() // no commit or flush runs during the cut
+	unlock := s.log.lockSync() // no commit or flush runs while it cuts
 	defer unlock()
 	s.log.appendMu.Lock()
 	defer s.log.appendMu.Unlock()
@@ -344,7 +344,7 @@ func (s *Store) rebuildLogicsAt(ctx context.Context, cut int64) error {
 }
 
 // finishInterruptedCut runs first in recovery: when the intent file of a
-// TruncateOnline is there, the process died during the cut; the cut is
+// TruncateOnline is there, the process died in the middle of the cut; the cut is
 // made again (the cut bytes were kept before the intent was written), and
 // the rest of recovery rebuilds the queues for it.
 func (s *Store) finishInterruptedCut(ctx context.Context) error {
