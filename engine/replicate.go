@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/mqstore/mqstore/engine/record"
-	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
@@ -867,59 +864,22 @@ func TruncateCommitLog(ctx context.Context, dir string, offset int64, opts Optio
 // cutCommitLog runs in Open before recovery (which then truncates the
 // ConsumeQueues and index to the new end).
 func (s *Store) cutCommitLog(ctx context.Context, req *truncateRequest) error {
-	q := s.log.queue
 	offset := req.offset
-	start := max(q.MinOffset(), 0)
-	if q.Len() == 0 {
-		if offset != 0 {
-			return fmt.Errorf("truncate at %d: the CommitLog is empty: %w", offset, ErrInvalidOption)
-		}
-		return nil
-	}
-	if offset < start {
-		return fmt.Errorf("truncate at %d: the CommitLog starts at %d: %w", offset, start, ErrInvalidOption)
-	}
-	from := start
-	if mf := q.Find(offset); mf != nil {
-		from = max(mf.FromOffset(), start)
-	} else if last := q.Last(); last.FromOffset() > start {
-		from = last.FromOffset()
-	}
-	boundary := offset == from
-	inside := int64(-1)
-	segSize := s.log.segmentSizeBytes
-	end, err := s.log.scan(ctx, from, func(at int64, rec []byte, r *record.Record) error {
-		unitEnd := at + int64(len(rec))
-		if r == nil { // a blank runs to the segment end
-			unitEnd = at + segSize - at%segSize
-		}
-		switch {
-		case at == offset:
-			boundary = true
-		case at < offset && offset < unitEnd:
-			inside = at
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("truncate at %d: %w", offset, err)
-	}
-	req.result = TruncateResult{Offset: offset, OldEnd: end.validEnd}
+	oldEnd, err := s.checkCutPoint(ctx, offset)
+	req.result = TruncateResult{Offset: offset, OldEnd: oldEnd}
 	switch {
-	case offset > end.validEnd:
-		return fmt.Errorf("truncate at %d: the valid CommitLog data ends at %d: %w", offset, end.validEnd, ErrInvalidOption)
-	case offset == end.validEnd:
-		req.result.Offset = end.validEnd
+	case err != nil:
+		return fmt.Errorf("truncate at %d: %w", offset, err)
+	case offset == oldEnd:
 		return nil // nothing to cut
-	case inside >= 0 || !boundary:
-		return fmt.Errorf("truncate at %d: the offset falls inside the record at %d; truncate at a record boundary: %w", offset, inside, ErrInvalidOption)
 	}
-	saved, err := s.saveDiverged(offset, end.validEnd)
+	q := s.log.queue
+	saved, err := s.keepDiverged(offset, oldEnd)
 	if err != nil {
 		return fmt.Errorf("truncate at %d: keep the cut bytes: %w", offset, err)
 	}
 	req.result.SavedTo = saved
-	req.result.CutBytes = end.validEnd - offset
+	req.result.CutBytes = oldEnd - offset
 	// The checkpoint first: a crash between the two leaves a log longer
 	// than the checkpoint says durable (fine), never shorter (corruption).
 	cp := s.checkpoint
@@ -931,43 +891,7 @@ func (s *Store) cutCommitLog(ctx context.Context, req *truncateRequest) error {
 	if err := q.TruncateTo(ctx, offset); err != nil {
 		return fmt.Errorf("truncate at %d: %w", offset, err)
 	}
-	s.opts.Logger.Warn("CommitLog truncated by request", slog.Int64("offset", offset), slog.Int64("oldEnd", end.validEnd),
+	s.opts.Logger.Warn("CommitLog truncated by request", slog.Int64("offset", offset), slog.Int64("oldEnd", oldEnd),
 		slog.Any("savedTo", saved))
 	return nil
-}
-
-// saveDiverged copies the CommitLog bytes [from, to) into
-// <dir>/diverged/<offset> files, one per segment, durably.
-func (s *Store) saveDiverged(from, to int64) ([]string, error) {
-	if _, ok := s.backend.(mappedfile.Lister); ok {
-		return nil, nil // in memory: nothing to keep on disk
-	}
-	dir := filepath.Join(s.dir, "diverged")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	var saved []string
-	for _, mf := range s.log.queue.Files() {
-		segEnd := mf.FromOffset() + mf.SizeBytes()
-		if segEnd <= from || mf.FromOffset() >= to {
-			continue
-		}
-		lo, hi := max(from, mf.FromOffset()), min(to, segEnd)
-		buf := make([]byte, hi-lo)
-		if n, err := mf.ReadAt(buf, lo-mf.FromOffset()); n != len(buf) {
-			return saved, fmt.Errorf("read %s at %d: %w", mf.Path(), lo, err)
-		}
-		path := filepath.Join(dir, segment.Name(lo))
-		for i := 1; ; i++ {
-			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			path = filepath.Join(dir, fmt.Sprintf("%s.%d", segment.Name(lo), i))
-		}
-		if err := writeFileDurably(path, buf); err != nil {
-			return saved, err
-		}
-		saved = append(saved, path)
-	}
-	return saved, nil
 }

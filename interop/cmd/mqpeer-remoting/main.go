@@ -60,19 +60,8 @@ type config struct {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mqpeer-remoting", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	peer := fs.String("peer", Peer, "peer: "+Peer+" (the only one this program runs)")
-	dir := fs.String("dir", "", "empty directory for the broker's store (required)")
-	flush := fs.String("flush", "async", "the broker's flush mode: async or sync")
-	workload := fs.String("workload", "throughput", "throughput or latency")
-	size := fs.Int("size", 1024, "message body bytes (at least 8: the send time is stamped in them)")
-	producers := fs.Int("producers", 4, "closed-loop producers")
-	inFlight := fs.Int("inflight", 8, "open-loop workers")
-	duration := fs.Duration("duration", 2*time.Second, "measured window")
-	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured warm-up")
-	rate := fs.Float64("rate", 0, "open-loop arrivals per second")
-	arrival := fs.String("arrival", "constant", "constant or poisson")
-	seed := fs.Uint64("seed", 1, "Poisson seed")
-	list := fs.Bool("list", false, "print the peer as a JSON array of {name, label} and exit")
+	pf := load.RegisterPeerFlags(fs, Peer, "peer: "+Peer+" (the only one this program runs)")
+	peer, dir, flush, size, list, profileDir := pf.Peer, pf.Dir, pf.Flush, pf.Size, pf.List, pf.ProfileDir
 	fs.Duration("sync-interval", 0, "accepted for mqpeer's flags; the broker's flush interval is mqstore's own")
 	profileDir := fs.String("profile", "", "write cpu, heap, block and mutex profiles of this process (the clients; warm-up included) to this directory")
 	mqstoreBin := fs.String("mqstore", "", "the mqstore binary to run the broker with (default: mqstore next to this program, else on PATH)")
@@ -123,8 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *segmentSize < 1<<20:
 		return bad("--segment-size %d: want at least 1 MiB", *segmentSize)
 	}
-	spec := load.Spec{Workload: load.Workload(*workload), SizeBytes: *size, Producers: *producers, InFlight: *inFlight,
-		Duration: *duration, Warmup: *warmup, RatePerSec: *rate, Arrival: load.Arrival(*arrival), Seed: *seed}
+	spec := pf.Spec()
 	if err := spec.Validate(); err != nil {
 		return bad("%v", err)
 	}
@@ -135,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.clients = min(cfg.clients, spec.Workers())
 	out := load.PeerOutput{Peer: Peer, Flush: *flush, GoVersion: runtime.Version()}
-	stopProfiles, err := startProfiles(*profileDir, Peer+"-"+*flush)
+	stopProfiles, err := load.StartProfiles(*profileDir, Peer+"-"+*flush)
 	if err != nil {
 		out.Error = err.Error()
 		return emit(stdout, stderr, out, 1)

@@ -32,21 +32,9 @@ func main() {
 
 func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("mqpeer", flag.ContinueOnError)
-	peer := fs.String("peer", "", "peer: "+strings.Join(peers.Names(), ", ")+", or "+NoOp+" (the load generator's floor) (required)")
-	dir := fs.String("dir", "", "empty directory for the peer's files (required)")
-	flush := fs.String("flush", "async", "async or sync")
-	workload := fs.String("workload", "throughput", "throughput or latency")
-	size := fs.Int("size", 1024, "message body bytes")
-	producers := fs.Int("producers", 4, "closed-loop producers")
-	inFlight := fs.Int("inflight", 8, "open-loop workers")
-	duration := fs.Duration("duration", 2*time.Second, "measured window")
-	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured warm-up")
-	rate := fs.Float64("rate", 0, "open-loop arrivals per second")
-	arrival := fs.String("arrival", "constant", "constant or poisson")
-	seed := fs.Uint64("seed", 1, "Poisson seed")
-	list := fs.Bool("list", false, "print the peers as a JSON array of {name, label} and exit")
+	pf := load.RegisterPeerFlags(fs, "", "peer: "+strings.Join(peers.Names(), ", ")+", or "+NoOp+" (the load generator's floor) (required)")
+	peer, dir, flush, list, profileDir := pf.Peer, pf.Dir, pf.Flush, pf.List, pf.ProfileDir
 	syncInterval := fs.Duration("sync-interval", peers.DefaultSyncInterval, "async sync interval, matched to mqstore's flush interval")
-	profileDir := fs.String("profile", "", "write cpu, heap, block and mutex profiles of the run (warm-up included) to this directory")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -61,8 +49,7 @@ func run(ctx context.Context, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	spec := load.Spec{Workload: load.Workload(*workload), SizeBytes: *size, Producers: *producers, InFlight: *inFlight,
-		Duration: *duration, Warmup: *warmup, RatePerSec: *rate, Arrival: load.Arrival(*arrival), Seed: *seed}
+	spec := pf.Spec()
 	out := peers.Output{Peer: *peer, Flush: *flush, GoVersion: runtime.Version()}
 	if err := spec.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "mqpeer:", err)
@@ -93,7 +80,7 @@ func run(ctx context.Context, args []string) int {
 		out.Error = err.Error()
 		return emit(out, 1)
 	}
-	stopProfiles, err := startProfiles(*profileDir, *peer+"-"+*flush)
+	stopProfiles, err := load.StartProfiles(*profileDir, *peer+"-"+*flush)
 	if err != nil {
 		out.Error = err.Error()
 		_ = p.Close()

@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"errors"
@@ -9,10 +9,10 @@ import (
 	"runtime/pprof"
 )
 
-// startProfiles starts a CPU profile and block and mutex sampling, written to
+// StartProfiles (for the peers' processes, which profile themselves) starts a CPU profile and block and mutex sampling, written to
 // dir/<name>.{cpu,heap,block,mutex}.pprof by the returned stop. An empty dir
 // profiles nothing.
-func startProfiles(dir, name string) (stop func() error, err error) {
+func StartProfiles(dir, name string) (stop func() error, err error) {
 	if dir == "" {
 		return func() error { return nil }, nil
 	}
