@@ -63,7 +63,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf := load.RegisterPeerFlags(fs, Peer, "peer: "+Peer+" (the only one this program runs)")
 	peer, dir, flush, size, list, profileDir := pf.Peer, pf.Dir, pf.Flush, pf.Size, pf.List, pf.ProfileDir
 	fs.Duration("sync-interval", 0, "accepted for mqpeer's flags; the broker's flush interval is mqstore's own")
-	profileDir := fs.String("profile", "", "write cpu, heap, block and mutex profiles of this process (the clients; warm-up included) to this directory")
 	mqstoreBin := fs.String("mqstore", "", "the mqstore binary to run the broker with (default: mqstore next to this program, else on PATH)")
 	backend := fs.String("backend", "mmap", "the broker's store backend")
 	clients := fs.Int("clients", 0, "producer clients the workload's goroutines share (default: min(goroutines, 8))")

@@ -17,7 +17,6 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/peers"
@@ -90,7 +89,7 @@ func run(ctx context.Context, args []string) int {
 	if d, ok := p.(load.Durability); ok {
 		dur = d
 	}
-	out.Result = load.Run(ctx, spec, nil, dur, func(worker int) load.Op { return p.NewOp(worker, *size) })
+	out.Result = load.Run(ctx, spec, nil, dur, func(worker int) load.Op { return p.NewOp(worker, *pf.Size) })
 	if err := stopProfiles(); err != nil && out.Result.Error == "" {
 		out.Result.Error = err.Error()
 	}
