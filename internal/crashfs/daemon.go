@@ -3,8 +3,6 @@
 package crashfs
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,12 +16,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mqstore/mqstore/internal/fusedaemon"
 )
 
 // EnvDaemon set to "1" tells a binary that dispatches to Main (the crashfs
@@ -137,25 +136,11 @@ func serve(c Config, stdout io.Writer, log *slog.Logger) error {
 
 // Daemon is a running crashfs process, seen from the test that started it.
 type Daemon struct {
-	cfg    Config
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // the process's exit, once exited is closed
+	*fusedaemon.Process
+	cfg Config
 
 	mu     sync.Mutex
-	stderr bytes.Buffer
 	closed bool
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 // Start runs the daemon: cmd runs a binary whose main dispatches to Main
@@ -181,63 +166,12 @@ func Start(ctx context.Context, cmd *exec.Cmd, c Config) (*Daemon, error) {
 	}
 	os.Remove(c.Report)
 	cmd.Args = append(cmd.Args, c.args()...)
-	cmd.Env = append(cmd.Environ(), EnvDaemon+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGHUP}
-	d := &Daemon{cfg: c, cmd: cmd, exited: make(chan struct{})}
-	cmd.Stderr = lockedWriter{&d.mu, &d.stderr}
-	out, err := cmd.StdoutPipe()
+	p, err := fusedaemon.Start(ctx, "crashfs", cmd, EnvDaemon, c.Mount)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("crashfs: start the daemon: %w", err)
-	}
-	mounted := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ok := false
-		for sc.Scan() {
-			if sc.Text() == "mounted" && !ok {
-				ok = true
-				mounted <- true
-			}
-		}
-		if !ok {
-			mounted <- false
-		}
-		d.err = cmd.Wait()
-		close(d.exited)
-	}()
-	timer := time.NewTimer(30 * time.Second)
-	defer timer.Stop()
-	select {
-	case ok := <-mounted:
-		if ok {
-			return d, nil
-		}
-		<-d.exited
-		return nil, fmt.Errorf("crashfs: the daemon did not mount (%v): %s", d.err, d.Stderr())
-	case <-ctx.Done():
-		d.Close()
-		return nil, fmt.Errorf("crashfs: wait for the mount: %w", ctx.Err())
-	case <-timer.C:
-		d.Close()
-		return nil, fmt.Errorf("crashfs: the daemon did not mount in 30s: %s", d.Stderr())
-	}
+	return &Daemon{Process: p, cfg: c}, nil
 }
-
-// Pid is the daemon's process id.
-func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
-
-// Stderr is what the daemon logged.
-func (d *Daemon) Stderr() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.stderr.String()
-}
-
-// Exited is closed when the daemon has exited (an armed crash point fired).
-func (d *Daemon) Exited() <-chan struct{} { return d.exited }
 
 // ErrNoReport is returned when a crash left no report.
 var ErrNoReport = errors.New("crashfs: no crash report")
@@ -246,7 +180,7 @@ var ErrNoReport = errors.New("crashfs: no crash report")
 // unsynced name changes, writes the report and exits; the mount goes.
 // Kill the processes using the mount before or at the same time.
 func (d *Daemon) Crash(ctx context.Context) (*Report, error) {
-	if err := d.cmd.Process.Signal(syscall.SIGUSR1); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := d.Signal(syscall.SIGUSR1); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return nil, fmt.Errorf("crashfs: signal the daemon: %w", err)
 	}
 	return d.Wait(ctx)
@@ -258,7 +192,7 @@ func (d *Daemon) Wait(ctx context.Context) (*Report, error) {
 	timer := time.NewTimer(60 * time.Second)
 	defer timer.Stop()
 	select {
-	case <-d.exited:
+	case <-d.Exited():
 	case <-ctx.Done():
 		d.Close()
 		return nil, ctx.Err()
@@ -269,7 +203,7 @@ func (d *Daemon) Wait(ctx context.Context) (*Report, error) {
 	d.Close()
 	b, err := os.ReadFile(d.cfg.Report)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w (daemon exit: %v): %s", ErrNoReport, d.err, d.Stderr())
+		return nil, fmt.Errorf("%w (daemon exit: %v): %s", ErrNoReport, d.Err(), d.Stderr())
 	} else if err != nil {
 		return nil, err
 	}
@@ -299,65 +233,15 @@ func (d *Daemon) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	if !closed {
-		select {
-		case <-d.exited:
-		default:
-			d.cmd.Process.Signal(syscall.SIGKILL)
-		}
-		<-d.exited
+		d.KillAndWait()
 	}
 	return Unmount(d.cfg.Mount)
 }
 
 // Unmount takes the mount at dir down (a dead FUSE mount included); it is
 // not an error when nothing is mounted there.
-func Unmount(dir string) error {
-	for range 3 {
-		ok, err := Mounted(dir)
-		if err != nil || !ok {
-			return err
-		}
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("crashfs: unmount %s: %w", dir, err)
-		}
-	}
-	return nil
-}
+func Unmount(dir string) error { return fusedaemon.Unmount(dir) }
 
 // Mounted reports whether a file system is mounted at dir (from
 // /proc/self/mountinfo).
-func Mounted(dir string) (bool, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return false, err
-	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("crashfs: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && unescapeMount(f[4]) == abs {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func Mounted(dir string) (bool, error) { return fusedaemon.Mounted(dir) }

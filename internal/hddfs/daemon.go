@@ -3,8 +3,6 @@
 package hddfs
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,14 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mqstore/mqstore/internal/fusedaemon"
 )
 
 // EnvDaemon set to "1" tells a binary that calls RunDaemonIfRequested (a
@@ -161,24 +158,8 @@ func setNice(n int) error {
 
 // Daemon is a running hddfs process, seen from the process that started it.
 type Daemon struct {
-	mount  string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // the process's exit, once exited is closed
-
-	mu     sync.Mutex
-	stderr bytes.Buffer
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
+	*fusedaemon.Process
+	mount string
 }
 
 // StartDaemon runs the daemon serving backing at mnt: cmd runs a binary
@@ -201,59 +182,11 @@ func StartDaemon(ctx context.Context, cmd *exec.Cmd, backing, mnt string, m Mode
 	if nice != nil {
 		cmd.Args = append(cmd.Args, "--nice", strconv.Itoa(*nice))
 	}
-	cmd.Env = append(cmd.Environ(), EnvDaemon+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGHUP}
-	d := &Daemon{mount: mnt, cmd: cmd, exited: make(chan struct{})}
-	cmd.Stderr = lockedWriter{&d.mu, &d.stderr}
-	out, err := cmd.StdoutPipe()
+	p, err := fusedaemon.Start(ctx, "hddfs", cmd, EnvDaemon, mnt)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("hddfs: start the daemon: %w", err)
-	}
-	mounted := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ok := false
-		for sc.Scan() {
-			if sc.Text() == "mounted" && !ok {
-				ok = true
-				mounted <- true
-			}
-		}
-		if !ok {
-			mounted <- false
-		}
-		d.err = cmd.Wait()
-		close(d.exited)
-	}()
-	timer := time.NewTimer(30 * time.Second)
-	defer timer.Stop()
-	select {
-	case ok := <-mounted:
-		if ok {
-			return d, nil
-		}
-		<-d.exited
-		return nil, fmt.Errorf("hddfs: the daemon did not mount (%v): %s", d.err, d.Stderr())
-	case <-ctx.Done():
-		d.Kill()
-		return nil, fmt.Errorf("hddfs: wait for the mount: %w", ctx.Err())
-	case <-timer.C:
-		d.Kill()
-		return nil, fmt.Errorf("hddfs: the daemon did not mount in 30s: %s", d.Stderr())
-	}
-}
-
-// Pid is the daemon's process id.
-func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
-
-// Stderr is what the daemon logged (its counters at the end).
-func (d *Daemon) Stderr() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.stderr.String()
+	return &Daemon{Process: p, mount: mnt}, nil
 }
 
 // Stop asks the daemon to unmount and waits for it to exit, asking again
@@ -263,14 +196,14 @@ func (d *Daemon) Stderr() string {
 func (d *Daemon) Stop(ctx context.Context) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		if err := d.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			return d.Kill()
 		}
 		t := time.NewTimer(50 * time.Millisecond)
 		select {
-		case <-d.exited:
+		case <-d.Exited():
 			t.Stop()
-			return unmount(d.mount)
+			return fusedaemon.Unmount(d.mount)
 		case <-ctx.Done():
 			t.Stop()
 			return errors.Join(ctx.Err(), d.Kill())
@@ -287,67 +220,6 @@ func (d *Daemon) Stop(ctx context.Context) error {
 // image first: once the mount is gone its backing path no longer names
 // the image.
 func (d *Daemon) Kill() error {
-	d.kill()
-	return unmount(d.mount)
-}
-
-// kill kills the daemon if it runs and waits for it; its mount stays.
-func (d *Daemon) kill() {
-	select {
-	case <-d.exited:
-	default:
-		d.cmd.Process.Signal(syscall.SIGKILL)
-		<-d.exited
-	}
-}
-
-// unmount takes the mount at dir down (lazily: a dead FUSE mount
-// included); nothing mounted there is not an error.
-func unmount(dir string) error {
-	for range 3 {
-		ok, err := mounted(dir)
-		if err != nil || !ok {
-			return err
-		}
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("hddfs: unmount %s: %w", dir, err)
-		}
-	}
-	return nil
-}
-
-// mounted reports whether a file system is mounted at dir.
-func mounted(dir string) (bool, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return false, err
-	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("hddfs: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == abs {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	d.KillAndWait()
+	return fusedaemon.Unmount(d.mount)
 }

@@ -189,7 +189,7 @@ func TestKilledDaemon(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d.Dir, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d.daemon.kill() // a crash: the dead FUSE mount stays until Close
+	d.daemon.KillAndWait() // a crash: the dead FUSE mount stays until Close
 	f, err := os.OpenFile(filepath.Join(d.Dir, "g"), os.O_CREATE|os.O_WRONLY|os.O_SYNC, 0o644)
 	if err == nil {
 		_, err = f.Write(make([]byte, 4096))
