@@ -13,9 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/mqstore/mqstore/internal/segfile"
 )
 
 // ErrNoFio is returned (wrapped) by Calibrate when fio is not on PATH.
@@ -268,34 +267,13 @@ func physicalExtents(path string) ([]extent, error) {
 		return nil, fmt.Errorf("hddfs: %w", err)
 	}
 	defer f.Close()
-	const n = 512
-	type fiemapExtent struct {
-		Logical, Physical, Length uint64
-		_                         [2]uint64
-		Flags                     uint32
-		_                         [3]uint32
+	es, err := segfile.Extents(f, true)
+	if err != nil {
+		return nil, fmt.Errorf("hddfs: %w", err)
 	}
-	type fiemap struct {
-		Start, Length                        uint64
-		Flags, Mapped, ExtentCount, Reserved uint32
-		Extents                              [n]fiemapExtent
+	out := make([]extent, 0, len(es))
+	for _, e := range es {
+		out = append(out, extent{e.Physical, e.Length})
 	}
-	var out []extent
-	var start uint64
-	for {
-		fm := fiemap{Start: start, Length: ^uint64(0), Flags: 1 /* FIEMAP_FLAG_SYNC */, ExtentCount: n}
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), 0xC020660B /* FS_IOC_FIEMAP */, uintptr(unsafe.Pointer(&fm))); e != 0 {
-			return nil, fmt.Errorf("hddfs: FIEMAP %s: %w", path, e)
-		}
-		if fm.Mapped == 0 {
-			return out, nil
-		}
-		for _, e := range fm.Extents[:fm.Mapped] {
-			out = append(out, extent{int64(e.Physical), int64(e.Length)})
-			start = e.Logical + e.Length
-			if e.Flags&1 != 0 { // FIEMAP_EXTENT_LAST
-				return out, nil
-			}
-		}
-	}
+	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 // Extent is one extent of a file as FIEMAP reports it.
 type Extent struct {
 	Logical, Length int64
+	Physical        int64
 	Unwritten       bool
 	Delalloc        bool
 }

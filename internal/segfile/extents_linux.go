@@ -13,6 +13,8 @@ import (
 // Extent is one extent of a file as FIEMAP reports it.
 type Extent struct {
 	Logical, Length int64
+	// Physical is where the extent starts on the device, in bytes.
+	Physical int64
 	// Unwritten: allocated but never written (fallocate): reads as zeros,
 	// and the first write into it needs an extent conversion.
 	Unwritten bool
@@ -78,7 +80,7 @@ func Extents(f *os.File, sync bool) ([]Extent, error) {
 		}
 		last := false
 		for _, e := range m.Extents[:m.Mapped] {
-			out = append(out, Extent{Logical: int64(e.Logical), Length: int64(e.Length),
+			out = append(out, Extent{Logical: int64(e.Logical), Length: int64(e.Length), Physical: int64(e.Physical),
 				Unwritten: e.Flags&fiemapExtentUnwritten != 0, Delalloc: e.Flags&fiemapExtentDelalloc != 0})
 			start = e.Logical + e.Length
 			last = last || e.Flags&fiemapExtentLast != 0

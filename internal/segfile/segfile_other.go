@@ -64,6 +64,7 @@ func MemlockError(what string, wanted int64, err error) error {
 // Extent is one extent of a file as FIEMAP reports it.
 type Extent struct {
 	Logical, Length int64
+	Physical        int64
 	Unwritten       bool
 	Delalloc        bool
 }
