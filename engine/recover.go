@@ -17,77 +17,120 @@ import (
 // recover finds the end of the valid CommitLog data, truncates what follows
 // it (in the CommitLog, the ConsumeQueues and the index), rebuilds the queue
 // offset table, and dispatches whatever the ConsumeQueues or the index lack.
-// It scans with CRC checks from the segment recoveryStart picks.
+// It scans with CRC checks from the segment recoveryStart picks. A cut that
+// TruncateOnline began and a crash interrupted is finished first; the epoch
+// file is read last, against the recovered end.
 func (s *Store) recover(ctx context.Context) error {
+	if err := s.finishInterruptedCut(ctx); err != nil {
+		return err
+	}
 	q := s.log.queue
 	logStart := max(q.MinOffset(), 0)
 	from := s.recoveryStart(logStart)
 	s.recoveredFrom = from
-	lastKeyed := int64(-1)
 	// After a crash, ConsumeQueue and index data newer than the checkpoint
 	// may be torn: every record stored since the checkpoint (less 3 s for
 	// clock steps, as RocketMQ does) is dispatched again and its units
 	// checked and repaired.
-	redispatchFrom := int64(-1)
-	safeMs := min(s.checkpoint.logics.Load(), s.checkpoint.index.Load()) - 3000
+	sc := recoveryScan{lastKeyed: -1, redispatchFrom: -1,
+		safeMs: min(s.checkpoint.logics.Load(), s.checkpoint.index.Load()) - 3000}
 	if q.Len() > 0 {
-		end, err := s.log.scan(ctx, from, func(offset int64, rec []byte, r *record.Record) error {
-			if r == nil { // a blank
-				return nil
-			}
-			if redispatchFrom < 0 && r.StoreTimestamp >= safeMs {
-				redispatchFrom = offset
-			}
-			if takesQueueOffset(r.SysFlag) {
-				key := queueKey{topic: r.Topic, queueID: r.QueueID}
-				if next := r.QueueOffset + 1; next > s.log.nextQueueOffsetOf(key) {
-					s.log.setNextQueueOffset(key, next)
-				}
-			}
-			if _, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
-				lastKeyed = offset
-			} else if _, ok := r.UniqKey(); ok {
-				lastKeyed = offset
-			}
-			s.log.lastStoreTimestamp.Store(r.StoreTimestamp)
-			return nil
-		})
+		end, err := s.scanCommitLog(ctx, from, &sc)
 		if err != nil {
 			return err
 		}
-		if err := s.judgeEnd(end); err != nil {
+		if err := s.cutTornTail(ctx, logStart, end); err != nil {
 			return err
 		}
-		if err := q.TruncateTo(ctx, end.validEnd); err != nil {
-			return err
-		}
-		if s.abnormalOpen {
-			// The dead process may have left bytes in the page cache that
-			// no flush made durable — the tail of the segment before a
-			// roll, not only the one truncated — and the flushed offset is
-			// about to claim everything up to the valid end: sync it all
-			// from what the checkpoint knew durable.
-			from := max(min(s.checkpoint.flushedOffset.Load(), end.validEnd), logStart)
-			if err := q.SyncRange(ctx, from, end.validEnd); err != nil {
-				return fmt.Errorf("sync the recovered CommitLog [%d, %d): %w", from, end.validEnd, err)
-			}
-		}
-	}
-	if off := s.checkpoint.logicsOffset.Load(); off > 0 && (redispatchFrom < 0 || off < redispatchFrom) {
-		redispatchFrom = max(off, from) // what the checkpoint knew dispatched, whatever the clock did
 	}
 	validEnd := q.ReadableOffset()
 	s.log.committedOffset.Store(validEnd)
 	s.log.flushedOffset.Store(validEnd)
+	redispatchFrom := s.redispatchStart(from, validEnd, sc.redispatchFrom)
+	if err := s.recoverLogics(ctx, logStart, validEnd, sc.lastKeyed, redispatchFrom); err != nil {
+		return err
+	}
+	return s.loadEpochs(logStart, validEnd)
+}
+
+// recoveryScan is what the recovery scan of the CommitLog learns besides
+// its end.
+type recoveryScan struct {
+	safeMs         int64 // records stored at or after it are dispatched again after a crash
+	redispatchFrom int64 // the first such record; -1: none
+	lastKeyed      int64 // the newest record with keys or a UNIQ_KEY; -1: none
+}
+
+// scanCommitLog is recovery's scan: from from (a unit start) to the end of
+// the valid data, it raises the queue offset table to follow every record
+// and notes what sc holds.
+func (s *Store) scanCommitLog(ctx context.Context, from int64, sc *recoveryScan) (scanEnd, error) {
+	return s.log.scan(ctx, from, func(offset int64, rec []byte, r *record.Record) error {
+		if r == nil { // a blank
+			return nil
+		}
+		if sc.redispatchFrom < 0 && r.StoreTimestamp >= sc.safeMs {
+			sc.redispatchFrom = offset
+		}
+		if takesQueueOffset(r.SysFlag) {
+			key := queueKey{topic: r.Topic, queueID: r.QueueID}
+			if next := r.QueueOffset + 1; next > s.log.nextQueueOffsetOf(key) {
+				s.log.setNextQueueOffset(key, next)
+			}
+		}
+		if _, ok := record.LookupProperty(r.Properties, record.PropKeys); ok {
+			sc.lastKeyed = offset
+		} else if _, ok := r.UniqKey(); ok {
+			sc.lastKeyed = offset
+		}
+		s.log.lastStoreTimestamp.Store(r.StoreTimestamp)
+		return nil
+	})
+}
+
+// cutTornTail judges the end the scan found (judgeEnd), cuts the CommitLog
+// there and, after a crash, syncs what recovery is about to claim durable.
+func (s *Store) cutTornTail(ctx context.Context, logStart int64, end scanEnd) error {
+	if err := s.judgeEnd(end); err != nil {
+		return err
+	}
+	q := s.log.queue
+	if err := q.TruncateTo(ctx, end.validEnd); err != nil {
+		return err
+	}
 	if !s.abnormalOpen {
-		redispatchFrom = -1 // a clean close flushed every ConsumeQueue and the index
+		return nil
+	}
+	// The dead process may have left bytes in the page cache that no flush
+	// made durable — the tail of the segment before a roll, not only the
+	// one truncated — and the flushed offset is about to claim everything
+	// up to the valid end: sync it all from what the checkpoint knew
+	// durable.
+	from := max(min(s.checkpoint.flushedOffset.Load(), end.validEnd), logStart)
+	if err := q.SyncRange(ctx, from, end.validEnd); err != nil {
+		return fmt.Errorf("sync the recovered CommitLog [%d, %d): %w", from, end.validEnd, err)
+	}
+	return nil
+}
+
+// redispatchStart is where recovery dispatches again from (-1: nowhere),
+// given the first record the scan found stored since the checkpoint: never
+// after what the checkpoint knew dispatched, whatever the clock did; after
+// a clean close nowhere (every ConsumeQueue and the index were flushed).
+func (s *Store) redispatchStart(from, validEnd, sinceCheckpoint int64) int64 {
+	redispatchFrom := sinceCheckpoint
+	if off := s.checkpoint.logicsOffset.Load(); off > 0 && (redispatchFrom < 0 || off < redispatchFrom) {
+		redispatchFrom = max(off, from)
+	}
+	if !s.abnormalOpen {
+		redispatchFrom = -1
 	} else if redispatchFrom < 0 || redispatchFrom > validEnd {
 		redispatchFrom = validEnd
 	}
 	if s.checkpoint.logicsOffset.Load() > validEnd {
 		s.checkpoint.logicsOffset.Store(validEnd) // the log was cut below it
 	}
-	return s.recoverLogics(ctx, logStart, validEnd, lastKeyed, redispatchFrom)
+	return redispatchFrom
 }
 
 // logicsMissing reports whether the consumequeue or the index directory is
@@ -175,6 +218,38 @@ func firstStoreTimestamp(mf mappedfile.MappedFile) (int64, bool) {
 // recoverLogics truncates the ConsumeQueues and the index to the valid
 // CommitLog end and re-dispatches from the earliest point one of them lacks.
 func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed, redispatchFrom int64) error {
+	reputFrom, err := s.truncateIndex(ctx, logStart, validEnd, lastKeyed, redispatchFrom)
+	if err != nil {
+		return err
+	}
+	if reputFrom, err = s.truncateQueues(ctx, logStart, validEnd, reputFrom); err != nil {
+		return err
+	}
+	if err := s.redispatch(ctx, reputFrom, validEnd); err != nil {
+		return err
+	}
+	if s.abnormalOpen {
+		// Units and entries the dead process wrote may be in the page cache
+		// only: make them durable before the checkpoint's dispatched offset
+		// can claim them.
+		known := s.checkpoint.logicsOffset.Load()
+		for _, q := range s.logics.queues() {
+			if err := q.SyncFrom(ctx, known); err != nil {
+				return err
+			}
+		}
+		if err := s.logics.index.SyncFrom(ctx, known); err != nil {
+			return err
+		}
+	}
+	return s.settleLogics(ctx, logStart, validEnd)
+}
+
+// truncateIndex cuts the index at the valid end — or, when recovery
+// dispatches again from redispatchFrom (≥ 0), at the first index file the
+// checkpoint did not know durable — and returns where dispatch must start
+// again for the index (validEnd: nowhere).
+func (s *Store) truncateIndex(ctx context.Context, logStart, validEnd, lastKeyed, redispatchFrom int64) (int64, error) {
 	l := s.logics
 	indexCut := validEnd
 	reputFrom := validEnd
@@ -200,29 +275,36 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 		reputFrom = min(reputFrom, max(indexCut, logStart))
 	}
 	if err := l.index.TruncateByPhysical(ctx, indexCut); err != nil {
-		return fmt.Errorf("truncate index: %w", err)
+		return 0, fmt.Errorf("truncate index: %w", err)
 	}
 	if lastKeyed >= 0 && !l.index.Covers(lastKeyed) {
 		reputFrom = min(reputFrom, max(l.index.MaxPhysicalOffset(), logStart))
 	}
+	return reputFrom, nil
+}
+
+// truncateQueues cuts every ConsumeQueue at the valid end, drops a damaged
+// last unit, and lowers reputFrom to where a queue lacks units the
+// CommitLog holds.
+func (s *Store) truncateQueues(ctx context.Context, logStart, validEnd, reputFrom int64) (int64, error) {
 	keys, err := s.knownQueues()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, key := range keys {
-		cq, err := l.queue(ctx, key, true)
+		cq, err := s.logics.queue(ctx, key, true)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if err := cq.TruncateByPhysical(ctx, validEnd); err != nil {
-			return fmt.Errorf("truncate consume queue %s/%d: %w", key.topic, key.queueID, err)
+			return 0, fmt.Errorf("truncate consume queue %s/%d: %w", key.topic, key.queueID, err)
 		}
 		// A torn page can leave a last unit that points at the right record
 		// with a wrong size or tags code: check it against the record.
 		if n := cq.MaxOffset(); n > cq.MinOffset() {
 			if u, err := cq.Get(n - 1); err != nil || !s.unitMatches(ctx, key, n-1, u) {
 				if err := cq.TruncateAt(ctx, n-1); err != nil {
-					return fmt.Errorf("drop the damaged last unit of %s/%d: %w", key.topic, key.queueID, err)
+					return 0, fmt.Errorf("drop the damaged last unit of %s/%d: %w", key.topic, key.queueID, err)
 				}
 			}
 		}
@@ -236,61 +318,60 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 			reputFrom = min(reputFrom, start)
 		}
 	}
-	if reputFrom < validEnd {
-		s.opts.Logger.Info("rebuilding consume queues and index", slog.Int64("from", reputFrom), slog.Int64("to", validEnd))
-		var keyBuf indexKeys
-		end, err := s.log.scan(ctx, reputFrom, func(offset int64, _ []byte, r *record.Record) error {
-			if r == nil {
-				return nil
-			}
-			err := s.dispatchRecord(ctx, offset, r, nil, &keyBuf)
-			if errors.Is(err, consumequeue.ErrConflict) {
-				// A torn unit: replace it and everything after it.
-				cq, qerr := l.queue(ctx, queueKey{topic: r.Topic, queueID: r.QueueID}, false)
-				if qerr != nil || cq == nil {
-					return err
-				}
-				if terr := cq.TruncateAt(ctx, r.QueueOffset); terr != nil {
-					return fmt.Errorf("repair %s/%d at %d: %w", r.Topic, r.QueueID, r.QueueOffset, terr)
-				}
-				s.opts.Logger.Warn("repaired a torn consume queue unit", slog.String("topic", r.Topic),
-					slog.Int("queueId", int(r.QueueID)), slog.Int64("queueOffset", r.QueueOffset))
-				err = s.dispatchRecord(ctx, offset, r, nil, &keyBuf)
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("re-dispatch from %d: %w", reputFrom, err)
-		}
-		if end.validEnd != validEnd {
-			return fmt.Errorf("re-dispatch stopped at %d before the valid end %d: %v: %w", end.validEnd, validEnd, end.corrupt, ErrCorrupt)
-		}
+	return reputFrom, nil
+}
+
+// redispatch dispatches the records of [from, validEnd) again, replacing a
+// torn ConsumeQueue unit it meets.
+func (s *Store) redispatch(ctx context.Context, from, validEnd int64) error {
+	if from >= validEnd {
+		return nil
 	}
-	if s.abnormalOpen {
-		// Units and entries the dead process wrote may be in the page cache
-		// only: make them durable before the checkpoint's dispatched offset
-		// can claim them.
-		known := s.checkpoint.logicsOffset.Load()
-		for _, q := range l.queues() {
-			if err := q.SyncFrom(ctx, known); err != nil {
+	l := s.logics
+	s.opts.Logger.Info("rebuilding consume queues and index", slog.Int64("from", from), slog.Int64("to", validEnd))
+	var keyBuf indexKeys
+	end, err := s.log.scan(ctx, from, func(offset int64, _ []byte, r *record.Record) error {
+		if r == nil {
+			return nil
+		}
+		err := s.dispatchRecord(ctx, offset, r, nil, &keyBuf)
+		if errors.Is(err, consumequeue.ErrConflict) {
+			// A torn unit: replace it and everything after it.
+			cq, qerr := l.queue(ctx, queueKey{topic: r.Topic, queueID: r.QueueID}, false)
+			if qerr != nil || cq == nil {
 				return err
 			}
+			if terr := cq.TruncateAt(ctx, r.QueueOffset); terr != nil {
+				return fmt.Errorf("repair %s/%d at %d: %w", r.Topic, r.QueueID, r.QueueOffset, terr)
+			}
+			s.opts.Logger.Warn("repaired a torn consume queue unit", slog.String("topic", r.Topic),
+				slog.Int("queueId", int(r.QueueID)), slog.Int64("queueOffset", r.QueueOffset))
+			err = s.dispatchRecord(ctx, offset, r, nil, &keyBuf)
 		}
-		if err := l.index.SyncFrom(ctx, known); err != nil {
-			return err
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("re-dispatch from %d: %w", from, err)
 	}
+	if end.validEnd != validEnd {
+		return fmt.Errorf("re-dispatch stopped at %d before the valid end %d: %v: %w", end.validEnd, validEnd, end.corrupt, ErrCorrupt)
+	}
+	return nil
+}
+
+// settleLogics ends the rebuild of the logics: everything below validEnd
+// is dispatched; a queue whose newest record precedes the scan continues
+// after its ConsumeQueue's last unit (RocketMQ's recoverTopicQueueTable);
+// the queues' minimum moves past what retention deleted from the CommitLog.
+func (s *Store) settleLogics(ctx context.Context, logStart, validEnd int64) error {
+	l := s.logics
 	l.dispatchedOffset.Store(validEnd)
-	// A queue whose newest record precedes the scan continues after its
-	// ConsumeQueue's last unit (RocketMQ's recoverTopicQueueTable).
 	for _, q := range l.queues() {
 		key := queueKey{topic: q.Topic(), queueID: q.QueueID()}
 		if n := q.MaxOffset(); n > s.log.nextQueueOffsetOf(key) {
 			s.log.setNextQueueOffset(key, n)
 		}
 	}
-	// The queues are consistent now: move their minimum past what retention
-	// deleted from the CommitLog.
 	for _, q := range l.queues() {
 		if _, err := q.DeleteBefore(ctx, max(logStart, 0)); err != nil {
 			return fmt.Errorf("consume queue %s/%d: %w", q.Topic(), q.QueueID(), err)

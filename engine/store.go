@@ -61,6 +61,7 @@ type Store struct {
 	stats    storeStats
 	writeErr atomic.Pointer[error]
 	repl     replication // replicate.go
+	epochs   epochCache  // epoch.go
 
 	// closeMu: Put holds it shared, Close exclusively, so Close waits for
 	// Puts in flight and no Put starts on a closed store.

@@ -298,7 +298,7 @@ func (sc *slaveConn) readReports() {
 		return
 	}
 	var buf [reportSize]byte
-	first := true
+	first, helloDone := true, false
 	for {
 		// A slave reports as soon as it connects: a peer that says nothing
 		// for a heartbeat interval is not one, and holds no connection
@@ -325,6 +325,15 @@ func (sc *slaveConn) readReports() {
 			return
 		}
 		offset := int64(binary.BigEndian.Uint64(buf[:]))
+		if first && offset == epochMarker && !helloDone {
+			// The fork-point handshake (epoch.go); the first report follows.
+			helloDone = true
+			if err := sc.answerEpochHello(); err != nil {
+				sc.refuse(err.Error())
+				return
+			}
+			continue
+		}
 		if first {
 			first = false
 			sc.first <- offset

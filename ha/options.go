@@ -205,6 +205,16 @@ type SlaveOptions struct {
 	// Secret, when set, is the shared secret of the master's
 	// challenge–response (the master proves it holds it too).
 	Secret []byte
+	// EpochHandshake: on every connection the slave first sends its epoch
+	// history and the master answers their fork point; a slave whose log
+	// runs past it compares the record before it with the master's, cuts
+	// its log there (engine.Store.TruncateOnline, the cut bytes kept) and
+	// replicates from it, recording the master's epochs as their bytes
+	// arrive (see epoch.go). For brokers that follow the controller, whose
+	// all-in-sync acknowledgement proves the cut bytes were never
+	// acknowledged. Off: the classic protocol, in which a diverged slave
+	// stops (ErrDiverged) until repaired by hand.
+	EpochHandshake bool
 	// Logger receives connection events (slog.Default()).
 	Logger *slog.Logger
 }

@@ -56,6 +56,8 @@ type SlaveStatus struct {
 	MasterOffset int64
 	LastFrameAt  time.Time
 	LastError    string
+	// Truncations counts the cuts at a fork point (EpochHandshake).
+	Truncations int
 	// Backoff is the wait before the next connection attempt after the
 	// last one ended.
 	Backoff time.Duration
@@ -159,6 +161,12 @@ type session struct {
 	gotData               bool
 	ownBuf                []byte
 
+	// The fork-point handshake (epoch.go): cutAt is where the log is cut
+	// once the unit before it matched the master's (-1: no cut); epochs
+	// are the master's epochs still to record, oldest first.
+	cutAt  int64
+	epochs []engine.EpochEntry
+
 	advanced chan struct{} // capacity 1: the slave has more to acknowledge
 }
 
@@ -177,13 +185,23 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	ss := &session{s: s, c: c, addr: s.opts.MasterAddress, cutAt: -1, advanced: make(chan struct{}, 1)}
+	if s.opts.EpochHandshake {
+		local := s.store.Epochs()
+		a, err := ss.epochHandshake(local, end)
+		if err != nil {
+			return false, err
+		}
+		if verifyFrom, end, err = ss.planFork(ctx, a, local, verifyFrom, end); err != nil {
+			return false, err
+		}
+	}
 	// A slave whose newest record starts at 0 (it holds one) reports 0,
 	// as an empty slave does: a master that starts empty slaves at its
 	// first offset, 0, sends that record and the slave compares it; one
 	// that starts them elsewhere cannot be compared with and is refused
 	// (gap) rather than followed unverified.
-	ss := &session{s: s, c: c, addr: s.opts.MasterAddress, expect: verifyFrom, verifyFrom: verifyFrom, verifyEnd: end,
-		advanced: make(chan struct{}, 1)}
+	ss.expect, ss.verifyFrom, ss.verifyEnd = verifyFrom, verifyFrom, end
 	if end == 0 {
 		ss.expect = -1
 	}
@@ -370,6 +388,12 @@ func (ss *session) apply(ctx context.Context, offset int64, data []byte) error {
 		ss.expect += int64(k)
 		data = data[k:]
 		if ss.expect == ss.verifyEnd {
+			if ss.cutAt >= 0 {
+				if err := ss.cut(ctx, ss.cutAt, s.store.MaxOffset()); err != nil {
+					return err
+				}
+				ss.cutAt = -1
+			}
 			ss.verified.Store(true)
 			ss.signalAdvanced()
 			s.log.Info("ha slave: the master's copy of the newest record matches; replicating", slog.String("master", ss.addr),
@@ -378,6 +402,9 @@ func (ss *session) apply(ctx context.Context, offset int64, data []byte) error {
 	}
 	if len(data) == 0 {
 		return nil
+	}
+	if err := ss.recordEpochs(ctx, ss.expect+int64(len(data))); err != nil {
+		return err
 	}
 	if _, err := s.store.AppendReplicated(ctx, ss.expect, data); err != nil {
 		return fmt.Errorf("apply the master's frame at %d: %w", ss.expect, err)

@@ -29,6 +29,9 @@ var tool = cli.Tool{Name: "mqstore", Commands: map[string]cli.Command{
 		Run: runRepairSlave},
 	"namesrv":   {Summary: "run a RocketMQ name server that brokers register with", Run: runNamesrv},
 	"gen-certs": {Summary: "write a CA and master and slave certificates for mutual TLS on the HA port", Run: runGenCerts},
+
+	"controller": {Summary: "run a member of the failover controller group (raft) until SIGINT/SIGTERM", Run: runController},
+	"cluster":    {Summary: "cluster status: each broker set's master, epochs, in-sync set and lag", Run: runCluster},
 }}
 
 func main() {
