@@ -82,6 +82,9 @@ type Options struct {
 	// (its remoting RPC). Recorded in the replicated state so followers can
 	// name the leader's.
 	ListenAddr string
+	// AdvertiseAddr is the RPC address recorded for clients (default: the
+	// address ListenAddr bound; set it when that is a wildcard).
+	AdvertiseAddr string
 
 	// Raft timings (zero: raft's defaults, 1 s / 1 s / 500 ms / 50 ms).
 	HeartbeatTimeout   time.Duration
@@ -153,7 +156,8 @@ type Controller struct {
 	rpc    *remoting.Server
 
 	mu         sync.Mutex
-	leading    bool // leader and past its barrier
+	leading    bool   // leader and past its barrier
+	term       uint64 // the raft term leading began in
 	graceUntil time.Time
 	live       map[string]map[int64]*liveInfo
 	noCand     map[string]int32 // set → epoch for which "no electable replica" was logged
@@ -277,6 +281,9 @@ func Start(ctx context.Context, opts Options) (*Controller, error) {
 			return fail(fmt.Errorf("controller: %w", err))
 		}
 		c.opts.ListenAddr = c.rpc.Addr().String()
+		if opts.AdvertiseAddr != "" {
+			c.opts.ListenAddr = opts.AdvertiseAddr
+		}
 	}
 	c.wg.Add(1)
 	go c.monitor()
@@ -284,6 +291,13 @@ func Start(ctx context.Context, opts Options) (*Controller, error) {
 }
 
 func (c *Controller) closeParts() {
+	c.stopRaft()
+	c.closeStores()
+}
+
+// stopRaft closes the RPC listener and shuts raft down (which ends a
+// barrier or proposal the monitor waits for).
+func (c *Controller) stopRaft() {
 	if c.rpc != nil {
 		c.rpc.Close()
 	}
@@ -292,6 +306,9 @@ func (c *Controller) closeParts() {
 			c.log.Warn("raft shutdown", "err", err)
 		}
 	}
+}
+
+func (c *Controller) closeStores() {
 	if cl, ok := c.trans.(interface{ Close() error }); ok && c.opts.Transport == nil {
 		cl.Close()
 	}
@@ -304,8 +321,9 @@ func (c *Controller) closeParts() {
 func (c *Controller) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)
+		c.stopRaft()
 		c.wg.Wait()
-		c.closeParts()
+		c.closeStores()
 	})
 	return nil
 }
@@ -313,7 +331,7 @@ func (c *Controller) Close() error {
 // ID is the controller's raft server id.
 func (c *Controller) ID() string { return c.opts.ID }
 
-// Addr is the RPC address ("" when there is no listener).
+// Addr is the RPC address clients are told ("" when there is no listener).
 func (c *Controller) Addr() string { return c.opts.ListenAddr }
 
 // Raft exposes the raft node (tests, the status command).
@@ -326,7 +344,7 @@ func (c *Controller) FSM() *FSM { return c.fsm }
 func (c *Controller) IsLeader() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.leading && c.raft.State() == raft.Leader
+	return c.leading && c.raft.State() == raft.Leader && c.raft.CurrentTerm() == c.term
 }
 
 func (c *Controller) notLeader() error {
@@ -357,12 +375,14 @@ func (c *Controller) monitor() {
 		}
 		isLeader := c.raft.State() == raft.Leader
 		c.mu.Lock()
-		leading := c.leading
+		// Leadership lost and won back between two looks is a new term:
+		// it needs its own barrier and grace.
+		leading := c.leading && c.term == c.raft.CurrentTerm()
 		c.mu.Unlock()
 		switch {
 		case isLeader && !leading:
 			c.becomeLeader()
-		case !isLeader && leading:
+		case !isLeader && c.leading:
 			c.mu.Lock()
 			c.leading = false
 			c.live = map[string]map[int64]*liveInfo{}
@@ -375,7 +395,9 @@ func (c *Controller) monitor() {
 }
 
 func (c *Controller) becomeLeader() {
+	term := c.raft.CurrentTerm()
 	c.mu.Lock()
+	c.leading = false
 	c.live = map[string]map[int64]*liveInfo{}
 	c.mu.Unlock()
 	if err := c.raft.Barrier(DefaultApplyTimeout).Error(); err != nil {
@@ -391,6 +413,7 @@ func (c *Controller) becomeLeader() {
 	}
 	c.mu.Lock()
 	c.leading = true
+	c.term = term
 	c.graceUntil = time.Now().Add(c.opts.BrokerExpiry)
 	c.mu.Unlock()
 	c.log.Info("controller leader ready", "grace", c.opts.BrokerExpiry)
@@ -539,10 +562,16 @@ func (c *Controller) propose(ctx context.Context, typ byte, cmd any) (*ApplyResu
 
 // RegisterRequest registers a broker.
 type RegisterRequest struct {
-	Set          string `json:"set"`
-	ID           int64  `json:"id,omitempty"`
-	Addr         string `json:"addr"`
-	HAAddr       string `json:"haAddr"`
+	Set string `json:"set"`
+	// ID asks for a given id (0: the id this register code already has,
+	// else the set's next one).
+	ID     int64  `json:"id,omitempty"`
+	Addr   string `json:"addr"`
+	HAAddr string `json:"haAddr"`
+	// RegisterCode is a random string the broker keeps with its store
+	// (written durably before its first registration): registering again
+	// with it — after a restart, or when a reply was lost — gives the same
+	// id back, and no other broker can take that id.
 	RegisterCode string `json:"registerCode"`
 }
 
@@ -558,17 +587,20 @@ func (c *Controller) Register(ctx context.Context, req RegisterRequest) (*Replic
 }
 
 // Heartbeat records a broker's liveness and progress (leader only, in
-// memory only).
-func (c *Controller) Heartbeat(_ context.Context, hb Heartbeat) error {
+// memory only) and returns its set's state as this controller has applied
+// it, so a broker learns of a new master epoch with its next heartbeat.
+// A broker unknown to the set (removed, or a new leader still applying)
+// gets ErrInvalidReplicas: it registers again.
+func (c *Controller) Heartbeat(_ context.Context, hb Heartbeat) (*BrokerSet, error) {
 	if c.raft.State() != raft.Leader {
-		return c.notLeader()
+		return nil, c.notLeader()
 	}
 	b := c.fsm.Set(hb.Set)
 	if b == nil {
-		return fmt.Errorf("heartbeat from broker %d: set %q: %w", hb.ID, hb.Set, ErrBrokerSetNotExist)
+		return nil, fmt.Errorf("heartbeat from broker %d: set %q: %w", hb.ID, hb.Set, ErrBrokerSetNotExist)
 	}
 	if b.Replicas[hb.ID] == nil {
-		return fmt.Errorf("heartbeat from broker %d of %q: %w", hb.ID, hb.Set, ErrInvalidReplicas)
+		return nil, fmt.Errorf("heartbeat from broker %d of %q: %w", hb.ID, hb.Set, ErrInvalidReplicas)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -578,7 +610,7 @@ func (c *Controller) Heartbeat(_ context.Context, hb Heartbeat) error {
 		c.live[hb.Set] = m
 	}
 	m[hb.ID] = &liveInfo{hb: hb, last: time.Now()}
-	return nil
+	return b, nil
 }
 
 // ReplicaInfo returns the named set's replicated state.

@@ -237,11 +237,11 @@ func TestControllerFailover(t *testing.T) {
 		if !errors.As(err, &nl) || nl.LeaderID != leader.ID() {
 			t.Fatalf("register on a follower: %v", err)
 		}
-		if err := c.Heartbeat(ctx, Heartbeat{Set: "s", ID: 1}); !errors.Is(err, ErrNotLeader) {
+		if _, err := c.Heartbeat(ctx, Heartbeat{Set: "s", ID: 1}); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("heartbeat to a follower: %v", err)
 		}
 	}
-	if err := leader.Heartbeat(ctx, Heartbeat{Set: "s", ID: 9}); !errors.Is(err, ErrInvalidReplicas) {
+	if _, err := leader.Heartbeat(ctx, Heartbeat{Set: "s", ID: 9}); !errors.Is(err, ErrInvalidReplicas) {
 		t.Fatalf("heartbeat from an unregistered broker: %v", err)
 	}
 
@@ -408,13 +408,13 @@ func TestControllerPowerLoss(t *testing.T) {
 			}
 		}
 		c := tc.ctrls[victim]
-		if err := c.Raft().Snapshot().Error(); err != nil {
-			t.Fatalf("round %d: snapshot: %v", round, err)
-		}
 		register(5)
 		waitFor(t, "the victim to apply every entry", 5*time.Second, func() bool {
 			return reflect.DeepEqual(c.FSM().Sets(), tc.leader().FSM().Sets())
 		})
+		if err := c.Raft().Snapshot().Error(); err != nil {
+			t.Fatalf("round %d: snapshot: %v", round, err)
+		}
 		first, _ := c.logs.FirstIndex()
 		last, _ := c.logs.LastIndex()
 		if first <= 1 {
@@ -435,13 +435,29 @@ func TestControllerPowerLoss(t *testing.T) {
 		if gotFirst != first || gotLast < last {
 			t.Fatalf("round %d: log %d-%d before the power loss, %d-%d after", round, first, last, gotFirst, gotLast)
 		}
-		register(3) // while the victim is down
+		// While the victim is down the others go on and compact their logs
+		// past its end: it catches up through an installed snapshot.
+		register(6)
+		for _, c := range tc.ctrls {
+			if c != nil {
+				if err := c.Raft().Snapshot().Error(); err != nil {
+					t.Fatalf("round %d: snapshot of %s: %v", round, c.ID(), err)
+				}
+			}
+		}
 		tc.mu.Lock()
 		tc.restart(victim)
 		tc.mu.Unlock()
 		waitFor(t, "the restarted controller to catch up", 10*time.Second, func() bool {
 			return reflect.DeepEqual(tc.ctrls[victim].FSM().Sets(), tc.leader().FSM().Sets())
 		})
+		register(2) // and appends after the installed snapshot
+		waitFor(t, "the restarted controller to follow", 10*time.Second, func() bool {
+			return reflect.DeepEqual(tc.ctrls[victim].FSM().Sets(), tc.leader().FSM().Sets())
+		})
+		if f, _ := tc.ctrls[victim].logs.FirstIndex(); f <= last {
+			t.Fatalf("round %d: the victim's log starts at %d, not past its old end %d: no snapshot was installed", round, f, last)
+		}
 	}
 	total := 0
 	for _, b := range tc.leader().FSM().Sets() {
@@ -450,4 +466,55 @@ func TestControllerPowerLoss(t *testing.T) {
 	if total != n {
 		t.Fatalf("%d brokers registered, the state holds %d", n, total)
 	}
+}
+
+// TestControllerPartitionedLeader cuts the leader off from the group: it
+// stops acting as leader, the majority elects another that fails the set
+// over when the master's heartbeats stop, and after the heal the old
+// leader follows the new state.
+func TestControllerPartitionedLeader(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	ctx := context.Background()
+	for _, code := range []string{"a", "b", "c"} {
+		if _, err := onLeader(tc, func(c *Controller) (*Replica, error) {
+			return c.Register(ctx, RegisterRequest{Set: "s", Addr: "b" + code, RegisterCode: code})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs := startBrokers(tc, Heartbeat{Set: "s", ID: 1, MaxOffset: 9}, Heartbeat{Set: "s", ID: 2}, Heartbeat{Set: "s", ID: 3})
+	waitFor(t, "the first election", 5*time.Second, func() bool { return tc.setState(tc.leader()).MasterEpoch == 1 })
+	if _, err := onLeader(tc, func(c *Controller) (*BrokerSet, error) {
+		return c.AlterSyncStateSet(ctx, AlterSyncStateSetCmd{Set: "s", MasterID: 1, MasterEpoch: 1, SyncStateSetEpoch: 1, NewSyncStateSet: []int64{1, 2, 3}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old := tc.leader()
+	oi := slices.Index(tc.ctrls, old)
+	for j, tr := range tc.trans {
+		if j != oi {
+			tr.Disconnect(tc.trans[oi].LocalAddr())
+			tc.trans[oi].Disconnect(tr.LocalAddr())
+		}
+	}
+	waitFor(t, "the cut-off leader to step down", 5*time.Second, func() bool { return !old.IsLeader() })
+	if _, err := old.Register(ctx, RegisterRequest{Set: "s", Addr: "x", RegisterCode: "x"}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("register on the cut-off controller: %v", err)
+	}
+	nl := tc.leader()
+	if nl == old {
+		t.Fatal("the cut-off controller is the leader again")
+	}
+	bs.stop(1, true)
+	waitFor(t, "the failover by the new leader", 5*time.Second, func() bool { return tc.setState(nl).MasterEpoch == 2 })
+	if b := tc.setState(nl); b.MasterID == 1 || !b.InSync(b.MasterID) || !slices.Equal(b.SyncStateSet, []int64{2, 3}) {
+		t.Fatalf("after the failover: %+v", b)
+	}
+	if b := tc.setState(old); b.MasterEpoch != 1 {
+		t.Fatalf("the cut-off controller applied %+v", b)
+	}
+	tc.connectAll()
+	waitFor(t, "the old leader to follow the new state", 5*time.Second, func() bool {
+		return reflect.DeepEqual(tc.setState(old), tc.setState(tc.leader()))
+	})
 }

@@ -23,6 +23,9 @@
 //     the last segment; a suffix is deleted by removing later segments and
 //     truncating (zeroing and syncing) the one it starts in, a prefix by
 //     removing whole segments and recording the new first index atomically.
+//     The log stays contiguous (a raft.MonotonicLogStore): raft empties it
+//     itself after installing a snapshot, and a write past its end drops
+//     the older entries first.
 //   - StableStore: one small JSON file replaced atomically on each change.
 //   - SnapshotStore: one checksummed file per snapshot, written atomically.
 //

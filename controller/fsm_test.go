@@ -3,8 +3,10 @@ package controller
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -285,6 +287,106 @@ func TestFSMSnapshotRoundTrip(t *testing.T) {
 		}
 		if h.Set("keep") == nil {
 			t.Fatalf("%s: a refused snapshot replaced the state", name)
+		}
+	}
+}
+
+// checkInvariants is what every reachable state satisfies.
+func checkInvariants(t *testing.T, step int, b *BrokerSet, prev *BrokerSet) {
+	t.Helper()
+	if b.MasterID != 0 && !b.InSync(b.MasterID) {
+		t.Fatalf("step %d: master %d outside the in-sync set %v", step, b.MasterID, b.SyncStateSet)
+	}
+	if b.MasterID != 0 && b.Replicas[b.MasterID] == nil {
+		t.Fatalf("step %d: master %d not a replica", step, b.MasterID)
+	}
+	for i, id := range b.SyncStateSet {
+		if b.Replicas[id] == nil || (i > 0 && b.SyncStateSet[i-1] >= id) {
+			t.Fatalf("step %d: in-sync set %v: not sorted, unique registered replicas", step, b.SyncStateSet)
+		}
+	}
+	if prev != nil {
+		if b.MasterEpoch < prev.MasterEpoch || b.SyncStateSetEpoch < prev.SyncStateSetEpoch {
+			t.Fatalf("step %d: an epoch went back: %+v → %+v", step, prev, b)
+		}
+		if b.MasterEpoch == prev.MasterEpoch && b.MasterID != prev.MasterID {
+			t.Fatalf("step %d: the master changed within epoch %d", step, b.MasterEpoch)
+		}
+		if !slices.Equal(b.SyncStateSet, prev.SyncStateSet) && b.SyncStateSetEpoch == prev.SyncStateSetEpoch {
+			t.Fatalf("step %d: the in-sync set changed within its epoch %d", step, b.SyncStateSetEpoch)
+		}
+	}
+}
+
+// TestFSMRandomCommands applies random (mostly stale or invalid) commands:
+// every state keeps the invariants, and a state machine restored from a
+// snapshot taken midway ends in the same state.
+func TestFSMRandomCommands(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		f := NewFSM(quietLog())
+		var cmds [][]byte
+		for i := 0; i < 400; i++ {
+			var b *BrokerSet
+			if b = f.Set("s"); b == nil {
+				b = &BrokerSet{}
+			}
+			epoch := b.MasterEpoch + int32(rng.IntN(3)) - 1
+			sssEpoch := b.SyncStateSetEpoch + int32(rng.IntN(3)) - 1
+			id := int64(rng.IntN(6))
+			var cmd []byte
+			switch rng.IntN(6) {
+			case 0:
+				cmd = encodeCmd(cmdRegisterBroker, RegisterBrokerCmd{Set: "s", ID: int64(rng.IntN(2)) * id, Addr: "a", RegisterCode: fmt.Sprint(rng.IntN(6)), Config: SetConfig{MinInSyncReplicas: 1}})
+			case 1:
+				cmd = encodeCmd(cmdElectMaster, ElectMasterCmd{Set: "s", ExpectEpoch: epoch, NewMaster: id, Unclean: rng.IntN(4) == 0})
+			case 2, 3:
+				var next []int64
+				for r := int64(0); r < 6; r++ {
+					if rng.IntN(2) == 0 {
+						next = append(next, r)
+					}
+				}
+				master := b.MasterID
+				if rng.IntN(4) == 0 {
+					master = id
+				}
+				cmd = encodeCmd(cmdAlterSyncStateSet, AlterSyncStateSetCmd{Set: "s", MasterID: master, MasterEpoch: epoch, SyncStateSetEpoch: sssEpoch, NewSyncStateSet: next})
+			case 4:
+				cmd = encodeCmd(cmdRemoveBroker, RemoveBrokerCmd{Set: "s", ID: id})
+			case 5:
+				cmd = encodeCmd(cmdSetConfig, SetConfigCmd{Set: "s", Config: SetConfig{UncleanElection: rng.IntN(2) == 0, MinInSyncReplicas: rng.IntN(3)}})
+			}
+			cmds = append(cmds, cmd)
+			prev := f.Set("s")
+			f.ApplyCommand(cmd)
+			if now := f.Set("s"); now != nil {
+				checkInvariants(t, i, now, prev)
+			}
+		}
+		// Replay: the first half, a snapshot, a restore, the second half.
+		g := NewFSM(quietLog())
+		half := len(cmds) / 2
+		for _, c := range cmds[:half] {
+			g.ApplyCommand(c)
+		}
+		snap, _ := g.Snapshot()
+		var sink bufSink
+		if err := snap.Persist(&sink); err != nil {
+			t.Fatal(err)
+		}
+		h := NewFSM(quietLog())
+		if err := h.Restore(io.NopCloser(&sink.Buffer)); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds[half:] {
+			h.ApplyCommand(c)
+		}
+		if !reflect.DeepEqual(f.Sets(), h.Sets()) {
+			t.Fatalf("seed %d: replay through a snapshot differs", seed)
+		}
+		if b := f.Set("s"); seed == 1 && (b == nil || b.MasterEpoch < 2) {
+			t.Fatalf("seed %d: the random commands hardly moved the state: %+v", seed, b)
 		}
 	}
 }

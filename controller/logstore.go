@@ -316,6 +316,11 @@ func decodeFrame(frame []byte, l *raft.Log) error {
 	return nil
 }
 
+// IsMonotonic implements raft.MonotonicLogStore: the store keeps its log
+// contiguous, so raft removes the old entries itself after it restores or
+// installs a snapshot.
+func (s *LogStore) IsMonotonic() bool { return true }
+
 // FirstIndex implements raft.LogStore: the lowest index stored, 0 when none.
 func (s *LogStore) FirstIndex() (uint64, error) {
 	s.mu.Lock()
@@ -366,9 +371,12 @@ func (s *LogStore) GetLog(index uint64, log *raft.Log) error {
 // StoreLog implements raft.LogStore.
 func (s *LogStore) StoreLog(log *raft.Log) error { return s.StoreLogs([]*raft.Log{log}) }
 
-// StoreLogs implements raft.LogStore: the entries must continue the log
-// (the first at LastIndex+1, or any index ≥ 1 when the store is empty) and
-// be consecutive; they are durable when it returns nil.
+// StoreLogs implements raft.LogStore: the entries must be consecutive and
+// start at LastIndex+1 or later (any index ≥ 1 when the store is empty);
+// they are durable when it returns nil. Raft writes past the end of its
+// log only after a snapshot covers the gap (raft.LogStore allows it): the
+// store then drops its older entries first, durably, so its log stays
+// contiguous — what raft does itself for a MonotonicLogStore.
 func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -378,19 +386,28 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	if s.err != nil {
 		return s.err
 	}
-	next := s.lastLocked() + 1
-	if s.first == 0 {
-		next = int64(logs[0].Index)
-		if next < 1 {
-			return fmt.Errorf("controller: store raft log at index 0: indexes start at 1")
-		}
+	start := int64(logs[0].Index)
+	if start < 1 {
+		return fmt.Errorf("controller: store raft log at index 0: indexes start at 1")
 	}
 	for i, l := range logs {
-		if int64(l.Index) != next+int64(i) {
-			return fmt.Errorf("controller: store raft log %d: want index %d (the log must stay contiguous)", l.Index, next+int64(i))
+		if int64(l.Index) != start+int64(i) {
+			return fmt.Errorf("controller: store raft log %d: want index %d (a batch must be consecutive)", l.Index, start+int64(i))
 		}
 		if n := payloadFixed + len(l.Data) + len(l.Extensions); n > maxEntryBytes {
 			return fmt.Errorf("controller: store raft log %d: %d bytes exceed the %d-byte entry limit", l.Index, n, maxEntryBytes)
+		}
+	}
+	if s.first != 0 {
+		switch next := s.lastLocked() + 1; {
+		case start < next:
+			return fmt.Errorf("controller: store raft log %d: the log already holds %d-%d (delete the conflicting suffix first)",
+				start, s.first, next-1)
+		case start > next:
+			if err := s.deleteAllLocked(); err != nil {
+				s.err = fmt.Errorf("%w: %w", ErrStoreFailed, err)
+				return fmt.Errorf("controller: store raft logs from %d past the end %d: drop the older entries: %w", start, next-1, err)
+			}
 		}
 	}
 	if err := s.appendLocked(logs); err != nil {
@@ -520,12 +537,15 @@ func (s *LogStore) deleteSuffixLocked(lo int64) error {
 			return err
 		}
 	}
+	// Truncate the segment that is now the last even when the cut is at
+	// its end: one opened before the last at Open still has its write
+	// position at its size, and appends go to it from now on.
 	seg := s.segs[len(s.segs)-1]
-	k := lo - seg.first
-	if k >= int64(len(seg.pos)) {
-		return nil
+	k := min(lo-seg.first, int64(len(seg.pos)))
+	cut := seg.end
+	if k < int64(len(seg.pos)) {
+		cut = seg.pos[k]
 	}
-	cut := seg.pos[k]
 	if err := seg.file.Truncate(context.Background(), cut); err != nil {
 		return err
 	}

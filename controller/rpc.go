@@ -124,7 +124,7 @@ func (c *Controller) serve(ctx context.Context, req *remoting.Command) (any, err
 		if err := decodeBody(req, &hb); err != nil {
 			return nil, err
 		}
-		return nil, c.Heartbeat(ctx, hb)
+		return c.Heartbeat(ctx, hb)
 	case CodeRegisterBroker:
 		var r RegisterRequest
 		if err := decodeBody(req, &r); err != nil {
@@ -274,6 +274,9 @@ func (c *Client) drop(addr string, conn *remoting.Conn) {
 
 // call sends code with body to the leader and decodes the answer into out.
 func (c *Client) call(ctx context.Context, code int16, body, out any) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("controller call %d: %w", code, err)
+	}
 	payload := mustJSON(body)
 	backoff := 20 * time.Millisecond
 	var lastErr error
@@ -352,9 +355,14 @@ func (c *Client) Register(ctx context.Context, req RegisterRequest) (*Replica, e
 	return &r, nil
 }
 
-// Heartbeat reports a broker's liveness and progress to the leader.
-func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) error {
-	return c.call(ctx, CodeBrokerHeartbeat, hb, nil)
+// Heartbeat reports a broker's liveness and progress to the leader and
+// returns its set's state (master, epochs, in-sync set).
+func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) (*BrokerSet, error) {
+	var b BrokerSet
+	if err := c.call(ctx, CodeBrokerHeartbeat, hb, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
 }
 
 // ReplicaInfo returns a set's replicated state: master, epochs, in-sync set.

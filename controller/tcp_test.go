@@ -86,7 +86,7 @@ func TestClientOverTCP(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		hbCtx, hbCancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		err := fc.Heartbeat(hbCtx, Heartbeat{Set: "s", ID: 1, MaxOffset: 10})
+		_, err := fc.Heartbeat(hbCtx, Heartbeat{Set: "s", ID: 1, MaxOffset: 10})
 		hbCancel()
 		if err == nil {
 			break
@@ -101,7 +101,7 @@ func TestClientOverTCP(t *testing.T) {
 	beat := func() {
 		t.Helper()
 		for _, hb := range []Heartbeat{{Set: "s", ID: 1, MaxOffset: 10}, {Set: "s", ID: 2, MaxOffset: 5}} {
-			if err := client.Heartbeat(ctx, hb); err != nil {
+			if _, err := client.Heartbeat(ctx, hb); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -120,6 +120,10 @@ func TestClientOverTCP(t *testing.T) {
 	}
 	if b.MasterID != 1 || b.MasterEpoch != 1 || b.Replicas[2].HAAddr != "127.0.0.1:21" {
 		t.Fatalf("replica info: %+v", b)
+	}
+	// A heartbeat's answer carries the set's state.
+	if hb, err := client.Heartbeat(ctx, Heartbeat{Set: "s", ID: 2, MaxOffset: 5}); err != nil || hb.MasterID != 1 || hb.MasterEpoch != 1 {
+		t.Fatalf("heartbeat answer: %+v %v", hb, err)
 	}
 	// Refusals keep their meaning across the wire.
 	_, err = client.AlterSyncStateSet(ctx, AlterSyncStateSetCmd{Set: "s", MasterID: 1, MasterEpoch: 0, SyncStateSetEpoch: 1, NewSyncStateSet: []int64{1, 2}})

@@ -26,6 +26,11 @@
 //	replicate.go  roles (ASYNC_MASTER, SYNC_MASTER, SLAVE), the replicated
 //	              position SYNC_MASTER Puts wait on, AppendReplicated (a
 //	              slave appends the master's bytes), TruncateCommitLog
+//	epoch.go      the epoch file (epochFileCheckpoint): the master-epoch
+//	              history, StartEpoch, AppendEpoch, FindConsistentPoint
+//	truncate.go   TruncateOnline: a running slave's CommitLog cut at a
+//	              record boundary, crash-safe, its queues rebuilt with
+//	              recovery's phases
 //	dispatch.go   dispatch (reput): ConsumeQueue units and index entries built
 //	              from the readable CommitLog, and the logics flusher
 //	consume.go    reads by queue (Get, long polling, sendfile)

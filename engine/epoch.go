@@ -225,6 +225,14 @@ func (s *Store) AppendEpoch(ctx context.Context, epoch int32, startOffset int64)
 	if s.closed {
 		return fmt.Errorf("append epoch %d: %w", epoch, ErrClosed)
 	}
+	return s.appendEpoch(epoch, startOffset)
+}
+
+// appendEpoch is AppendEpoch under the close lock.
+func (s *Store) appendEpoch(epoch int32, startOffset int64) error {
+	if epoch < 1 || startOffset < 0 {
+		return fmt.Errorf("append epoch %d at %d: epochs start at 1 and offsets at 0: %w", epoch, startOffset, ErrEpochInvalid)
+	}
 	c := &s.epochs
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -248,6 +256,72 @@ func (s *Store) AppendEpoch(ctx context.Context, epoch int32, startOffset int64)
 		return fmt.Errorf("append epoch %d at %d: %w", epoch, startOffset, err)
 	}
 	s.opts.Logger.Info("epoch recorded", slog.Int("epoch", int(epoch)), slog.Int64("startOffset", startOffset))
+	return nil
+}
+
+// StartEpoch is what a store elected master for epoch does before it takes
+// a Put: with Puts and replicated appends held off, it flushes the whole
+// CommitLog and records (epoch, its end) durably (AppendEpoch's rules);
+// then it waits until dispatch has reached that end, so the ConsumeQueues
+// and the queue offsets hold every record of the earlier epochs. It returns
+// the entry. A slave store is refused (ErrSlaveReadOnly): reopen it as a
+// master first.
+func (s *Store) StartEpoch(ctx context.Context, epoch int32) (EpochEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return EpochEntry{}, fmt.Errorf("start epoch %d: %w", epoch, err)
+	}
+	if epoch < 1 {
+		return EpochEntry{}, fmt.Errorf("start epoch %d: epochs start at 1: %w", epoch, ErrEpochInvalid)
+	}
+	s.closeMu.Lock()
+	switch {
+	case s.closed:
+		s.closeMu.Unlock()
+		return EpochEntry{}, fmt.Errorf("start epoch %d: %w", epoch, ErrClosed)
+	case s.opts.Role == Slave:
+		s.closeMu.Unlock()
+		return EpochEntry{}, fmt.Errorf("start epoch %d: the store is a slave (reopen it as a master): %w", epoch, ErrSlaveReadOnly)
+	}
+	end, err := s.flushAll(ctx)
+	if err == nil {
+		err = s.appendEpoch(epoch, end)
+	}
+	s.closeMu.Unlock()
+	if err != nil {
+		return EpochEntry{}, fmt.Errorf("start epoch %d: %w", epoch, err)
+	}
+	if err := s.WaitDispatched(ctx, end); err != nil {
+		return EpochEntry{}, fmt.Errorf("start epoch %d: %w", epoch, err)
+	}
+	return EpochEntry{Epoch: epoch, StartOffset: end}, nil
+}
+
+// DropEpochsAfter removes, durably, the entries of the epochs after epoch:
+// a replica that found its fork point with a master in epoch drops the
+// later epochs of its own history, which the master's does not have (their
+// records, if any, were cut at the fork point).
+func (s *Store) DropEpochsAfter(ctx context.Context, epoch int32) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("drop the epochs after %d: %w", epoch, err)
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("drop the epochs after %d: %w", epoch, ErrClosed)
+	}
+	c := &s.epochs
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.entries
+	for len(kept) > 0 && kept[len(kept)-1].Epoch > epoch {
+		kept = kept[:len(kept)-1]
+	}
+	if len(kept) == len(c.entries) {
+		return nil
+	}
+	if err := s.writeEpochsLocked(append([]EpochEntry(nil), kept...)); err != nil {
+		return fmt.Errorf("drop the epochs after %d: %w", epoch, err)
+	}
 	return nil
 }
 

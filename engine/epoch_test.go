@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mqstore/mqstore/mappedfile"
 )
@@ -240,5 +241,70 @@ func TestFindConsistentPoint(t *testing.T) {
 		if found != c.wantFound || got != c.want {
 			t.Errorf("%s (%s): %+v %v, want %+v %v", c.name, c.description, got, found, c.want, c.wantFound)
 		}
+	}
+}
+
+// TestStartEpoch: an elected master's epoch starts at its flushed,
+// dispatched end; a slave is refused.
+func TestStartEpoch(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true})
+	o := smallLogicsOptions(Options{BackendImpl: fs, FlushMode: FlushAsync, FlushInterval: time.Hour, CommitInterval: time.Hour})
+	dir := t.TempDir()
+	s := openStore(t, dir, o)
+	for i := 0; i < 50; i++ {
+		if _, err := s.Put(ctx, testMessage("S", int32(i%2), i, 200)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := s.Stats().WroteOffset
+	e, err := s.StartEpoch(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e != (EpochEntry{3, end}) || s.FlushedOffset() < end || s.DispatchedOffset() < end {
+		t.Fatalf("epoch %v; wrote %d, flushed %d, dispatched %d", e, end, s.FlushedOffset(), s.DispatchedOffset())
+	}
+	if _, err := s.StartEpoch(ctx, 0); !errors.Is(err, ErrEpochInvalid) {
+		t.Fatalf("epoch 0: %v", err)
+	}
+	s.Close()
+	o.Role = Slave
+	s = openStore(t, dir, o)
+	defer s.Close()
+	if _, err := s.StartEpoch(ctx, 4); !errors.Is(err, ErrSlaveReadOnly) {
+		t.Fatalf("a slave started an epoch: %v", err)
+	}
+	if got := s.Epochs(); !reflect.DeepEqual(got, []EpochEntry{{3, end}}) {
+		t.Fatalf("epochs %v", got)
+	}
+}
+
+// TestDropEpochsAfter: the later epochs go, durably.
+func TestDropEpochsAfter(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	dir := t.TempDir()
+	s := openStore(t, dir, epochStoreOptions(fs))
+	defer s.Close()
+	putN(t, s, "E", 1, 10, 100, nil)
+	end := s.MaxOffset()
+	for _, e := range []EpochEntry{{1, 0}, {4, end / 2}, {6, end}} {
+		if err := s.AppendEpoch(ctx, e.Epoch, e.StartOffset); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DropEpochsAfter(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	want := []EpochEntry{{1, 0}, {4, end / 2}}
+	if got := s.Epochs(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("epochs %v, want %v", got, want)
+	}
+	if data, _ := fs.Durable(filepath.Join(dir, epochFileName)); string(data) != string(encodeEpochs(want)) {
+		t.Fatalf("durable file %q", data)
+	}
+	if err := s.DropEpochsAfter(ctx, 9); err != nil || !reflect.DeepEqual(s.Epochs(), want) {
+		t.Fatalf("nothing to drop: %v, epochs %v", err, s.Epochs())
 	}
 }

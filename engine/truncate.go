@@ -109,8 +109,8 @@ func (s *Store) resumeLogics() {
 // truncateQuiesced is TruncateOnline once nothing else writes.
 func (s *Store) truncateQuiesced(ctx context.Context, offset int64) (TruncateResult, error) {
 	res := TruncateResult{Offset: offset}
-	if _, err := s.log.flush(ctx, 0, true); err != nil {
-		return res, fmt.Errorf("flush the CommitLog: %w", err)
+	if _, err := s.flushAll(ctx); err != nil {
+		return res, err
 	}
 	if err := s.dispatcher.dispatchAvailable(ctx); err != nil {
 		return res, fmt.Errorf("dispatch: %w", err)
@@ -147,6 +147,23 @@ func (s *Store) truncateQuiesced(ctx context.Context, offset int64) (TruncateRes
 	s.opts.Logger.Warn("CommitLog truncated online", slog.Int64("offset", offset), slog.Int64("oldEnd", oldEnd),
 		slog.Any("savedTo", saved))
 	return res, nil
+}
+
+// flushAll makes the whole CommitLog durable (as Flush does); the close
+// lock is held.
+func (s *Store) flushAll(ctx context.Context) (int64, error) {
+	target := s.log.queue.WroteOffset()
+	flushed := s.FlushedOffset()
+	for pass := 0; pass < 2 && flushed < target; pass++ {
+		var err error
+		if flushed, err = s.flushOnce(ctx, 0, true); err != nil {
+			return flushed, fmt.Errorf("flush the CommitLog to %d: %w", target, err)
+		}
+	}
+	if flushed < target {
+		return flushed, fmt.Errorf("flush the CommitLog: flushed to %d of %d: %w", flushed, target, errFlushBehind)
+	}
+	return flushed, nil
 }
 
 // cutLog cuts the CommitLog at offset (checked): the checkpoint first —

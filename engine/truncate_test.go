@@ -147,7 +147,11 @@ func checkQueuesAt(t *testing.T, s *Store, puts []PutResult, queues int) {
 			t.Fatal(err)
 		}
 		res.Release()
-		if res.Status != OffsetOverflowOne || res.MaxOffset != count[q] {
+		want := OffsetOverflowOne
+		if count[q] == 0 {
+			want = NoMessageInQueue
+		}
+		if res.Status != want || res.MaxOffset != count[q] {
 			t.Fatalf("queue %d: %v, max %d, want %d records", q, res.Status, res.MaxOffset, count[q])
 		}
 	}
@@ -319,4 +323,37 @@ func truncateCrashTrial(t *testing.T, seed uint64) (bool, error) {
 		return false, fmt.Errorf("%s: after a clean reopen (%d records): %w", what, n, err)
 	}
 	return end == cut && cut < oldEnd, nil
+}
+
+// TestTruncateOnlineToZero: a cut at 0 empties the log; the queues are
+// empty and replication starts again from 0.
+func TestTruncateOnlineToZero(t *testing.T) {
+	ctx := context.Background()
+	mo := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})})
+	so := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), Role: Slave})
+	master := openRole(t, t.TempDir(), mo)
+	defer master.Close()
+	puts := putRandom(t, master, rand.New(rand.NewPCG(9, 9)), 40, 3, 0)
+	end := master.MaxOffset()
+	slave := openRole(t, t.TempDir(), so)
+	defer slave.Close()
+	if _, err := slave.AppendReplicated(ctx, 0, logBytes(t, master, 0, end)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := slave.TruncateOnline(ctx, 0)
+	if err != nil || res.CutBytes != end || slave.MaxOffset() != 0 {
+		t.Fatalf("cut at 0: %+v %v, end %d", res, err, slave.MaxOffset())
+	}
+	checkQueuesAt(t, slave, nil, 3)
+	if err := verifyClean(ctx, slave); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slave.AppendReplicated(ctx, 0, logBytes(t, master, 0, end)); err != nil {
+		t.Fatal(err)
+	}
+	if err := slave.WaitDispatched(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	checkQueuesAt(t, slave, puts, 3)
+	checkPrefix(t, master, slave)
 }

@@ -95,6 +95,32 @@
 //     repair-slave finds where the logs part (FindDivergence) and cuts the
 //     slave there (engine.TruncateCommitLog), keeping the cut bytes.
 //
+// # The fork-point handshake (SlaveOptions.EpochHandshake)
+//
+// For brokers that follow an election (a controller): before its first
+// report the slave sends its epoch history (engine.Store.Epochs, the
+// epochFileCheckpoint) and its end; the master answers the last (epoch,
+// offset) both histories share (engine.FindConsistentPoint) and its own
+// history (layouts in epoch.go; the hello's marker is a negative offset,
+// which a master without the handshake refuses as any other). A slave whose
+// log runs past the point reports where the record before the point starts,
+// compares the master's copy of it byte for byte, and only then cuts its
+// log at the point, durably (engine.Store.TruncateOnline, the cut bytes
+// kept in diverged/), and replicates from it; it drops its own epochs
+// after the common one (engine.Store.DropEpochsAfter) and records each later
+// epoch of the master's (engine.Store.AppendEpoch) before it appends that
+// epoch's first bytes. The cut is automatic only when the master has moved on to a
+// later epoch than the common one — the bytes past the point were written
+// by a master no election kept, and the all-in-sync acknowledgement says
+// none of them was acknowledged. Refused, with nothing changed: a slave
+// history that shares no epoch with the master's (ErrNoCommonEpoch), a
+// master shorter than the slave in its own current epoch (ErrDiverged: it
+// lost records of its epoch, perhaps acknowledged ones), and a master of an
+// older epoch than the slave has seen (ErrStaleMaster). A slave with no
+// epoch history of its own (new, or one that replicated classically)
+// compares its newest record as in classic mode and records the master's
+// epochs from there.
+//
 // # Reads from a slave
 //
 // A slave store serves Get, GetLongPoll and the queries while it

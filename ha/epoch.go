@@ -42,6 +42,10 @@ const (
 // no epoch of it: the slave's log is another history. Nothing is cut.
 var ErrNoCommonEpoch = errors.New("ha: the slave's epoch history shares no epoch with the master's")
 
+// ErrStaleMaster: the slave's newest epoch is later than the master's: it
+// was told to follow a master that an election has since replaced.
+var ErrStaleMaster = errors.New("ha: the master's epoch is older than the slave's")
+
 func appendMarker(b []byte) []byte {
 	m := epochMarker
 	return binary.BigEndian.AppendUint64(b, uint64(m))
@@ -170,6 +174,7 @@ func (ss *session) planFork(ctx context.Context, a epochAnswer, local []engine.E
 	s := ss.s
 	switch {
 	case a.found:
+		ss.common = a.point.Epoch
 		ss.epochs = nil
 		for _, e := range a.epochs {
 			if e.Epoch > a.point.Epoch {
@@ -177,6 +182,9 @@ func (ss *session) planFork(ctx context.Context, a epochAnswer, local []engine.E
 			}
 		}
 		p := a.point.Offset
+		if err := ss.checkFork(a, local, p, end); err != nil {
+			return 0, 0, err
+		}
 		if p == end {
 			return verifyFrom, end, nil // nothing to cut: compare the newest record as classic mode does
 		}
@@ -204,6 +212,29 @@ func (ss *session) planFork(ctx context.Context, a epochAnswer, local []engine.E
 	return verifyFrom, end, nil
 }
 
+// checkFork refuses the forks the epoch histories do not prove safe to
+// cut: a master whose newest epoch is older than the slave's (replaced by
+// an election since), and a master shorter than the slave in the master's
+// own current epoch — it lost records of its epoch that the slave holds,
+// which it may have acknowledged; those are never cut by themselves. A cut
+// is automatic only when the master moved on to a later epoch than the
+// common one: the slave's bytes past the point were then written by a
+// master that no election kept, and the all-in-sync acknowledgement says
+// no Put of them was acknowledged.
+func (ss *session) checkFork(a epochAnswer, local []engine.EpochEntry, p, end int64) error {
+	masterLast := a.epochs[len(a.epochs)-1] // found: the master has the common epoch
+	if n := len(local); n > 0 && local[n-1].Epoch > masterLast.Epoch {
+		return fmt.Errorf("the master %s is in epoch %d, this slave has seen epoch %d (from %d): a newer master was elected; "+
+			"follow it instead: %w", ss.addr, masterLast.Epoch, local[n-1].Epoch, local[n-1].StartOffset, ErrStaleMaster)
+	}
+	if p < end && a.point.Epoch == masterLast.Epoch {
+		return fmt.Errorf("the master %s's CommitLog ends at %d in its current epoch %d, but this slave holds up to %d of that epoch: "+
+			"the master lost records of its own epoch (a restart before its flush?) that may have been acknowledged. %s: %w",
+			ss.addr, a.masterEnd, masterLast.Epoch, end, ss.repairAdvice(), ErrDiverged)
+	}
+	return nil
+}
+
 // cut truncates the slave's log at the fork point.
 func (ss *session) cut(ctx context.Context, point, end int64) error {
 	res, err := ss.s.store.TruncateOnline(ctx, point)
@@ -213,6 +244,19 @@ func (ss *session) cut(ctx context.Context, point, end int64) error {
 	ss.s.log.Warn("ha slave: cut the CommitLog at the fork point with the master", slog.String("master", ss.addr),
 		slog.Int64("point", point), slog.Int64("oldEnd", end), slog.Int64("cutBytes", res.CutBytes), slog.Any("savedTo", res.SavedTo))
 	ss.s.update(func(st *SlaveStatus) { st.Truncations++ })
+	return nil
+}
+
+// settleEpochs runs once the slave's log is known to be the master's up
+// to where it resumes: the slave's own epochs after the common one go.
+func (ss *session) settleEpochs(ctx context.Context) error {
+	if ss.common <= 0 {
+		return nil
+	}
+	if err := ss.s.store.DropEpochsAfter(ctx, ss.common); err != nil {
+		return fmt.Errorf("drop this slave's epochs after the common epoch %d: %w", ss.common, err)
+	}
+	ss.common = 0
 	return nil
 }
 

@@ -140,7 +140,7 @@ func (s *Slave) Run(ctx context.Context) error {
 }
 
 func fatal(err error) bool {
-	return errors.Is(err, ErrDiverged) || errors.Is(err, ErrMasterGap) || errors.Is(err, engine.ErrReplicaMismatch) ||
+	return errors.Is(err, ErrDiverged) || errors.Is(err, ErrMasterGap) || errors.Is(err, ErrStaleMaster) || errors.Is(err, engine.ErrReplicaMismatch) ||
 		errors.Is(err, engine.ErrServiceNotAvailable) || errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrCorrupt)
 }
 
@@ -166,6 +166,7 @@ type session struct {
 	// are the master's epochs still to record, oldest first.
 	cutAt  int64
 	epochs []engine.EpochEntry
+	common int32 // the common epoch, until the slave's later ones are dropped (0: none)
 
 	advanced chan struct{} // capacity 1: the slave has more to acknowledge
 }
@@ -206,6 +207,9 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 		ss.expect = -1
 	}
 	if verifyFrom == end {
+		if err := ss.settleEpochs(ctx); err != nil {
+			return false, err
+		}
 		ss.verified.Store(true)
 	}
 	if err := ss.writeReport(verifyFrom); err != nil {
@@ -393,6 +397,9 @@ func (ss *session) apply(ctx context.Context, offset int64, data []byte) error {
 					return err
 				}
 				ss.cutAt = -1
+			}
+			if err := ss.settleEpochs(ctx); err != nil {
+				return err
 			}
 			ss.verified.Store(true)
 			ss.signalAdvanced()

@@ -68,11 +68,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
-	printStatus(stdout, st)
+	printClusterStatus(stdout, st)
 	return nil
 }
 
-func printStatus(w io.Writer, st *controller.ClusterStatus) {
+func printClusterStatus(w io.Writer, st *controller.ClusterStatus) {
 	fmt.Fprintf(w, "controller leader: %s at %s\n", st.LeaderID, st.LeaderAddr)
 	if len(st.Sets) == 0 {
 		fmt.Fprintln(w, "no broker sets registered")

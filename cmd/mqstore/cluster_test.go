@@ -5,18 +5,23 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mqstore/mqstore/controller"
 )
 
-// freeAddr returns a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
+// clusterTestAddr returns a loopback address no one listens on now.
+func clusterTestAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -26,19 +31,19 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// syncBuffer is a bytes.Buffer safe to write from a running command.
-type syncBuffer struct {
+// clusterLogBuffer is a bytes.Buffer safe to write from a running command.
+type clusterLogBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *clusterLogBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *clusterLogBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -51,16 +56,16 @@ func TestControllerGroupAndClusterStatus(t *testing.T) {
 	var rpc, raftAddrs []string
 	var peers []string
 	for i := 0; i < 3; i++ {
-		rpc = append(rpc, freeAddr(t))
-		raftAddrs = append(raftAddrs, freeAddr(t))
+		rpc = append(rpc, clusterTestAddr(t))
+		raftAddrs = append(raftAddrs, clusterTestAddr(t))
 		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
-	logs := make([]*syncBuffer, 3)
+	logs := make([]*clusterLogBuffer, 3)
 	for i := 0; i < 3; i++ {
-		logs[i] = &syncBuffer{}
+		logs[i] = &clusterLogBuffer{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -92,7 +97,7 @@ func TestControllerGroupAndClusterStatus(t *testing.T) {
 			t.Fatalf("register: %v", err)
 		}
 	}
-	if err := client.Heartbeat(callCtx, controller.Heartbeat{Set: "orders", ID: 2, LastEpoch: 0, MaxOffset: 4096}); err != nil {
+	if _, err := client.Heartbeat(callCtx, controller.Heartbeat{Set: "orders", ID: 2, LastEpoch: 0, MaxOffset: 4096}); err != nil {
 		t.Fatal(err)
 	}
 	// Ask a single controller, whichever it is: a follower's answer names
@@ -138,8 +143,115 @@ func TestControllerBadFlags(t *testing.T) {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"cluster", "status", "--controller", freeAddr(t), "--timeout", "300ms"}, &stdout, &stderr); code != 1 ||
+	if code := run(context.Background(), []string{"cluster", "status", "--controller", clusterTestAddr(t), "--timeout", "300ms"}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "no leader answered") {
 		t.Errorf("status of a dead controller: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestControllerProcessesSurviveKill runs three `mqstore controller`
+// processes, kills the raft leader with SIGKILL, restarts it on its
+// directory, then kills another: the group made of the restarted one and
+// the third still holds the set's state (from the restarted one's log on
+// disk), and fails the set over when the master's heartbeats stop.
+func TestControllerProcessesSurviveKill(t *testing.T) {
+	const n = 3
+	var rpc, raftAddrs, peers, dirs []string
+	for i := 0; i < n; i++ {
+		rpc = append(rpc, clusterTestAddr(t))
+		raftAddrs = append(raftAddrs, clusterTestAddr(t))
+		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
+		dirs = append(dirs, t.TempDir())
+	}
+	listening := regexp.MustCompile(`^controller c\d listening on`)
+	start := func(i int) *process {
+		p := startProcess(t, false, "controller", "--listen", rpc[i], "--raft-listen", raftAddrs[i], "--peers", strings.Join(peers, ","),
+			"--dir", dirs[i], "--raft-heartbeat", "200ms", "--broker-expiry", "1s", "--scan-interval", "100ms")
+		p.waitLine(t, listening)
+		return p
+	}
+	procs := make([]*process, n)
+	for i := range procs {
+		procs[i] = start(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client, err := controller.NewClient(rpc, controller.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for _, code := range []string{"p", "q"} {
+		if _, err := client.Register(ctx, controller.RegisterRequest{Set: "orders", Addr: "127.0.0.1:10911", RegisterCode: code}); err != nil {
+			t.Fatalf("register: %v", err)
+		}
+	}
+	masterAlive := true
+	beat := func() {
+		for _, hb := range []controller.Heartbeat{{Set: "orders", ID: 1, MaxOffset: 100}, {Set: "orders", ID: 2, MaxOffset: 50}} {
+			if hb.ID == 1 && !masterAlive {
+				continue
+			}
+			c, stop := context.WithTimeout(ctx, time.Second)
+			client.Heartbeat(c, hb) // a leader change fails some: the next round sends them again
+			stop()
+		}
+	}
+	// state beats and asks until cond holds.
+	state := func(what string, cond func(b *controller.BrokerSet) bool) *controller.BrokerSet {
+		t.Helper()
+		for {
+			beat()
+			c, stop := context.WithTimeout(ctx, time.Second)
+			b, err := client.ReplicaInfo(c, "orders")
+			stop()
+			if err == nil && cond(b) {
+				return b
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s: last answer %+v, %v", what, b, err)
+			}
+		}
+	}
+	state("the first election", func(b *controller.BrokerSet) bool { return b.MasterEpoch == 1 })
+	for {
+		beat()
+		_, err := client.AlterSyncStateSet(ctx, controller.AlterSyncStateSetCmd{Set: "orders", MasterID: 1, MasterEpoch: 1, SyncStateSetEpoch: 1, NewSyncStateSet: []int64{1, 2}})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, controller.ErrBrokerNotAlive) || ctx.Err() != nil {
+			t.Fatalf("alter: %v", err)
+		}
+	}
+	want := state("the in-sync set {1, 2}", func(b *controller.BrokerSet) bool { return b.SyncStateSetEpoch == 2 })
+
+	leader := slices.Index(rpc, client.Leader())
+	if leader < 0 {
+		t.Fatalf("the client's leader %q is none of %v", client.Leader(), rpc)
+	}
+	procs[leader].stop(t, syscall.SIGKILL)
+	b := state("an answer from the two left", func(*controller.BrokerSet) bool { return true })
+	if !reflect.DeepEqual(b, want) {
+		t.Fatalf("after the leader's kill: %+v, want %+v", b, want)
+	}
+	procs[leader] = start(leader)
+	other := (leader + 1) % n
+	procs[other].stop(t, syscall.SIGKILL)
+	b = state("an answer from the restarted one and the third", func(*controller.BrokerSet) bool { return true })
+	if !reflect.DeepEqual(b, want) {
+		t.Fatalf("with the restarted controller in the majority: %+v, want %+v", b, want)
+	}
+	masterAlive = false
+	b = state("the failover", func(b *controller.BrokerSet) bool { return b.MasterEpoch == 2 })
+	if b.MasterID != 2 || !slices.Equal(b.SyncStateSet, []int64{2}) {
+		t.Fatalf("after the master's heartbeats stopped: %+v", b)
+	}
+	for i, p := range procs {
+		if i != other {
+			if code := p.stop(t, syscall.SIGTERM); code != 0 {
+				t.Errorf("controller %d exited %d after SIGTERM:\n%s", i+1, code, p.stderr())
+			}
+		}
 	}
 }

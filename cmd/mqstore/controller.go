@@ -15,6 +15,7 @@ import (
 func runController(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	listen := fs.String("listen", controller.DefaultListenAddr, "address brokers and tools reach this controller on (host:port; loopback by default)")
+	advertise := fs.String("advertise", "", "the RPC address followers name to clients (default: the address --listen bound; set it when --listen is a wildcard)")
 	raftListen := fs.String("raft-listen", controller.DefaultRaftAddr, "address of this controller's raft transport (host:port); must be its entry in --peers")
 	peers := fs.String("peers", "", "the whole controller group, this one included: id=raftaddr,id=raftaddr,…")
 	id := fs.String("id", "", "this controller's id in --peers (default: the peer whose address is --raft-listen)")
@@ -71,7 +72,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return cli.BadFlag(fs, "--min-in-sync-replicas must be at least 1")
 	}
 	log := textLogger(stderr)
-	c, err := controller.Start(ctx, controller.Options{ID: *id, Peers: ps, Dir: *dir, ListenAddr: *listen,
+	c, err := controller.Start(ctx, controller.Options{ID: *id, Peers: ps, Dir: *dir, ListenAddr: *listen, AdvertiseAddr: *advertise,
 		HeartbeatTimeout: *raftHeartbeat, ElectionTimeout: *raftHeartbeat, LeaderLeaseTimeout: *raftHeartbeat / 2,
 		BrokerExpiry: *expiry, ScanInterval: *scan, Logger: log,
 		DefaultSetConfig: controller.SetConfig{UncleanElection: *unclean, MinInSyncReplicas: *minISR}})
