@@ -186,6 +186,7 @@ type Broker struct {
 	hbMaxOffset atomic.Int64
 	hbConfirm   atomic.Int64
 
+	infoCh    chan *controller.BrokerSet // capacity 1: the newest answer of a heartbeat
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -229,7 +230,8 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	if opts.Store.Logger == nil {
 		opts.Store.Logger = opts.Logger
 	}
-	b := &Broker{opts: opts, fsys: storefs.Of(opts.Store.BackendImpl), sssChanged: make(chan struct{}), stop: make(chan struct{})}
+	b := &Broker{opts: opts, fsys: storefs.Of(opts.Store.BackendImpl), sssChanged: make(chan struct{}), stop: make(chan struct{}),
+		infoCh: make(chan *controller.BrokerSet, 1)}
 	b.termCtx, b.termCancel = context.WithCancel(context.Background())
 	b.termCancel()
 	if err := b.fsys.MkdirAll(opts.Dir); err != nil {
@@ -242,14 +244,19 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	switch {
 	case found && meta.Set != opts.Set:
 		return nil, fmt.Errorf("%w: the store in %s belongs to broker set %q, not %q", ErrMeta, opts.Dir, meta.Set, opts.Set)
-	case found && opts.ID != 0 && meta.ID != opts.ID:
+	case found && opts.ID != 0 && meta.ID != 0 && meta.ID != opts.ID:
 		return nil, fmt.Errorf("%w: the store in %s is broker %d's, not %d's", ErrMeta, opts.Dir, meta.ID, opts.ID)
 	case !found:
 		code, err := newRegisterCode()
 		if err != nil {
 			return nil, err
 		}
+		// The code is durable before the first registration: one that
+		// succeeded but whose answer was lost gets its id back next time.
 		meta = Meta{Set: opts.Set, ID: opts.ID, RegisterCode: code}
+		if err := saveMeta(b.fsys, opts.Dir, meta); err != nil {
+			return nil, err
+		}
 	}
 	if b.hal, err = listenHA(opts.HAListen, opts.Logger); err != nil {
 		return nil, err
@@ -273,7 +280,7 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	if err != nil {
 		return fail(fmt.Errorf("failover: register with the controller: %w", err))
 	}
-	if !found || meta.ID != rep.ID {
+	if meta.ID != rep.ID {
 		meta.ID = rep.ID
 		if err := saveMeta(b.fsys, opts.Dir, meta); err != nil {
 			return fail(err)
@@ -491,7 +498,9 @@ func (b *Broker) noteProgress() {
 }
 
 // heartbeats reports the broker's liveness and progress to the controller
-// leader every HeartbeatInterval.
+// leader every HeartbeatInterval; the answer, the set's state, goes to
+// follow (the newest one: a role change in progress does not delay the
+// heartbeats, or the controller would count the broker dead).
 func (b *Broker) heartbeats() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.opts.HeartbeatInterval)
@@ -504,11 +513,17 @@ func (b *Broker) heartbeats() {
 			b.storeMu.RUnlock()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.HeartbeatInterval)
-		err := b.client.Heartbeat(ctx, controller.Heartbeat{Set: b.opts.Set, ID: b.id, LastEpoch: b.hbLastEpoch.Load(),
+		set, err := b.client.Heartbeat(ctx, controller.Heartbeat{Set: b.opts.Set, ID: b.id, LastEpoch: b.hbLastEpoch.Load(),
 			MaxOffset: b.hbMaxOffset.Load(), ConfirmOffset: b.hbConfirm.Load(), Priority: b.opts.Priority})
 		cancel()
 		if err != nil {
 			b.log.Debug("heartbeat not delivered", "err", err)
+		} else {
+			select {
+			case <-b.infoCh:
+			default:
+			}
+			b.infoCh <- set
 		}
 		select {
 		case <-b.stop:
@@ -518,26 +533,19 @@ func (b *Broker) heartbeats() {
 	}
 }
 
-// follow asks the controller for the set's state every HeartbeatInterval
-// and acts on a new master epoch; as master it keeps the controller's
-// in-sync set in step with the engine's.
+// follow acts on the set's state the heartbeats bring: a new master epoch
+// changes the role; as master it keeps the controller's in-sync set in
+// step with the engine's.
 func (b *Broker) follow() {
 	defer b.wg.Done()
-	t := time.NewTicker(b.opts.HeartbeatInterval)
-	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*b.opts.HeartbeatInterval)
-		info, err := b.client.ReplicaInfo(ctx, b.opts.Set)
-		if err != nil {
-			b.log.Debug("replica info not read", "err", err)
-		} else {
-			b.apply(ctx, info)
-		}
-		cancel()
 		select {
 		case <-b.stop:
 			return
-		case <-t.C:
+		case info := <-b.infoCh:
+			ctx, cancel := context.WithTimeout(context.Background(), 2*b.opts.HeartbeatInterval)
+			b.apply(ctx, info)
+			cancel()
 		}
 	}
 }
@@ -659,16 +667,21 @@ func (b *Broker) becomeMaster(ctx context.Context, info *controller.BrokerSet) {
 		return
 	}
 	reopened := time.Since(start)
-	end := b.store.MaxOffset()
-	if last, ok := b.store.LastEpoch(); !ok || last.Epoch < e {
-		if err := b.store.AppendEpoch(ctx, e, end); err != nil {
-			fail("record the epoch", err)
+	var end int64
+	if last, ok := b.store.LastEpoch(); ok && last.Epoch >= e {
+		// A restart at its own epoch: the epoch is recorded already.
+		end = b.store.MaxOffset()
+		if err := b.store.WaitDispatched(ctx, end); err != nil {
+			fail("dispatch", err)
 			return
 		}
-	}
-	if err := b.store.WaitDispatched(ctx, end); err != nil {
-		fail("dispatch", err)
-		return
+	} else {
+		entry, err := b.store.StartEpoch(ctx, e)
+		if err != nil {
+			fail("start the epoch", err)
+			return
+		}
+		end = entry.StartOffset
 	}
 	mo := b.opts.Master
 	if mo.Logger == nil {

@@ -13,16 +13,17 @@
 //     controller confirms a role.
 //   - Every HeartbeatInterval the broker heartbeats the controller leader
 //     with its set, id, last epoch (its epoch file), max offset and
-//     confirmed offset, and reads the set's replica info; it acts only on
-//     a master epoch above the one it holds (a fenced broker also on its
-//     own epoch: a restart).
+//     confirmed offset; the answer is the set's state (master, epochs,
+//     in-sync set), which a second goroutine acts on, so a role change
+//     never delays a heartbeat. It acts only on a master epoch above the
+//     one it holds (a fenced broker also on its own epoch: a restart).
 //   - Becoming master at epoch e: the HA client stops, the store is
 //     flushed and dispatched to its end, closed and opened again as a
 //     SyncMaster whose engine in-sync set needs MinInSyncReplicas−1
 //     slaves (a close and reopen: role changes are rare and the reopen is
-//     the well-tested path), (e, end) is appended durably to the epoch
-//     file, dispatch is waited for, the HA master starts on the broker's
-//     HA socket, and writes are accepted.
+//     the well-tested path), engine.Store.StartEpoch flushes, appends
+//     (e, end) durably to the epoch file and waits for dispatch, the HA
+//     master starts on the broker's HA socket, and writes are accepted.
 //   - Becoming slave at epoch e of master M: writes are fenced at once (a
 //     Put waiting for its acknowledgement fails with a *NotMasterError
 //     naming M and e: it was not acknowledged, so a later cut of it loses

@@ -101,6 +101,44 @@ type cluster struct {
 	client  *controller.Client
 }
 
+// newCluster starts three controllers and three brokers following them.
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	ctrls := startControllers(t, 3)
+	client, err := controller.NewClient(ctrls, controller.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	c := &cluster{t: t, ctrls: ctrls, client: client, brokers: make([]*Broker, 3)}
+	for i := 0; i < 3; i++ {
+		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprintf("b%d", i)))
+	}
+	errs := make(chan error, 3)
+	for i := 0; i < 3; i++ {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b, err := Start(ctx, brokerOptions(c.dirs[i], c.ctrls))
+			c.brokers[i] = b
+			errs <- err
+		}()
+	}
+	for i := 0; i < 3; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, b := range c.brokers {
+			if b != nil {
+				b.Close()
+			}
+		}
+	})
+	return c
+}
+
 func (c *cluster) start(i int) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -208,30 +246,7 @@ func readAll(t *testing.T, b *Broker) (log []byte, start int64, keys map[string]
 // to a slave is refused with the new master's address; every acknowledged
 // record is on the final master.
 func TestFailover(t *testing.T) {
-	ctrls := startControllers(t, 3)
-	client, err := controller.NewClient(ctrls, controller.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	c := &cluster{t: t, ctrls: ctrls, client: client, brokers: make([]*Broker, 3)}
-	for i := 0; i < 3; i++ {
-		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprintf("b%d", i)))
-	}
-	done := make(chan int, 3)
-	for i := 0; i < 3; i++ {
-		go func() { c.start(i); done <- i }()
-	}
-	for i := 0; i < 3; i++ {
-		<-done
-	}
-	defer func() {
-		for _, b := range c.brokers {
-			if b != nil {
-				b.Close()
-			}
-		}
-	}()
+	c := newCluster(t)
 	// A fenced broker refuses writes before any role is confirmed.
 	for _, b := range c.brokers {
 		if st := b.Status(); st.Writable {
@@ -306,7 +321,7 @@ func TestFailover(t *testing.T) {
 		st := back.Status()
 		return st.Role == Slave && st.Epoch == 2
 	})
-	_, err = back.Put(context.Background(), message(-1))
+	_, err := back.Put(context.Background(), message(-1))
 	var nm *NotMasterError
 	if !errors.As(err, &nm) || nm.Addr != second.Addr() || nm.Epoch != 2 {
 		t.Fatalf("a Put to the demoted broker: %v, want ErrNotMaster naming %s at epoch 2", err, second.Addr())
@@ -365,4 +380,130 @@ func appendTail(t *testing.T, dir string, n int) int64 {
 		t.Fatal(err)
 	}
 	return at
+}
+
+// TestDemotion: an operator's election moves the master while it is
+// alive and a producer keeps writing to it. The old master stops
+// acknowledging at once — its Puts, in flight or new, fail with
+// ErrNotMaster naming the new master and epoch — follows the new master
+// and converges; every acknowledged record is on the new master.
+func TestDemotion(t *testing.T) {
+	c := newCluster(t)
+	waitUntil(t, "a master", 10*time.Second, func() bool { return c.master() != nil })
+	first := c.master()
+	acked := map[string][]byte{}
+	next := 0
+	for ; next < 100; next++ {
+		c.put(next, acked)
+	}
+	waitUntil(t, "every replica in the controller's in-sync set", 10*time.Second, func() bool {
+		return len(c.info().SyncStateSet) == 3
+	})
+	var target *Broker
+	for _, b := range c.brokers {
+		if b != first {
+			target = b
+			break
+		}
+	}
+
+	// Producers write to the first master only, until it refuses.
+	type outcome struct {
+		key  string
+		body []byte
+		err  error
+	}
+	results := make(chan outcome, 1024)
+	stop := make(chan struct{})
+	const producers = 4
+	for p := 0; p < producers; p++ {
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					results <- outcome{}
+					return
+				default:
+				}
+				n := 100000*(p+1) + i
+				m := message(n)
+				_, err := first.Put(context.Background(), m)
+				results <- outcome{key: fmt.Sprintf("k%d", n), body: m.Body, err: err}
+				if errors.Is(err, ErrNotMaster) {
+					results <- outcome{}
+					return
+				}
+			}
+		}()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(2 * time.Second)
+	for n := 0; n < 20 && time.Now().Before(deadline); {
+		o := <-results
+		if o.err == nil && o.key != "" {
+			acked[o.key] = o.body
+			n++
+		}
+	}
+	if _, err := c.client.ElectMaster(ctx, controller.ElectRequest{Set: "set-a", BrokerID: target.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for done := 0; done < producers; {
+		o := <-results
+		switch {
+		case o.key == "":
+			done++
+		case o.err == nil:
+			acked[o.key] = o.body
+		case errors.Is(o.err, ErrNotMaster):
+			var nm *NotMasterError
+			if !errors.As(o.err, &nm) {
+				t.Fatalf("ErrNotMaster without a NotMasterError: %v", o.err)
+			}
+			// Fenced while switching, the hint may still be the broker
+			// itself; once it follows, it names the new master.
+			if nm.Epoch == 2 && nm.Role == Slave && nm.Addr != target.Addr() {
+				t.Fatalf("the demoted master names %s, the new master is %s", nm.Addr, target.Addr())
+			}
+			refused++
+		default:
+			// Not acknowledged for another reason (the in-sync set
+			// changing under it): not counted as acknowledged.
+		}
+	}
+	close(stop)
+	if refused == 0 {
+		t.Fatal("no Put was refused with ErrNotMaster")
+	}
+	waitUntil(t, "the old master following the new one", 10*time.Second, func() bool {
+		st := first.Status()
+		return st.Role == Slave && st.Epoch == 2
+	})
+	_, err := first.Put(context.Background(), message(-1))
+	var nm *NotMasterError
+	if !errors.As(err, &nm) || nm.Addr != target.Addr() || nm.Epoch != 2 || nm.MasterID != target.ID() {
+		t.Fatalf("a Put to the demoted master: %v, want ErrNotMaster naming broker %d at %s, epoch 2", err, target.ID(), target.Addr())
+	}
+	waitUntil(t, "the new master writable", 10*time.Second, func() bool { return target.Status().Writable })
+	for ; next < 150; next++ {
+		c.put(next, acked)
+	}
+	waitUntil(t, "every replica byte-identical with the master", 15*time.Second, func() bool {
+		want, _, _ := readAll(t, target)
+		for _, b := range c.brokers {
+			if got, _, _ := readAll(t, b); !bytes.Equal(got, want) {
+				return false
+			}
+		}
+		return true
+	})
+	_, _, keys := readAll(t, target)
+	for k, body := range acked {
+		if got, ok := keys[k]; !ok || !bytes.Equal(got, body) {
+			t.Fatalf("acknowledged %s is not on the new master (found %v)", k, ok)
+		}
+	}
+	t.Logf("%d acknowledged records, %d Puts refused with ErrNotMaster", len(acked), refused)
 }

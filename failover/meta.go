@@ -19,7 +19,9 @@ const MetaFile = "broker.meta"
 
 // Meta is the content of MetaFile.
 type Meta struct {
-	Set          string `json:"set"`
+	Set string `json:"set"`
+	// ID is the broker's id in the set; 0 until the first registration
+	// answered (the file is written before it, with the register code).
 	ID           int64  `json:"id"`
 	RegisterCode string `json:"registerCode"`
 }
@@ -42,7 +44,7 @@ func loadMeta(fsys storefs.FS, dir string) (Meta, bool, error) {
 		return Meta{}, false, fmt.Errorf("%w: read %s: %w", ErrMeta, path, err)
 	}
 	var m Meta
-	if err := json.Unmarshal(data, &m); err != nil || m.Set == "" || m.ID <= 0 || m.RegisterCode == "" {
+	if err := json.Unmarshal(data, &m); err != nil || m.Set == "" || m.ID < 0 || m.RegisterCode == "" {
 		return Meta{}, false, fmt.Errorf("%w: %s is damaged (%v); it names this store's broker id: restore it, or remove it "+
 			"and remove the broker from its set (its id is then given anew)", ErrMeta, path, err)
 	}
