@@ -731,6 +731,10 @@ func (b *Broker) becomeSlave(ctx context.Context, info *controller.BrokerSet) {
 		b.log.Error("becoming slave failed; fenced, will try again", "epoch", e, "err", err)
 		return
 	}
+	if err := b.dropEmptyEpochsLocked(ctx); err != nil {
+		b.log.Error("becoming slave failed; fenced, will try again", "epoch", e, "err", err)
+		return
+	}
 	fwd, err := newForwarder(mr.HAAddr, b.id, b.log)
 	if err != nil {
 		b.log.Error("becoming slave failed; fenced, will try again", "epoch", e, "err", err)
@@ -767,6 +771,33 @@ func (b *Broker) becomeSlave(ctx context.Context, info *controller.BrokerSet) {
 	b.mu.Unlock()
 }
 
+// dropEmptyEpochsLocked drops the newest entries of the epoch file that
+// hold no record of this log (they start at or past its end: an epoch in
+// which this broker was master and took nothing): they say nothing about
+// its bytes, and a master whose history dropped the same record-less
+// epoch (AppendEpoch does) would otherwise share no epoch with it — a
+// slave with an empty log refused as "another history" (storeMu held).
+func (b *Broker) dropEmptyEpochsLocked(ctx context.Context) error {
+	all := b.store.Epochs()
+	end := b.store.MaxOffset()
+	kept := all
+	for len(kept) > 0 && kept[len(kept)-1].StartOffset >= end {
+		kept = kept[:len(kept)-1]
+	}
+	if len(kept) == len(all) {
+		return nil
+	}
+	keep := int32(0)
+	if len(kept) > 0 {
+		keep = kept[len(kept)-1].Epoch
+	}
+	if err := b.store.DropEpochsAfter(ctx, keep); err != nil {
+		return fmt.Errorf("failover: drop the record-less epochs %v: %w", all[len(kept):], err)
+	}
+	b.log.Info("dropped epochs that hold no record", "epochs", all[len(kept):], "end", end)
+	return nil
+}
+
 // syncInSync keeps the controller's in-sync set in step with the engine's:
 // it takes a newer set from info, and proposes {master} ∪ the engine's
 // members when they differ (a shrink when a slave left, an expansion when
@@ -789,6 +820,15 @@ func (b *Broker) syncInSync(ctx context.Context, info *controller.BrokerSet) {
 	for _, a := range b.store.InSyncSlaves() {
 		if id, ok := idOfAddr(a); ok {
 			engineSet[id] = true
+		}
+	}
+	if b.store.MaxOffset() == 0 {
+		// An empty log: a connected empty slave holds all of it, though
+		// with no byte to acknowledge the engine cannot verify it yet.
+		for _, sl := range b.master.Slaves() {
+			if id, ok := idOfAddr(sl.Addr); ok && sl.RequestedOffset == 0 {
+				engineSet[id] = true
+			}
 		}
 	}
 	b.storeMu.RUnlock()

@@ -181,6 +181,7 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	}
 	h := addHAFlags(fs, role, true)
 	bf := addBrokerFlags(fs)
+	fo := addFailoverFlags(fs)
 	fs.Usage = func() {
 		if name == "slave" {
 			fmt.Fprintln(fs.Output(), "usage: mqstore slave --dir DIR --master HOST:PORT [--backend NAME] [--flush async|sync] [--segment-size BYTES]\n\n"+
@@ -200,6 +201,9 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	}
 	if err := cli.Required(fs, "dir"); err != nil {
 		return err
+	}
+	if fo.on() {
+		return serveFailover(ctx, fs, fo, h, bf, *dir, *backend, *flush, *segmentSize, *statusEvery, stderr)
 	}
 	if h.role != nil && *h.role == "" {
 		return cli.BadFlag(fs, "--role is required")

@@ -1,0 +1,119 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/controller"
+)
+
+// TestFailoverProcesses runs three `mqstore serve --broker-set`
+// processes on 127.0.0.1, each with a member of the controller group
+// embedded: the first election names a master and the in-sync set grows
+// to all three; kill -9 of the master's process (which may hold the raft
+// leader too) makes another broker master, and `mqstore cluster status`
+// shows it; the killed broker restarts as a slave of the new master.
+func TestFailoverProcesses(t *testing.T) {
+	const n = 3
+	var raftAddrs, rpc, haAddrs, peers []string
+	for i := 0; i < n; i++ {
+		raftAddrs = append(raftAddrs, clusterTestAddr(t))
+		rpc = append(rpc, clusterTestAddr(t))
+		haAddrs = append(haAddrs, clusterTestAddr(t))
+		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
+	}
+	root := t.TempDir()
+	args := func(i int) []string {
+		return []string{"serve", "--dir", filepath.Join(root, fmt.Sprintf("b%d", i+1)), "--broker-set", "orders",
+			"--broker-id", fmt.Sprint(i + 1), "--controller", strings.Join(peers, ","), "--controller-id", fmt.Sprintf("c%d", i+1),
+			"--controller-listen", rpc[i], "--controller-peers", strings.Join(rpc, ","), "--ha-listen", haAddrs[i],
+			"--controller-heartbeat", "200ms", "--broker-expiry", "1s", "--raft-heartbeat", "300ms",
+			"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--segment-size", "1048576", "--status-interval", "0"}
+	}
+	procs := make([]*process, n)
+	for i := range procs {
+		procs[i] = startProcess(t, false, args(i)...)
+	}
+	client, err := controller.NewClient(rpc, controller.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	info := func() *controller.BrokerSet {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := client.ReplicaInfo(ctx, "orders")
+		if err != nil {
+			return nil
+		}
+		return s
+	}
+	waitFor := func(what string, d time.Duration, cond func(*controller.BrokerSet) bool) *controller.BrokerSet {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for {
+			if s := info(); s != nil && cond(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				for i, p := range procs {
+					t.Logf("process %d:\n%s", i+1, p.stderr())
+				}
+				t.Fatalf("timed out after %v waiting for %s (last: %+v)", d, what, info())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := waitFor("the first master and every replica in sync", 30*time.Second, func(s *controller.BrokerSet) bool {
+		return s.MasterID != 0 && len(s.SyncStateSet) == n
+	})
+	if first.MasterEpoch != 1 {
+		t.Fatalf("the first master has epoch %d", first.MasterEpoch)
+	}
+	old := int(first.MasterID) - 1 // broker i+1 runs in process i
+	procs[old].waitLine(t, regexp.MustCompile(`role master, epoch 1, writable true`))
+
+	procs[old].cmd.Process.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	<-procs[old].done
+	next := waitFor("a new master", 30*time.Second, func(s *controller.BrokerSet) bool {
+		return s.MasterEpoch == 2 && s.MasterID != first.MasterID
+	})
+	elected := time.Since(killed)
+	newIdx := int(next.MasterID) - 1
+	procs[newIdx].waitLine(t, regexp.MustCompile(`role master, epoch 2, writable true`))
+	writable := time.Since(killed)
+	t.Logf("kill -9 of master %d: broker %d elected after %v, writable after %v", first.MasterID, next.MasterID,
+		elected.Round(time.Millisecond), writable.Round(time.Millisecond))
+
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"cluster", "status", "--controller", strings.Join(rpc, ","), "--timeout", "10s"},
+		&stdout, &stderr); code != 0 {
+		t.Fatalf("cluster status: exit %d: %s", code, stderr.String())
+	}
+	t.Logf("cluster status:\n%s", stdout.String())
+	if want := fmt.Sprintf("broker set orders: master %d, master epoch 2", next.MasterID); !strings.Contains(stdout.String(), want) {
+		t.Fatalf("cluster status lacks %q:\n%s", want, stdout.String())
+	}
+
+	// The killed broker returns as a slave of the new master.
+	procs[old] = startProcess(t, false, args(old)...)
+	procs[old].waitLine(t, regexp.MustCompile(`role slave, epoch 2`))
+	waitFor("the returned broker back in the in-sync set", 30*time.Second, func(s *controller.BrokerSet) bool {
+		return s.InSync(first.MasterID)
+	})
+	for i, p := range procs {
+		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+			t.Fatalf("process %d exited %d:\n%s", i+1, code, p.stderr())
+		}
+	}
+}
