@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,6 +96,7 @@ func message(i int) *engine.Message {
 
 type cluster struct {
 	t       *testing.T
+	mu      sync.Mutex // guards brokers against a producer goroutine
 	ctrls   []string
 	dirs    []string
 	brokers []*Broker
@@ -147,11 +149,29 @@ func (c *cluster) start(i int) {
 	if err != nil {
 		c.t.Fatalf("start broker %d: %v", i, err)
 	}
+	c.set(i, b)
+}
+
+func (c *cluster) set(i int, b *Broker) {
+	c.mu.Lock()
 	c.brokers[i] = b
+	c.mu.Unlock()
+}
+
+func (c *cluster) live() []*Broker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*Broker
+	for _, b := range c.brokers {
+		if b != nil {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 func (c *cluster) master() *Broker {
-	for _, b := range c.brokers {
+	for _, b := range c.live() {
 		if b != nil && b.Status().Writable {
 			return b
 		}
@@ -160,8 +180,8 @@ func (c *cluster) master() *Broker {
 }
 
 func (c *cluster) byAddr(addr string) *Broker {
-	for _, b := range c.brokers {
-		if b != nil && b.Addr() == addr {
+	for _, b := range c.live() {
+		if b.Addr() == addr {
 			return b
 		}
 	}
@@ -187,12 +207,8 @@ func (c *cluster) put(i int, acked map[string][]byte) {
 	b := c.master()
 	for {
 		if b == nil {
-			b = c.brokers[0]
-			for _, x := range c.brokers {
-				if x != nil {
-					b = x
-				}
-			}
+			live := c.live()
+			b = live[len(live)-1]
 		}
 		m := message(i)
 		_, err := b.Put(context.Background(), m)
@@ -296,7 +312,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	c.brokers[oldIdx] = nil
+	c.set(oldIdx, nil)
 
 	waitUntil(t, "a new master", 15*time.Second, func() bool { return c.master() != nil })
 	failover := time.Since(killed)
