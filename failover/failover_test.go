@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/ha"
+	"github.com/mqstore/mqstore/internal/tcpproxy"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -51,8 +53,14 @@ func startControllers(t *testing.T, n int) []string {
 	}
 	var addrs []string
 	for i := 0; i < n; i++ {
+		listen := deadAddr(t) // free now; the controller listens on it
 		c, err := controller.Start(context.Background(), controller.Options{ID: peers[i].ID, Peers: peers, Transport: trans[i],
-			Dir: "/ctl", Backend: mappedfile.NewMemFS(mappedfile.MemOptions{}), ListenAddr: "127.0.0.1:0",
+			Dir: "/ctl", Backend: mappedfile.NewMemFS(mappedfile.MemOptions{}), ListenAddr: listen,
+			// Followers name the leader at an address nobody listens on, so
+			// a broker reaches the controllers only through its own links
+			// (proxies the tests can cut): a hint fails, and the client tries
+			// its other addresses.
+			AdvertiseAddr:    deadAddr(t),
 			HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 			LeaderLeaseTimeout: 150 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 			BrokerExpiry: 600 * time.Millisecond, ScanInterval: 50 * time.Millisecond, Logger: testLog()})
@@ -60,9 +68,20 @@ func startControllers(t *testing.T, n int) []string {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		addrs = append(addrs, c.Addr())
+		addrs = append(addrs, listen)
 	}
 	return addrs
+}
+
+// deadAddr returns a loopback address nobody listens on now.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 func brokerOptions(dir string, ctrls []string) Options {
@@ -96,7 +115,8 @@ func message(i int) *engine.Message {
 
 type cluster struct {
 	t       *testing.T
-	mu      sync.Mutex // guards brokers against a producer goroutine
+	mu      sync.Mutex          // guards brokers against a producer goroutine
+	proxies [][]*tcpproxy.Proxy // broker i's links to each controller
 	ctrls   []string
 	dirs    []string
 	brokers []*Broker
@@ -115,13 +135,23 @@ func newCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, ctrls: ctrls, client: client, brokers: make([]*Broker, 3)}
 	for i := 0; i < 3; i++ {
 		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprintf("b%d", i)))
+		var links []*tcpproxy.Proxy
+		for _, a := range ctrls {
+			p, err := tcpproxy.New("127.0.0.1:0", a, tcpproxy.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			links = append(links, p)
+		}
+		c.proxies = append(c.proxies, links)
 	}
 	errs := make(chan error, 3)
 	for i := 0; i < 3; i++ {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			b, err := Start(ctx, brokerOptions(c.dirs[i], c.ctrls))
+			b, err := Start(ctx, brokerOptions(c.dirs[i], c.ctrlAddrs(i)))
 			c.brokers[i] = b
 			errs <- err
 		}()
@@ -145,11 +175,27 @@ func (c *cluster) start(i int) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := Start(ctx, brokerOptions(c.dirs[i], c.ctrls))
+	b, err := Start(ctx, brokerOptions(c.dirs[i], c.ctrlAddrs(i)))
 	if err != nil {
 		c.t.Fatalf("start broker %d: %v", i, err)
 	}
 	c.set(i, b)
+}
+
+// ctrlAddrs are broker i's addresses of the controllers (its proxies).
+func (c *cluster) ctrlAddrs(i int) []string {
+	var out []string
+	for _, p := range c.proxies[i] {
+		out = append(out, p.Addr())
+	}
+	return out
+}
+
+// isolate cuts broker i off from every controller (on) or heals it.
+func (c *cluster) isolate(i int, on bool) {
+	for _, p := range c.proxies[i] {
+		p.Blackhole(on)
+	}
 }
 
 func (c *cluster) set(i int, b *Broker) {
@@ -170,13 +216,17 @@ func (c *cluster) live() []*Broker {
 	return out
 }
 
+// master returns the writable broker of the highest epoch (a master cut
+// off from the controllers may still think itself writable).
 func (c *cluster) master() *Broker {
+	var best *Broker
+	var epoch int32
 	for _, b := range c.live() {
-		if b != nil && b.Status().Writable {
-			return b
+		if st := b.Status(); st.Writable && (best == nil || st.Epoch > epoch) {
+			best, epoch = b, st.Epoch
 		}
 	}
-	return nil
+	return best
 }
 
 func (c *cluster) byAddr(addr string) *Broker {

@@ -172,3 +172,73 @@ func TestFailoverSchedule(t *testing.T) {
 		t.Logf("%d acknowledged, %d Puts not acknowledged; no master was killed", len(p.acked), p.fails)
 	}
 }
+
+// TestMasterCutOffFromControllers: the master loses the controllers but
+// keeps its slaves and its producer. The controller elects an in-sync
+// slave; from the moment the new master stops replicating from it, the
+// old master acknowledges nothing (its acknowledgements need every member
+// of the in-sync set it knows, the new master included). Healed, it
+// learns the new epoch, steps down, is cut at the fork point and
+// converges; every acknowledged record is on the new master.
+func TestMasterCutOffFromControllers(t *testing.T) {
+	c := newCluster(t)
+	waitUntil(t, "a master", 10*time.Second, func() bool { return c.master() != nil })
+	p := startProducer(c)
+	defer func() {
+		select {
+		case <-p.stop:
+		default:
+			close(p.stop)
+		}
+		<-p.done
+	}()
+	waitUntil(t, "every replica in the in-sync set", 20*time.Second, func() bool { return len(c.info().SyncStateSet) == 3 })
+	before := p.count()
+	waitUntil(t, "the producer making progress", 10*time.Second, func() bool { return p.count() >= before+50 })
+	old := c.master()
+	idx := slices.Index(c.brokers, old)
+	epoch := old.Status().Epoch
+	c.isolate(idx, true)
+	cut := time.Now()
+	waitUntil(t, "a new master", 15*time.Second, func() bool {
+		info := c.info()
+		return info.MasterEpoch > epoch && info.MasterID != old.ID()
+	})
+	newID := c.info().MasterID
+	t.Logf("broker %d elected %v after the master was cut off", newID, time.Since(cut).Round(time.Millisecond))
+	var fresh *Broker
+	waitUntil(t, "the new master writable", 10*time.Second, func() bool {
+		fresh = c.master()
+		return fresh != nil && fresh.ID() == newID
+	})
+	if st := old.Status(); st.Role != Master {
+		t.Logf("the cut-off master is %v already", st.Role)
+	}
+	before = p.count()
+	waitUntil(t, "the producer writing to the new master", 10*time.Second, func() bool { return p.count() >= before+50 })
+	c.isolate(idx, false)
+	waitUntil(t, "the old master following the new one", 10*time.Second, func() bool {
+		st := old.Status()
+		return st.Role == Slave && st.Epoch > epoch
+	})
+	before = p.count()
+	waitUntil(t, "the producer making progress", 10*time.Second, func() bool { return p.count() >= before+20 })
+	close(p.stop)
+	<-p.done
+	waitUntil(t, "every replica byte-identical with the master", 20*time.Second, func() bool {
+		want, _, _ := readAll(t, fresh)
+		for _, b := range c.live() {
+			if got, _, _ := readAll(t, b); !bytes.Equal(got, want) {
+				return false
+			}
+		}
+		return true
+	})
+	_, _, keys := readAll(t, fresh)
+	for k, body := range p.acked {
+		if got, ok := keys[k]; !ok || !bytes.Equal(got, body) {
+			t.Fatalf("acknowledged %s is not on the new master (found %v)", k, ok)
+		}
+	}
+	t.Logf("%d acknowledged, %d Puts not acknowledged", len(p.acked), p.fails)
+}
