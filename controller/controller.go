@@ -198,8 +198,16 @@ func Start(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, errors.New("controller: no directory")
 	}
 	var self *Peer
-	for i := range opts.Peers {
-		if opts.Peers[i].ID == opts.ID {
+	seen := map[string]bool{}
+	for i, p := range opts.Peers {
+		if p.ID == "" || p.RaftAddr == "" {
+			return nil, fmt.Errorf("controller: peer %d (%+v): empty id or raft address", i, p)
+		}
+		if seen[p.ID] || seen["addr:"+p.RaftAddr] {
+			return nil, fmt.Errorf("controller: peer %+v: its id or raft address appears twice", p)
+		}
+		seen[p.ID], seen["addr:"+p.RaftAddr] = true, true
+		if p.ID == opts.ID {
 			self = &opts.Peers[i]
 		}
 	}

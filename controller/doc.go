@@ -58,8 +58,8 @@
 // only when every member of its in-sync set has it, so every remaining
 // member holds every acknowledged record, and stays electable. And it is
 // better when the new master dies at once: the inherited members are still
-// electable, where after a reset nobody but the dead master would be (the
-// review point on RocketMQ's PR #4484). The price is that the new master's
+// electable, where after a reset nobody but the dead master would be (a
+// point RocketMQ's own reviewers raised). The price is that the new master's
 // puts wait until the inherited members have rejoined (or until it shrinks
 // the set), which is the all-in-sync-ack rule doing its job.
 //

@@ -188,9 +188,16 @@ func (e *RemoteError) Is(target error) bool {
 	return false
 }
 
+// DefaultAttemptTimeout bounds one controller's answer to a call.
+const DefaultAttemptTimeout = 2 * time.Second
+
 // ClientOptions configure a Client.
 type ClientOptions struct {
 	Conn remoting.ConnOptions
+	// AttemptTimeout bounds one controller's answer (DefaultAttemptTimeout):
+	// a controller that accepts and does not answer (stopped, overloaded)
+	// loses its turn and the call goes on to the next.
+	AttemptTimeout time.Duration
 }
 
 // Client calls the controller group: it sends each call to the leader it
@@ -215,6 +222,9 @@ type Client struct {
 func NewClient(addrs []string, opts ClientOptions) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("controller client: no controller addresses")
+	}
+	if opts.AttemptTimeout <= 0 {
+		opts.AttemptTimeout = DefaultAttemptTimeout
 	}
 	return &Client{addrs: slices.Clone(addrs), opts: opts, conns: map[string]*remoting.Conn{}}, nil
 }
@@ -296,18 +306,14 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 		for len(order) > 0 {
 			addr := order[0]
 			order = order[1:]
-			conn, err := c.conn(ctx, addr)
+			resp, err := c.attempt(ctx, addr, code, payload)
 			if err != nil {
 				lastErr = err
-				if ctx.Err() != nil {
-					return fmt.Errorf("controller call %d: %w", code, lastErr)
+				c.mu.Lock()
+				if c.leader == addr {
+					c.leader = ""
 				}
-				continue
-			}
-			resp, err := conn.Invoke(ctx, remoting.NewRequest(code, nil, payload))
-			if err != nil {
-				c.drop(addr, conn)
-				lastErr = err
+				c.mu.Unlock()
 				if ctx.Err() != nil {
 					return fmt.Errorf("controller call %d: %w", code, lastErr)
 				}
@@ -344,6 +350,24 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
+}
+
+// attempt sends one request to addr and waits at most AttemptTimeout.
+func (c *Client) attempt(ctx context.Context, addr string, code int16, payload []byte) (*remoting.Command, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
+	defer cancel()
+	conn, err := c.conn(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := conn.Invoke(ctx, remoting.NewRequest(code, nil, payload))
+	if err != nil {
+		// A controller that does not answer (stopped, cut off) may keep
+		// the connection open: drop it, the next call dials afresh.
+		c.drop(addr, conn)
+		return nil, err
+	}
+	return resp, nil
 }
 
 // Register registers a broker and returns its replica record (its id).

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,5 +169,61 @@ func TestClientOverTCP(t *testing.T) {
 	stop()
 	if _, err := client.ReplicaInfo(dead, "s"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("call with a canceled context: %v", err)
+	}
+}
+
+// TestClientSkipsAControllerThatDoesNotAnswer puts a listener that accepts
+// and never answers (a stopped process) first: calls go on to the group
+// within the attempt timeout, also once it was the leader the client knew.
+func TestClientSkipsAControllerThatDoesNotAnswer(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	ctrls := startTCP(t, 3)
+	addrs := []string{hung.Addr().String()}
+	for _, c := range ctrls {
+		addrs = append(addrs, c.Addr())
+	}
+	client, err := NewClient(addrs, ClientOptions{AttemptTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := client.Register(ctx, RegisterRequest{Set: "s", Addr: "a", RegisterCode: "a"}); err != nil {
+		t.Fatalf("register past a controller that does not answer: %v", err)
+	}
+	// Pretend the hung one was the leader: the next call leaves it too.
+	client.mu.Lock()
+	client.leader = hung.Addr().String()
+	client.mu.Unlock()
+	if _, err := client.ReplicaInfo(ctx, "s"); err != nil {
+		t.Fatalf("replica info with a hung leader hint: %v", err)
+	}
+	if client.Leader() == hung.Addr().String() {
+		t.Fatal("the client still takes the hung controller for the leader")
 	}
 }

@@ -130,23 +130,37 @@ func (s *Store) truncateQuiesced(ctx context.Context, offset int64) (TruncateRes
 		return res, fmt.Errorf("keep the cut bytes: %w", err)
 	}
 	res.CutBytes = oldEnd - offset
-	if err := s.cutLog(ctx, offset, true); err != nil {
+	if err := s.cutAndRebuild(ctx, offset); err != nil {
+		// Past the commit point the store is half cut: it takes nothing
+		// more until it is reopened, and the next Open finishes the cut.
+		err = fmt.Errorf("%w (the store stops; reopen it to finish the truncation)", err)
+		s.writeFailed("truncate", err)
+		s.dispatchFailed(err)
 		return res, err
-	}
-	r := &s.repl
-	r.pending, r.lastRecord = r.pending[:0], -1
-	if err := s.rebuildLogicsAt(ctx, offset); err != nil {
-		return res, fmt.Errorf("rebuild the consume queues at the cut: %w", err)
-	}
-	if err := s.flushLogics(ctx, 0); err != nil {
-		return res, fmt.Errorf("flush the rebuilt consume queues: %w", err)
-	}
-	if err := storefs.RemoveDurably(s.fs, filepath.Join(s.dir, cutIntentFileName)); err != nil {
-		return res, fmt.Errorf("remove the cut's intent file: %w", err)
 	}
 	s.opts.Logger.Warn("CommitLog truncated online", slog.Int64("offset", offset), slog.Int64("oldEnd", oldEnd),
 		slog.Any("savedTo", saved))
 	return res, nil
+}
+
+// cutAndRebuild is the cut from its commit point on: the log, then the
+// queues rebuilt and flushed, then the intent file removed.
+func (s *Store) cutAndRebuild(ctx context.Context, offset int64) error {
+	if err := s.cutLog(ctx, offset, true); err != nil {
+		return err
+	}
+	r := &s.repl
+	r.pending, r.lastRecord = r.pending[:0], -1
+	if err := s.rebuildLogicsAt(ctx, offset); err != nil {
+		return fmt.Errorf("rebuild the consume queues at the cut: %w", err)
+	}
+	if err := s.flushLogics(ctx, 0); err != nil {
+		return fmt.Errorf("flush the rebuilt consume queues: %w", err)
+	}
+	if err := storefs.RemoveDurably(s.fs, filepath.Join(s.dir, cutIntentFileName)); err != nil {
+		return fmt.Errorf("remove the cut's intent file: %w", err)
+	}
+	return nil
 }
 
 // flushAll makes the whole CommitLog durable (as Flush does); the close

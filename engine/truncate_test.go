@@ -9,12 +9,15 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/mappedfile"
+	"github.com/mqstore/mqstore/mappedfile/faultfile"
 )
 
 var truncateTrials = flag.Int("truncate.trials", 40, "crash trials in TestTruncateOnlineCrash")
@@ -356,4 +359,90 @@ func TestTruncateOnlineToZero(t *testing.T) {
 	}
 	checkQueuesAt(t, slave, puts, 3)
 	checkPrefix(t, master, slave)
+}
+
+// TestInterruptedCutIsFinished: on every backend, an Open that finds the
+// intent file of a truncation (the process died after writing it) cuts
+// the log there before recovering, and removes it; an intent file that
+// does not hold an offset stops Open, naming it.
+func TestInterruptedCutIsFinished(t *testing.T) {
+	for _, b := range testBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			o := smallLogicsOptions(b.opts(t))
+			dir := t.TempDir()
+			s := openRole(t, dir, o)
+			puts := putRandom(t, s, rand.New(rand.NewPCG(1, 2)), 60, 3, 0)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			fsys := s.fs
+			intent := filepath.Join(dir, cutIntentFileName)
+			if err := fsys.WriteFile(intent, []byte("not an offset\n")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Open(ctx, dir, o); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), intent) {
+				t.Fatalf("open with a damaged intent file: %v", err)
+			}
+			cut := puts[45].PhysicalOffset
+			if err := fsys.WriteFile(intent, []byte(fmt.Sprintf("%d\n", cut))); err != nil {
+				t.Fatal(err)
+			}
+			s = openRole(t, dir, o)
+			defer s.Close()
+			if s.MaxOffset() != cut {
+				t.Fatalf("the log ends at %d, the interrupted cut was at %d", s.MaxOffset(), cut)
+			}
+			if ok, _ := fsys.Exists(intent); ok {
+				t.Fatal("the intent file is still there")
+			}
+			checkQueuesAt(t, s, puts[:45], 3)
+			if err := verifyClean(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Put(ctx, testMessage("Repl", 45%3, 45, 100))
+			if err != nil || res.QueueOffset != puts[45].QueueOffset {
+				t.Fatalf("the next Put to queue %d got queue offset %d (%v), want %d", 45%3, res.QueueOffset, err, puts[45].QueueOffset)
+			}
+		})
+	}
+}
+
+// TestTruncateOnlineFailsPastTheCommitPoint: an I/O error while the
+// segments are cut stops the store; the next Open finishes the cut.
+func TestTruncateOnlineFailsPastTheCommitPoint(t *testing.T) {
+	ctx := context.Background()
+	mem := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	faults := faultfile.NewFaults()
+	o := smallLogicsOptions(Options{BackendImpl: faultfile.NewFaulty(mem, faults)})
+	dir := t.TempDir()
+	s := openRole(t, dir, o)
+	puts := putRandom(t, s, rand.New(rand.NewPCG(4, 4)), 60, 3, 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.Role = Slave
+	s = openRole(t, dir, o)
+	end := s.MaxOffset()
+	faults.Add(faultfile.Fault{Op: faultfile.OpTruncate, PathContains: commitLogDirName, Err: syscall.EIO})
+	cut := puts[30].PhysicalOffset
+	if _, err := s.TruncateOnline(ctx, cut); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("truncate with a failing disk: %v", err)
+	}
+	if _, err := s.AppendReplicated(ctx, s.Stats().WroteOffset, []byte{1}); !errors.Is(err, ErrServiceNotAvailable) {
+		t.Fatalf("a half-cut store took bytes: %v", err)
+	}
+	if err := s.Close(); err == nil {
+		t.Fatal("a half-cut store closed cleanly")
+	}
+	faults.Clear()
+	s = openRole(t, dir, o)
+	defer s.Close()
+	if s.MaxOffset() != cut || end == cut {
+		t.Fatalf("reopened at %d; the cut was at %d of %d", s.MaxOffset(), cut, end)
+	}
+	checkQueuesAt(t, s, puts[:30], 3)
+	if err := verifyClean(ctx, s); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -188,18 +188,14 @@ func (ss *session) planFork(ctx context.Context, a epochAnswer, local []engine.E
 		if p == end {
 			return verifyFrom, end, nil // nothing to cut: compare the newest record as classic mode does
 		}
+		ss.cutAt = p
 		if p == 0 || p <= s.store.MinOffset() {
-			// Nothing before the point to compare with.
-			if err := ss.cut(ctx, p, end); err != nil {
-				return 0, 0, err
-			}
-			return p, p, nil
+			return p, p, nil // nothing before the point to compare with
 		}
 		from, err := s.store.UnitBefore(ctx, p)
 		if err != nil {
 			return 0, 0, fmt.Errorf("the master %s's fork point %d is not a record boundary of this slave's CommitLog: %w: %w", ss.addr, p, ErrDiverged, err)
 		}
-		ss.cutAt = p
 		return from, p, nil
 	case len(local) > 0:
 		return 0, 0, fmt.Errorf("the master %s's epochs %v share none with this slave's %v (its CommitLog ends at %d): "+
@@ -245,6 +241,18 @@ func (ss *session) cut(ctx context.Context, point, end int64) error {
 		slog.Int64("point", point), slog.Int64("oldEnd", end), slog.Int64("cutBytes", res.CutBytes), slog.Any("savedTo", res.SavedTo))
 	ss.s.update(func(st *SlaveStatus) { st.Truncations++ })
 	return nil
+}
+
+// cutNow runs once the unit before the fork point matched the master's
+// (or there is none): the cut, if one is planned, then settleEpochs.
+func (ss *session) cutNow(ctx context.Context) error {
+	if ss.cutAt >= 0 {
+		if err := ss.cut(ctx, ss.cutAt, ss.s.store.MaxOffset()); err != nil {
+			return err
+		}
+		ss.cutAt = -1
+	}
+	return ss.settleEpochs(ctx)
 }
 
 // settleEpochs runs once the slave's log is known to be the master's up

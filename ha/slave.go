@@ -206,14 +206,16 @@ func (s *Slave) session(ctx context.Context) (progressed bool, err error) {
 	if end == 0 {
 		ss.expect = -1
 	}
+	if err := ss.writeReport(verifyFrom); err != nil {
+		return false, fmt.Errorf("report to the master %s: %w", ss.addr, err)
+	}
 	if verifyFrom == end {
-		if err := ss.settleEpochs(ctx); err != nil {
+		// Nothing to compare: a cut at a fork point with no record before
+		// it is made now (after the report, which the master waits for).
+		if err := ss.cutNow(ctx); err != nil {
 			return false, err
 		}
 		ss.verified.Store(true)
-	}
-	if err := ss.writeReport(verifyFrom); err != nil {
-		return false, fmt.Errorf("report to the master %s: %w", ss.addr, err)
 	}
 	s.update(func(st *SlaveStatus) {
 		st.Connected = true
@@ -392,13 +394,7 @@ func (ss *session) apply(ctx context.Context, offset int64, data []byte) error {
 		ss.expect += int64(k)
 		data = data[k:]
 		if ss.expect == ss.verifyEnd {
-			if ss.cutAt >= 0 {
-				if err := ss.cut(ctx, ss.cutAt, s.store.MaxOffset()); err != nil {
-					return err
-				}
-				ss.cutAt = -1
-			}
-			if err := ss.settleEpochs(ctx); err != nil {
+			if err := ss.cutNow(ctx); err != nil {
 				return err
 			}
 			ss.verified.Store(true)
