@@ -131,3 +131,29 @@ func TestFailoverProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestServeFailoverBadFlags: a broker-set flag that does not fit is a
+// usage error before anything is opened.
+func TestServeFailoverBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, extra := range [][]string{
+		{"--controller-peers", "127.0.0.1:1"}, // no --broker-set
+		{"--broker-set", "a"},                 // no controller
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--role", "slave"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--master", "127.0.0.1:2"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--broker-id", "0"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--min-in-sync-replicas", "1"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--remoting-listen", "127.0.0.1:3"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--controller-heartbeat", "1ms"},
+		{"--broker-set", "a", "--controller", "c1=127.0.0.1:1"}, // no --controller-id
+		{"--broker-set", "a", "--controller", "c1=127.0.0.1:1", "--controller-id", "c2"},
+		{"--broker-set", "a", "--controller", "c1", "--controller-id", "c1"},
+		{"--broker-set", "a", "--controller", "c1=127.0.0.1:1", "--controller-id", "c1", "--broker-expiry", "100ms"},
+	} {
+		args := append([]string{"serve", "--dir", dir}, extra...)
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage") {
+			t.Errorf("mqstore %v: exit %d, stderr %q; want 2 and the usage", args, code, stderr.String())
+		}
+	}
+}
