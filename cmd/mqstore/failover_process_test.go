@@ -26,7 +26,8 @@ var failoverKills = flag.Int("failover.kills", 1, "kill -9 rounds of the master 
 // to all three; kill -9 of the master's process (which may hold the raft
 // leader too) makes another broker master, and `mqstore cluster status`
 // shows it; the killed broker restarts as a slave of the new master
-// (-failover.kills rounds).
+// (-failover.kills rounds). Then the master is stopped (SIGSTOP) past the
+// expiry: another is elected, and the resumed one steps down to follow it.
 func TestFailoverProcesses(t *testing.T) {
 	const n = 3
 	var raftAddrs, rpc, haAddrs, peers []string
@@ -122,6 +123,27 @@ func TestFailoverProcesses(t *testing.T) {
 			return s.InSync(cur.MasterID) && len(s.SyncStateSet) == n
 		})
 	}
+	// SIGSTOP of the master past the expiry: another is elected; on
+	// SIGCONT the old one learns the new epoch and steps down to follow.
+	old := int(cur.MasterID) - 1
+	procs[old].cmd.Process.Signal(syscall.SIGSTOP)
+	stopped := true
+	defer func() {
+		if stopped {
+			procs[old].cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	next := waitFor("a master in place of the stopped one", 30*time.Second, func(s *controller.BrokerSet) bool {
+		return s.MasterEpoch > cur.MasterEpoch && s.MasterID != cur.MasterID
+	})
+	procs[old].cmd.Process.Signal(syscall.SIGCONT)
+	stopped = false
+	procs[old].waitLine(t, regexp.MustCompile(fmt.Sprintf(`role slave, epoch %d`, next.MasterEpoch)))
+	waitFor("the resumed broker back in the in-sync set", 30*time.Second, func(s *controller.BrokerSet) bool {
+		return s.MasterEpoch == next.MasterEpoch && len(s.SyncStateSet) == n
+	})
+	t.Logf("SIGSTOP of master %d: broker %d took over at epoch %d; resumed, the old master follows it", cur.MasterID, next.MasterID,
+		next.MasterEpoch)
 	slices.Sort(times)
 	t.Logf("%d kills of the master: writable again after p50 %v, max %v (broker expiry 1s, raft heartbeat 300ms)", len(times),
 		times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
