@@ -63,8 +63,9 @@ type Options struct {
 	// ShrinkAfter: the master asks the controller to drop a member of the
 	// in-sync set once it has been out of the engine's set this long (a
 	// new master counts from its election, so the inherited members have
-	// time to reconnect) (DefaultShrinkAfter; below AckTimeout, or Puts
-	// time out before the shrink frees them).
+	// time to reconnect) (DefaultShrinkAfter, at most half AckTimeout;
+	// keep it below AckTimeout, or Puts time out before the shrink frees
+	// them).
 	ShrinkAfter time.Duration
 	// Priority orders otherwise equal election candidates (lower first).
 	Priority int
@@ -219,7 +220,7 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 		opts.AckTimeout = DefaultAckTimeout
 	}
 	if opts.ShrinkAfter <= 0 {
-		opts.ShrinkAfter = DefaultShrinkAfter
+		opts.ShrinkAfter = min(DefaultShrinkAfter, opts.AckTimeout/2)
 	}
 	if opts.HAListen == "" {
 		opts.HAListen = DefaultHAListen
