@@ -346,39 +346,57 @@ func (b *Broker) notMasterLocked() error {
 // it. A broker that is not the master, or is fenced, or that is demoted
 // while the Put waits, answers ServiceNotAvailable with a *NotMasterError.
 func (b *Broker) Put(ctx context.Context, m *engine.Message) (engine.PutResult, error) {
+	a, err := b.PutAck(ctx, m)
+	return a.PutResult, err
+}
+
+// Ack is an acknowledged Put: the engine's result, and the broker and
+// master epoch that acknowledged it.
+type Ack struct {
+	engine.PutResult
+	Broker int64
+	Epoch  int32
+}
+
+// PutAck is Put, also naming the broker and epoch of the acknowledgement
+// (one broker acknowledges in a given epoch).
+func (b *Broker) PutAck(ctx context.Context, m *engine.Message) (Ack, error) {
 	b.mu.Lock()
 	if !b.writable {
 		err := b.notMasterLocked()
 		b.mu.Unlock()
-		return engine.PutResult{Status: engine.ServiceNotAvailable}, err
+		return Ack{PutResult: engine.PutResult{Status: engine.ServiceNotAvailable}}, err
 	}
-	tctx := b.termCtx
+	tctx, epoch := b.termCtx, b.epoch
 	b.mu.Unlock()
+	a := Ack{Broker: b.id, Epoch: epoch}
 	b.storeMu.RLock()
 	defer b.storeMu.RUnlock()
 	if tctx.Err() != nil {
-		return engine.PutResult{Status: engine.ServiceNotAvailable}, b.notMaster()
+		a.Status = engine.ServiceNotAvailable
+		return a, b.notMaster()
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(tctx, cancel)()
 	res, err := b.store.Put(pctx, m)
+	a.PutResult = res
 	if tctx.Err() != nil {
-		res.Status = engine.ServiceNotAvailable
-		return res, b.notMaster()
+		a.Status = engine.ServiceNotAvailable
+		return a, b.notMaster()
 	}
 	if err != nil {
-		return res, err
+		return a, err
 	}
 	if err := b.waitCovered(pctx, tctx, res.PhysicalOffset+int64(res.Size)); err != nil {
 		if tctx.Err() != nil {
-			res.Status = engine.ServiceNotAvailable
-			return res, b.notMaster()
+			a.Status = engine.ServiceNotAvailable
+			return a, b.notMaster()
 		}
-		res.Status = engine.FlushSlaveTimeout
-		return res, err
+		a.Status = engine.FlushSlaveTimeout
+		return a, err
 	}
-	return res, nil
+	return a, nil
 }
 
 func (b *Broker) notMaster() error {

@@ -26,12 +26,15 @@ type producer struct {
 	mu    sync.Mutex
 	acked map[string][]byte
 	fails int
+	// writers are the brokers that acknowledged in each epoch.
+	writers map[int32]map[int64]bool
 	stop  chan struct{}
 	done  chan struct{}
 }
 
 func startProducer(c *cluster) *producer {
-	p := &producer{c: c, acked: map[string][]byte{}, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &producer{c: c, acked: map[string][]byte{}, writers: map[int32]map[int64]bool{}, stop: make(chan struct{}),
+		done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		var b *Broker
@@ -49,11 +52,15 @@ func startProducer(c *cluster) *producer {
 			}
 			m := message(i)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			_, err := b.Put(ctx, m)
+			a, err := b.PutAck(ctx, m)
 			cancel()
 			p.mu.Lock()
 			if err == nil {
 				p.acked[fmt.Sprintf("k%d", i)] = m.Body
+				if p.writers[a.Epoch] == nil {
+					p.writers[a.Epoch] = map[int64]bool{}
+				}
+				p.writers[a.Epoch][a.Broker] = true
 			} else {
 				p.fails++
 			}
@@ -71,6 +78,24 @@ func startProducer(c *cluster) *producer {
 	return p
 }
 
+// check fails the test unless every acknowledged record is in keys (the
+// final master's) with its body, and one broker acknowledged per epoch.
+func (p *producer) check(t *testing.T, keys map[string][]byte) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, body := range p.acked {
+		if got, ok := keys[k]; !ok || !bytes.Equal(got, body) {
+			t.Fatalf("acknowledged %s is not on the final master (found %v)", k, ok)
+		}
+	}
+	for e, ws := range p.writers {
+		if len(ws) != 1 {
+			t.Fatalf("epoch %d: brokers %v acknowledged", e, ws)
+		}
+	}
+}
+
 func (p *producer) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -81,8 +106,8 @@ func (p *producer) count() int {
 // schedule kills the master (its log then gains an unacknowledged tail
 // while it is down, or not) or a slave, and restarts it. After every
 // phase the set is whole again; at the end every replica is
-// byte-identical and holds every acknowledged record. -failover.phases
-// makes it longer.
+// byte-identical and holds every acknowledged record, and one broker
+// acknowledged per epoch. -failover.phases makes it longer.
 func TestFailoverSchedule(t *testing.T) {
 	seed := *scheduleSeed
 	if seed == 0 {
@@ -159,11 +184,7 @@ func TestFailoverSchedule(t *testing.T) {
 		return true
 	})
 	_, _, keys := readAll(t, final)
-	for k, body := range p.acked {
-		if got, ok := keys[k]; !ok || !bytes.Equal(got, body) {
-			t.Fatalf("seed %d: acknowledged %s is not on the final master (found %v)", seed, k, ok)
-		}
-	}
+	p.check(t, keys)
 	slices.Sort(failovers)
 	if len(failovers) > 0 {
 		t.Logf("%d acknowledged, %d Puts not acknowledged; %d failovers: p50 %v, max %v", len(p.acked), p.fails, len(failovers),
@@ -235,10 +256,6 @@ func TestMasterCutOffFromControllers(t *testing.T) {
 		return true
 	})
 	_, _, keys := readAll(t, fresh)
-	for k, body := range p.acked {
-		if got, ok := keys[k]; !ok || !bytes.Equal(got, body) {
-			t.Fatalf("acknowledged %s is not on the new master (found %v)", k, ok)
-		}
-	}
+	p.check(t, keys)
 	t.Logf("%d acknowledged, %d Puts not acknowledged", len(p.acked), p.fails)
 }
