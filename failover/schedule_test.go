@@ -28,8 +28,8 @@ type producer struct {
 	fails int
 	// writers are the brokers that acknowledged in each epoch.
 	writers map[int32]map[int64]bool
-	stop  chan struct{}
-	done  chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 func startProducer(c *cluster) *producer {
