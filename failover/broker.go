@@ -640,7 +640,6 @@ func (b *Broker) fence(info *controller.BrokerSet) {
 	if r := info.Master(); r != nil {
 		b.masterAddr = r.Addr
 	}
-	b.epoch = max(b.epoch, 0)
 	b.mu.Unlock()
 }
 

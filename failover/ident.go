@@ -88,12 +88,12 @@ func (h *haListener) Addr() net.Addr { return h.ln.Addr() }
 
 func (h *haListener) Close() error {
 	err := h.ln.Close()
-	h.wg.Wait()
 	h.mu.Lock()
 	if h.term != nil {
-		h.term.Close()
+		h.term.Close() // first: an identified connection may wait for the term
 	}
 	h.mu.Unlock()
+	h.wg.Wait()
 	return err
 }
 
