@@ -177,6 +177,7 @@ type serveFlags struct {
 	statusEvery         *time.Duration
 	h                   *haFlags
 	bf                  *brokerFlags
+	fo                  *failoverFlags
 }
 
 // addServeFlags registers the flags of serve, or of slave (name "slave":
@@ -195,6 +196,7 @@ func addServeFlags(fs *flag.FlagSet, name string) *serveFlags {
 	}
 	f.h = addHAFlags(fs, role, true)
 	f.bf = addBrokerFlags(fs)
+	f.fo = addFailoverFlags(fs)
 	fs.Usage = func() {
 		if name == "slave" {
 			fmt.Fprintln(fs.Output(), "usage: mqstore slave --dir DIR --master HOST:PORT [--backend NAME] [--flush async|sync] [--segment-size BYTES]\n\n"+
@@ -249,6 +251,9 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 	}
 	if err := cli.Required(fs, "dir"); err != nil {
 		return err
+	}
+	if f.fo.on() {
+		return serveFailover(ctx, fs, f.fo, f.h, f.bf, *f.dir, *f.backend, *f.flush, *f.segmentSize, *f.statusEvery, stderr)
 	}
 	log := textLogger(stderr)
 	o, err := f.options(fs, log)

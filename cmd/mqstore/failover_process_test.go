@@ -1,0 +1,181 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/controller"
+)
+
+var failoverKills = flag.Int("failover.kills", 1, "kill -9 rounds of the master in TestFailoverProcesses")
+
+// TestFailoverProcesses runs three `mqstore serve --broker-set`
+// processes on 127.0.0.1, each with a member of the controller group
+// embedded: the first election names a master and the in-sync set grows
+// to all three; kill -9 of the master's process (which may hold the raft
+// leader too) makes another broker master, and `mqstore cluster status`
+// shows it; the killed broker restarts as a slave of the new master
+// (-failover.kills rounds). Then the master is stopped (SIGSTOP) past the
+// expiry: another is elected, and the resumed one steps down to follow it.
+func TestFailoverProcesses(t *testing.T) {
+	const n = 3
+	var raftAddrs, rpc, haAddrs, peers []string
+	for i := 0; i < n; i++ {
+		raftAddrs = append(raftAddrs, clusterTestAddr(t))
+		rpc = append(rpc, clusterTestAddr(t))
+		haAddrs = append(haAddrs, clusterTestAddr(t))
+		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
+	}
+	root := t.TempDir()
+	args := func(i int) []string {
+		return []string{"serve", "--dir", filepath.Join(root, fmt.Sprintf("b%d", i+1)), "--broker-set", "orders",
+			"--broker-id", fmt.Sprint(i + 1), "--controller", strings.Join(peers, ","), "--controller-id", fmt.Sprintf("c%d", i+1),
+			"--controller-listen", rpc[i], "--controller-peers", strings.Join(rpc, ","), "--ha-listen", haAddrs[i],
+			"--controller-heartbeat", "200ms", "--broker-expiry", "1s", "--raft-heartbeat", "300ms",
+			"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--segment-size", "1048576", "--status-interval", "0"}
+	}
+	procs := make([]*process, n)
+	for i := range procs {
+		procs[i] = startProcess(t, false, args(i)...)
+	}
+	client, err := controller.NewClient(rpc, controller.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	info := func() *controller.BrokerSet {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := client.ReplicaInfo(ctx, "orders")
+		if err != nil {
+			return nil
+		}
+		return s
+	}
+	waitFor := func(what string, d time.Duration, cond func(*controller.BrokerSet) bool) *controller.BrokerSet {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for {
+			if s := info(); s != nil && cond(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				for i, p := range procs {
+					t.Logf("process %d:\n%s", i+1, p.stderr())
+				}
+				t.Fatalf("timed out after %v waiting for %s (last: %+v)", d, what, info())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := waitFor("the first master and every replica in sync", 30*time.Second, func(s *controller.BrokerSet) bool {
+		return s.MasterID != 0 && len(s.SyncStateSet) == n
+	})
+	if first.MasterEpoch != 1 {
+		t.Fatalf("the first master has epoch %d", first.MasterEpoch)
+	}
+	var times []time.Duration
+	cur := first
+	for round := 0; round < *failoverKills; round++ {
+		old := int(cur.MasterID) - 1 // broker i+1 runs in process i
+		procs[old].waitLine(t, regexp.MustCompile(fmt.Sprintf(`role master, epoch %d, writable true`, cur.MasterEpoch)))
+		procs[old].cmd.Process.Signal(syscall.SIGKILL)
+		killed := time.Now()
+		<-procs[old].done
+		next := waitFor("a new master", 30*time.Second, func(s *controller.BrokerSet) bool {
+			return s.MasterEpoch > cur.MasterEpoch && s.MasterID != cur.MasterID
+		})
+		elected := time.Since(killed)
+		newIdx := int(next.MasterID) - 1
+		procs[newIdx].waitLine(t, regexp.MustCompile(fmt.Sprintf(`role master, epoch %d, writable true`, next.MasterEpoch)))
+		writable := time.Since(killed)
+		times = append(times, writable)
+		t.Logf("kill -9 of master %d: broker %d elected after %v, writable after %v", cur.MasterID, next.MasterID,
+			elected.Round(time.Millisecond), writable.Round(time.Millisecond))
+
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), []string{"cluster", "status", "--controller", strings.Join(rpc, ","), "--timeout", "10s"},
+			&stdout, &stderr); code != 0 {
+			t.Fatalf("cluster status: exit %d: %s", code, stderr.String())
+		}
+		if round == 0 {
+			t.Logf("cluster status:\n%s", stdout.String())
+		}
+		if want := fmt.Sprintf("broker set orders: master %d, master epoch %d", next.MasterID, next.MasterEpoch); !strings.Contains(stdout.String(), want) {
+			t.Fatalf("cluster status lacks %q:\n%s", want, stdout.String())
+		}
+
+		// The killed broker returns as a slave of the new master.
+		procs[old] = startProcess(t, false, args(old)...)
+		procs[old].waitLine(t, regexp.MustCompile(fmt.Sprintf(`role slave, epoch %d`, next.MasterEpoch)))
+		cur = waitFor("the returned broker back in the in-sync set", 30*time.Second, func(s *controller.BrokerSet) bool {
+			return s.InSync(cur.MasterID) && len(s.SyncStateSet) == n
+		})
+	}
+	// SIGSTOP of the master past the expiry: another is elected; on
+	// SIGCONT the old one learns the new epoch and steps down to follow.
+	old := int(cur.MasterID) - 1
+	procs[old].cmd.Process.Signal(syscall.SIGSTOP)
+	stopped := true
+	defer func() {
+		if stopped {
+			procs[old].cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	next := waitFor("a master in place of the stopped one", 30*time.Second, func(s *controller.BrokerSet) bool {
+		return s.MasterEpoch > cur.MasterEpoch && s.MasterID != cur.MasterID
+	})
+	procs[old].cmd.Process.Signal(syscall.SIGCONT)
+	stopped = false
+	procs[old].waitLine(t, regexp.MustCompile(fmt.Sprintf(`role slave, epoch %d`, next.MasterEpoch)))
+	waitFor("the resumed broker back in the in-sync set", 30*time.Second, func(s *controller.BrokerSet) bool {
+		return s.MasterEpoch == next.MasterEpoch && len(s.SyncStateSet) == n
+	})
+	t.Logf("SIGSTOP of master %d: broker %d took over at epoch %d; resumed, the old master follows it", cur.MasterID, next.MasterID,
+		next.MasterEpoch)
+	slices.Sort(times)
+	t.Logf("%d kills of the master: writable again after p50 %v, max %v (broker expiry 1s, raft heartbeat 300ms)", len(times),
+		times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+	for i, p := range procs {
+		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+			t.Fatalf("process %d exited %d:\n%s", i+1, code, p.stderr())
+		}
+	}
+}
+
+// TestServeFailoverBadFlags: a broker-set flag that does not fit is a
+// usage error before anything is opened.
+func TestServeFailoverBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, extra := range [][]string{
+		{"--controller-peers", "127.0.0.1:1"}, // no --broker-set
+		{"--broker-set", "a"},                 // no controller
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--role", "slave"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--master", "127.0.0.1:2"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--broker-id", "0"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--min-in-sync-replicas", "1"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--remoting-listen", "127.0.0.1:3"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--controller-heartbeat", "1ms"},
+		{"--broker-set", "a", "--controller", "c1=127.0.0.1:1"}, // no --controller-id
+		{"--broker-set", "a", "--controller", "c1=127.0.0.1:1", "--controller-id", "c2"},
+		{"--broker-set", "a", "--controller", "c1", "--controller-id", "c1"},
+		{"--broker-set", "a", "--controller", "c1=127.0.0.1:1", "--controller-id", "c1", "--broker-expiry", "100ms"},
+	} {
+		args := append([]string{"serve", "--dir", dir}, extra...)
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage") {
+			t.Errorf("mqstore %v: exit %d, stderr %q; want 2 and the usage", args, code, stderr.String())
+		}
+	}
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/mqstore/mqstore/controller"
+	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/failover"
+	"github.com/mqstore/mqstore/ha"
+	"github.com/mqstore/mqstore/internal/cli"
+)
+
+// failoverFlags are serve's flags for a broker that follows the failover
+// controller (and, with --controller, runs a member of its group).
+type failoverFlags struct {
+	set        *string
+	peers      *string
+	heartbeat  *time.Duration
+	embed      *string
+	ctrlID     *string
+	ctrlListen *string
+	ctrlDir    *string
+	expiry     *time.Duration
+	raftBeat   *time.Duration
+}
+
+func addFailoverFlags(fs *flag.FlagSet) *failoverFlags {
+	return &failoverFlags{
+		set: fs.String("broker-set", "", "follow the failover controller as a replica of this broker set: the controller "+
+			"elects the master (no --role); --broker-id is the replica's id in the set (default: assigned at the first start)"),
+		peers: fs.String("controller-peers", "", "the controllers' RPC addresses, host:port comma-separated (default with --controller: "+
+			"--controller-listen)"),
+		heartbeat: fs.Duration("controller-heartbeat", failover.DefaultHeartbeatInterval, "how often the broker heartbeats the controller leader "+
+			"(the controllers' --broker-expiry must be several of these)"),
+		embed: fs.String("controller", "", "also run a member of the controller group in this process: the whole group, "+
+			"id=raftaddr,id=raftaddr,… (as mqstore controller --peers)"),
+		ctrlID:     fs.String("controller-id", "", "this process's controller id in --controller"),
+		ctrlListen: fs.String("controller-listen", controller.DefaultListenAddr, "the embedded controller's RPC address"),
+		ctrlDir:    fs.String("controller-dir", "", "the embedded controller's raft directory (default: DIR-controller)"),
+		expiry: fs.Duration("broker-expiry", controller.DefaultBrokerExpiry, "the embedded controller: a broker with no heartbeat "+
+			"for this long is dead"),
+		raftBeat: fs.Duration("raft-heartbeat", time.Second, "the embedded controller's raft heartbeat and election timeout"),
+	}
+}
+
+// on reports whether serve runs a broker that follows the controller.
+func (f *failoverFlags) on() bool { return *f.set != "" || *f.peers != "" || *f.embed != "" }
+
+// serveFailover runs a broker of a broker set that follows the failover
+// controller until ctx ends.
+func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerFlags, dir, backend, flush string,
+	segmentSize int64, every time.Duration, stderr io.Writer) error {
+	switch {
+	case *f.set == "":
+		return cli.BadFlag(fs, "--broker-set is required with --controller-peers or --controller")
+	case h.role != nil && *h.role != "":
+		return cli.BadFlag(fs, "--role is the controller's to give with --broker-set")
+	case h.master != nil && *h.master != "":
+		return cli.BadFlag(fs, "--master is the controller's to name with --broker-set")
+	case *bf.listen != "":
+		return cli.BadFlag(fs, "--remoting-listen is not supported with --broker-set yet")
+	case *h.sec.cert != "" || *h.sec.key != "" || *h.sec.ca != "":
+		return cli.BadFlag(fs, "--tls-* is not supported with --broker-set yet (use --ha-secret-file)")
+	case *bf.id == 0 || *bf.id < -1:
+		return cli.BadFlag(fs, "--broker-id %d: a replica's id in its set is 1 or more", *bf.id)
+	case *f.heartbeat < 10*time.Millisecond:
+		return cli.BadFlag(fs, "--controller-heartbeat must be at least 10ms")
+	case *h.minInSync == 1:
+		return cli.BadFlag(fs, "--min-in-sync-replicas counts the master with --broker-set: at least 2")
+	case *h.minInSync < 0:
+		return cli.BadFlag(fs, "--min-in-sync-replicas must not be negative")
+	}
+	mode, err := engine.ParseFlushMode(flush)
+	if err != nil {
+		return cli.BadFlag(fs, "--flush: %v", err)
+	}
+	var addrs []string
+	for _, a := range strings.Split(*f.peers, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	log := textLogger(stderr)
+	var ctrl *controller.Controller
+	if *f.embed != "" {
+		if ctrl, err = startEmbeddedController(ctx, fs, f, dir, *h.minInSync, log); err != nil {
+			return err
+		}
+		defer ctrl.Close()
+		fmt.Fprintf(stderr, "controller %s listening on %s\n", *f.ctrlID, ctrl.Addr())
+		if len(addrs) == 0 {
+			addrs = []string{ctrl.Addr()}
+		}
+	}
+	if len(addrs) == 0 {
+		return cli.BadFlag(fs, "--controller-peers is required (or --controller to run one here)")
+	}
+	_, secret, err := h.sec.load(fs, true)
+	if err != nil {
+		return err
+	}
+	haListen := *h.listen
+	if haListen == "" {
+		haListen = ha.DefaultListenAddr
+	}
+	id := max(*bf.id, 0)
+	o := failover.Options{Set: *f.set, ID: id, Dir: dir, Controllers: addrs, HAListen: haListen, HeartbeatInterval: *f.heartbeat,
+		MinInSyncReplicas: *h.minInSync, AckTimeout: *h.slaveTimeout,
+		Store: engine.Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: segmentSize, SlaveTimeout: *h.slaveTimeout,
+			HASlaveFallbehindMax: *h.fallbehind, Logger: log},
+		Master: ha.MasterOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, TransferBatchSize: *h.batch,
+			Secret: secret, Logger: log},
+		Slave:  ha.SlaveOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, Secret: secret, Logger: log},
+		Logger: log}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = failover.DefaultAckTimeout
+	}
+	fmt.Fprintf(stderr, "broker of set %s: registering with the controllers at %s\n", *f.set, strings.Join(addrs, ","))
+	b, err := failover.Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "broker %d of set %s: ha on %s, fenced until the controller gives it a role\n", b.ID(), *f.set, b.HAAddr())
+	stop := logStatus(every, func() { logFailover(log, b) })
+	last := failover.Status{Role: -1}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-t.C:
+		}
+		st := b.Status()
+		if st.Role != last.Role || st.Epoch != last.Epoch || st.Writable != last.Writable {
+			fmt.Fprintf(stderr, "broker %d: role %v, epoch %d, writable %v\n", b.ID(), st.Role, st.Epoch, st.Writable)
+			last = st
+		}
+	}
+	stop()
+	logFailover(log, b)
+	return errors.Join(b.Close())
+}
+
+func startEmbeddedController(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, dir string, minISR int,
+	log *slog.Logger) (*controller.Controller, error) {
+	ps, err := controller.ParsePeers(*f.embed)
+	if err != nil {
+		return nil, cli.BadFlag(fs, "--controller: %v", err)
+	}
+	found := false
+	for _, p := range ps {
+		found = found || p.ID == *f.ctrlID
+	}
+	switch {
+	case *f.ctrlID == "":
+		return nil, cli.BadFlag(fs, "--controller-id is required with --controller")
+	case !found:
+		return nil, cli.BadFlag(fs, "--controller-id %q is not among --controller", *f.ctrlID)
+	case *f.expiry < 100*time.Millisecond:
+		return nil, cli.BadFlag(fs, "--broker-expiry must be at least 100ms")
+	case *f.expiry < 2**f.heartbeat:
+		return nil, cli.BadFlag(fs, "--broker-expiry %v must be at least two --controller-heartbeat (%v)", *f.expiry, *f.heartbeat)
+	case *f.raftBeat < 10*time.Millisecond:
+		return nil, cli.BadFlag(fs, "--raft-heartbeat must be at least 10ms")
+	}
+	cdir := *f.ctrlDir
+	if cdir == "" {
+		cdir = strings.TrimRight(dir, "/") + "-controller"
+	}
+	if minISR == 0 {
+		minISR = failover.DefaultMinInSyncReplicas
+	}
+	return controller.Start(ctx, controller.Options{ID: *f.ctrlID, Peers: ps, Dir: cdir, ListenAddr: *f.ctrlListen,
+		HeartbeatTimeout: *f.raftBeat, ElectionTimeout: *f.raftBeat, LeaderLeaseTimeout: *f.raftBeat / 2,
+		BrokerExpiry: *f.expiry, ScanInterval: min(*f.expiry/4, 500*time.Millisecond), Logger: log,
+		DefaultSetConfig: controller.SetConfig{MinInSyncReplicas: minISR}})
+}
+
+func logFailover(log *slog.Logger, b *failover.Broker) {
+	st := b.Status()
+	attrs := []any{slog.Int64("broker", st.ID), slog.String("role", st.Role.String()), slog.Int("epoch", int(st.Epoch)),
+		slog.Int64("master", st.MasterID), slog.Bool("writable", st.Writable)}
+	if st.Role == failover.Master {
+		attrs = append(attrs, slog.Any("inSync", st.SyncStateSet))
+	}
+	if st.SlaveError != "" {
+		attrs = append(attrs, slog.String("slaveError", st.SlaveError))
+	}
+	b.WithStore(func(s *engine.Store) error {
+		attrs = append(attrs, slog.Int64("maxOffset", s.MaxOffset()))
+		return nil
+	})
+	log.Info("failover", attrs...)
+}
