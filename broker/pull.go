@@ -129,6 +129,12 @@ func (b *Broker) pull(ctx context.Context, req *remoting.Command) *remoting.Comm
 		}
 		return remoting.NewResponse(req, code, fmt.Sprintf("pull %s/%d at %d: %v", topic, queueID, offset, err))
 	}
+	return b.pullResponse(req, res, offset)
+}
+
+// pullResponse answers a pull with what Get found: the status and offsets
+// in the header, the stored records as the body.
+func (b *Broker) pullResponse(req *remoting.Command, res *engine.GetResult, offset int64) *remoting.Command {
 	code, next := b.pullStatusCode(res, offset)
 	resp := remoting.NewResponse(req, code, "")
 	if code != remoting.Success {

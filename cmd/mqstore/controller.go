@@ -12,6 +12,37 @@ import (
 )
 
 // runController runs one member of a controller group until ctx ends.
+// controllerPeers parses --peers and finds this controller among them:
+// --id, or the peer whose address is --raft-listen (set in *id); its
+// entry takes --raft-listen as its address.
+func controllerPeers(fs *flag.FlagSet, peers string, id *string, raftListen string) ([]controller.Peer, error) {
+	ps, err := controller.ParsePeers(peers)
+	if err != nil {
+		return nil, cli.BadFlag(fs, "--peers: %v", err)
+	}
+	if *id == "" {
+		for _, p := range ps {
+			if p.RaftAddr == raftListen {
+				*id = p.ID
+			}
+		}
+		if *id == "" {
+			return nil, cli.BadFlag(fs, "--raft-listen %s is not the address of any of --peers (give --id)", raftListen)
+		}
+	}
+	found := false
+	for i, p := range ps {
+		if p.ID == *id {
+			found = true
+			ps[i].RaftAddr = raftListen
+		}
+	}
+	if !found {
+		return nil, cli.BadFlag(fs, "--id %q is not among --peers", *id)
+	}
+	return ps, nil
+}
+
 func runController(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	listen := fs.String("listen", controller.DefaultListenAddr, "address brokers and tools reach this controller on (host:port; loopback by default)")
@@ -37,29 +68,9 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := cli.Required(fs, "peers", "dir"); err != nil {
 		return err
 	}
-	ps, err := controller.ParsePeers(*peers)
+	ps, err := controllerPeers(fs, *peers, id, *raftListen)
 	if err != nil {
-		return cli.BadFlag(fs, "--peers: %v", err)
-	}
-	if *id == "" {
-		for _, p := range ps {
-			if p.RaftAddr == *raftListen {
-				*id = p.ID
-			}
-		}
-		if *id == "" {
-			return cli.BadFlag(fs, "--raft-listen %s is not the address of any of --peers (give --id)", *raftListen)
-		}
-	}
-	found := false
-	for i, p := range ps {
-		if p.ID == *id {
-			found = true
-			ps[i].RaftAddr = *raftListen
-		}
-	}
-	if !found {
-		return cli.BadFlag(fs, "--id %q is not among --peers", *id)
+		return err
 	}
 	switch {
 	case *expiry < 100*time.Millisecond:
