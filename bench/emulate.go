@@ -1,11 +1,5 @@
 package bench
 
-import (
-	"context"
-
-	"github.com/mqstore/mqstore/internal/hostctl"
-)
-
 // target is one device the run measures: a user directory, or an emulated
 // device mounted for the run.
 type target struct {
@@ -20,10 +14,3 @@ type target struct {
 
 // EmulatedHDDModel is the model every output shows for the emulated disk.
 const EmulatedHDDModel = "EMULATED 7200 rpm HDD (FUSE latency model under a loop device)"
-
-func runToolContext(ctx context.Context, name string, args ...string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return hostctl.RunTool(name, args...)
-}

@@ -214,10 +214,3 @@ func reconcileParams(fsys storefs.FS, dir string, o *Options) (storeParams, erro
 	o.withStoreParams(p)
 	return p, nil
 }
-
-// writeFileDurably replaces a file of the OS file system durably (an
-// administrator's copy of cut bytes, say: files of a store that lives on
-// disk). The store's own files go through its storefs.FS.
-func writeFileDurably(path string, data []byte) error {
-	return storefs.WriteFileAtomic(storefs.OS(), path, data)
-}
