@@ -277,9 +277,6 @@ func (c *commitLog) lockSync() (unlock func()) {
 func (c *commitLog) commitLocked(ctx context.Context, leastPages int) (int64, error) {
 	off, err := c.queue.Commit(ctx, c.committedOffset.Load(), leastPages)
 	raise(&c.committedOffset, off)
-	if invariants.Enabled {
-		invariants.Ordered("committed ≤ written", c.committedOffset.Load(), c.queue.WroteOffset())
-	}
 	return off, err
 }
 
@@ -301,9 +298,6 @@ func (c *commitLog) flush(ctx context.Context, leastPages int, commitFirst bool)
 		// least here already (wrote ≥ committed ≥ flushed for readers).
 		raise(&c.committedOffset, off)
 		c.flushedOffset.Store(off)
-	}
-	if invariants.Enabled {
-		invariants.Ordered3("flushed ≤ committed ≤ written", c.flushedOffset.Load(), c.committedOffset.Load(), c.queue.WroteOffset())
 	}
 	return off, err
 }

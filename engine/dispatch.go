@@ -16,7 +16,6 @@ import (
 	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/indexfile"
 	"github.com/mqstore/mqstore/engine/record"
-	"github.com/mqstore/mqstore/internal/invariants"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -282,9 +281,6 @@ func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
 		return ferr
 	}
 	if end.validEnd > from {
-		if invariants.Enabled {
-			invariants.Ordered("dispatched ≤ readable", end.validEnd, s.log.queue.ReadableOffset())
-		}
 		l.dispatchedOffset.Store(end.validEnd)
 		s.gate.moved()
 		l.notify(d.touched)
