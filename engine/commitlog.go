@@ -336,12 +336,21 @@ type scanEnd struct {
 	corrupt error
 }
 
+// scanWindowBytes is how much of a segment a scan reads at a time (at
+// least a record of the largest size and a blank).
+const scanWindowBytes = 1 << 20
+
+// scanBuffer returns a scan's window buffer for c's records.
+func (c *commitLog) scanBuffer() []byte {
+	return make([]byte, max(c.maxRecordBytes+record.BlankSize, scanWindowBytes))
+}
+
 // scan reads records from the global offset from (which must be a record
 // boundary) to the end of the log, following blanks into the next segment,
 // checking every CRC. It stops at the end of the data or the first invalid
 // record and says where.
 func (c *commitLog) scan(ctx context.Context, from int64, fn scanFunc) (scanEnd, error) {
-	return c.scanWith(ctx, from, make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20)), true, nil, nil, fn)
+	return c.scanWith(ctx, from, c.scanBuffer(), true, nil, nil, fn)
 }
 
 // scanWith is scan with the caller's buffer (at least maxRecordBytes+8) and

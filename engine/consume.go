@@ -209,10 +209,13 @@ func (r *GetResult) WriteTo(ctx context.Context, w io.Writer) (int64, error) {
 	return total, err
 }
 
+// copyChunkBytes is the buffer CopyTo copies through.
+const copyChunkBytes = 64 << 10
+
 // CopyTo writes the same bytes as WriteTo by copying them through memory.
 func (r *GetResult) CopyTo(w io.Writer) (int64, error) {
 	var total int64
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, copyChunkBytes)
 	err := r.ranges(func(seg mappedfile.MappedFile, pos, n int64) error {
 		for n > 0 {
 			chunk := min(n, int64(len(buf)))

@@ -190,7 +190,7 @@ const maxPendingUnits = 4096
 
 func newDispatcher(s *Store) *dispatcher {
 	return &dispatcher{service: newService(), store: s,
-		buf: make([]byte, max(s.log.maxRecordBytes+record.BlankSize, 1<<20)), touched: make(map[queueKey]struct{}),
+		buf: s.log.scanBuffer(), touched: make(map[queueKey]struct{}),
 		pending: make(map[queueKey]*pendingUnits)}
 }
 

@@ -802,7 +802,7 @@ func (s *Store) ReplicaResume(ctx context.Context) (verifyFrom, end int64, err e
 		return r.lastRecord, end, nil
 	}
 	last := int64(-1)
-	buf := make([]byte, max(c.maxRecordBytes+record.BlankSize, 1<<20))
+	buf := c.scanBuffer()
 	for seg := c.queue.Find(end - 1); seg != nil && last < 0; seg = c.queue.Find(seg.FromOffset() - 1) {
 		from := max(seg.FromOffset(), s.MinOffset())
 		if _, err := c.scanWith(ctx, from, buf, false, nil, nil, func(offset int64, _ []byte, rec *record.Record) error {

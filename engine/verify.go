@@ -142,7 +142,7 @@ func (s *Store) verifyIndex(ctx context.Context, offset int64, r *record.Record,
 	for _, k := range keys {
 		rep.IndexedKeys++
 		// Index times are whole seconds after the file's begin time.
-		offs, err := s.logics.index.Query(ctx, r.Topic+"#"+k, r.StoreTimestamp-999, r.StoreTimestamp, 1<<20)
+		offs, err := s.logics.index.Query(ctx, r.Topic+"#"+k, r.StoreTimestamp-indexTimeResolutionMs+1, r.StoreTimestamp, verifyQueryMax)
 		if err != nil {
 			add(offset, "index query of %q: %v", k, err)
 			continue
@@ -153,12 +153,21 @@ func (s *Store) verifyIndex(ctx context.Context, offset int64, r *record.Record,
 	}
 }
 
+// indexTimeResolutionMs is how finely an index entry keeps its time (whole
+// seconds after its file's begin time); verifyQueryMax bounds the offsets
+// one of Verify's index queries returns (a key that many records share is
+// checked among the first that many).
+const (
+	indexTimeResolutionMs = 1000
+	verifyQueryMax        = 1 << 20
+)
+
 // indexMissDetail says more about a key the index did not find: whether a
 // query over all time finds it (then the times disagree) and the index
 // files' ranges.
 func (s *Store) indexMissDetail(ctx context.Context, key string, offset int64) string {
 	detail := "not found over all time either"
-	if offs, err := s.logics.index.Query(ctx, key, 0, math.MaxInt64, 1<<20); err == nil && slices.Contains(offs, offset) {
+	if offs, err := s.logics.index.Query(ctx, key, 0, math.MaxInt64, verifyQueryMax); err == nil && slices.Contains(offs, offset) {
 		detail = "found by a query over all time: the entry's time is outside the record's second"
 	}
 	files := s.logics.index.Files()
