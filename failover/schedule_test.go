@@ -173,18 +173,7 @@ func TestFailoverSchedule(t *testing.T) {
 	waitUntil(t, "the producer making progress", 10*time.Second, func() bool { return p.count() >= before+20 })
 	close(p.stop)
 	<-p.done
-	final := c.master()
-	waitUntil(t, "every replica byte-identical with the master", 20*time.Second, func() bool {
-		want, _, _ := readAll(t, final)
-		for _, b := range c.live() {
-			if got, _, _ := readAll(t, b); !bytes.Equal(got, want) {
-				return false
-			}
-		}
-		return true
-	})
-	_, _, keys := readAll(t, final)
-	p.check(t, keys)
+	convergedAndChecked(t, c, c.master(), p)
 	slices.Sort(failovers)
 	if len(failovers) > 0 {
 		t.Logf("%d acknowledged, %d Puts not acknowledged; %d failovers: p50 %v, max %v", len(p.acked), p.fails, len(failovers),
@@ -246,8 +235,17 @@ func TestMasterCutOffFromControllers(t *testing.T) {
 	waitUntil(t, "the producer making progress", 10*time.Second, func() bool { return p.count() >= before+20 })
 	close(p.stop)
 	<-p.done
+	convergedAndChecked(t, c, fresh, p)
+	t.Logf("%d acknowledged, %d Puts not acknowledged", len(p.acked), p.fails)
+}
+
+// convergedAndChecked waits until every live replica's log is
+// byte-identical with master's, then checks every acknowledged key
+// against master's log.
+func convergedAndChecked(t *testing.T, c *cluster, master *Broker, p *producer) {
+	t.Helper()
 	waitUntil(t, "every replica byte-identical with the master", 20*time.Second, func() bool {
-		want, _, _ := readAll(t, fresh)
+		want, _, _ := readAll(t, master)
 		for _, b := range c.live() {
 			if got, _, _ := readAll(t, b); !bytes.Equal(got, want) {
 				return false
@@ -255,7 +253,6 @@ func TestMasterCutOffFromControllers(t *testing.T) {
 		}
 		return true
 	})
-	_, _, keys := readAll(t, fresh)
+	_, _, keys := readAll(t, master)
 	p.check(t, keys)
-	t.Logf("%d acknowledged, %d Puts not acknowledged", len(p.acked), p.fails)
 }
