@@ -199,19 +199,30 @@ func (b *Broker) put(ctx context.Context, m *engine.Message) (engine.PutResult, 
 	return b.store.Put(ctx, m)
 }
 
-func (b *Broker) send(ctx context.Context, c *remoting.Conn, req *remoting.Command, v2 bool) *remoting.Command {
+// acceptSend parses a send's header (what names the request in errors)
+// and refuses what no broker state can store — a slave's, a bad topic —
+// with refused; fail answers a later refusal the same way.
+func (b *Broker) acceptSend(req *remoting.Command, v2 bool, what string) (h sendHeader, fail func(int16, string, ...any) *remoting.Command, refused *remoting.Command) {
 	h, err := parseSendHeader(req, v2)
 	if err != nil {
-		return badRequest(req, fmt.Errorf("send: %w", err))
+		return h, nil, badRequest(req, fmt.Errorf("%s: %w", what, err))
 	}
-	fail := func(code int16, format string, args ...any) *remoting.Command {
-		return remoting.NewResponse(req, code, fmt.Sprintf("send to %s: ", h.topic)+fmt.Sprintf(format, args...))
+	fail = func(code int16, format string, args ...any) *remoting.Command {
+		return remoting.NewResponse(req, code, fmt.Sprintf("%s to %s: ", what, h.topic)+fmt.Sprintf(format, args...))
 	}
 	if b.slave {
-		return fail(remoting.ServiceNotAvailable, "this broker is a slave; send to its master")
+		return h, fail, fail(remoting.ServiceNotAvailable, "this broker is a slave; send to its master")
 	}
 	if err := sendableTopic(h.topic); err != nil {
-		return fail(remoting.MessageIllegal, "%v", err)
+		return h, fail, fail(remoting.MessageIllegal, "%v", err)
+	}
+	return h, fail, nil
+}
+
+func (b *Broker) send(ctx context.Context, c *remoting.Conn, req *remoting.Command, v2 bool) *remoting.Command {
+	h, fail, refused := b.acceptSend(req, v2, "send")
+	if refused != nil {
+		return refused
 	}
 	props, err := parseProperties(h.properties)
 	if err != nil {
@@ -350,18 +361,9 @@ func decodeBatch(body []byte) ([]batchMessage, error) {
 // sendBatch stores a batch's members in order in one queue. They are
 // separate records: another producer's message may fall between them.
 func (b *Broker) sendBatch(ctx context.Context, c *remoting.Conn, req *remoting.Command) *remoting.Command {
-	h, err := parseSendHeader(req, true)
-	if err != nil {
-		return badRequest(req, fmt.Errorf("send batch: %w", err))
-	}
-	fail := func(code int16, format string, args ...any) *remoting.Command {
-		return remoting.NewResponse(req, code, fmt.Sprintf("send batch to %s: ", h.topic)+fmt.Sprintf(format, args...))
-	}
-	if b.slave {
-		return fail(remoting.ServiceNotAvailable, "this broker is a slave; send to its master")
-	}
-	if err := sendableTopic(h.topic); err != nil {
-		return fail(remoting.MessageIllegal, "%v", err)
+	h, fail, refused := b.acceptSend(req, true, "send batch")
+	if refused != nil {
+		return refused
 	}
 	if strings.HasPrefix(h.topic, RetryGroupPrefix) {
 		return fail(remoting.MessageIllegal, "a batch cannot go to a retry topic")
