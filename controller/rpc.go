@@ -315,7 +315,7 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 				}
 				c.mu.Unlock()
 				if ctx.Err() != nil {
-					return fmt.Errorf("controller call %d: %w", code, lastErr)
+					return fmt.Errorf("controller call %d: no leader answered (%w): %w", code, lastErr, ctx.Err())
 				}
 				continue
 			}
