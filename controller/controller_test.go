@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/mqstore/mqstore/internal/tcpproxy"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -517,4 +518,66 @@ func TestControllerPartitionedLeader(t *testing.T) {
 	waitFor(t, "the old leader to follow the new state", 5*time.Second, func() bool {
 		return reflect.DeepEqual(tc.setState(old), tc.setState(tc.leader()))
 	})
+}
+
+// TestClientKeepsToItsAddresses: a client that reaches the controllers
+// through proxies follows a follower's leader hint (the leader's own
+// listen address) only when none of its own addresses leads, and never
+// keeps it, so cutting its proxies cuts it off.
+func TestClientKeepsToItsAddresses(t *testing.T) {
+	tc := newTestCluster(t, 3, func(o *Options) { o.ListenAddr = "127.0.0.1:0" })
+	leader := tc.leader()
+	var proxies []*tcpproxy.Proxy
+	var first, last []string
+	for _, c := range tc.ctrls {
+		p, err := tcpproxy.New("127.0.0.1:0", c.Addr(), tcpproxy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		proxies = append(proxies, p)
+		if c == leader {
+			last = append(last, p.Addr())
+		} else {
+			first = append(first, p.Addr()) // followers first: their answers carry the hint
+		}
+	}
+	client, err := NewClient(append(first, last...), ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := client.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := client.Leader(); got != last[0] {
+		t.Fatalf("the client talks to the leader at %s, not through its proxy %s (leader listens on %s)", got, last[0], leader.Addr())
+	}
+	// A client given only followers' addresses still finds the leader by
+	// the hint, and does not keep it: the next call goes through its own
+	// addresses again, so cutting them cuts it off.
+	one, err := NewClient(first, ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if _, err := one.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := one.Leader(); got != leader.Addr() {
+		t.Fatalf("a client of the followers was answered by %s, not the leader at %s", got, leader.Addr())
+	}
+	for _, p := range proxies {
+		p.Blackhole(true)
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancelShort()
+	if _, err := one.Status(short); err == nil {
+		t.Fatal("a client whose addresses are all cut off still reached the leader")
+	}
+	for _, p := range proxies {
+		p.Blackhole(false)
+	}
 }

@@ -212,10 +212,12 @@ type Client struct {
 	addrs []string
 	opts  ClientOptions
 
-	mu     sync.Mutex
-	conns  map[string]*remoting.Conn
-	leader string
-	closed bool
+	mu    sync.Mutex
+	conns map[string]*remoting.Conn
+	// leader is the configured address that answered last (tried first);
+	// answered is the address that answered last, configured or a hint.
+	leader, answered string
+	closed           bool
 }
 
 // NewClient returns a client of the controllers at addrs (RPC addresses).
@@ -245,7 +247,7 @@ func (c *Client) Close() error {
 func (c *Client) Leader() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.leader
+	return c.answered
 }
 
 func (c *Client) conn(ctx context.Context, addr string) (*remoting.Conn, error) {
@@ -302,8 +304,16 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 			}
 		}
 		c.mu.Unlock()
+		// A hint among the configured addresses is tried next; one outside
+		// them (the leader's own listen address, which a proxy or a
+		// translated address may stand for) only once no configured
+		// address led.
 		hinted := map[string]bool{}
-		for len(order) > 0 {
+		var outside []string
+		for len(order) > 0 || len(outside) > 0 {
+			if len(order) == 0 {
+				order, outside = outside, nil
+			}
 			addr := order[0]
 			order = order[1:]
 			resp, err := c.attempt(ctx, addr, code, payload)
@@ -322,7 +332,10 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 			switch resp.Code {
 			case remoting.Success:
 				c.mu.Lock()
-				c.leader = addr
+				c.leader, c.answered = "", addr
+				if slices.Contains(c.addrs, addr) {
+					c.leader = addr // an outside hint is asked again next time, not kept
+				}
 				c.mu.Unlock()
 				if out != nil {
 					if err := json.Unmarshal(resp.Body, out); err != nil {
@@ -334,7 +347,11 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 				lastErr = &NotLeaderError{LeaderID: resp.Field(extLeaderID), LeaderAddr: resp.Field(extLeaderAddr)}
 				if hint := resp.Field(extLeaderAddr); hint != "" && hint != addr && !hinted[hint] {
 					hinted[hint] = true
-					order = append([]string{hint}, order...)
+					if slices.Contains(c.addrs, hint) {
+						order = append([]string{hint}, slices.DeleteFunc(order, func(a string) bool { return a == hint })...)
+					} else {
+						outside = append(outside, hint)
+					}
 				}
 				continue
 			default:
