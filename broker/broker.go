@@ -83,6 +83,25 @@ type Options struct {
 	// a send-back names, level 1 first (nil: DefaultDelayLevels, RocketMQ's
 	// 18 levels from 1 s to 2 h).
 	DelayLevels []time.Duration
+	// Put, when set, stores what the broker's clients send in place of the
+	// store's own Put (a broker that follows the failover controller puts
+	// through its ack rule); a refusal's status and error go back to the
+	// client.
+	Put func(context.Context, *engine.Message) (engine.PutResult, error)
+	// MasterAddr, when set, names the master a slave copies its topics and
+	// consumer offsets from (default: the master the name servers name).
+	MasterAddr func() string
+	// ReadLimit, when set, is the CommitLog offset reads stop at: a pull
+	// returns only records that end at or below it (a long poll waits for
+	// it to pass the next one), and a look-up finds none beyond it. A
+	// master that follows the failover controller sets it to what every
+	// member of the in-sync set holds, so no consumer reads a record a
+	// failover could cut.
+	ReadLimit func() int64
+	// NoSlaveReads makes a slave refuse pulls and message look-ups
+	// (SERVICE_NOT_AVAILABLE): a replica that follows the failover
+	// controller may hold records a failover cuts.
+	NoSlaveReads bool
 	// OnRequest, when set, is called for every request served, with its
 	// code and the response code (metrics).
 	OnRequest func(code, responseCode int16, took time.Duration)
@@ -354,6 +373,13 @@ func (b *Broker) ServeRemoting(ctx context.Context, c *remoting.Conn, req *remot
 }
 
 func (b *Broker) serve(ctx context.Context, c *remoting.Conn, req *remoting.Command) *remoting.Command {
+	if b.slave && b.opts.NoSlaveReads {
+		switch req.Code {
+		case remoting.PullMessage, remoting.QueryMessage, remoting.ViewMessageByID:
+			return remoting.NewResponse(req, remoting.ServiceNotAvailable,
+				"this slave serves no reads (its log may hold records a failover cuts): read from its master")
+		}
+	}
 	switch req.Code {
 	case remoting.SendMessage:
 		return b.send(ctx, c, req, false)

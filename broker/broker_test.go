@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -542,4 +544,98 @@ func TestSlaveCopiesTopicsAndOffsets(t *testing.T) {
 	if !ok || len(rd.BrokerDatas) != 1 || rd.BrokerDatas[0].BrokerAddrs[1] != s.broker.Addr() || rd.QueueDatas[0].WriteQueueNums != 3 {
 		t.Fatalf("route %+v", rd)
 	}
+}
+
+// TestPutHookAndSlaveWithoutReads: a broker given a Put stores through it
+// and answers its refusal (status and error) to the client; a slave with
+// NoSlaveReads refuses pulls and copies its topics from MasterAddr with no
+// name server.
+func TestPutHookAndSlaveWithoutReads(t *testing.T) {
+	refuse := atomic.Bool{}
+	var m *harness
+	put := func(ctx context.Context, msg *engine.Message) (engine.PutResult, error) {
+		if refuse.Load() {
+			return engine.PutResult{Status: engine.ServiceNotAvailable}, errors.New("not the master; the master is 2 at 127.0.0.1:9")
+		}
+		return m.store.Put(ctx, msg)
+	}
+	m = start(t, t.TempDir(), Options{Put: put}, engine.AsyncMaster)
+	mustCode(t, m.send("hooked", 0, "x", ""), remoting.Success)
+	refuse.Store(true)
+	resp := m.send("hooked", 0, "y", "")
+	mustCode(t, resp, remoting.ServiceNotAvailable)
+	if !strings.Contains(resp.Remark, "the master is 2 at 127.0.0.1:9") {
+		t.Fatalf("refusal remark %q", resp.Remark)
+	}
+	if got := m.store.MaxOffset(); got == 0 {
+		t.Fatal("the hooked put stored nothing")
+	}
+
+	s := start(t, t.TempDir(), Options{NoSlaveReads: true, MasterAddr: func() string { return m.broker.Addr() },
+		SlaveSyncInterval: 10 * time.Millisecond}, engine.Slave)
+	mustCode(t, s.pull("g", "hooked", 0, 0, 0, 0), remoting.ServiceNotAvailable)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := s.broker.topics.get("hooked"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slave did not copy the master's topics from MasterAddr")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestReadLimit: pulls and look-ups keep to ReadLimit — a pull returns
+// only the records below it, a long poll waits for it to pass the next
+// record, and a view of a record past it finds nothing.
+func TestReadLimit(t *testing.T) {
+	var limit atomic.Int64
+	h := start(t, t.TempDir(), Options{ReadLimit: limit.Load}, engine.AsyncMaster)
+	for _, body := range []string{"one", "two", "three"} {
+		mustCode(t, h.send("limited", 0, body, props("KEYS", "k-"+body)), remoting.Success)
+	}
+	if err := h.store.WaitDispatched(context.Background(), h.store.MaxOffset()); err != nil {
+		t.Fatal(err)
+	}
+	first := decodeBody(t, h.pull("g", "limited", 0, 0, 0, 0).Body) // no limit yet: held back, so PullNotFound has no body
+	if len(first) != 0 {
+		t.Fatalf("a pull past a limit of 0 returned %d records", len(first))
+	}
+	limit.Store(h.store.MaxOffset())
+	all := decodeBody(t, h.pull("g", "limited", 0, 0, 0, 0).Body)
+	if len(all) != 3 {
+		t.Fatalf("a pull under the limit returned %d records", len(all))
+	}
+	oneEnd := all[0].PhysicalOffset + int64(all[0].TotalSize)
+	limit.Store(oneEnd)
+	resp := h.pull("g", "limited", 0, 0, 0, 0)
+	mustCode(t, resp, remoting.Success)
+	if got := decodeBody(t, resp.Body); len(got) != 1 || string(got[0].Body) != "one" || resp.Field("nextBeginOffset") != "1" {
+		t.Fatalf("pull under a limit after the first record: %d records, next %s", len(got), resp.Field("nextBeginOffset"))
+	}
+	mustCode(t, h.pull("g", "limited", 0, 1, 0, 0), remoting.PullNotFound)
+	if resp := h.pull("g", "limited", 0, 1, pullSuspend, 50); resp.Code != remoting.PullNotFound || resp.Field("nextBeginOffset") != "1" {
+		t.Fatalf("a long poll past the limit: %d %v", resp.Code, resp.ExtFields)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		limit.Store(h.store.MaxOffset())
+	}()
+	resp = h.pull("g", "limited", 0, 1, pullSuspend, 10000)
+	mustCode(t, resp, remoting.Success)
+	if got := decodeBody(t, resp.Body); len(got) != 2 {
+		t.Fatalf("a long poll woken by the limit returned %d records", len(got))
+	}
+	limit.Store(oneEnd)
+	view := h.call(remoting.ViewMessageByID, map[string]string{"offset": strconv.FormatInt(all[2].PhysicalOffset, 10)}, nil)
+	if view.Code == remoting.Success {
+		t.Fatal("a record past the limit was viewed")
+	}
+	query := func(key string) *remoting.Command {
+		return h.call(remoting.QueryMessage, map[string]string{"topic": "limited", "key": key, "maxNum": "4", "beginTimestamp": "0",
+			"endTimestamp": strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)}, nil)
+	}
+	mustCode(t, query("k-one"), remoting.Success)
+	mustCode(t, query("k-three"), remoting.QueryNotFound)
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -51,11 +52,17 @@ func (b *Broker) consumerList(req *remoting.Command) *remoting.Command {
 	return resp
 }
 
+// errHeldBack: a record past Options.ReadLimit.
+var errHeldBack = errors.New("held back")
+
 // rawRecord reads the stored record at a CommitLog offset.
 func (b *Broker) rawRecord(ctx context.Context, offset int64) ([]byte, error) {
 	r, err := b.store.ReadMessage(ctx, offset)
 	if err != nil {
 		return nil, err
+	}
+	if b.opts.ReadLimit != nil && offset+int64(r.TotalSize) > b.opts.ReadLimit() {
+		return nil, fmt.Errorf("the record at %d is not yet held by every in-sync replica: %w", offset, errHeldBack)
 	}
 	buf := make([]byte, r.TotalSize)
 	if n, err := b.store.CommitLogReader().ReadAt(buf, offset); n != len(buf) {
@@ -108,10 +115,16 @@ func (b *Broker) queryMessage(ctx context.Context, req *remoting.Command) *remot
 	var body []byte
 	for _, r := range recs {
 		raw, err := b.rawRecord(ctx, r.PhysicalOffset)
+		if errors.Is(err, errHeldBack) {
+			continue
+		}
 		if err != nil {
 			return remoting.NewResponse(req, remoting.SystemError, fmt.Sprintf("query %s key %q: %v", topic, key, err))
 		}
 		body = append(body, raw...)
+	}
+	if len(body) == 0 {
+		return remoting.NewResponse(req, remoting.QueryNotFound, fmt.Sprintf("no message of %s with key %q is held by every in-sync replica yet", topic, key))
 	}
 	resp := remoting.NewResponse(req, remoting.Success, "")
 	resp.SetInt("indexLastUpdateTimestamp", time.Now().UnixMilli())
@@ -232,7 +245,9 @@ func (b *Broker) slaveSync() {
 		case <-t.C:
 		}
 		master := ""
-		if b.registrar != nil {
+		if b.opts.MasterAddr != nil {
+			master = b.opts.MasterAddr()
+		} else if b.registrar != nil {
 			master = b.registrar.MasterAddr()
 		}
 		if master == "" {

@@ -112,13 +112,11 @@ func (b *Broker) pull(ctx context.Context, req *remoting.Command) *remoting.Comm
 	if sysFlag&pullCommitOffset != 0 && commitOffset >= 0 && !b.slave {
 		b.offsets.set(topic, group, queueID, commitOffset)
 	}
-	var res *engine.GetResult
+	hold := time.Duration(0)
 	if sysFlag&pullSuspend != 0 {
-		hold := min(time.Duration(max(suspendMs, 0))*time.Millisecond, b.opts.MaxPullSuspend)
-		res, err = b.holdPull(ctx, hold, group, topic, queueID, offset, int(maxMsgs), filter)
-	} else {
-		res, err = b.store.Get(ctx, group, topic, queueID, offset, int(maxMsgs), filter)
+		hold = min(time.Duration(max(suspendMs, 0))*time.Millisecond, b.opts.MaxPullSuspend)
 	}
+	res, err := b.limitedGet(ctx, hold, group, topic, queueID, offset, int(maxMsgs), filter)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // the connection closed
@@ -154,6 +152,56 @@ func (b *Broker) pullResponse(req *remoting.Command, res *engine.GetResult, offs
 		res.Release()
 	}
 	return resp
+}
+
+// limitedGet reads a queue as a pull does — a long poll when hold > 0 —
+// and keeps to Options.ReadLimit: records past it are left for a later
+// pull, and a long poll whose first record is past it waits (polling the
+// limit) until it is not, or the hold ends.
+func (b *Broker) limitedGet(ctx context.Context, hold time.Duration, group, topic string, queueID int32, offset int64, maxMsgs int,
+	filter engine.MessageFilter) (*engine.GetResult, error) {
+	get := func(hold time.Duration) (*engine.GetResult, error) {
+		if hold > 0 {
+			return b.holdPull(ctx, hold, group, topic, queueID, offset, maxMsgs, filter)
+		}
+		return b.store.Get(ctx, group, topic, queueID, offset, maxMsgs, filter)
+	}
+	until := time.Now().Add(hold)
+	for {
+		res, err := get(time.Until(until))
+		if err != nil || !b.heldBack(res) {
+			return res, err
+		}
+		minOff, maxOff := res.MinOffset, res.MaxOffset
+		res.Release()
+		if time.Until(until) <= 0 || ctx.Err() != nil {
+			return &engine.GetResult{Status: engine.OffsetOverflowOne, NextBeginOffset: offset, MinOffset: minOff, MaxOffset: maxOff}, nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// heldBack trims a found result to the records that end at or below
+// Options.ReadLimit, and reports whether none is left.
+func (b *Broker) heldBack(res *engine.GetResult) bool {
+	if b.opts.ReadLimit == nil || res.Status != engine.Found {
+		return false
+	}
+	limit := b.opts.ReadLimit()
+	for i, m := range res.Messages {
+		if m.PhysicalOffset+int64(m.Size) > limit {
+			if i == 0 {
+				return true
+			}
+			res.NextBeginOffset = m.QueueOffset
+			res.Messages = res.Messages[:i]
+			break
+		}
+	}
+	return false
 }
 
 // holdPull is a long poll: it waits up to hold for a message at offset,

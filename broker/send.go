@@ -196,6 +196,9 @@ func (b *Broker) systemTopic(ctx context.Context, topic string) (namesrv.TopicCo
 func (b *Broker) put(ctx context.Context, m *engine.Message) (engine.PutResult, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.SendTimeout)
 	defer cancel()
+	if b.opts.Put != nil {
+		return b.opts.Put(ctx, m)
+	}
 	return b.store.Put(ctx, m)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/ha"
+	"github.com/mqstore/mqstore/internal/handoff"
 )
 
 // Defaults of Options.
@@ -47,6 +49,10 @@ type Options struct {
 	// HAListen is this broker's HA address, the same in both roles
 	// (DefaultHAListen).
 	HAListen string
+	// HAAdvertise is the HA address registered with the controller, where
+	// the slaves dial (default: HAListen's address; set it when they reach
+	// this broker through a proxy or a translated address).
+	HAAdvertise string
 	// HeartbeatInterval is how often the broker heartbeats the controller
 	// leader and asks it for the set's state (DefaultHeartbeatInterval; the
 	// controller's broker expiry must be several of these).
@@ -75,7 +81,15 @@ type Options struct {
 	Slave  ha.SlaveOptions
 	// Controller are the controller client's options.
 	Controller controller.ClientOptions
-	Logger     *slog.Logger
+	// OnRole, when set, is told of every settled role with the store that
+	// serves it — Master once the broker accepts writes, Slave once it
+	// follows — and with Fenced and a nil store before a change of role or
+	// Close closes that store: a server of the store's clients (a remoting
+	// broker) starts and stops with it. It runs on the broker's own
+	// goroutine and must return promptly; it may call Status and Put but
+	// must not keep the store past the next call.
+	OnRole func(*Broker, Role, *engine.Store)
+	Logger *slog.Logger
 }
 
 // Role is what a broker currently is.
@@ -141,6 +155,9 @@ type Status struct {
 	Writable          bool
 	SyncStateSet      []int64 // the controller's in-sync set as the master knows it
 	SyncStateSetEpoch int32
+	// MasterAddr is the client address of the master the broker knows
+	// ("" when none).
+	MasterAddr string
 	// SlaveError is why the HA client stopped (a slave whose log cannot
 	// follow the master's), "" while it runs.
 	SlaveError string
@@ -154,7 +171,7 @@ type Broker struct {
 	client *controller.Client
 	fsys   storefs.FS
 	id     int64
-	hal    *haListener
+	hal    *handoff.Socket
 
 	mu         sync.Mutex
 	role       Role
@@ -177,7 +194,7 @@ type Broker struct {
 	storeMu     sync.RWMutex
 	store       *engine.Store
 	master      *ha.Master
-	term        *termListener
+	term        *handoff.Term
 	slave       *ha.Slave
 	slaveCancel context.CancelFunc
 	slaveDone   chan struct{}
@@ -269,7 +286,7 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 		}
 		return nil, err
 	}
-	haAddr := b.hal.Addr().String()
+	haAddr := b.HAAddr()
 	if b.opts.Addr == "" {
 		b.opts.Addr = haAddr
 	}
@@ -318,8 +335,13 @@ func (b *Broker) openStore(ctx context.Context, role engine.BrokerRole) (*engine
 // ID is the broker's id in its set.
 func (b *Broker) ID() int64 { return b.id }
 
-// HAAddr is the broker's HA address.
-func (b *Broker) HAAddr() string { return b.hal.Addr().String() }
+// HAAddr is the broker's HA address, as registered with the controller.
+func (b *Broker) HAAddr() string {
+	if b.opts.HAAdvertise != "" {
+		return b.opts.HAAdvertise
+	}
+	return b.hal.Addr().String()
+}
 
 // Addr is the client address the broker registered.
 func (b *Broker) Addr() string { return b.opts.Addr }
@@ -329,7 +351,7 @@ func (b *Broker) Status() Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return Status{ID: b.id, Role: b.role, Epoch: b.epoch, MasterID: b.masterID, Writable: b.writable,
-		SyncStateSet: slices.Clone(b.sss), SyncStateSetEpoch: b.sssEpoch, SlaveError: b.slaveErr}
+		SyncStateSet: slices.Clone(b.sss), SyncStateSetEpoch: b.sssEpoch, MasterAddr: b.masterAddr, SlaveError: b.slaveErr}
 }
 
 func (b *Broker) notMasterLocked() error {
@@ -495,6 +517,34 @@ func (b *Broker) waitCovered(ctx, tctx context.Context, end int64) error {
 	}
 }
 
+// ConfirmedOffset is the CommitLog offset every member of the in-sync set
+// holds — the engine's set, as it acknowledged while it had enough
+// members, and the controller's slaves, as each acknowledged on a
+// verified connection — on the writable master; 0 on any other broker.
+// No failover cuts a record below it: every replica the controller may
+// elect holds it.
+func (b *Broker) ConfirmedOffset() int64 {
+	b.mu.Lock()
+	writable, sss := b.writable, b.sss
+	b.mu.Unlock()
+	if !writable {
+		return 0
+	}
+	b.storeMu.RLock()
+	defer b.storeMu.RUnlock()
+	if b.store == nil {
+		return 0
+	}
+	confirmed := b.store.ReplicationStats().InSyncOffset
+	acked := b.ackedByID()
+	for _, id := range sss {
+		if id != b.id {
+			confirmed = min(confirmed, acked[id])
+		}
+	}
+	return confirmed
+}
+
 // Get reads from a queue of the writable master (a fenced broker or a
 // slave answers a *NotMasterError: its log may hold records a failover
 // cuts).
@@ -641,6 +691,14 @@ func (b *Broker) fence(info *controller.BrokerSet) {
 		b.masterAddr = r.Addr
 	}
 	b.mu.Unlock()
+	b.tellRole(Fenced, nil)
+}
+
+// tellRole calls Options.OnRole.
+func (b *Broker) tellRole(r Role, s *engine.Store) {
+	if b.opts.OnRole != nil {
+		b.opts.OnRole(b, r, s)
+	}
 }
 
 // stopReplicationLocked ends the HA master or client (storeMu held).
@@ -736,7 +794,7 @@ func (b *Broker) becomeMaster(ctx context.Context, info *controller.BrokerSet) {
 	if mo.Logger == nil {
 		mo.Logger = b.log
 	}
-	term := b.hal.startTerm()
+	term := b.hal.StartTerm()
 	mo.Listener = term
 	m, err := ha.NewMaster(b.store, mo)
 	if err != nil {
@@ -756,6 +814,7 @@ func (b *Broker) becomeMaster(ctx context.Context, info *controller.BrokerSet) {
 	b.writable = true
 	b.slaveErr = ""
 	b.mu.Unlock()
+	b.tellRole(Master, b.store)
 	b.log.Info("master: accepting writes", "epoch", e, "startOffset", end, "switch", time.Since(start).Round(time.Millisecond),
 		"replicationStopped", stopped.Round(time.Millisecond), "reopened", reopened.Round(time.Millisecond))
 }
@@ -791,6 +850,12 @@ func (b *Broker) becomeSlave(ctx context.Context, info *controller.BrokerSet) {
 	}
 	so := b.opts.Slave
 	so.MasterAddress = fwd.Addr()
+	if so.TLS != nil {
+		// The HA client dials the forwarder; the master's certificate must
+		// name the master's address.
+		so.TLS = so.TLS.Clone()
+		so.TLS.ServerName, _, _ = net.SplitHostPort(mr.HAAddr)
+	}
 	so.EpochHandshake = true
 	if so.Logger == nil {
 		so.Logger = b.log
@@ -818,6 +883,7 @@ func (b *Broker) becomeSlave(ctx context.Context, info *controller.BrokerSet) {
 	b.role, b.epoch, b.slaveErr = Slave, e, ""
 	b.sss, b.sssEpoch = nil, 0
 	b.mu.Unlock()
+	b.tellRole(Slave, b.store)
 }
 
 // dropEmptyEpochsLocked drops the newest entries of the epoch file that
@@ -943,6 +1009,7 @@ func (b *Broker) Close() error {
 		b.role = Fenced
 		b.termCancel()
 		b.mu.Unlock()
+		b.tellRole(Fenced, nil)
 		b.storeMu.Lock()
 		b.stopReplicationLocked()
 		if b.store != nil {

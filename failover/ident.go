@@ -3,7 +3,6 @@ package failover
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mqstore/mqstore/internal/handoff"
 )
 
 // The HA protocol names a slave connection by its TCP address, and the
@@ -60,132 +61,37 @@ type identConn struct {
 
 func (c *identConn) RemoteAddr() net.Addr { return c.addr }
 
-// haListener is a broker's HA socket, open for the broker's life so the
+// listenHA opens a broker's HA socket, open for the broker's life so the
 // address it registered stays valid across role changes. While the broker
-// is master, connections that identified themselves go to the term's
-// listener (the one the HA master serves); otherwise they are closed.
-type haListener struct {
-	ln  net.Listener
-	log *slog.Logger
-
-	mu   sync.Mutex
-	term *termListener
-	wg   sync.WaitGroup
-}
-
-func listenHA(addr string, log *slog.Logger) (*haListener, error) {
-	ln, err := net.Listen("tcp", addr)
+// is master, connections that identified themselves go to the term (the
+// listener the HA master serves); otherwise they are closed.
+func listenHA(addr string, log *slog.Logger) (*handoff.Socket, error) {
+	s, err := handoff.Listen(addr, func(c net.Conn) (net.Conn, bool) { return identify(c, log) }, log)
 	if err != nil {
-		return nil, fmt.Errorf("failover: HA listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("failover: HA: %w", err)
 	}
-	h := &haListener{ln: ln, log: log}
-	h.wg.Add(1)
-	go h.accept()
-	return h, nil
+	return s, nil
 }
 
-func (h *haListener) Addr() net.Addr { return h.ln.Addr() }
-
-func (h *haListener) Close() error {
-	err := h.ln.Close()
-	h.mu.Lock()
-	if h.term != nil {
-		h.term.Close() // first: an identified connection may wait for the term
-	}
-	h.mu.Unlock()
-	h.wg.Wait()
-	return err
-}
-
-func (h *haListener) accept() {
-	defer h.wg.Done()
-	for {
-		c, err := h.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			h.log.Warn("failover: HA accept failed", "err", err)
-			time.Sleep(10 * time.Millisecond) // an accept error (EMFILE): let descriptors free up
-			continue
-		}
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			h.identify(c)
-		}()
-	}
-}
-
-func (h *haListener) identify(c net.Conn) {
+// identify reads a slave connection's identity preamble and names the
+// connection by it; a connection without one is closed.
+func identify(c net.Conn, log *slog.Logger) (net.Conn, bool) {
 	var pre [identSize]byte
 	c.SetReadDeadline(time.Now().Add(identTimeout))
 	if _, err := io.ReadFull(c, pre[:]); err != nil || string(pre[:4]) != identMagic {
-		h.log.Warn("failover: HA connection without a broker identity closed", "peer", c.RemoteAddr(), "err", err)
+		log.Warn("failover: HA connection without a broker identity closed", "peer", c.RemoteAddr(), "err", err)
 		c.Close()
-		return
+		return nil, false
 	}
 	c.SetReadDeadline(time.Time{})
 	id := int64(binary.BigEndian.Uint64(pre[4:]))
 	if id <= 0 {
-		h.log.Warn("failover: HA connection with a bad broker id closed", "peer", c.RemoteAddr(), "id", id)
+		log.Warn("failover: HA connection with a bad broker id closed", "peer", c.RemoteAddr(), "id", id)
 		c.Close()
-		return
+		return nil, false
 	}
-	ic := &identConn{Conn: c, addr: identAddr{id: id, peer: c.RemoteAddr()}}
-	h.mu.Lock()
-	t := h.term
-	h.mu.Unlock()
-	if t == nil || !t.deliver(ic) {
-		c.Close() // not master now: the slave connects again
-	}
+	return &identConn{Conn: c, addr: identAddr{id: id, peer: c.RemoteAddr()}}, true
 }
-
-// startTerm returns the listener of a master term.
-func (h *haListener) startTerm() *termListener {
-	t := &termListener{addr: h.ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}
-	h.mu.Lock()
-	if h.term != nil {
-		h.term.Close()
-	}
-	h.term = t
-	h.mu.Unlock()
-	return t
-}
-
-// termListener is what ha.Master serves during one master term; closing
-// it leaves the broker's socket open.
-type termListener struct {
-	addr  net.Addr
-	conns chan net.Conn
-	once  sync.Once
-	done  chan struct{}
-}
-
-func (t *termListener) deliver(c net.Conn) bool {
-	select {
-	case t.conns <- c:
-		return true
-	case <-t.done:
-		return false
-	}
-}
-
-func (t *termListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-t.conns:
-		return c, nil
-	case <-t.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (t *termListener) Close() error {
-	t.once.Do(func() { close(t.done) })
-	return nil
-}
-
-func (t *termListener) Addr() net.Addr { return t.addr }
 
 // forwarder is a slave's side of the identity: its HA client dials the
 // forwarder, which connects to the master, sends the preamble and copies.

@@ -67,7 +67,7 @@ func TestIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	term := h.startTerm()
+	term := h.StartTerm()
 	fwd, err := newForwarder(h.Addr().String(), 7, quiet)
 	if err != nil {
 		t.Fatal(err)

@@ -222,17 +222,19 @@ func LoadSecret(path string) ([]byte, error) {
 }
 
 // Certificates are the files GenerateCertificates writes in its directory.
-var Certificates = struct{ CA, CAKey, Master, MasterKey, Slave, SlaveKey string }{
-	"ca.pem", "ca-key.pem", "master.pem", "master-key.pem", "slave.pem", "slave-key.pem"}
+var Certificates = struct{ CA, CAKey, Master, MasterKey, Slave, SlaveKey, Replica, ReplicaKey string }{
+	"ca.pem", "ca-key.pem", "master.pem", "master-key.pem", "slave.pem", "slave-key.pem", "replica.pem", "replica-key.pem"}
 
-// GenerateCertificates writes, in dir, a CA and a master and a slave
-// certificate it signs (ECDSA P-256, valid for validFor from now), each
-// with its key (mode 0600), for trying mutual TLS: the master's is valid
-// for hosts (names or IP addresses; localhost, 127.0.0.1 and ::1 are
-// always included). It refuses to overwrite a file.
+// GenerateCertificates writes, in dir, a CA and a master, a slave and a
+// replica certificate it signs (ECDSA P-256, valid for validFor from now),
+// each with its key (mode 0600), for trying mutual TLS: the master's is
+// valid for hosts (names or IP addresses; localhost, 127.0.0.1 and ::1
+// are always included), and so is the replica's, which is both a server's
+// and a client's (a replica of a broker set that follows the failover
+// controller is master or slave in turn). It refuses to overwrite a file.
 func GenerateCertificates(dir string, hosts []string, validFor time.Duration) error {
 	names := Certificates
-	for _, f := range []string{names.CA, names.CAKey, names.Master, names.MasterKey, names.Slave, names.SlaveKey} {
+	for _, f := range []string{names.CA, names.CAKey, names.Master, names.MasterKey, names.Slave, names.SlaveKey, names.Replica, names.ReplicaKey} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 			return fmt.Errorf("gen-certs: %s exists; choose an empty directory: %w", filepath.Join(dir, f), os.ErrExist)
 		}
@@ -264,13 +266,13 @@ func GenerateCertificates(dir string, hosts []string, validFor time.Duration) er
 	if err := writeKey(filepath.Join(dir, names.CAKey), caKey); err != nil {
 		return err
 	}
-	leaf := func(cn string, usage x509.ExtKeyUsage, hosts []string, certFile, keyFile string) error {
+	leaf := func(cn string, usage []x509.ExtKeyUsage, hosts []string, certFile, keyFile string) error {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return fmt.Errorf("gen-certs: %w", err)
 		}
 		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, NotBefore: now.Add(-time.Minute), NotAfter: now.Add(validFor),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage}
 		if tmpl.SerialNumber, err = serial(); err != nil {
 			return err
 		}
@@ -291,10 +293,14 @@ func GenerateCertificates(dir string, hosts []string, validFor time.Duration) er
 		return writeKey(filepath.Join(dir, keyFile), key)
 	}
 	masterHosts := append([]string{"localhost", "127.0.0.1", "::1"}, hosts...)
-	if err := leaf("mqstore HA master", x509.ExtKeyUsageServerAuth, masterHosts, names.Master, names.MasterKey); err != nil {
+	server, client := x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth
+	if err := leaf("mqstore HA master", []x509.ExtKeyUsage{server}, masterHosts, names.Master, names.MasterKey); err != nil {
 		return err
 	}
-	return leaf("mqstore HA slave", x509.ExtKeyUsageClientAuth, nil, names.Slave, names.SlaveKey)
+	if err := leaf("mqstore HA slave", []x509.ExtKeyUsage{client}, nil, names.Slave, names.SlaveKey); err != nil {
+		return err
+	}
+	return leaf("mqstore HA replica", []x509.ExtKeyUsage{server, client}, masterHosts, names.Replica, names.ReplicaKey)
 }
 
 func serial() (*big.Int, error) {

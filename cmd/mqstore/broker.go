@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -57,6 +58,26 @@ func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
 // sets the store's StoreHost to the advertised address (records and
 // message ids carry it).
 func (bf *brokerFlags) open(fs *flag.FlagSet, o *engine.Options) error {
+	if err := bf.check(fs); err != nil || *bf.listen == "" {
+		return err
+	}
+	switch {
+	case o.Role == engine.Slave && *bf.id == 0:
+		return cli.BadFlag(fs, "--broker-id 0 is a master's; a slave's is above 0")
+	case o.Role != engine.Slave && *bf.id > 0:
+		return cli.BadFlag(fs, "--broker-id %d is a slave's; a %v's is 0", *bf.id, o.Role)
+	}
+	ln, host, err := bf.listenRemoting(fs)
+	if err != nil {
+		return err
+	}
+	o.StoreHost = host
+	bf.ln = ln
+	return nil
+}
+
+// check checks the flags that need no listener.
+func (bf *brokerFlags) check(fs *flag.FlagSet) error {
 	if *bf.metrics != "" {
 		if _, _, err := net.SplitHostPort(*bf.metrics); err != nil {
 			return cli.BadFlag(fs, "--metrics-listen %q: %v", *bf.metrics, err)
@@ -73,16 +94,6 @@ func (bf *brokerFlags) open(fs *flag.FlagSet, o *engine.Options) error {
 		}
 		return nil
 	}
-	addr := *bf.listen
-	if strings.HasPrefix(addr, ":") {
-		addr = "127.0.0.1" + addr
-	}
-	switch {
-	case o.Role == engine.Slave && *bf.id == 0:
-		return cli.BadFlag(fs, "--broker-id 0 is a master's; a slave's is above 0")
-	case o.Role != engine.Slave && *bf.id > 0:
-		return cli.BadFlag(fs, "--broker-id %d is a slave's; a %v's is 0", *bf.id, o.Role)
-	}
 	for _, ns := range bf.namesrvs() {
 		if _, _, err := net.SplitHostPort(ns); err != nil {
 			return cli.BadFlag(fs, "--namesrv %q: %v", ns, err)
@@ -93,23 +104,29 @@ func (bf *brokerFlags) open(fs *flag.FlagSet, o *engine.Options) error {
 			return cli.BadFlag(fs, "--remoting-advertise: %v", err)
 		}
 	}
-	ln, err := broker.Listen(addr)
-	if err != nil {
-		return err
+	return nil
+}
+
+// listenRemoting opens --remoting-listen (a bare :PORT on loopback) and
+// settles the advertised address; host is the StoreHost records carry.
+func (bf *brokerFlags) listenRemoting(fs *flag.FlagSet) (ln net.Listener, host netip.AddrPort, err error) {
+	addr := *bf.listen
+	if strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1" + addr
+	}
+	if ln, err = broker.Listen(addr); err != nil {
+		return nil, host, err
 	}
 	adv := *bf.advertise
 	if adv == "" {
 		adv = ln.Addr().String()
 	}
-	host, err := broker.StoreHost(adv)
-	if err != nil {
+	if host, err = broker.StoreHost(adv); err != nil {
 		ln.Close()
-		return cli.BadFlag(fs, "--remoting-listen: %v", err)
+		return nil, host, cli.BadFlag(fs, "--remoting-listen: %v", err)
 	}
 	*bf.advertise = adv
-	o.StoreHost = host
-	bf.ln = ln
-	return nil
+	return ln, host, nil
 }
 
 func (bf *brokerFlags) namesrvs() []string {
@@ -149,10 +166,6 @@ func (bf *brokerFlags) start(store *engine.Store, haAddr string, slaveLags func(
 	if bf.ln == nil {
 		return nil, nil
 	}
-	var onRequest func(code, response int16, took time.Duration)
-	if bf.remoting != nil {
-		onRequest = bf.remoting.Observe
-	}
 	id := *bf.id
 	if id < 0 {
 		id = 0
@@ -160,13 +173,24 @@ func (bf *brokerFlags) start(store *engine.Store, haAddr string, slaveLags func(
 			id = 1
 		}
 	}
-	b, err := broker.New(store, bf.ln, broker.Options{AdvertisedAddr: *bf.advertise, Namesrv: bf.namesrvs(), Cluster: *bf.cluster,
-		BrokerName: *bf.name, BrokerID: id, HAAddr: haAddr, NoAutoCreateTopic: *bf.noAutoTopic, DelayLevels: bf.delays, Logger: log, OnRequest: onRequest})
+	o := bf.brokerOptions(log)
+	o.BrokerID, o.HAAddr = id, haAddr
+	b, err := broker.New(store, bf.ln, o)
 	bf.ln = nil
 	if err == nil {
 		fmt.Fprintf(stderr, "broker listening on %s\n", b.Addr())
 	}
 	return b, err
+}
+
+// brokerOptions are the remoting broker's options from the flags.
+func (bf *brokerFlags) brokerOptions(log *slog.Logger) broker.Options {
+	o := broker.Options{AdvertisedAddr: *bf.advertise, Namesrv: bf.namesrvs(), Cluster: *bf.cluster, BrokerName: *bf.name,
+		NoAutoCreateTopic: *bf.noAutoTopic, DelayLevels: bf.delays, Logger: log}
+	if bf.remoting != nil {
+		o.OnRequest = bf.remoting.Observe
+	}
+	return o
 }
 
 // close stops the broker and the metrics (before the store closes), or

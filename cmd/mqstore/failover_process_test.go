@@ -165,7 +165,11 @@ func TestServeFailoverBadFlags(t *testing.T) {
 		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--master", "127.0.0.1:2"},
 		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--broker-id", "0"},
 		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--min-in-sync-replicas", "1"},
-		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--remoting-listen", "127.0.0.1:3"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:3"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--ha-advertise", "nowhere"},
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--namesrv", "127.0.0.1:4"}, // no --remoting-listen
+		{"--ha-advertise", "127.0.0.1:5"}, // no --broker-set
+		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--ha-listen", "0.0.0.0:6"}, // beyond loopback, no TLS or secret
 		{"--broker-set", "a", "--controller-peers", "127.0.0.1:1", "--controller-heartbeat", "1ms"},
 		{"--broker-set", "a", "--controller", "c1=127.0.0.1:1"}, // no --controller-id
 		{"--broker-set", "a", "--controller", "c1=127.0.0.1:1", "--controller-id", "c2"},
@@ -176,6 +180,95 @@ func TestServeFailoverBadFlags(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage") {
 			t.Errorf("mqstore %v: exit %d, stderr %q; want 2 and the usage", args, code, stderr.String())
+		}
+	}
+}
+
+// TestFailoverTLS: three replicas of a broker set with mutual TLS on the
+// HA port (gen-certs' replica certificate, server and client): the
+// slaves join the in-sync set over TLS, and after kill -9 of the master
+// they follow the new one over TLS too; a replica without a certificate
+// never joins.
+func TestFailoverTLS(t *testing.T) {
+	certs := t.TempDir()
+	if _, stderr, code := runCLI(t, "gen-certs", certs); code != 0 {
+		t.Fatalf("gen-certs: exit %d: %s", code, stderr)
+	}
+	const n = 3
+	var raftAddrs, rpc, haAddrs, peers []string
+	for i := 0; i < n; i++ {
+		raftAddrs = append(raftAddrs, clusterTestAddr(t))
+		rpc = append(rpc, clusterTestAddr(t))
+		haAddrs = append(haAddrs, clusterTestAddr(t))
+		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
+	}
+	root := t.TempDir()
+	args := func(i int, tls bool) []string {
+		a := []string{"serve", "--dir", filepath.Join(root, fmt.Sprintf("b%d", i+1)), "--broker-set", "orders",
+			"--broker-id", fmt.Sprint(i + 1), "--controller", strings.Join(peers, ","), "--controller-id", fmt.Sprintf("c%d", i+1),
+			"--controller-listen", rpc[i], "--controller-peers", strings.Join(rpc, ","), "--ha-listen", haAddrs[i],
+			"--controller-heartbeat", "200ms", "--broker-expiry", "1s", "--raft-heartbeat", "300ms",
+			"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--segment-size", "1048576", "--status-interval", "0"}
+		if tls {
+			a = append(a, "--tls-cert", filepath.Join(certs, "replica.pem"), "--tls-key", filepath.Join(certs, "replica-key.pem"),
+				"--tls-ca", filepath.Join(certs, "ca.pem"))
+		}
+		return a
+	}
+	procs := make([]*process, n)
+	for i := range procs {
+		procs[i] = startProcess(t, false, args(i, true)...)
+	}
+	client, err := controller.NewClient(rpc, controller.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	waitFor := func(what string, cond func(*controller.BrokerSet) bool) *controller.BrokerSet {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s, err := client.ReplicaInfo(ctx, "orders")
+			cancel()
+			if err == nil && cond(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				for i, p := range procs {
+					t.Logf("process %d:\n%s", i+1, p.stderr())
+				}
+				t.Fatalf("timed out waiting for %s (last: %+v, %v)", what, s, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := waitFor("a master and every replica in sync over TLS", func(s *controller.BrokerSet) bool {
+		return s.MasterID != 0 && len(s.SyncStateSet) == n
+	})
+	old := int(first.MasterID) - 1
+	procs[old].waitLine(t, regexp.MustCompile(`ha master listening.*tls=true`))
+	procs[old].cmd.Process.Signal(syscall.SIGKILL)
+	<-procs[old].done
+	next := waitFor("a new master with the other survivor in sync", func(s *controller.BrokerSet) bool {
+		return s.MasterEpoch > first.MasterEpoch && s.MasterID != first.MasterID && len(s.SyncStateSet) == n-1
+	})
+	// Started again without a certificate, the old master cannot follow:
+	// the new master refuses its HA connection.
+	procs[old] = startProcess(t, false, args(old, false)...)
+	procs[old].waitLine(t, regexp.MustCompile(fmt.Sprintf(`role slave, epoch %d`, next.MasterEpoch)))
+	time.Sleep(2 * time.Second)
+	if s := waitFor("the set's state", func(*controller.BrokerSet) bool { return true }); s.InSync(first.MasterID) {
+		t.Fatalf("a replica without a certificate joined the in-sync set: %+v", s)
+	}
+	procs[old].stop(t, syscall.SIGTERM)
+	procs[old] = startProcess(t, false, args(old, true)...)
+	waitFor("the returned replica back in sync over TLS", func(s *controller.BrokerSet) bool {
+		return s.MasterEpoch == next.MasterEpoch && len(s.SyncStateSet) == n
+	})
+	for i, p := range procs {
+		if code := p.stop(t, syscall.SIGTERM); code != 0 {
+			t.Fatalf("process %d exited %d:\n%s", i+1, code, p.stderr())
 		}
 	}
 }

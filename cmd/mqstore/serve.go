@@ -207,7 +207,11 @@ func addServeFlags(fs *flag.FlagSet, name string) *serveFlags {
 				"Runs a store until SIGINT or SIGTERM, then closes it cleanly. A master listens for slaves on --ha-listen;\n"+
 				"a slave replicates the master at --master. The replication state is logged every --status-interval.\n"+
 				"With --remoting-listen the store is also a RocketMQ broker: RocketMQ clients produce and consume through it,\n"+
-				"and it registers with the name servers at --namesrv (mqstore namesrv).")
+				"and it registers with the name servers at --namesrv (mqstore namesrv).\n\n"+
+				"       mqstore serve --dir DIR --broker-set NAME --broker-id N --controller-peers ADDR,... [--controller ID=ADDR,... --controller-id ID]\n"+
+				"       [--ha-listen ADDR] [--remoting-listen ADDR --namesrv ADDR]\n\n"+
+				"With --broker-set the broker follows the failover controller, which gives it its role; it serves RocketMQ\n"+
+				"clients on --remoting-listen while it is master (a slave's broker only keeps up with the master's topics).")
 		}
 		fs.PrintDefaults()
 	}
@@ -450,7 +454,7 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
-// runGenCerts writes a CA and a master and a slave certificate it signs,
+// runGenCerts writes a CA and a master, a slave and a replica certificate it signs,
 // for trying mutual TLS on the HA port.
 func runGenCerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gen-certs", flag.ContinueOnError)
@@ -458,8 +462,9 @@ func runGenCerts(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	validFor := fs.Duration("valid-for", 365*24*time.Hour, "how long the certificates are valid")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqstore gen-certs [--host NAME,...] [--valid-for DURATION] DIR\n\n"+
-			"Writes in DIR a CA (ca.pem, ca-key.pem) and a master and a slave certificate it signs (master.pem,\n"+
-			"master-key.pem, slave.pem, slave-key.pem; ECDSA P-256), for mutual TLS on the HA port:\n"+
+			"Writes in DIR a CA (ca.pem, ca-key.pem) and a master, a slave and a replica certificate it signs (master.pem,\n"+
+			"master-key.pem, slave.pem, slave-key.pem, replica.pem, replica-key.pem; ECDSA P-256), for mutual TLS on the HA port\n"+
+			"(a replica of a --broker-set is master and slave in turn: it takes replica.pem):\n"+
 			"  mqstore serve --role sync-master --dir M --tls-cert DIR/master.pem --tls-key DIR/master-key.pem --tls-ca DIR/ca.pem\n"+
 			"  mqstore slave --dir S --master 127.0.0.1:10912 --tls-cert DIR/slave.pem --tls-key DIR/slave-key.pem --tls-ca DIR/ca.pem\n"+
 			"Keep ca-key.pem away from the brokers; it signs certificates the master trusts.")
@@ -481,7 +486,7 @@ func runGenCerts(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := ha.GenerateCertificates(dir, extra, *validFor); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s/{%s,%s,%s,%s,%s,%s}\n", dir, ha.Certificates.CA, ha.Certificates.CAKey, ha.Certificates.Master,
-		ha.Certificates.MasterKey, ha.Certificates.Slave, ha.Certificates.SlaveKey)
+	fmt.Fprintf(stdout, "wrote %s/{%s,%s,%s,%s,%s,%s,%s,%s}\n", dir, ha.Certificates.CA, ha.Certificates.CAKey, ha.Certificates.Master,
+		ha.Certificates.MasterKey, ha.Certificates.Slave, ha.Certificates.SlaveKey, ha.Certificates.Replica, ha.Certificates.ReplicaKey)
 	return nil
 }

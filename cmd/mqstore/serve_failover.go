@@ -7,14 +7,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/mqstore/mqstore/broker"
 	"github.com/mqstore/mqstore/controller"
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/failover"
 	"github.com/mqstore/mqstore/ha"
 	"github.com/mqstore/mqstore/internal/cli"
+	"github.com/mqstore/mqstore/internal/handoff"
 )
 
 // failoverFlags are serve's flags for a broker that follows the failover
@@ -29,6 +34,7 @@ type failoverFlags struct {
 	ctrlDir    *string
 	expiry     *time.Duration
 	raftBeat   *time.Duration
+	haAdv      *string
 }
 
 func addFailoverFlags(fs *flag.FlagSet) *failoverFlags {
@@ -47,11 +53,15 @@ func addFailoverFlags(fs *flag.FlagSet) *failoverFlags {
 		expiry: fs.Duration("broker-expiry", controller.DefaultBrokerExpiry, "the embedded controller: a broker with no heartbeat "+
 			"for this long is dead"),
 		raftBeat: fs.Duration("raft-heartbeat", time.Second, "the embedded controller's raft heartbeat and election timeout"),
+		haAdv: fs.String("ha-advertise", "", "with --broker-set: the HA address registered with the controller, where slaves dial "+
+			"(default: the --ha-listen address)"),
 	}
 }
 
 // on reports whether serve runs a broker that follows the controller.
-func (f *failoverFlags) on() bool { return *f.set != "" || *f.peers != "" || *f.embed != "" }
+func (f *failoverFlags) on() bool {
+	return *f.set != "" || *f.peers != "" || *f.embed != "" || *f.haAdv != ""
+}
 
 // serveFailover runs a broker of a broker set that follows the failover
 // controller until ctx ends.
@@ -64,10 +74,8 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 		return cli.BadFlag(fs, "--role is the controller's to give with --broker-set")
 	case h.master != nil && *h.master != "":
 		return cli.BadFlag(fs, "--master is the controller's to name with --broker-set")
-	case *bf.listen != "":
-		return cli.BadFlag(fs, "--remoting-listen is not supported with --broker-set yet")
-	case *h.sec.cert != "" || *h.sec.key != "" || *h.sec.ca != "":
-		return cli.BadFlag(fs, "--tls-* is not supported with --broker-set yet (use --ha-secret-file)")
+	case *bf.metrics != "":
+		return cli.BadFlag(fs, "--metrics-listen is not supported with --broker-set yet")
 	case *bf.id == 0 || *bf.id < -1:
 		return cli.BadFlag(fs, "--broker-id %d: a replica's id in its set is 1 or more", *bf.id)
 	case *f.heartbeat < 10*time.Millisecond:
@@ -80,6 +88,9 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	mode, err := engine.ParseFlushMode(flush)
 	if err != nil {
 		return cli.BadFlag(fs, "--flush: %v", err)
+	}
+	if err := bf.check(fs); err != nil {
+		return err
 	}
 	var addrs []string
 	for _, a := range strings.Split(*f.peers, ",") {
@@ -102,7 +113,11 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	if len(addrs) == 0 {
 		return cli.BadFlag(fs, "--controller-peers is required (or --controller to run one here)")
 	}
-	_, secret, err := h.sec.load(fs, true)
+	serverTLS, secret, err := h.sec.load(fs, true)
+	if err != nil {
+		return err
+	}
+	clientTLS, _, err := h.sec.load(fs, false)
 	if err != nil {
 		return err
 	}
@@ -110,15 +125,41 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	if haListen == "" {
 		haListen = ha.DefaultListenAddr
 	}
+	if host, _, err := net.SplitHostPort(haListen); err != nil {
+		return cli.BadFlag(fs, "--ha-listen %q: %v", haListen, err)
+	} else if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && serverTLS == nil && secret == nil {
+		return cli.BadFlag(fs, "--ha-listen %s is reachable beyond this machine: it streams the whole CommitLog, so it needs TLS "+
+			"(--tls-cert, --tls-key, --tls-ca; mqstore gen-certs makes a replica certificate) or --ha-secret-file", haListen)
+	}
 	id := max(*bf.id, 0)
-	o := failover.Options{Set: *f.set, ID: id, Dir: dir, Controllers: addrs, HAListen: haListen, HeartbeatInterval: *f.heartbeat,
+	var front *remotingFront
+	var storeHost netip.AddrPort
+	if *bf.listen != "" {
+		ln, host, err := bf.listenRemoting(fs)
+		if err != nil {
+			return err
+		}
+		storeHost = host
+		front = &remotingFront{sock: handoff.New(ln, nil, log), opts: bf.brokerOptions(log), log: log, stderr: stderr}
+		defer front.close()
+	}
+	if *f.haAdv != "" {
+		if _, _, err := net.SplitHostPort(*f.haAdv); err != nil {
+			return cli.BadFlag(fs, "--ha-advertise %q: %v", *f.haAdv, err)
+		}
+	}
+	o := failover.Options{Set: *f.set, ID: id, Dir: dir, Controllers: addrs, HAListen: haListen, HAAdvertise: *f.haAdv, HeartbeatInterval: *f.heartbeat,
 		MinInSyncReplicas: *h.minInSync, AckTimeout: *h.slaveTimeout,
 		Store: engine.Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: segmentSize, SlaveTimeout: *h.slaveTimeout,
 			HASlaveFallbehindMax: *h.fallbehind, Logger: log},
 		Master: ha.MasterOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, TransferBatchSize: *h.batch,
-			Secret: secret, Logger: log},
-		Slave:  ha.SlaveOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, Secret: secret, Logger: log},
+			TLS: serverTLS, Secret: secret, Logger: log},
+		Slave: ha.SlaveOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, TLS: clientTLS, Secret: secret,
+			Logger: log},
 		Logger: log}
+	if front != nil {
+		o.Addr, o.Store.StoreHost, o.OnRole = *bf.advertise, storeHost, front.onRole
+	}
 	if o.AckTimeout <= 0 {
 		o.AckTimeout = failover.DefaultAckTimeout
 	}
@@ -126,6 +167,9 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	b, err := failover.Start(ctx, o)
 	if err != nil {
 		return err
+	}
+	if front != nil {
+		fmt.Fprintf(stderr, "broker %d of set %s: remoting on %s, served while master or slave\n", b.ID(), *f.set, *bf.advertise)
 	}
 	fmt.Fprintf(stderr, "broker %d of set %s: ha on %s, fenced until the controller gives it a role\n", b.ID(), *f.set, b.HAAddr())
 	stop := logStatus(every, func() { logFailover(log, b) })
@@ -199,4 +243,56 @@ func logFailover(log *slog.Logger, b *failover.Broker) {
 		return nil
 	})
 	log.Info("failover", attrs...)
+}
+
+// remotingFront serves a failover broker's store to RocketMQ clients on
+// one socket: a remoting broker per settled role, started with the role
+// and closed before the store it reads is. The master's registers with
+// the name servers as broker 0 and puts through the failover broker's ack
+// rule; a slave's copies the master's topics and consumer offsets and
+// serves no reads.
+type remotingFront struct {
+	sock   *handoff.Socket
+	opts   broker.Options
+	log    *slog.Logger
+	stderr io.Writer
+
+	mu  sync.Mutex
+	cur *broker.Broker
+}
+
+func (f *remotingFront) onRole(fb *failover.Broker, r failover.Role, s *engine.Store) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur != nil {
+		if err := f.cur.Close(); err != nil {
+			f.log.Warn("close the remoting broker of the last role", "err", err)
+		}
+		f.cur = nil
+	}
+	if r == failover.Fenced || s == nil {
+		return
+	}
+	o := f.opts
+	if r == failover.Master {
+		o.BrokerID = 0
+		o.Put, o.HAAddr, o.ReadLimit = fb.Put, fb.HAAddr(), fb.ConfirmedOffset
+	} else {
+		o.Namesrv = nil // clients find the master; a slave only keeps up with its topics and offsets
+		o.BrokerID = fb.ID()
+		o.MasterAddr = func() string { return fb.Status().MasterAddr }
+		o.NoSlaveReads = true
+	}
+	b, err := broker.New(s, f.sock.StartTerm(), o)
+	if err != nil {
+		f.log.Error("start the remoting broker", "role", r, "err", err)
+		return
+	}
+	f.cur = b
+	fmt.Fprintf(f.stderr, "remoting broker on %s serving as %v\n", b.Addr(), r)
+}
+
+func (f *remotingFront) close() {
+	f.onRole(nil, failover.Fenced, nil)
+	f.sock.Close()
 }
