@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -70,6 +71,10 @@ type Options struct {
 	// Peers is the whole controller group (this one included). A group
 	// with no state yet bootstraps with it.
 	Peers []Peer
+	// RaftBind is the address raft's TCP transport binds (default: this
+	// peer's RaftAddr, which is what the other peers dial and this one
+	// advertises).
+	RaftBind string
 	// Transport carries raft's traffic (nil: TCP on this peer's RaftAddr,
 	// see NewTCPTransport). Tests pass raft.NewInmemTransport's.
 	Transport raft.Transport
@@ -167,11 +172,20 @@ type Controller struct {
 	wg        sync.WaitGroup
 }
 
-// NewTCPTransport returns raft's TCP transport bound to addr.
-func NewTCPTransport(addr string, log *slog.Logger) (*raft.NetworkTransport, error) {
-	t, err := raft.NewTCPTransportWithLogger(addr, nil, 3, 2*time.Second, hclogFor(log))
+// NewTCPTransport returns raft's TCP transport bound to bind and
+// advertising advertise ("": the bound address).
+func NewTCPTransport(bind, advertise string, log *slog.Logger) (*raft.NetworkTransport, error) {
+	var adv net.Addr
+	if advertise != "" && advertise != bind {
+		a, err := net.ResolveTCPAddr("tcp", advertise)
+		if err != nil {
+			return nil, fmt.Errorf("controller: raft address %s: %w", advertise, err)
+		}
+		adv = a
+	}
+	t, err := raft.NewTCPTransportWithLogger(bind, adv, 3, 2*time.Second, hclogFor(log))
 	if err != nil {
-		return nil, fmt.Errorf("controller: raft transport on %s: %w", addr, err)
+		return nil, fmt.Errorf("controller: raft transport on %s: %w", bind, err)
 	}
 	return t, nil
 }
@@ -238,7 +252,11 @@ func Start(ctx context.Context, opts Options) (*Controller, error) {
 	}
 	c.trans = opts.Transport
 	if c.trans == nil {
-		t, err := NewTCPTransport(self.RaftAddr, log)
+		bind := opts.RaftBind
+		if bind == "" {
+			bind = self.RaftAddr
+		}
+		t, err := NewTCPTransport(bind, self.RaftAddr, log)
 		if err != nil {
 			return fail(err)
 		}

@@ -21,7 +21,7 @@ func startTCP(t *testing.T, n int) []*Controller {
 	var trans []*raft.NetworkTransport
 	var peers []Peer
 	for i := 0; i < n; i++ {
-		tr, err := NewTCPTransport("127.0.0.1:0", quietLog())
+		tr, err := NewTCPTransport("127.0.0.1:0", "", quietLog())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -73,6 +73,15 @@ type Options struct {
 	// keep it below AckTimeout, or Puts time out before the shrink frees
 	// them).
 	ShrinkAfter time.Duration
+	// LeaseTimeout, when positive, is the master's lease: a master whose
+	// heartbeats the controller leader has not answered for this long
+	// refuses Puts (a *NotMasterError naming no master) until one is
+	// answered — cut off from the controllers, it stops taking writes
+	// before they can elect another (keep it below the controllers' broker
+	// expiry). The price: a change of controller leader that takes longer
+	// stops writes too. 0: no lease (a cut-off master's Puts wait for
+	// acknowledgements that stop once another is master).
+	LeaseTimeout time.Duration
 	// Priority orders otherwise equal election candidates (lower first).
 	Priority int
 	// Master and Slave are the HA options of the two roles (their
@@ -203,6 +212,9 @@ type Broker struct {
 	hbLastEpoch atomic.Int32
 	hbMaxOffset atomic.Int64
 	hbConfirm   atomic.Int64
+	// leaseFrom is when the controller leader last answered a heartbeat
+	// (unix nanoseconds).
+	leaseFrom atomic.Int64
 
 	infoCh    chan *controller.BrokerSet // capacity 1: the newest answer of a heartbeat
 	stop      chan struct{}
@@ -235,6 +247,9 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	}
 	if opts.AckTimeout <= 0 {
 		opts.AckTimeout = DefaultAckTimeout
+	}
+	if opts.LeaseTimeout < 0 {
+		return nil, fmt.Errorf("failover: lease timeout %v is negative", opts.LeaseTimeout)
 	}
 	if opts.ShrinkAfter <= 0 {
 		opts.ShrinkAfter = min(DefaultShrinkAfter, opts.AckTimeout/2)
@@ -354,12 +369,22 @@ func (b *Broker) Status() Status {
 		SyncStateSet: slices.Clone(b.sss), SyncStateSetEpoch: b.sssEpoch, MasterAddr: b.masterAddr, SlaveError: b.slaveErr}
 }
 
+// leaseExpired reports whether the master has a lease and the controller
+// leader has not answered a heartbeat for LeaseTimeout.
+func (b *Broker) leaseExpired() bool {
+	return b.opts.LeaseTimeout > 0 && time.Since(time.Unix(0, b.leaseFrom.Load())) > b.opts.LeaseTimeout
+}
+
 func (b *Broker) notMasterLocked() error {
-	role := b.role
-	if role == Master && !b.writable {
+	role, id, addr := b.role, b.masterID, b.masterAddr
+	if role == Master && (!b.writable || b.leaseExpired()) {
+		// Not writable as the master it was: it knows no other.
 		role = Fenced
+		if id == b.id {
+			id, addr = 0, ""
+		}
 	}
-	return &NotMasterError{Role: role, MasterID: b.masterID, Addr: b.masterAddr, Epoch: b.epoch}
+	return &NotMasterError{Role: role, MasterID: id, Addr: addr, Epoch: b.epoch}
 }
 
 // Put appends a message when the broker is the writable master and
@@ -384,7 +409,7 @@ type Ack struct {
 // (one broker acknowledges in a given epoch).
 func (b *Broker) PutAck(ctx context.Context, m *engine.Message) (Ack, error) {
 	b.mu.Lock()
-	if !b.writable {
+	if !b.writable || b.leaseExpired() {
 		err := b.notMasterLocked()
 		b.mu.Unlock()
 		return Ack{PutResult: engine.PutResult{Status: engine.ServiceNotAvailable}}, err
@@ -613,9 +638,15 @@ func (b *Broker) heartbeats() {
 			b.storeMu.RUnlock()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.HeartbeatInterval)
+		sent := time.Now()
 		set, err := b.client.Heartbeat(ctx, controller.Heartbeat{Set: b.opts.Set, ID: b.id, LastEpoch: b.hbLastEpoch.Load(),
 			MaxOffset: b.hbMaxOffset.Load(), ConfirmOffset: b.hbConfirm.Load(), Priority: b.opts.Priority})
 		cancel()
+		if err == nil {
+			// The lease counts from the send: the leader heard the broker
+			// no earlier than that.
+			b.leaseFrom.Store(sent.UnixNano())
+		}
 		if err != nil {
 			b.log.Debug("heartbeat not delivered", "err", err)
 		} else {

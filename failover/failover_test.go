@@ -87,7 +87,7 @@ func deadAddr(t *testing.T) string {
 func brokerOptions(dir string, ctrls []string) Options {
 	log := testLog()
 	return Options{Set: "set-a", Dir: dir, Controllers: ctrls, HeartbeatInterval: 100 * time.Millisecond,
-		AckTimeout: 2 * time.Second, ShrinkAfter: 500 * time.Millisecond,
+		AckTimeout: 2 * time.Second, ShrinkAfter: 500 * time.Millisecond, LeaseTimeout: 300 * time.Millisecond,
 		Store: engine.Options{SegmentSizeBytes: 256 << 10, ConsumeQueueFileSizeBytes: 20 * 1000, IndexSlotCount: 1024, IndexMaxEntries: 4096, SlaveTimeout: 2 * time.Second,
 			InSyncMaxLagTime: time.Second, Logger: log},
 		Master: ha.MasterOptions{SendHeartbeatInterval: 100 * time.Millisecond, HousekeepingInterval: time.Second, Logger: log},

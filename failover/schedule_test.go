@@ -184,7 +184,8 @@ func TestFailoverSchedule(t *testing.T) {
 }
 
 // TestMasterCutOffFromControllers: the master loses the controllers but
-// keeps its slaves and its producer. The controller elects an in-sync
+// keeps its slaves and its producer. Its lease runs out: it refuses Puts
+// as not the master. The controller elects an in-sync
 // slave; from the moment the new master stops replicating from it, the
 // old master acknowledges nothing (its acknowledgements need every member
 // of the in-sync set it knows, the new master included). Healed, it
@@ -210,6 +211,15 @@ func TestMasterCutOffFromControllers(t *testing.T) {
 	epoch := old.Status().Epoch
 	c.isolate(idx, true)
 	cut := time.Now()
+	// Its lease runs out: it refuses Puts as not the master, elected or
+	// not elsewhere yet.
+	waitUntil(t, "the cut-off master refusing Puts", 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := old.Put(ctx, message(1))
+		return errors.Is(err, ErrNotMaster)
+	})
+	t.Logf("the cut-off master refused Puts %v after the cut (its role: %v)", time.Since(cut).Round(time.Millisecond), old.Status().Role)
 	waitUntil(t, "a new master", 15*time.Second, func() bool {
 		info := c.info()
 		return info.MasterEpoch > epoch && info.MasterID != old.ID()

@@ -5,20 +5,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"github.com/mqstore/mqstore/controller"
 	"github.com/mqstore/mqstore/internal/cli"
 )
 
-// runController runs one member of a controller group until ctx ends.
 // controllerPeers parses --peers and finds this controller among them:
-// --id, or the peer whose address is --raft-listen (set in *id); its
-// entry takes --raft-listen as its address.
-func controllerPeers(fs *flag.FlagSet, peers string, id *string, raftListen string) ([]controller.Peer, error) {
+// --id, or the peer whose address is --raft-listen (set in *id). It
+// returns the address raft binds: --raft-listen when given, else this
+// controller's entry in --peers (which is what the others dial, and may
+// differ: a proxy, a translated address).
+func controllerPeers(fs *flag.FlagSet, peers string, id *string, raftListen string, listenSet bool) ([]controller.Peer, string, error) {
 	ps, err := controller.ParsePeers(peers)
 	if err != nil {
-		return nil, cli.BadFlag(fs, "--peers: %v", err)
+		return nil, "", cli.BadFlag(fs, "--peers: %v", err)
 	}
 	if *id == "" {
 		for _, p := range ps {
@@ -27,27 +29,30 @@ func controllerPeers(fs *flag.FlagSet, peers string, id *string, raftListen stri
 			}
 		}
 		if *id == "" {
-			return nil, cli.BadFlag(fs, "--raft-listen %s is not the address of any of --peers (give --id)", raftListen)
+			return nil, "", cli.BadFlag(fs, "--raft-listen %s is not the address of any of --peers (give --id)", raftListen)
 		}
 	}
-	found := false
-	for i, p := range ps {
+	for _, p := range ps {
 		if p.ID == *id {
-			found = true
-			ps[i].RaftAddr = raftListen
+			if !listenSet {
+				raftListen = p.RaftAddr
+			}
+			if _, _, err := net.SplitHostPort(raftListen); err != nil {
+				return nil, "", cli.BadFlag(fs, "--raft-listen %q: %v", raftListen, err)
+			}
+			return ps, raftListen, nil
 		}
 	}
-	if !found {
-		return nil, cli.BadFlag(fs, "--id %q is not among --peers", *id)
-	}
-	return ps, nil
+	return nil, "", cli.BadFlag(fs, "--id %q is not among --peers", *id)
 }
 
+// runController runs one member of a controller group until ctx ends.
 func runController(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	listen := fs.String("listen", controller.DefaultListenAddr, "address brokers and tools reach this controller on (host:port; loopback by default)")
 	advertise := fs.String("advertise", "", "the RPC address followers name to clients (default: the address --listen bound; set it when --listen is a wildcard)")
-	raftListen := fs.String("raft-listen", controller.DefaultRaftAddr, "address of this controller's raft transport (host:port); must be its entry in --peers")
+	raftListen := fs.String("raft-listen", controller.DefaultRaftAddr, "address this controller's raft transport binds (host:port); without --id, "+
+		"its entry in --peers; with --id, default that entry (what the others dial)")
 	peers := fs.String("peers", "", "the whole controller group, this one included: id=raftaddr,id=raftaddr,…")
 	id := fs.String("id", "", "this controller's id in --peers (default: the peer whose address is --raft-listen)")
 	dir := fs.String("dir", "", "directory of the raft log, stable store and snapshots")
@@ -68,7 +73,9 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := cli.Required(fs, "peers", "dir"); err != nil {
 		return err
 	}
-	ps, err := controllerPeers(fs, *peers, id, *raftListen)
+	listenSet := false
+	fs.Visit(func(f *flag.Flag) { listenSet = listenSet || f.Name == "raft-listen" })
+	ps, bind, err := controllerPeers(fs, *peers, id, *raftListen, listenSet)
 	if err != nil {
 		return err
 	}
@@ -83,14 +90,14 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return cli.BadFlag(fs, "--min-in-sync-replicas must be at least 1")
 	}
 	log := textLogger(stderr)
-	c, err := controller.Start(ctx, controller.Options{ID: *id, Peers: ps, Dir: *dir, ListenAddr: *listen, AdvertiseAddr: *advertise,
+	c, err := controller.Start(ctx, controller.Options{ID: *id, Peers: ps, RaftBind: bind, Dir: *dir, ListenAddr: *listen, AdvertiseAddr: *advertise,
 		HeartbeatTimeout: *raftHeartbeat, ElectionTimeout: *raftHeartbeat, LeaderLeaseTimeout: *raftHeartbeat / 2,
 		BrokerExpiry: *expiry, ScanInterval: *scan, Logger: log,
 		DefaultSetConfig: controller.SetConfig{UncleanElection: *unclean, MinInSyncReplicas: *minISR}})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "controller %s listening on %s (raft on %s)\n", *id, c.Addr(), *raftListen)
+	fmt.Fprintf(stderr, "controller %s listening on %s (raft on %s)\n", *id, c.Addr(), bind)
 	<-ctx.Done()
 	return c.Close()
 }

@@ -35,6 +35,7 @@ type failoverFlags struct {
 	expiry     *time.Duration
 	raftBeat   *time.Duration
 	haAdv      *string
+	lease      *time.Duration
 }
 
 func addFailoverFlags(fs *flag.FlagSet) *failoverFlags {
@@ -53,6 +54,8 @@ func addFailoverFlags(fs *flag.FlagSet) *failoverFlags {
 		expiry: fs.Duration("broker-expiry", controller.DefaultBrokerExpiry, "the embedded controller: a broker with no heartbeat "+
 			"for this long is dead"),
 		raftBeat: fs.Duration("raft-heartbeat", time.Second, "the embedded controller's raft heartbeat and election timeout"),
+		lease: fs.Duration("master-lease", 0, "with --broker-set: a master whose heartbeats the controller leader has not answered "+
+			"for this long refuses sends until one is (below the controllers' --broker-expiry; at least two --controller-heartbeat; 0: no lease)"),
 		haAdv: fs.String("ha-advertise", "", "with --broker-set: the HA address registered with the controller, where slaves dial "+
 			"(default: the --ha-listen address)"),
 	}
@@ -80,6 +83,10 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 		return cli.BadFlag(fs, "--broker-id %d: a replica's id in its set is 1 or more", *bf.id)
 	case *f.heartbeat < 10*time.Millisecond:
 		return cli.BadFlag(fs, "--controller-heartbeat must be at least 10ms")
+	case *f.lease < 0 || (*f.lease > 0 && *f.lease < 2**f.heartbeat):
+		return cli.BadFlag(fs, "--master-lease %v: 0 (none), or at least two --controller-heartbeat (%v)", *f.lease, *f.heartbeat)
+	case *f.embed != "" && *f.lease > 0 && *f.lease >= *f.expiry:
+		return cli.BadFlag(fs, "--master-lease %v must be below --broker-expiry %v", *f.lease, *f.expiry)
 	case *h.minInSync == 1:
 		return cli.BadFlag(fs, "--min-in-sync-replicas counts the master with --broker-set: at least 2")
 	case *h.minInSync < 0:
@@ -148,7 +155,7 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 			return cli.BadFlag(fs, "--ha-advertise %q: %v", *f.haAdv, err)
 		}
 	}
-	o := failover.Options{Set: *f.set, ID: id, Dir: dir, Controllers: addrs, HAListen: haListen, HAAdvertise: *f.haAdv, HeartbeatInterval: *f.heartbeat,
+	o := failover.Options{Set: *f.set, ID: id, Dir: dir, Controllers: addrs, HAListen: haListen, HAAdvertise: *f.haAdv, LeaseTimeout: *f.lease, HeartbeatInterval: *f.heartbeat,
 		MinInSyncReplicas: *h.minInSync, AckTimeout: *h.slaveTimeout,
 		Store: engine.Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: segmentSize, SlaveTimeout: *h.slaveTimeout,
 			HASlaveFallbehindMax: *h.fallbehind, Logger: log},

@@ -9,6 +9,7 @@
 package tcpproxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +48,8 @@ type Proxy struct {
 	mu         sync.Mutex
 	links      map[*link]struct{}
 	blackholed bool
-	lifted     chan struct{} // closed when the black hole is lifted
+	cuts       map[string][]byte // name -> what a connection's first bytes contain
+	changed    chan struct{}     // closed (and replaced) when what is held changes
 	closed     bool
 	accepted   int
 
@@ -71,8 +73,7 @@ func New(listen, target string, opts Options) (*Proxy, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{ln: ln, target: target, log: log, links: make(map[*link]struct{}), lifted: make(chan struct{})}
-	close(p.lifted)
+	p := &Proxy{ln: ln, target: target, log: log, links: make(map[*link]struct{}), cuts: map[string][]byte{}, changed: make(chan struct{})}
 	p.delay.Store(int64(opts.Delay))
 	p.wg.Add(1)
 	go p.accept()
@@ -102,11 +103,46 @@ func (p *Proxy) Blackhole(on bool) {
 		return
 	}
 	p.blackholed = on
-	if on {
-		p.lifted = make(chan struct{})
-	} else {
-		close(p.lifted)
+	p.changedLocked()
+}
+
+// Cut black-holes, as Blackhole does, the connections whose client's first
+// bytes (its first read, up to 32 KiB) contain pattern — one peer's
+// connections when its protocol names the peer first (an identity
+// preamble, a sender id in a request header) — until Heal(name).
+func (p *Proxy) Cut(name string, pattern []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cuts[name] = bytes.Clone(pattern)
+	p.changedLocked()
+}
+
+// Heal lifts the cut of that name.
+func (p *Proxy) Heal(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.cuts[name]; ok {
+		delete(p.cuts, name)
+		p.changedLocked()
 	}
+}
+
+func (p *Proxy) changedLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// heldLocked reports whether l's bytes are held now.
+func (p *Proxy) heldLocked(l *link) bool {
+	if p.blackholed {
+		return true
+	}
+	for _, pat := range p.cuts {
+		if l.first != nil && bytes.Contains(l.first, pat) {
+			return true
+		}
+	}
+	return false
 }
 
 // Drop closes every open connection, both sides (the endpoints see a reset
@@ -147,10 +183,9 @@ func (p *Proxy) Close() error {
 		return ErrClosed
 	}
 	p.closed = true
-	if p.blackholed {
-		p.blackholed = false
-		close(p.lifted)
-	}
+	p.blackholed = false
+	clear(p.cuts)
+	p.changedLocked()
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.Drop()
@@ -182,6 +217,7 @@ type link struct {
 	client, server net.Conn
 	once           sync.Once
 	done           chan struct{}
+	first          []byte // the client's first read (Proxy.mu)
 }
 
 func (l *link) close() {
@@ -211,8 +247,8 @@ func (p *Proxy) serve(c net.Conn) {
 	p.mu.Unlock()
 	var pumps sync.WaitGroup
 	pumps.Add(2)
-	go func() { defer pumps.Done(); p.pump(l, c, s) }()
-	go func() { defer pumps.Done(); p.pump(l, s, c) }()
+	go func() { defer pumps.Done(); p.pump(l, c, s, true) }()
+	go func() { defer pumps.Done(); p.pump(l, s, c, false) }()
 	pumps.Wait()
 	l.close()
 	p.mu.Lock()
@@ -228,7 +264,7 @@ type chunk struct {
 
 // pump copies src to dst through the delay queue until src ends (then it
 // half-closes dst) or either side fails (then it closes the link).
-func (p *Proxy) pump(l *link, src, dst net.Conn) {
+func (p *Proxy) pump(l *link, src, dst net.Conn, fromClient bool) {
 	queue := make(chan chunk, maxQueuedChunks)
 	writerDone := make(chan struct{})
 	go func() {
@@ -267,6 +303,13 @@ func (p *Proxy) pump(l *link, src, dst net.Conn) {
 		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		if n > 0 {
+			if fromClient {
+				p.mu.Lock()
+				if l.first == nil {
+					l.first = bytes.Clone(buf[:n])
+				}
+				p.mu.Unlock()
+			}
 			if !p.passable(l) {
 				return
 			}
@@ -285,16 +328,20 @@ func (p *Proxy) pump(l *link, src, dst net.Conn) {
 	}
 }
 
-// passable waits while the proxy is black-holed; false when the link
-// closed meanwhile.
+// passable waits while l's bytes are held (the proxy black-holed, or a
+// cut that matches l); false when the link closed meanwhile.
 func (p *Proxy) passable(l *link) bool {
-	p.mu.Lock()
-	lifted := p.lifted
-	p.mu.Unlock()
-	select {
-	case <-lifted:
-		return true
-	case <-l.done:
-		return false
+	for {
+		p.mu.Lock()
+		held, changed := p.heldLocked(l), p.changed
+		p.mu.Unlock()
+		if !held {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-l.done:
+			return false
+		}
 	}
 }

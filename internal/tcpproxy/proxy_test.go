@@ -131,3 +131,44 @@ func TestBadOptions(t *testing.T) {
 		t.Fatal("a negative delay was accepted")
 	}
 }
+
+// TestCut: a cut holds only the connections whose first bytes contain
+// its pattern, open ones and new ones, both ways; healed, their bytes go
+// on.
+func TestCut(t *testing.T) {
+	p, err := New("127.0.0.1:0", echoServer(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	a, b := dialProxy(t, p), dialProxy(t, p)
+	roundTrip(t, a, []byte("from-A hello"))
+	roundTrip(t, b, []byte("from-B hello"))
+	p.Cut("a", []byte("-A "))
+	held := func(c net.Conn, msg string) {
+		t.Helper()
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, err := c.Read(make([]byte, 8)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read through a cut: %d bytes, %v", n, err)
+		}
+	}
+	held(a, "more")
+	roundTrip(t, b, []byte("still"))
+	a2 := dialProxy(t, p)
+	held(a2, "from-A again")
+	roundTrip(t, dialProxy(t, p), []byte("from-C"))
+	p.Heal("a")
+	got := make([]byte, 4)
+	a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(a, got); err != nil || string(got) != "more" {
+		t.Fatalf("after the cut healed: %q %v", got, err)
+	}
+	got = make([]byte, len("from-A again"))
+	a2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(a2, got); err != nil || string(got) != "from-A again" {
+		t.Fatalf("a new connection after the cut healed: %q %v", got, err)
+	}
+}
