@@ -469,6 +469,15 @@ func better(a, b *liveInfo) bool {
 	return a.hb.ID < b.hb.ID
 }
 
+// ahead reports whether a's log is ahead of b's: a higher last epoch, or
+// the same and a higher max offset.
+func ahead(a, b *liveInfo) bool {
+	if a.hb.LastEpoch != b.hb.LastEpoch {
+		return a.hb.LastEpoch > b.hb.LastEpoch
+	}
+	return a.hb.MaxOffset > b.hb.MaxOffset
+}
+
 // pickLocked returns the best alive replica among ids (0 when none).
 func (c *Controller) pickLocked(set string, ids []int64, exclude int64, now time.Time) int64 {
 	var best *liveInfo
@@ -687,6 +696,12 @@ type ElectRequest struct {
 	// Unclean allows a replica outside the in-sync set when the set's
 	// config does.
 	Unclean bool `json:"unclean,omitempty"`
+	// KeepIfBest (with BrokerID 0) keeps the current master, at its epoch,
+	// unless an alive in-sync member is ahead of it (a higher last epoch,
+	// or the same and a higher max offset): a master that restarts asks
+	// this before it takes its role back, as its log may have lost a tail
+	// its slaves hold.
+	KeepIfBest bool `json:"keepIfBest,omitempty"`
 }
 
 // ElectMaster runs an operator's election at the set's current epoch.
@@ -707,6 +722,14 @@ func (c *Controller) ElectMaster(ctx context.Context, req ElectRequest) (*Broker
 			pool = replicaIDs(b)
 		}
 		id = c.pickLocked(b.Name, pool, b.MasterID, now)
+		if req.KeepIfBest && b.MasterID != 0 {
+			cur, curAlive := c.aliveLocked(b.Name, b.MasterID, now)
+			other, _ := c.aliveLocked(b.Name, id, now)
+			if id == 0 || (curAlive && !ahead(other, cur)) {
+				c.mu.Unlock()
+				return b, nil
+			}
+		}
 	} else if _, ok := c.aliveLocked(b.Name, id, now); !ok {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("elect broker %d in %q: %w", id, req.Set, ErrBrokerNotAlive)

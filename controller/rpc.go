@@ -304,10 +304,6 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 			}
 		}
 		c.mu.Unlock()
-		// A hint among the configured addresses is tried next; one outside
-		// them (the leader's own listen address, which a proxy or a
-		// translated address may stand for) only once no configured
-		// address led.
 		hinted := map[string]bool{}
 		var outside []string
 		for len(order) > 0 || len(outside) > 0 {
@@ -345,14 +341,7 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 				return nil
 			case CodeNotLeader:
 				lastErr = &NotLeaderError{LeaderID: resp.Field(extLeaderID), LeaderAddr: resp.Field(extLeaderAddr)}
-				if hint := resp.Field(extLeaderAddr); hint != "" && hint != addr && !hinted[hint] {
-					hinted[hint] = true
-					if slices.Contains(c.addrs, hint) {
-						order = append([]string{hint}, slices.DeleteFunc(order, func(a string) bool { return a == hint })...)
-					} else {
-						outside = append(outside, hint)
-					}
-				}
+				order, outside = c.followHint(resp.Field(extLeaderAddr), addr, hinted, order, outside)
 				continue
 			default:
 				return fmt.Errorf("controller call %d to %s: %w", code, addr, &RemoteError{Code: resp.Code, Remark: resp.Remark})
@@ -367,6 +356,21 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
+}
+
+// followHint puts a follower's leader hint among the addresses still to
+// try: one of the client's own next, one outside them (the leader's own
+// listen address, which a proxy or a translated address may stand for)
+// after all of its own.
+func (c *Client) followHint(hint, from string, hinted map[string]bool, order, outside []string) ([]string, []string) {
+	if hint == "" || hint == from || hinted[hint] {
+		return order, outside
+	}
+	hinted[hint] = true
+	if slices.Contains(c.addrs, hint) {
+		return append([]string{hint}, slices.DeleteFunc(order, func(a string) bool { return a == hint })...), outside
+	}
+	return order, append(outside, hint)
 }
 
 // attempt sends one request to addr and waits at most AttemptTimeout.

@@ -195,6 +195,8 @@ type Broker struct {
 	sssChanged chan struct{}
 	slaveErr   string
 	badEpoch   int32 // the controller epoch already reported as behind the local one
+	resumed    int32 // the master epoch the controller let this broker take back after a restart
+	started    time.Time
 	termStart  time.Time
 	absent     map[int64]time.Time // in-sync members out of the engine's set, since when
 
@@ -263,7 +265,7 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	if opts.Store.Logger == nil {
 		opts.Store.Logger = opts.Logger
 	}
-	b := &Broker{opts: opts, fsys: storefs.Of(opts.Store.BackendImpl), sssChanged: make(chan struct{}), stop: make(chan struct{}),
+	b := &Broker{opts: opts, started: time.Now(), fsys: storefs.Of(opts.Store.BackendImpl), sssChanged: make(chan struct{}), stop: make(chan struct{}),
 		infoCh: make(chan *controller.BrokerSet, 1)}
 	b.termCtx, b.termCancel = context.WithCancel(context.Background())
 	b.termCancel()
@@ -700,6 +702,9 @@ func (b *Broker) apply(ctx context.Context, info *controller.BrokerSet) {
 		}
 	case role == Fenced && info.MasterEpoch >= epoch, info.MasterEpoch > epoch:
 		if info.MasterID == b.id {
+			if role == Fenced && info.MasterEpoch == local && !b.mayResume(ctx, info) {
+				return
+			}
 			b.becomeMaster(ctx, info)
 		} else {
 			b.becomeSlave(ctx, info)
@@ -707,6 +712,43 @@ func (b *Broker) apply(ctx context.Context, info *controller.BrokerSet) {
 	case role == Master && info.MasterEpoch == epoch:
 		b.syncInSync(ctx, info)
 	}
+}
+
+// mayResume asks the controller, once per epoch, whether this broker —
+// fenced, and named master at the epoch its own epoch file ends with: it
+// was master at that epoch and restarted — takes its role back: not when
+// an alive in-sync slave's log is ahead of its own (an asynchronously
+// flushed master may have lost a tail its slaves hold, acknowledged
+// records among it); the controller then elects that slave, at a new
+// epoch, and this broker follows it.
+func (b *Broker) mayResume(ctx context.Context, info *controller.BrokerSet) bool {
+	b.mu.Lock()
+	asked, started := b.resumed == info.MasterEpoch, b.started
+	b.mu.Unlock()
+	if asked {
+		return true
+	}
+	if time.Since(started) < 2*b.opts.HeartbeatInterval {
+		// The slaves' logs stopped growing when this broker's last run
+		// ended; a heartbeat they sent after this one started carries
+		// their final offsets. Ask once the controller has one.
+		return false
+	}
+	set, err := b.client.ElectMaster(ctx, controller.ElectRequest{Set: b.opts.Set, KeepIfBest: true})
+	if err != nil {
+		b.log.Warn("restarted as master: asking the controller whether a slave is ahead failed; will ask again", "epoch", info.MasterEpoch,
+			"err", err)
+		return false
+	}
+	if set.MasterEpoch != info.MasterEpoch || set.MasterID != b.id {
+		b.log.Info("restarted as master: an in-sync slave is ahead of this log; it is master now", "epoch", set.MasterEpoch,
+			"master", set.MasterID)
+		return false
+	}
+	b.mu.Lock()
+	b.resumed = info.MasterEpoch
+	b.mu.Unlock()
+	return true
 }
 
 // fence stops writes at once: a Put in flight gets a *NotMasterError

@@ -11,6 +11,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mqstore/mqstore/controller"
+	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/engine/record"
 )
 
 var (
@@ -265,4 +269,80 @@ func convergedAndChecked(t *testing.T, c *cluster, master *Broker, p *producer) 
 	})
 	_, _, keys := readAll(t, master)
 	p.check(t, keys)
+}
+
+// TestMasterRestartsShorter: the master restarts, before the controller
+// counts it dead, with a log that lost its tail — acknowledged records
+// its slaves hold (an asynchronously flushed master after a power loss;
+// here the tail is cut while it is down, and the test heartbeats for it
+// meanwhile, as a fast restart would). It does not take its role back at
+// its epoch: the controller elects the slave that is ahead, the old
+// master follows it and gets the tail back, and every acknowledged record
+// is on every replica.
+func TestMasterRestartsShorter(t *testing.T) {
+	c := newCluster(t)
+	waitUntil(t, "a master", 10*time.Second, func() bool { return c.master() != nil })
+	p := startProducer(c)
+	waitUntil(t, "every replica in the in-sync set", 20*time.Second, func() bool { return len(c.info().SyncStateSet) == 3 })
+	waitUntil(t, "the producer making progress", 10*time.Second, func() bool { return p.count() >= 300 })
+	close(p.stop)
+	<-p.done
+	old := c.master()
+	idx := slices.Index(c.brokers, old)
+	epoch := old.Status().Epoch
+	var offsets []int64
+	if err := old.WithStore(func(s *engine.Store) error {
+		_, err := s.Scan(context.Background(), s.CommitLogReader().Start(), func(off int64, _ []byte, rec *record.Record) error {
+			if rec != nil {
+				offsets = append(offsets, off)
+			}
+			return nil
+		})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cut := offsets[len(offsets)-20] // the last 20 records, acknowledged, are lost
+	stopBeats := make(chan struct{})
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			c.client.Heartbeat(ctx, controller.Heartbeat{Set: "set-a", ID: old.ID(), LastEpoch: epoch, MaxOffset: cut})
+			cancel()
+			select {
+			case <-stopBeats:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.TruncateCommitLog(context.Background(), c.dirs[idx], cut, brokerOptions(c.dirs[idx], nil).Store); err != nil {
+		t.Fatal(err)
+	}
+	c.start(idx)
+	close(stopBeats)
+	<-beating
+	restarted := c.brokers[idx]
+	next := c.info()
+	waitUntil(t, "a slave that is ahead elected", 15*time.Second, func() bool {
+		next = c.info()
+		return next.MasterEpoch > epoch && next.MasterID != old.ID()
+	})
+	waitUntil(t, "the restarted master following it", 15*time.Second, func() bool {
+		st := restarted.Status()
+		return st.Role == Slave && st.Epoch == next.MasterEpoch
+	})
+	var fresh *Broker
+	waitUntil(t, "the new master writable", 10*time.Second, func() bool {
+		fresh = c.master()
+		return fresh != nil && fresh.ID() == next.MasterID
+	})
+	convergedAndChecked(t, c, fresh, p)
+	t.Logf("broker %d restarted without its last %d records; broker %d took over at epoch %d; %d acknowledged records on every replica",
+		old.ID(), 20, next.MasterID, next.MasterEpoch, len(p.acked))
 }

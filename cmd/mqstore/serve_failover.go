@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -70,27 +71,8 @@ func (f *failoverFlags) on() bool {
 // controller until ctx ends.
 func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerFlags, dir, backend, flush string,
 	segmentSize int64, every time.Duration, stderr io.Writer) error {
-	switch {
-	case *f.set == "":
-		return cli.BadFlag(fs, "--broker-set is required with --controller-peers or --controller")
-	case h.role != nil && *h.role != "":
-		return cli.BadFlag(fs, "--role is the controller's to give with --broker-set")
-	case h.master != nil && *h.master != "":
-		return cli.BadFlag(fs, "--master is the controller's to name with --broker-set")
-	case *bf.metrics != "":
-		return cli.BadFlag(fs, "--metrics-listen is not supported with --broker-set yet")
-	case *bf.id == 0 || *bf.id < -1:
-		return cli.BadFlag(fs, "--broker-id %d: a replica's id in its set is 1 or more", *bf.id)
-	case *f.heartbeat < 10*time.Millisecond:
-		return cli.BadFlag(fs, "--controller-heartbeat must be at least 10ms")
-	case *f.lease < 0 || (*f.lease > 0 && *f.lease < 2**f.heartbeat):
-		return cli.BadFlag(fs, "--master-lease %v: 0 (none), or at least two --controller-heartbeat (%v)", *f.lease, *f.heartbeat)
-	case *f.embed != "" && *f.lease > 0 && *f.lease >= *f.expiry:
-		return cli.BadFlag(fs, "--master-lease %v must be below --broker-expiry %v", *f.lease, *f.expiry)
-	case *h.minInSync == 1:
-		return cli.BadFlag(fs, "--min-in-sync-replicas counts the master with --broker-set: at least 2")
-	case *h.minInSync < 0:
-		return cli.BadFlag(fs, "--min-in-sync-replicas must not be negative")
+	if err := checkFailoverFlags(fs, f, h, bf); err != nil {
+		return err
 	}
 	mode, err := engine.ParseFlushMode(flush)
 	if err != nil {
@@ -120,25 +102,10 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	if len(addrs) == 0 {
 		return cli.BadFlag(fs, "--controller-peers is required (or --controller to run one here)")
 	}
-	serverTLS, secret, err := h.sec.load(fs, true)
+	o, err := failoverOptions(fs, f, h, bf, dir, backend, mode, segmentSize, addrs, log)
 	if err != nil {
 		return err
 	}
-	clientTLS, _, err := h.sec.load(fs, false)
-	if err != nil {
-		return err
-	}
-	haListen := *h.listen
-	if haListen == "" {
-		haListen = ha.DefaultListenAddr
-	}
-	if host, _, err := net.SplitHostPort(haListen); err != nil {
-		return cli.BadFlag(fs, "--ha-listen %q: %v", haListen, err)
-	} else if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && serverTLS == nil && secret == nil {
-		return cli.BadFlag(fs, "--ha-listen %s is reachable beyond this machine: it streams the whole CommitLog, so it needs TLS "+
-			"(--tls-cert, --tls-key, --tls-ca; mqstore gen-certs makes a replica certificate) or --ha-secret-file", haListen)
-	}
-	id := max(*bf.id, 0)
 	var front *remotingFront
 	var storeHost netip.AddrPort
 	if *bf.listen != "" {
@@ -150,25 +117,8 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 		front = &remotingFront{sock: handoff.New(ln, nil, log), opts: bf.brokerOptions(log), log: log, stderr: stderr}
 		defer front.close()
 	}
-	if *f.haAdv != "" {
-		if _, _, err := net.SplitHostPort(*f.haAdv); err != nil {
-			return cli.BadFlag(fs, "--ha-advertise %q: %v", *f.haAdv, err)
-		}
-	}
-	o := failover.Options{Set: *f.set, ID: id, Dir: dir, Controllers: addrs, HAListen: haListen, HAAdvertise: *f.haAdv, LeaseTimeout: *f.lease, HeartbeatInterval: *f.heartbeat,
-		MinInSyncReplicas: *h.minInSync, AckTimeout: *h.slaveTimeout,
-		Store: engine.Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: segmentSize, SlaveTimeout: *h.slaveTimeout,
-			HASlaveFallbehindMax: *h.fallbehind, Logger: log},
-		Master: ha.MasterOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, TransferBatchSize: *h.batch,
-			TLS: serverTLS, Secret: secret, Logger: log},
-		Slave: ha.SlaveOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, TLS: clientTLS, Secret: secret,
-			Logger: log},
-		Logger: log}
 	if front != nil {
 		o.Addr, o.Store.StoreHost, o.OnRole = *bf.advertise, storeHost, front.onRole
-	}
-	if o.AckTimeout <= 0 {
-		o.AckTimeout = failover.DefaultAckTimeout
 	}
 	fmt.Fprintf(stderr, "broker of set %s: registering with the controllers at %s\n", *f.set, strings.Join(addrs, ","))
 	b, err := failover.Start(ctx, o)
@@ -180,24 +130,109 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	}
 	fmt.Fprintf(stderr, "broker %d of set %s: ha on %s, fenced until the controller gives it a role\n", b.ID(), *f.set, b.HAAddr())
 	stop := logStatus(every, func() { logFailover(log, b) })
+	reportRoles(ctx, b, stderr)
+	stop()
+	logFailover(log, b)
+	return errors.Join(b.Close())
+}
+
+// failoverOptions are the failover broker's options from the flags.
+func failoverOptions(fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerFlags, dir, backend string, mode engine.FlushMode,
+	segmentSize int64, addrs []string, log *slog.Logger) (failover.Options, error) {
+	haListen := *h.listen
+	if haListen == "" {
+		haListen = ha.DefaultListenAddr
+	}
+	serverTLS, clientTLS, secret, err := haSecurity(fs, h, haListen)
+	if err != nil {
+		return failover.Options{}, err
+	}
+	if *f.haAdv != "" {
+		if _, _, err := net.SplitHostPort(*f.haAdv); err != nil {
+			return failover.Options{}, cli.BadFlag(fs, "--ha-advertise %q: %v", *f.haAdv, err)
+		}
+	}
+	o := failover.Options{Set: *f.set, ID: max(*bf.id, 0), Dir: dir, Controllers: addrs, HAListen: haListen, HAAdvertise: *f.haAdv,
+		LeaseTimeout: *f.lease, HeartbeatInterval: *f.heartbeat, MinInSyncReplicas: *h.minInSync, AckTimeout: *h.slaveTimeout,
+		Store: engine.Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: segmentSize, SlaveTimeout: *h.slaveTimeout,
+			HASlaveFallbehindMax: *h.fallbehind, Logger: log},
+		Master: ha.MasterOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, TransferBatchSize: *h.batch,
+			TLS: serverTLS, Secret: secret, Logger: log},
+		Slave: ha.SlaveOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, TLS: clientTLS, Secret: secret,
+			Logger: log},
+		Logger: log}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = failover.DefaultAckTimeout
+	}
+	return o, nil
+}
+
+// checkFailoverFlags refuses the serve flags that do not fit a broker of
+// a broker set.
+func checkFailoverFlags(fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerFlags) error {
+	switch {
+	case *f.set == "":
+		return cli.BadFlag(fs, "--broker-set is required with --controller-peers or --controller")
+	case h.role != nil && *h.role != "":
+		return cli.BadFlag(fs, "--role is the controller's to give with --broker-set")
+	case h.master != nil && *h.master != "":
+		return cli.BadFlag(fs, "--master is the controller's to name with --broker-set")
+	case *bf.metrics != "":
+		return cli.BadFlag(fs, "--metrics-listen is not supported with --broker-set yet")
+	case *bf.id == 0 || *bf.id < -1:
+		return cli.BadFlag(fs, "--broker-id %d: a replica's id in its set is 1 or more", *bf.id)
+	case *f.heartbeat < 10*time.Millisecond:
+		return cli.BadFlag(fs, "--controller-heartbeat must be at least 10ms")
+	case *f.lease < 0 || (*f.lease > 0 && *f.lease < 2**f.heartbeat):
+		return cli.BadFlag(fs, "--master-lease %v: 0 (none), or at least two --controller-heartbeat (%v)", *f.lease, *f.heartbeat)
+	case *f.embed != "" && *f.lease > 0 && *f.lease >= *f.expiry:
+		return cli.BadFlag(fs, "--master-lease %v must be below --broker-expiry %v", *f.lease, *f.expiry)
+	case *h.minInSync == 1:
+		return cli.BadFlag(fs, "--min-in-sync-replicas counts the master with --broker-set: at least 2")
+	case *h.minInSync < 0:
+		return cli.BadFlag(fs, "--min-in-sync-replicas must not be negative")
+	}
+	return nil
+}
+
+// haSecurity loads the HA port's TLS (the server side as master, the
+// client side as slave) and secret, and refuses an HA address beyond
+// loopback with neither.
+func haSecurity(fs *flag.FlagSet, h *haFlags, haListen string) (serverTLS, clientTLS *tls.Config, secret []byte, err error) {
+	if serverTLS, secret, err = h.sec.load(fs, true); err != nil {
+		return nil, nil, nil, err
+	}
+	if clientTLS, _, err = h.sec.load(fs, false); err != nil {
+		return nil, nil, nil, err
+	}
+	host, _, err := net.SplitHostPort(haListen)
+	if err != nil {
+		return nil, nil, nil, cli.BadFlag(fs, "--ha-listen %q: %v", haListen, err)
+	}
+	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && serverTLS == nil && secret == nil {
+		return nil, nil, nil, cli.BadFlag(fs, "--ha-listen %s is reachable beyond this machine: it streams the whole CommitLog, so it needs TLS "+
+			"(--tls-cert, --tls-key, --tls-ca; mqstore gen-certs makes a replica certificate) or --ha-secret-file", haListen)
+	}
+	return serverTLS, clientTLS, secret, nil
+}
+
+// reportRoles prints each change of the broker's role until ctx ends.
+func reportRoles(ctx context.Context, b *failover.Broker, stderr io.Writer) {
 	last := failover.Status{Role: -1}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	for done := false; !done; {
-		select {
-		case <-ctx.Done():
-			done = true
-		case <-t.C:
-		}
+	for {
 		st := b.Status()
 		if st.Role != last.Role || st.Epoch != last.Epoch || st.Writable != last.Writable {
 			fmt.Fprintf(stderr, "broker %d: role %v, epoch %d, writable %v\n", b.ID(), st.Role, st.Epoch, st.Writable)
 			last = st
 		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
-	stop()
-	logFailover(log, b)
-	return errors.Join(b.Close())
 }
 
 func startEmbeddedController(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, dir string, minISR int,
