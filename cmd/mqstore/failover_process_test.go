@@ -30,21 +30,7 @@ var failoverKills = flag.Int("failover.kills", 1, "kill -9 rounds of the master 
 // expiry: another is elected, and the resumed one steps down to follow it.
 func TestFailoverProcesses(t *testing.T) {
 	const n = 3
-	var raftAddrs, rpc, haAddrs, peers []string
-	for i := 0; i < n; i++ {
-		raftAddrs = append(raftAddrs, clusterTestAddr(t))
-		rpc = append(rpc, clusterTestAddr(t))
-		haAddrs = append(haAddrs, clusterTestAddr(t))
-		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
-	}
-	root := t.TempDir()
-	args := func(i int) []string {
-		return []string{"serve", "--dir", filepath.Join(root, fmt.Sprintf("b%d", i+1)), "--broker-set", "orders",
-			"--broker-id", fmt.Sprint(i + 1), "--controller", strings.Join(peers, ","), "--controller-id", fmt.Sprintf("c%d", i+1),
-			"--controller-listen", rpc[i], "--controller-peers", strings.Join(rpc, ","), "--ha-listen", haAddrs[i],
-			"--controller-heartbeat", "200ms", "--broker-expiry", "1s", "--raft-heartbeat", "300ms",
-			"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--segment-size", "1048576", "--status-interval", "0"}
-	}
+	args, rpc := embeddedSet(t, n)
 	procs := make([]*process, n)
 	for i := range procs {
 		procs[i] = startProcess(t, false, args(i)...)
@@ -154,6 +140,28 @@ func TestFailoverProcesses(t *testing.T) {
 	}
 }
 
+// embeddedSet returns the serve arguments of n replicas of a broker set
+// "orders" on 127.0.0.1, each running a member of the controller group
+// (expiry 1 s, heartbeats 200 ms, raft 300 ms), and the controllers' RPC
+// addresses.
+func embeddedSet(t *testing.T, n int) (args func(i int) []string, rpc []string) {
+	var raftAddrs, haAddrs, peers []string
+	for i := 0; i < n; i++ {
+		raftAddrs = append(raftAddrs, clusterTestAddr(t))
+		rpc = append(rpc, clusterTestAddr(t))
+		haAddrs = append(haAddrs, clusterTestAddr(t))
+		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
+	}
+	root := t.TempDir()
+	return func(i int) []string {
+		return []string{"serve", "--dir", filepath.Join(root, fmt.Sprintf("b%d", i+1)), "--broker-set", "orders",
+			"--broker-id", fmt.Sprint(i + 1), "--controller", strings.Join(peers, ","), "--controller-id", fmt.Sprintf("c%d", i+1),
+			"--controller-listen", rpc[i], "--controller-peers", strings.Join(rpc, ","), "--ha-listen", haAddrs[i],
+			"--controller-heartbeat", "200ms", "--broker-expiry", "1s", "--raft-heartbeat", "300ms",
+			"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--segment-size", "1048576", "--status-interval", "0"}
+	}, rpc
+}
+
 // TestServeFailoverBadFlags: a broker-set flag that does not fit is a
 // usage error before anything is opened.
 func TestServeFailoverBadFlags(t *testing.T) {
@@ -195,20 +203,9 @@ func TestFailoverTLS(t *testing.T) {
 		t.Fatalf("gen-certs: exit %d: %s", code, stderr)
 	}
 	const n = 3
-	var raftAddrs, rpc, haAddrs, peers []string
-	for i := 0; i < n; i++ {
-		raftAddrs = append(raftAddrs, clusterTestAddr(t))
-		rpc = append(rpc, clusterTestAddr(t))
-		haAddrs = append(haAddrs, clusterTestAddr(t))
-		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
-	}
-	root := t.TempDir()
+	set, rpc := embeddedSet(t, n)
 	args := func(i int, tls bool) []string {
-		a := []string{"serve", "--dir", filepath.Join(root, fmt.Sprintf("b%d", i+1)), "--broker-set", "orders",
-			"--broker-id", fmt.Sprint(i + 1), "--controller", strings.Join(peers, ","), "--controller-id", fmt.Sprintf("c%d", i+1),
-			"--controller-listen", rpc[i], "--controller-peers", strings.Join(rpc, ","), "--ha-listen", haAddrs[i],
-			"--controller-heartbeat", "200ms", "--broker-expiry", "1s", "--raft-heartbeat", "300ms",
-			"--ha-heartbeat", "200ms", "--ha-housekeeping", "2s", "--segment-size", "1048576", "--status-interval", "0"}
+		a := set(i)
 		if tls {
 			a = append(a, "--tls-cert", filepath.Join(certs, "replica.pem"), "--tls-key", filepath.Join(certs, "replica-key.pem"),
 				"--tls-ca", filepath.Join(certs, "ca.pem"))
