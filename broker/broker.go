@@ -189,6 +189,12 @@ func New(store *engine.Store, ln net.Listener, opts Options) (*Broker, error) {
 		ln.Close()
 		return nil, fmt.Errorf("broker: %w", err)
 	}
+	if !slave {
+		if err := adoptStoredTopics(store, topics, opts.Logger); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("broker: %w", err)
+		}
+	}
 	b := &Broker{store: store, opts: opts, log: opts.Logger, slave: slave, storeHost: host, topics: topics, offsets: offsets,
 		delays: delays, clients: newRegistry(), locks: newLockTable()}
 	b.uniq.init(host)
@@ -224,6 +230,24 @@ func New(store *engine.Store, ln net.Listener, opts Options) (*Broker, error) {
 	b.log.Info("broker serving", slog.String("addr", opts.AdvertisedAddr), slog.String("broker", opts.BrokerName),
 		slog.Int64("id", opts.BrokerID), slog.Any("namesrv", opts.Namesrv))
 	return b, nil
+}
+
+// adoptStoredTopics adds to the topic table each topic the store holds
+// messages of but the table lacks — a master elected before its copy of
+// the old master's table caught up with a new topic, a table lost — with
+// as many queues as the store has, so the name servers route it again.
+func adoptStoredTopics(store *engine.Store, topics *topicTable, log *slog.Logger) error {
+	for topic, n := range store.QueueCounts() {
+		if _, ok := topics.get(topic); ok {
+			continue
+		}
+		if _, err := topics.put(namesrv.TopicConfig{TopicName: topic, ReadQueueNums: int(n), WriteQueueNums: int(n),
+			Perm: namesrv.PermRead | namesrv.PermWrite}); err != nil {
+			return err
+		}
+		log.Info("broker: topic adopted from the store", slog.String("topic", topic), slog.Int("queues", int(n)))
+	}
+	return nil
 }
 
 func (o Options) withDefaults(slave bool) Options {

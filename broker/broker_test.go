@@ -639,3 +639,29 @@ func TestReadLimit(t *testing.T) {
 	mustCode(t, query("k-one"), remoting.Success)
 	mustCode(t, query("k-three"), remoting.QueryNotFound)
 }
+
+// TestAdoptsStoredTopics: a master whose topic table lacks a topic its
+// store holds messages of (elected before its copy of the table caught
+// up) adds it, with as many queues as the store has, and routes it.
+func TestAdoptsStoredTopics(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir, Options{ConfigDir: t.TempDir()}, engine.AsyncMaster)
+	for q := int32(0); q < 3; q++ {
+		if _, err := h.store.Put(context.Background(), &engine.Message{Topic: "adopted", QueueID: q, Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.store.WaitDispatched(context.Background(), h.store.MaxOffset()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.broker.topics.get("adopted"); ok {
+		t.Fatal("the topic was in the table before the restart")
+	}
+	h.stop()
+	again := start(t, dir, Options{ConfigDir: t.TempDir()}, engine.AsyncMaster)
+	tc, ok := again.broker.topics.get("adopted")
+	if !ok || tc.ReadQueueNums != 3 || tc.WriteQueueNums != 3 {
+		t.Fatalf("adopted topic %+v (%v)", tc, ok)
+	}
+	mustCode(t, again.send("adopted", 2, "y", ""), remoting.Success)
+}

@@ -52,3 +52,14 @@ func (s *Store) SlaveReports() []SlaveReport {
 	}
 	return append([]SlaveReport(nil), r.verifiedSlaves...)
 }
+
+// QueueCounts returns, for each topic with a ConsumeQueue, one more than
+// its highest queue id: the queues the store holds messages in, whatever
+// a broker's topic table says.
+func (s *Store) QueueCounts() map[string]int32 {
+	out := map[string]int32{}
+	for _, q := range s.logics.queues() {
+		out[q.Topic()] = max(out[q.Topic()], q.QueueID()+1)
+	}
+	return out
+}
