@@ -65,7 +65,7 @@ func covered(t *testing.T, calls []faultseam.Call, kind segfile.OpKind, path str
 // unwritten extent (one created without has nothing else); its zeros were
 // written through the seam, in order, over [0, size), all before the
 // fdatasync that precedes the rename. Through a buffered descriptor they go
-// a page at a time into the page cache — every page cached and clean
+// a page at a time into the page cache — nearly every page cached, clean
 // afterwards (synced), the writeback paced by sync_file_range past a 32 MiB
 // window; through an O_DIRECT one, none is cached.
 func TestPrewriteWritesEveryBlock(t *testing.T) {
@@ -160,8 +160,14 @@ func checkCache(t *testing.T, path string, size int64, cached bool) {
 	t.Helper()
 	pages := int((size + 4095) / 4096)
 	resident := residentPages(t, path, 0, size)
-	if want := map[bool]int{true: pages, false: 0}[cached]; resident != want {
-		t.Fatalf("%d of %d pages of the new segment cached, want %d", resident, pages, want)
+	// Synced pages are clean, and the kernel may reclaim clean pages at any
+	// time under memory pressure (other tests, other processes): a buffered
+	// prewrite must leave nearly all of them cached, not every one.
+	if cached && resident < pages-pages/10 {
+		t.Fatalf("%d of %d pages of the new segment cached, want nearly all (at least %d)", resident, pages, pages-pages/10)
+	}
+	if !cached && resident != 0 {
+		t.Fatalf("%d of %d pages of the new segment cached, want none", resident, pages)
 	}
 	state, err := pagecache.State(path, 0, size)
 	if errors.Is(err, pagecache.ErrNoAccess) {
