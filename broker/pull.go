@@ -187,21 +187,7 @@ func (b *Broker) limitedGet(ctx context.Context, hold time.Duration, group, topi
 // heldBack trims a found result to the records that end at or below
 // Options.ReadLimit, and reports whether none is left.
 func (b *Broker) heldBack(res *engine.GetResult) bool {
-	if b.opts.ReadLimit == nil || res.Status != engine.Found {
-		return false
-	}
-	limit := b.opts.ReadLimit()
-	for i, m := range res.Messages {
-		if m.PhysicalOffset+int64(m.Size) > limit {
-			if i == 0 {
-				return true
-			}
-			res.NextBeginOffset = m.QueueOffset
-			res.Messages = res.Messages[:i]
-			break
-		}
-	}
-	return false
+	return b.opts.ReadLimit != nil && res.KeepBelow(b.opts.ReadLimit())
 }
 
 // holdPull is a long poll: it waits up to hold for a message at offset,

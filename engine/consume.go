@@ -133,6 +133,27 @@ func (r *GetResult) TotalBytes() int64 {
 	return n
 }
 
+// KeepBelow trims a Found result to the messages that end at or below
+// limit (a CommitLog offset), the next offset moved back to the first one
+// dropped, and reports whether none is left (the result is then as Get
+// returned it: the caller answers as for a message not there yet).
+func (r *GetResult) KeepBelow(limit int64) (none bool) {
+	if r.Status != Found {
+		return false
+	}
+	for i, m := range r.Messages {
+		if m.PhysicalOffset+int64(m.Size) > limit {
+			if i == 0 {
+				return true
+			}
+			r.NextBeginOffset = m.QueueOffset
+			r.Messages = r.Messages[:i]
+			break
+		}
+	}
+	return false
+}
+
 // Release drops the segment references. Safe to call twice.
 func (r *GetResult) Release() {
 	if r == nil || r.released {

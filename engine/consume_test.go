@@ -422,3 +422,24 @@ func TestDispatchWaitsForPartlyReadableRecord(t *testing.T) {
 	s.dispatcher.Wakeup()
 	waitFor(t, "dispatch of the last record", func() bool { return s.logics.dispatchedOffset.Load() >= last.PhysicalOffset+int64(last.Size) })
 }
+
+// TestGetResultKeepBelow: a Found result keeps the messages that end at
+// or below the limit, its next offset moved back; none left is reported,
+// the result untouched; other statuses are left alone.
+func TestGetResultKeepBelow(t *testing.T) {
+	r := &GetResult{Status: Found, NextBeginOffset: 13, Messages: []GotMessage{
+		{QueueOffset: 10, PhysicalOffset: 0, Size: 100}, {QueueOffset: 11, PhysicalOffset: 100, Size: 100},
+		{QueueOffset: 12, PhysicalOffset: 200, Size: 100}}}
+	if r.KeepBelow(300) || len(r.Messages) != 3 || r.NextBeginOffset != 13 {
+		t.Fatalf("a limit at the end trimmed: %+v", r)
+	}
+	if r.KeepBelow(250) || len(r.Messages) != 2 || r.NextBeginOffset != 12 {
+		t.Fatalf("a limit inside the third: %+v", r)
+	}
+	if !r.KeepBelow(99) || len(r.Messages) != 2 {
+		t.Fatalf("a limit inside the first: %+v", r)
+	}
+	if (&GetResult{Status: NoMessageInQueue}).KeepBelow(0) {
+		t.Fatal("a result with no message reported held back")
+	}
+}

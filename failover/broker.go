@@ -572,17 +572,25 @@ func (b *Broker) ConfirmedOffset() int64 {
 	return confirmed
 }
 
-// Get reads from a queue of the writable master (a fenced broker or a
-// slave answers a *NotMasterError: its log may hold records a failover
-// cuts).
+// Get reads from a queue of the writable master up to its confirmed
+// offset (a fenced broker or a slave answers a *NotMasterError: its log
+// may hold records a failover cuts; so may the master's past that offset,
+// which Get answers as not there yet, OffsetOverflowOne).
 func (b *Broker) Get(ctx context.Context, group, topic string, queueID int32, offset int64, maxMsgs int,
 	filter engine.MessageFilter) (*engine.GetResult, error) {
 	if err := b.readable(); err != nil {
 		return nil, err
 	}
+	limit := b.ConfirmedOffset()
 	b.storeMu.RLock()
 	defer b.storeMu.RUnlock()
-	return b.store.Get(ctx, group, topic, queueID, offset, maxMsgs, filter)
+	res, err := b.store.Get(ctx, group, topic, queueID, offset, maxMsgs, filter)
+	if err != nil || !res.KeepBelow(limit) {
+		return res, err
+	}
+	held := &engine.GetResult{Status: engine.OffsetOverflowOne, NextBeginOffset: offset, MinOffset: res.MinOffset, MaxOffset: res.MaxOffset}
+	res.Release()
+	return held, nil
 }
 
 func (b *Broker) readable() error {
