@@ -165,15 +165,7 @@ func TestBrokerSetFailover(t *testing.T) {
 	before := sendUntilOK(t, p, "orders-topic", 20, 30*time.Second, sent)
 	got := newReceived()
 	newPushConsumer(t, c, "orders-group", "orders-topic", "", got)
-	waitFor(t, 60*time.Second, "the first 20 consumed", func() bool {
-		have, _ := got.snapshot()
-		for id := range sent {
-			if _, ok := have[id]; !ok {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 60*time.Second, "the first 20 consumed", func() bool { return got.hasAll(sent) })
 
 	old := procs[first]
 	old.Process.Signal(syscall.SIGKILL)
@@ -191,15 +183,7 @@ func TestBrokerSetFailover(t *testing.T) {
 	refused := sendUntilOK(t, p, "orders-topic", 20, 90*time.Second, sent)
 	t.Logf("the producer's 20th SEND_OK from the new master %v after the kill (%d sends refused meanwhile; %d before it)",
 		time.Since(killed).Round(time.Millisecond), refused, before)
-	waitFor(t, 90*time.Second, "every SEND_OK message consumed", func() bool {
-		have, _ := got.snapshot()
-		for id := range sent {
-			if _, ok := have[id]; !ok {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 90*time.Second, "every SEND_OK message consumed", func() bool { return got.hasAll(sent) })
 	have, dups := got.snapshot()
 	for id, body := range sent {
 		if have[id] != body {
@@ -233,4 +217,16 @@ func sendUntilOK(t *testing.T, p rocketmq.Producer, topic string, n int, limit t
 		ok++
 	}
 	return refused
+}
+
+// hasAll reports whether every message of sent (by id) was received.
+func (r *received) hasAll(sent map[string]string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range sent {
+		if _, ok := r.byID[id]; !ok {
+			return false
+		}
+	}
+	return true
 }
