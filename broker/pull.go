@@ -169,13 +169,8 @@ func (b *Broker) limitedGet(ctx context.Context, hold time.Duration, group, topi
 	until := time.Now().Add(hold)
 	for {
 		res, err := get(time.Until(until))
-		if err != nil || !b.heldBack(res) {
+		if err != nil || !b.heldBack(res) || time.Until(until) <= 0 || ctx.Err() != nil {
 			return res, err
-		}
-		minOff, maxOff := res.MinOffset, res.MaxOffset
-		res.Release()
-		if time.Until(until) <= 0 || ctx.Err() != nil {
-			return &engine.GetResult{Status: engine.OffsetOverflowOne, NextBeginOffset: offset, MinOffset: minOff, MaxOffset: maxOff}, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -185,9 +180,10 @@ func (b *Broker) limitedGet(ctx context.Context, hold time.Duration, group, topi
 }
 
 // heldBack trims a found result to the records that end at or below
-// Options.ReadLimit, and reports whether none is left.
+// Options.ReadLimit (asked only when there are records), and reports
+// whether none is left (GetResult.KeepBelow).
 func (b *Broker) heldBack(res *engine.GetResult) bool {
-	return b.opts.ReadLimit != nil && res.KeepBelow(b.opts.ReadLimit())
+	return b.opts.ReadLimit != nil && res.Status == engine.Found && res.KeepBelow(b.opts.ReadLimit())
 }
 
 // holdPull is a long poll: it waits up to hold for a message at offset,

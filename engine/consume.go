@@ -135,21 +135,25 @@ func (r *GetResult) TotalBytes() int64 {
 
 // KeepBelow trims a Found result to the messages that end at or below
 // limit (a CommitLog offset), the next offset moved back to the first one
-// dropped, and reports whether none is left (the result is then as Get
-// returned it: the caller answers as for a message not there yet).
+// dropped. When none is left it reports so, and the result becomes one of
+// a message not there yet (OffsetOverflowOne at that message, its
+// segments released).
 func (r *GetResult) KeepBelow(limit int64) (none bool) {
 	if r.Status != Found {
 		return false
 	}
 	for i, m := range r.Messages {
-		if m.PhysicalOffset+int64(m.Size) > limit {
-			if i == 0 {
-				return true
-			}
-			r.NextBeginOffset = m.QueueOffset
-			r.Messages = r.Messages[:i]
-			break
+		if m.PhysicalOffset+int64(m.Size) <= limit {
+			continue
 		}
+		r.NextBeginOffset = m.QueueOffset
+		if i > 0 {
+			r.Messages = r.Messages[:i]
+			return false
+		}
+		r.Release()
+		r.Status, r.Messages = OffsetOverflowOne, nil
+		return true
 	}
 	return false
 }

@@ -425,7 +425,8 @@ func TestDispatchWaitsForPartlyReadableRecord(t *testing.T) {
 
 // TestGetResultKeepBelow: a Found result keeps the messages that end at
 // or below the limit, its next offset moved back; none left is reported,
-// the result untouched; other statuses are left alone.
+// and the result is then one of a message not there yet; other statuses
+// are left alone.
 func TestGetResultKeepBelow(t *testing.T) {
 	r := &GetResult{Status: Found, NextBeginOffset: 13, Messages: []GotMessage{
 		{QueueOffset: 10, PhysicalOffset: 0, Size: 100}, {QueueOffset: 11, PhysicalOffset: 100, Size: 100},
@@ -436,7 +437,7 @@ func TestGetResultKeepBelow(t *testing.T) {
 	if r.KeepBelow(250) || len(r.Messages) != 2 || r.NextBeginOffset != 12 {
 		t.Fatalf("a limit inside the third: %+v", r)
 	}
-	if !r.KeepBelow(99) || len(r.Messages) != 2 {
+	if !r.KeepBelow(99) || len(r.Messages) != 0 || r.Status != OffsetOverflowOne || r.NextBeginOffset != 10 {
 		t.Fatalf("a limit inside the first: %+v", r)
 	}
 	if (&GetResult{Status: NoMessageInQueue}).KeepBelow(0) {

@@ -400,6 +400,11 @@ type ReplicationStats struct {
 }
 
 // ReplicationStats returns a snapshot of the replication counters.
+// InSyncOffset is what every member of the in-sync set acknowledged while
+// there were MinInSyncReplicas of them (ReplicationStats.InSyncOffset,
+// without building the rest).
+func (s *Store) InSyncOffset() int64 { return s.repl.isrOffset.Load() }
+
 func (s *Store) ReplicationStats() ReplicationStats {
 	r := &s.repl
 	return ReplicationStats{Role: s.opts.Role.String(), ReplicatedOffset: r.ackedOffset.Load(), Slaves: int(r.slaves.Load()),

@@ -559,10 +559,16 @@ func (b *Broker) ConfirmedOffset() int64 {
 	}
 	b.storeMu.RLock()
 	defer b.storeMu.RUnlock()
+	return b.confirmedLocked(sss)
+}
+
+// confirmedLocked is ConfirmedOffset for the controller's in-sync set sss
+// (storeMu held for reading, the broker writable).
+func (b *Broker) confirmedLocked(sss []int64) int64 {
 	if b.store == nil {
 		return 0
 	}
-	confirmed := b.store.ReplicationStats().InSyncOffset
+	confirmed := b.store.InSyncOffset()
 	acked := b.ackedByID()
 	for _, id := range sss {
 		if id != b.id {
@@ -581,16 +587,16 @@ func (b *Broker) Get(ctx context.Context, group, topic string, queueID int32, of
 	if err := b.readable(); err != nil {
 		return nil, err
 	}
-	limit := b.ConfirmedOffset()
 	b.storeMu.RLock()
 	defer b.storeMu.RUnlock()
 	res, err := b.store.Get(ctx, group, topic, queueID, offset, maxMsgs, filter)
-	if err != nil || !res.KeepBelow(limit) {
-		return res, err
+	if err == nil && res.Status == engine.Found {
+		b.mu.Lock()
+		sss := b.sss
+		b.mu.Unlock()
+		res.KeepBelow(b.confirmedLocked(sss))
 	}
-	held := &engine.GetResult{Status: engine.OffsetOverflowOne, NextBeginOffset: offset, MinOffset: res.MinOffset, MaxOffset: res.MaxOffset}
-	res.Release()
-	return held, nil
+	return res, err
 }
 
 func (b *Broker) readable() error {
