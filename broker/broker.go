@@ -189,11 +189,9 @@ func New(store *engine.Store, ln net.Listener, opts Options) (*Broker, error) {
 		ln.Close()
 		return nil, fmt.Errorf("broker: %w", err)
 	}
-	if !slave {
-		if err := adoptStoredTopics(store, topics, opts.Logger); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("broker: %w", err)
-		}
+	if err := adoptStoredTopics(store, topics, slave, opts.Logger); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("broker: %w", err)
 	}
 	b := &Broker{store: store, opts: opts, log: opts.Logger, slave: slave, storeHost: host, topics: topics, offsets: offsets,
 		delays: delays, clients: newRegistry(), locks: newLockTable()}
@@ -232,11 +230,15 @@ func New(store *engine.Store, ln net.Listener, opts Options) (*Broker, error) {
 	return b, nil
 }
 
-// adoptStoredTopics adds to the topic table each topic the store holds
-// messages of but the table lacks — a master elected before its copy of
-// the old master's table caught up with a new topic, a table lost — with
-// as many queues as the store has, so the name servers route it again.
-func adoptStoredTopics(store *engine.Store, topics *topicTable, log *slog.Logger) error {
+// adoptStoredTopics adds to a master's topic table each topic the store
+// holds messages of but the table lacks — a master elected before its
+// copy of the old master's table caught up with a new topic, a table lost
+// — with as many queues as the store has, so the name servers route it
+// again. A slave copies its master's table instead.
+func adoptStoredTopics(store *engine.Store, topics *topicTable, slave bool, log *slog.Logger) error {
+	if slave {
+		return nil
+	}
 	for topic, n := range store.QueueCounts() {
 		if _, ok := topics.get(topic); ok {
 			continue

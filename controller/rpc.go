@@ -293,15 +293,12 @@ func (c *Client) call(ctx context.Context, code int16, body, out any) error {
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {
+		// The client's own addresses, the one that led last first (it
+		// keeps no other).
 		c.mu.Lock()
-		order := make([]string, 0, len(c.addrs)+1)
-		if c.leader != "" {
-			order = append(order, c.leader)
-		}
-		for _, a := range c.addrs {
-			if a != c.leader {
-				order = append(order, a)
-			}
+		order := slices.Clone(c.addrs)
+		if i := slices.Index(order, c.leader); i > 0 {
+			order = append(append([]string{c.leader}, order[:i]...), order[i+1:]...)
 		}
 		c.mu.Unlock()
 		hinted := map[string]bool{}
