@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -160,7 +161,12 @@ func (l *logics) close() error {
 // Put and the commit service wake it; it never polls.
 type dispatcher struct {
 	service
-	store   *Store
+	store *Store
+	// mu is held by whoever dispatches: the dispatch service, or a Put the
+	// dispatch gate holds back, which dispatches itself instead of waiting
+	// for the service to be scheduled (see dispatchGate). It guards the
+	// fields below.
+	mu      sync.Mutex
 	buf     []byte
 	touched map[queueKey]struct{}
 	topics  record.Interner
@@ -259,6 +265,35 @@ func resourceError(err error) bool {
 
 // dispatchAvailable dispatches every readable record not yet dispatched.
 func (d *dispatcher) dispatchAvailable(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dispatchLocked(ctx)
+}
+
+// help is a held-back Put's turn at dispatch: it dispatches what is
+// readable unless someone already is, and reports whether the dispatched
+// offset moved. An error is left to the service, which retries or stops
+// dispatch (it is woken to see it).
+func (d *dispatcher) help() bool {
+	if !d.mu.TryLock() {
+		return false
+	}
+	defer d.mu.Unlock()
+	s := d.store
+	if s.labels.on {
+		pprof.SetGoroutineLabels(s.labels.dispatch)
+		defer pprof.SetGoroutineLabels(s.labels.append)
+	}
+	before := s.logics.dispatchedOffset.Load()
+	if err := d.dispatchLocked(context.Background()); err != nil {
+		d.Wakeup()
+		return false
+	}
+	return s.logics.dispatchedOffset.Load() > before
+}
+
+// dispatchLocked is dispatchAvailable with mu held.
+func (d *dispatcher) dispatchLocked(ctx context.Context) error {
 	s := d.store
 	l := s.logics
 	if l.dispatchErr.Load() != nil {

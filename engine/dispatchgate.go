@@ -24,6 +24,15 @@ import (
 // CPU goes to dispatch instead. It waits only when dispatch really lags, so
 // a Put pays one atomic load otherwise.
 //
+// A held-back Put dispatches itself (help) rather than wait for the
+// dispatch service to run: with many producers on few CPUs the service,
+// made runnable by a wake-up, waits behind the producers in the run queue
+// (measured: 16 producers, uring-direct async, the service spent several
+// times its running time runnable and not running, and the process used
+// 0.6 of its 2 CPUs while the Puts waited). Only when someone else is
+// dispatching, or nothing committed is left to dispatch, does the Put wait
+// for the offset to move.
+//
 // The wait is flow control, not an error: after maxDispatchWait the Put
 // returns as it would have (a dispatch that stalls must not stall writes;
 // the record is stored either way).
@@ -72,8 +81,10 @@ func (g *dispatchGate) ahead(end int64) bool { return end-g.dispatched.Load() > 
 
 // wait waits until a record ending at end is within the limit, ctx ends,
 // stopped reports true (dispatch stopped for good), or maxDispatchWait has
-// passed; wake asks dispatch to run.
-func (g *dispatchGate) wait(ctx context.Context, end int64, wake func(), stopped func() bool) {
+// passed. help dispatches on the caller's goroutine, reporting whether the
+// dispatched offset moved (false: someone else is dispatching, or nothing
+// was left); wake asks the dispatch service to run.
+func (g *dispatchGate) wait(ctx context.Context, end int64, help func() bool, wake func(), stopped func() bool) {
 	start := time.Now()
 	g.waiting.Add(1)
 	defer g.waiting.Add(-1)
@@ -93,6 +104,9 @@ func (g *dispatchGate) wait(ctx context.Context, end int64, wake func(), stopped
 		// load sees waiting > 0 and closes ch.
 		if !g.ahead(end) || stopped() {
 			return
+		}
+		if help() {
+			continue
 		}
 		wake()
 		if timer == nil {

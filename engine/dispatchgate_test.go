@@ -55,6 +55,45 @@ func TestPutWaitsForDispatch(t *testing.T) {
 	}
 }
 
+// TestHeldBackPutDispatches: a Put the gate holds back dispatches itself,
+// so dispatch keeps up even when its service does not run at all (here it
+// is stopped; under load it waits in the run queue behind the producers):
+// every Put returns with its record dispatched, without waiting out
+// maxDispatchWait, and the dispatch service's own runs find nothing left.
+func TestHeldBackPutDispatches(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), Options{Backend: "mem", SegmentSizeBytes: 64 << 10, FlushMode: FlushAsync,
+		DispatchLagLimitBytes: 1, Logger: quietLogger})
+	stopService(t, s)
+	const n = 20
+	for i := range n {
+		res, err := s.Put(ctx, &Message{Topic: "T", QueueID: 0, Body: []byte(fmt.Sprintf("m%d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, end := s.DispatchedOffset(), res.PhysicalOffset+int64(res.Size); d < end {
+			t.Fatalf("put %d of [%d,%d) returned with dispatch at %d: it waited out the gate instead of dispatching", i, res.PhysicalOffset, end, d)
+		}
+	}
+	got, err := s.Get(ctx, "g", "T", 0, 0, n, nil)
+	if err != nil || len(got.Messages) != n {
+		t.Fatalf("get the %d records: %v, %d found", n, err, len(got.Messages))
+	}
+	if st := s.Stats(); st.DispatchWaits == 0 {
+		t.Errorf("no Put was held back (limit %d): the test did not test the gate", st.DispatchLagLimit)
+	}
+}
+
+// stopService stops the store's dispatch service goroutine for the rest of
+// the test (Close dispatches what is left itself).
+func stopService(t *testing.T, s *Store) {
+	t.Helper()
+	s.dispatcher.shutdown()
+	s.dispatcher.stop = make(chan struct{}) // Close shuts it down again
+	s.dispatcher.done = make(chan struct{})
+	close(s.dispatcher.done)
+}
+
 // TestDispatchLagLimitDefault: half of what the backend reads from memory
 // (never more than a segment), none without the interface, the option
 // when given, none when negative.
@@ -98,7 +137,7 @@ func TestDispatchGateEnds(t *testing.T) {
 	leave := func(ctx context.Context) chan struct{} {
 		done := make(chan struct{})
 		go func() {
-			g.wait(ctx, 1000, func() {}, stopped.Load)
+			g.wait(ctx, 1000, func() bool { return false }, func() {}, stopped.Load)
 			close(done)
 		}()
 		for g.waiting.Load() == 0 {

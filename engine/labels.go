@@ -26,15 +26,15 @@ const (
 // one on a goroutine is a pointer store, so a Put with labels on allocates
 // nothing.
 type stageLabels struct {
-	on           bool
-	append, wait context.Context
+	on                     bool
+	append, wait, dispatch context.Context
 }
 
 func newStageLabels(on bool) stageLabels {
 	if !on {
 		return stageLabels{}
 	}
-	return stageLabels{on: true, append: stageContext(StageAppend), wait: stageContext(StageWait)}
+	return stageLabels{on: true, append: stageContext(StageAppend), wait: stageContext(StageWait), dispatch: stageContext(StageDispatch)}
 }
 
 func stageContext(stage string) context.Context {

@@ -76,7 +76,7 @@ func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutR
 	}
 	s.repl.growth.notify()
 	if g := s.gate; g != nil && g.ahead(res.PhysicalOffset+int64(res.Size)) {
-		g.wait(ctx, res.PhysicalOffset+int64(res.Size), s.dispatcher.Wakeup, s.dispatchStopped)
+		g.wait(ctx, res.PhysicalOffset+int64(res.Size), s.dispatcher.help, s.dispatcher.Wakeup, s.dispatchStopped)
 	}
 	if s.group == nil && s.repl.waiters == nil {
 		s.flusher.Wakeup()
