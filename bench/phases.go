@@ -310,7 +310,7 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 				return failedRepeat(fmt.Errorf("e2e is not built for peers"))
 			}
 			rep, info := peerRepeat(ctx, r.peerCmd, dir, sys.backend, sys.pol.Flush, sp)
-			info.apply(c)
+			applyPeer(c, info)
 			return rep
 		}
 		storeCfg := sys.pol.Store
