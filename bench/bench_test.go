@@ -500,24 +500,6 @@ func TestPlanCountsCells(t *testing.T) {
 	}
 }
 
-func TestDeviceKind(t *testing.T) {
-	yes := true
-	for _, c := range []struct {
-		name, driver string
-		rot          *bool
-		want         string
-	}{
-		{"vda", "virtio_blk", &yes, "virtual disk (virtio-blk"},
-		{"nvme0n1", "nvme", nil, "NVMe SSD"},
-		{"sda", "sd", &yes, "rotational disk"},
-		{"loop3", "", &yes, "loop device"},
-	} {
-		if got := deviceKind(c.name, c.driver, c.rot); !strings.HasPrefix(got, c.want) {
-			t.Errorf("deviceKind(%s) = %q, want %q…", c.name, got, c.want)
-		}
-	}
-}
-
 func TestRepeatSeedsDifferAcrossRoundsOnly(t *testing.T) {
 	a, b := repeatSeed(1, 3), repeatSeed(1, 3)
 	if a != b || a == repeatSeed(1, 4) || a == repeatSeed(2, 3) {

@@ -1,11 +1,13 @@
 package bench
 
+import "github.com/mqstore/mqstore/bench/runfile"
+
 // target is one device the run measures: a user directory, or an emulated
 // device mounted for the run.
 type target struct {
 	label    string
 	work     string // the run's temporary directory on it
-	device   Device
+	device   runfile.Device
 	emulated bool
 	// close tears an emulated device down (nil for a real one); the
 	// journal undoes it too if the run is killed.

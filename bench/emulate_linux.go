@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/internal/hddfs"
 )
 
@@ -48,7 +49,7 @@ func (r *runner) setupHDD(ctx context.Context, base *target) (*target, error) {
 		return nil, errors.Join(fmt.Errorf("emulated hdd: %w", err), m.Close())
 	}
 	t := &target{label: "hdd-emulated", work: work, emulated: true, close: m.Close}
-	t.device = DescribeDevice(t.work)
+	t.device = host.DescribeDevice(t.work)
 	t.device.Dir, t.device.Emulated, t.device.Label, t.device.Model = m.Dir, true, t.label, EmulatedHDDModel
 	t.device.Kind = EmulatedHDDModel
 	// The drive itself is slow: buffered writeback and syncs wait for it

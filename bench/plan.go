@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/host"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/mappedfile"
 
-	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
@@ -259,7 +260,7 @@ func dirtyThreshold(h hostctl.Host) (int64, string) {
 		}
 	}
 	avail := int64(0)
-	if f := strings.Fields(procField("/proc/meminfo", "MemAvailable") + " 0"); len(f) > 0 {
+	if f := strings.Fields(host.ProcField("/proc/meminfo", "MemAvailable") + " 0"); len(f) > 0 {
 		kb, _ := strconv.ParseInt(f[0], 10, 64)
 		avail = kb << 10
 	}
