@@ -20,7 +20,7 @@
 // protocol), runfile (run.json: the schema, figures, intervals, tails),
 // report (summary.md, plots, bench.txt, the recommendations), device (the
 // device probes), host (the machine's and devices' description, the
-// system sampler), peers (a separate module: pebble and NATS through the
+// emulated HDD, the system sampler), peers (a separate module: pebble and NATS through the
 // mqpeer command). System changes (sysctls, swap, cgroups v1 and v2, loop
 // devices, mounts) go through internal/hostctl, which journals and undoes
 // them.
