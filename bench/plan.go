@@ -197,7 +197,7 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target stri
 	}
 	var devMBps float64
 	for _, l := range limits {
-		if l.Name == LimitDeviceSeq && l.Target == target && l.Status == runfile.StatusOK {
+		if l.Name == runfile.LimitDeviceSeq && l.Target == target && l.Status == runfile.StatusOK {
 			devMBps = l.MBPerSec
 		}
 	}
