@@ -319,25 +319,25 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	for i := range f.Limits {
 		names[f.Limits[i].Name] = &f.Limits[i]
 	}
-	if l := names[LimitDeviceSeq]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 {
+	if l := names[runfile.LimitDeviceSeq]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 {
 		t.Errorf("device seq %+v", l)
 	}
-	if l := names[LimitDeviceSync]; l == nil || l.P50Ns < 5_000 || l.P50Ns > 6_010 {
+	if l := names[runfile.LimitDeviceSync]; l == nil || l.P50Ns < 5_000 || l.P50Ns > 6_010 {
 		t.Errorf("device sync %+v", l)
 	}
-	if l := names[LimitDeviceSyncPrewritten]; l == nil || l.P50Ns < 2_500 || l.P50Ns > 3_010 {
+	if l := names[runfile.LimitDeviceSyncPrewritten]; l == nil || l.P50Ns < 2_500 || l.P50Ns > 3_010 {
 		t.Errorf("device sync on a pre-written file %+v", l)
 	}
-	if l := names[LimitSegmentPrewritten]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 || l.P50Ns != cfg.Store.SegmentSizeBytes {
+	if l := names[runfile.LimitSegmentPrewritten]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 || l.P50Ns != cfg.Store.SegmentSizeBytes {
 		t.Errorf("segment creation, pre-written %+v", l)
 	}
-	if l := names[LimitSegmentPrewrittenDirect]; l == nil || l.MBPerSec < 1999.99 || l.MBPerSec > 2000.01 {
+	if l := names[runfile.LimitSegmentPrewrittenDirect]; l == nil || l.MBPerSec < 1999.99 || l.MBPerSec > 2000.01 {
 		t.Errorf("segment creation, pre-written with O_DIRECT %+v", l)
 	}
-	if l := names[LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) || l.MBPerSec != 0 {
+	if l := names[runfile.LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) || l.MBPerSec != 0 {
 		t.Errorf("segment creation, fallocated %+v", l)
 	}
-	if l := names[LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(cfg.Store.Message, 1024)) {
+	if l := names[runfile.LimitMemcpy]; l == nil || l.MBPerSec <= 0 || l.Params["recordBytes"] != strconv.Itoa(recordBytes(cfg.Store.Message, 1024)) {
 		t.Errorf("memcpy %+v", l)
 	}
 	// The group-commit limits: N records of the rocketmq message per write,
@@ -347,7 +347,7 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	rec := recordBytes(MessageRocketMQ, 1024)
 	groupCommit := map[[2]int]*runfile.Limit{}
 	for i := range f.Limits {
-		if l := &f.Limits[i]; l.Name == LimitGroupCommit {
+		if l := &f.Limits[i]; l.Name == runfile.LimitGroupCommit {
 			groupCommit[[2]int{l.Producers, l.InFlight}] = l
 			if l.RecordBytes != rec || l.SizeBytes != 1024 || l.Params["writeBytes"] != strconv.Itoa(l.Producers*rec) || l.Status != runfile.StatusOK {
 				t.Errorf("group-commit limit %+v: want %d-byte records, %d per write", l, rec, l.Producers)
@@ -364,7 +364,7 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 			t.Errorf("%d producers: one in flight %v ops/s %v msgs/s %v MB/s, two %v msgs/s", n, one.OpsPerSec, one.MsgsPerSec, one.MBPerSec, two.MsgsPerSec)
 		}
 	}
-	if l := names[LimitFaults]; l == nil || l.FaultsPerSec <= 0 || len(l.Repeats) != cfg.Repeat+1 || !l.Repeats[0].Warm {
+	if l := names[runfile.LimitFaults]; l == nil || l.FaultsPerSec <= 0 || len(l.Repeats) != cfg.Repeat+1 || !l.Repeats[0].Warm {
 		t.Errorf("faults %+v", l)
 	}
 	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")
@@ -438,7 +438,7 @@ func TestChooseWindow(t *testing.T) {
 	h := hostctl.Default()
 	h.ProcSys = root
 	cfg := DefaultConfig()
-	dev := runfile.Limit{Name: LimitDeviceSeq, Target: "vda", Status: runfile.StatusOK}
+	dev := runfile.Limit{Name: runfile.LimitDeviceSeq, Target: "vda", Status: runfile.StatusOK}
 	dev.MBPerSec = 1000
 	for _, c := range []struct {
 		name    string
@@ -497,24 +497,6 @@ func TestPlanCountsCells(t *testing.T) {
 	cfg.Replication = []string{ReplicationSync}
 	if p := plan(&cfg, false, 1); p.Cells != 16+8 || p.Runs != 6*(24+4)+6 {
 		t.Errorf("plan with a SYNC_MASTER only %+v: want 24 cells (no twin: it is of a cell without a slave), %d runs", p, 6*(24+4)+6)
-	}
-}
-
-func TestDeviceKind(t *testing.T) {
-	yes := true
-	for _, c := range []struct {
-		name, driver string
-		rot          *bool
-		want         string
-	}{
-		{"vda", "virtio_blk", &yes, "virtual disk (virtio-blk"},
-		{"nvme0n1", "nvme", nil, "NVMe SSD"},
-		{"sda", "sd", &yes, "rotational disk"},
-		{"loop3", "", &yes, "loop device"},
-	} {
-		if got := deviceKind(c.name, c.driver, c.rot); !strings.HasPrefix(got, c.want) {
-			t.Errorf("deviceKind(%s) = %q, want %q…", c.name, got, c.want)
-		}
 	}
 }
 

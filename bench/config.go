@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
@@ -310,14 +311,9 @@ func spec(c *Config, workload string, sizeBytes, producers int, rate float64, wi
 	}
 	return load.Spec{Workload: load.Workload(workload), SizeBytes: sizeBytes, Producers: producers, InFlight: c.InFlight,
 		Duration: window, Warmup: c.Warmup, RatePerSec: rate, Arrival: load.Arrival(c.Arrival), Seed: seed,
-		SeriesInterval: SampleInterval}
+		SeriesInterval: host.SampleInterval}
 }
 
 // repeatSeed is the arrivals' seed of repeat i: the same for every system
 // in that repeat, different between repeats (splitmix64 of seed and i).
-func repeatSeed(seed uint64, i int) uint64 {
-	z := seed + uint64(i+1)*0x9E3779B97F4A7C15
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-	return z ^ (z >> 31)
-}
+func repeatSeed(seed uint64, i int) uint64 { return mix64(seed + uint64(i+1)*0x9E3779B97F4A7C15) }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
@@ -22,13 +23,13 @@ func MeasureDevice(ctx context.Context, cfg Config, o RunOptions) (*runfile.RunF
 	if work, err = filepath.Abs(work); err != nil {
 		return nil, err
 	}
-	host := hostctl.Default()
-	r := &runner{cfg: cfg, host: host, work: work, prober: o.Prober}
+	hc := hostctl.Default()
+	r := &runner{cfg: cfg, host: hc, work: work, prober: o.Prober}
 	if r.prober == nil {
 		r.prober = BuiltinProber{}
 	}
-	dev := DescribeDevice(cfg.Dir)
-	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, Machine: DescribeMachine(host), Devices: []runfile.Device{dev}, Config: cfg}
+	dev := host.DescribeDevice(cfg.Dir)
+	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, Machine: host.DescribeMachine(hc), Devices: []runfile.Device{dev}, Config: cfg}
 	r.progress = newProgress(o.Progress, o.Terminal, limitRuns(&cfg, 1), limitSeconds(&cfg))
 	r.measureLimits(ctx)
 	r.progress.close()

@@ -19,7 +19,8 @@
 // Packages: load (the closed and open loops, histograms, the peer
 // protocol), runfile (run.json: the schema, figures, intervals, tails),
 // report (summary.md, plots, bench.txt, the recommendations), device (the
-// device probes), peers (a separate module: pebble and NATS through the
+// device probes), host (the machine's and devices' description, the
+// emulated HDD, the system sampler), peers (a separate module: pebble and NATS through the
 // mqpeer command). System changes (sysctls, swap, cgroups v1 and v2, loop
 // devices, mounts) go through internal/hostctl, which journals and undoes
 // them.
@@ -29,5 +30,5 @@
 // config.go, storecell.go, message.go, worker.go (isolated store and
 // neighbour processes), pressure.go, emulate.go, limits.go, device.go,
 // fio.go, peerexec.go, replication.go, consume.go, e2e.go, recovery.go,
-// fill.go, sweep.go, profile.go, sampler.go, progress.go.
+// fill.go, sweep.go, profile.go, progress.go.
 package bench

@@ -90,9 +90,9 @@ func (r *runner) fioLimits(ctx context.Context) {
 		name    string
 		args    []string
 		figures func(*fioOutput) runfile.Figures
-	}{{LimitFioSeq, seqArgs, fioSeqFigures}, {LimitFioSync, syncArgs, fioSyncFigures}} {
+	}{{runfile.LimitFioSeq, seqArgs, fioSeqFigures}, {runfile.LimitFioSync, syncArgs, fioSyncFigures}} {
 		l := runfile.Limit{Name: job.name, Tool: "fio", Dir: r.work, Params: map[string]string{"args": strings.Join(job.args, " ")}}
-		if job.name == LimitFioSeq {
+		if job.name == runfile.LimitFioSeq {
 			l.SizeBytes = 1 << 20
 		} else {
 			l.SizeBytes = 4096

@@ -12,27 +12,6 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// Limit names (runfile's).
-const (
-	LimitMemcpy     = runfile.LimitMemcpy
-	LimitFaults     = runfile.LimitFaults
-	LimitDeviceSeq  = runfile.LimitDeviceSeq
-	LimitDeviceSync = runfile.LimitDeviceSync
-	LimitFioSeq     = runfile.LimitFioSeq
-	LimitFioSync    = runfile.LimitFioSync
-	// LimitDeviceSyncPrewritten is the 4 KiB write+fdatasync on a
-	// pre-written file: the physical cost of one durable append.
-	LimitDeviceSyncPrewritten = runfile.LimitDeviceSyncPrewritten
-	// LimitSegmentFallocated and LimitSegmentPrewritten time making one
-	// segment of the run's size, as the allocation service does.
-	LimitSegmentFallocated       = runfile.LimitSegmentFallocated
-	LimitSegmentPrewritten       = runfile.LimitSegmentPrewritten
-	LimitSegmentPrewrittenDirect = runfile.LimitSegmentPrewrittenDirect
-	// LimitGroupCommit is N records of a cell's size as one write +
-	// fdatasync, one and two in flight, for each producer count N.
-	LimitGroupCommit = runfile.LimitGroupCommit
-)
-
 // DeviceProber measures the device under a directory. The default is the
 // built-in probes of bench/device; tests substitute one.
 type DeviceProber interface {
@@ -137,14 +116,14 @@ func faultCeiling(ctx context.Context, dir string, fileBytes int64) (runfile.Fig
 // page-fault rate after one discarded repeat).
 func (r *runner) measureLimits(ctx context.Context) {
 	cfg := r.cfg
-	seq := runfile.Limit{Name: LimitDeviceSeq, Tool: "mqbench device probe (io_uring, O_DIRECT)", SizeBytes: 1 << 20, Dir: r.work,
+	seq := runfile.Limit{Name: runfile.LimitDeviceSeq, Tool: "mqbench device probe (io_uring, O_DIRECT)", SizeBytes: 1 << 20, Dir: r.work,
 		Params: map[string]string{"blockBytes": "1048576", "depth": "32", "totalBytes": strconv.FormatInt(cfg.DeviceProbeBytes, 10)}}
 	r.repeatLimit(ctx, &seq, false, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes) })
-	sync := runfile.Limit{Name: LimitDeviceSync, Tool: "mqbench device probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
+	sync := runfile.Limit{Name: runfile.LimitDeviceSync, Tool: "mqbench device probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount)}}
 	probe := device.SyncProbe{WriteBytes: 4096, Count: cfg.SyncProbeCount, InFlight: 1}
 	r.repeatLimit(ctx, &sync, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
-	pre := runfile.Limit{Name: LimitDeviceSyncPrewritten, Tool: "mqbench device probe (pwrite + fdatasync on a pre-written file)", SizeBytes: 4096, Dir: r.work,
+	pre := runfile.Limit{Name: runfile.LimitDeviceSyncPrewritten, Tool: "mqbench device probe (pwrite + fdatasync on a pre-written file)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount), "file": prewrittenFile}}
 	probe.Prewritten = true
 	r.repeatLimit(ctx, &pre, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
@@ -154,9 +133,9 @@ func (r *runner) measureLimits(ctx context.Context) {
 		name, tool  string
 		pre, direct bool
 	}{
-		{LimitSegmentFallocated, "segfile.OpenOrCreate: create, fallocate, fdatasync, rename, directory sync", false, false},
-		{LimitSegmentPrewritten, "segfile.OpenOrCreate with Prewrite: zeros through the page cache (the buffered backends' segments)", true, false},
-		{LimitSegmentPrewrittenDirect, "segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros (uring-direct's segments)", true, true},
+		{runfile.LimitSegmentFallocated, "segfile.OpenOrCreate: create, fallocate, fdatasync, rename, directory sync", false, false},
+		{runfile.LimitSegmentPrewritten, "segfile.OpenOrCreate with Prewrite: zeros through the page cache (the buffered backends' segments)", true, false},
+		{runfile.LimitSegmentPrewrittenDirect, "segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros (uring-direct's segments)", true, true},
 	} {
 		l := runfile.Limit{Name: k.name, Tool: "mqbench device probe (" + k.tool + ")", SizeBytes: int(seg), Dir: r.work,
 			Params: map[string]string{"segmentBytes": strconv.FormatInt(seg, 10), "p50": "the time to create one segment (one per repeat)"}}
@@ -166,14 +145,14 @@ func (r *runner) measureLimits(ctx context.Context) {
 		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) { return segmentCreate(ctx, r.prober, r.work, seg, k.pre, k.direct) })
 	}
 	for _, size := range cfg.Sizes {
-		l := runfile.Limit{Name: LimitMemcpy, Tool: "mqbench (memcpy into a pre-populated shared mapping, 1 goroutine)", SizeBytes: size, Dir: r.work,
+		l := runfile.Limit{Name: runfile.LimitMemcpy, Tool: "mqbench (memcpy into a pre-populated shared mapping, 1 goroutine)", SizeBytes: size, Dir: r.work,
 			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.MemcpyBytes, 10), "recordBytes": strconv.Itoa(recordBytes(cfg.Store.Message, size)), "message": messageKind(cfg.Store.Message),
 				"minDuration": cfg.MemcpyDuration.String()}}
 		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) {
 			return memcpyCeiling(ctx, r.work, cfg.Store.Message, size, cfg.MemcpyBytes, cfg.MemcpyDuration)
 		})
 	}
-	faults := runfile.Limit{Name: LimitFaults, Tool: "mqbench (first write to each page of a fresh fallocated file mapping)", SizeBytes: 4096, Dir: r.work,
+	faults := runfile.Limit{Name: runfile.LimitFaults, Tool: "mqbench (first write to each page of a fresh fallocated file mapping)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.FaultBytes, 10)}}
 	r.repeatLimit(ctx, &faults, true, func() (runfile.Figures, error) { return faultCeiling(ctx, r.work, cfg.FaultBytes) })
 	r.fioLimits(ctx)
@@ -215,7 +194,7 @@ func (r *runner) groupCommitLimits(ctx context.Context) {
 				if inFlight == 2 {
 					writers = "two goroutines at once, each on its own half of the one file (two syncs in flight on one segment)"
 				}
-				l := runfile.Limit{Name: LimitGroupCommit, Tool: "mqbench device probe (N records as one pwrite + fdatasync, pre-written file)",
+				l := runfile.Limit{Name: runfile.LimitGroupCommit, Tool: "mqbench device probe (N records as one pwrite + fdatasync, pre-written file)",
 					SizeBytes: size, RecordBytes: rec, Producers: n, InFlight: inFlight, Dir: r.work,
 					Params: map[string]string{"writeBytes": strconv.Itoa(probe.WriteBytes), "count": strconv.Itoa(probe.Count),
 						"message": messageKind(cfg.Store.Message), "writers": writers, "file": prewrittenFile}}

@@ -11,126 +11,160 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// peerInfo is what a peer said about itself.
-type peerInfo struct {
-	label, version string
-	options        map[string]string
-	durability     *runfile.Durability
-}
+// RemotingPeer is the --peers name of the remoting cell: RocketMQ's Go
+// client (rocketmq-client-go producers and a push consumer) against
+// `mqstore serve` on loopback, what the protocol costs on top of the store.
+// It runs interop/cmd/mqpeer-remoting, built from the interop module (the
+// one that requires the client), with an mqstore binary next to it (its
+// broker); it speaks mqpeer's protocol.
+const RemotingPeer = "remoting"
 
-func (p peerInfo) apply(c *runfile.Cell) {
-	if p.label != "" {
-		c.Label = p.label
+// applyPeer records what a peer said about itself (load.PeerOutput, the
+// peer protocol) in its cell.
+func applyPeer(c *runfile.Cell, o *load.PeerOutput) {
+	if o == nil {
+		return
 	}
-	if p.version != "" {
-		c.Version = p.version
+	if o.Label != "" {
+		c.Label = o.Label
 	}
-	if p.options != nil {
-		c.Options = p.options
+	if o.Version != "" {
+		c.Version = o.Version
 	}
-	if p.durability != nil {
-		c.Durability = p.durability
+	if o.Options != nil {
+		c.Options = o.Options
 	}
-}
-
-func peerInfoOf(o *load.PeerOutput) peerInfo {
-	p := peerInfo{label: o.Label, version: o.Version, options: o.Options}
 	if d := o.Durability; d != nil {
-		p.durability = &runfile.Durability{Ack: d.Ack, ProcessCrash: d.ProcessCrash, PowerLoss: d.PowerLoss, Mechanism: d.Mechanism}
+		c.Durability = &runfile.Durability{Ack: d.Ack, ProcessCrash: d.ProcessCrash, PowerLoss: d.PowerLoss, Mechanism: d.Mechanism}
 	}
-	return p
 }
 
-// PeersModuleDir finds the bench/peers module above dir (the repository
-// root or any directory inside it).
-func PeersModuleDir(dir string) (string, error) {
+// moduleDir finds the module named module above dir (the repository root
+// or any directory inside it), at one of the relative paths rel.
+func moduleDir(dir, module string, rel ...string) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
 	}
 	for d := abs; ; d = filepath.Dir(d) {
-		for _, candidate := range []string{filepath.Join(d, "bench", "peers"), filepath.Join(d, "peers"), d} {
-			if b, err := os.ReadFile(filepath.Join(candidate, "go.mod")); err == nil &&
-				strings.Contains(string(b), "module github.com/mqstore/mqstore/bench/peers") {
+		for _, r := range rel {
+			candidate := filepath.Join(d, r)
+			if b, err := os.ReadFile(filepath.Join(candidate, "go.mod")); err == nil && strings.Contains(string(b), "module "+module) {
 				return candidate, nil
 			}
 		}
 		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("the bench/peers module is not above %s: run mqbench from the repository, or pass --peer-cmd", abs)
+			return "", fmt.Errorf("the module %s is not above %s", module, abs)
 		}
 	}
 }
 
-// BuildPeerCommand builds mqpeer from the peers module into dir.
-func BuildPeerCommand(ctx context.Context, dir string) (string, error) {
-	mod, err := PeersModuleDir(".")
+// interopModuleDir finds the interop module above dir.
+func interopModuleDir(dir string) (string, error) {
+	d, err := moduleDir(dir, "github.com/mqstore/mqstore/interop", "interop")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: run mqbench from the repository for --peers %s", err, RemotingPeer)
+	}
+	return d, nil
+}
+
+// goBuild builds pkg of the module in moduleDir into out.
+func goBuild(ctx context.Context, moduleDir, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = moduleDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build %s in %s: %w: %s", pkg, moduleDir, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// BuildPeerCommand builds mqpeer from the bench/peers module into dir.
+func BuildPeerCommand(ctx context.Context, dir string) (string, error) {
+	mod, err := moduleDir(".", "github.com/mqstore/mqstore/bench/peers", "bench/peers", "peers", ".")
+	if err != nil {
+		return "", fmt.Errorf("%w: run mqbench from the repository, or pass --peer-cmd", err)
 	}
 	bin, err := filepath.Abs(filepath.Join(dir, "mqpeer"))
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/mqpeer")
-	cmd.Dir = mod
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build mqpeer in %s: %w: %s", mod, err, strings.TrimSpace(stderr.String()))
+	return bin, goBuild(ctx, mod, bin, "./cmd/mqpeer")
+}
+
+type remotingBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+var remotingBuilds sync.Map // build directory → *remotingBuild
+
+// remotingPeerCommand builds mqpeer-remoting and mqstore (its broker, from
+// the main module) into workDir/remoting-peer once per run and returns the
+// peer program.
+func remotingPeerCommand(ctx context.Context, workDir string) (string, error) {
+	dir, err := filepath.Abs(filepath.Join(workDir, "remoting-peer"))
+	if err != nil {
+		return "", err
 	}
-	return bin, nil
-}
-
-// peerList is what `mqpeer --list` prints.
-type peerList []struct {
-	Name  string `json:"name"`
-	Label string `json:"label"`
-}
-
-func (l peerList) has(name string) bool {
-	return name == RemotingPeer || slices.ContainsFunc(l, func(p struct {
-		Name  string `json:"name"`
-		Label string `json:"label"`
-	}) bool {
-		return p.Name == name
+	v, _ := remotingBuilds.LoadOrStore(dir, &remotingBuild{})
+	b := v.(*remotingBuild)
+	b.once.Do(func() {
+		interop, err := interopModuleDir(".")
+		if err == nil {
+			err = goBuild(ctx, interop, filepath.Join(dir, "mqpeer-remoting"), "./cmd/mqpeer-remoting")
+		}
+		if err == nil {
+			err = goBuild(ctx, filepath.Dir(interop), filepath.Join(dir, "mqstore"), "./cmd/mqstore")
+		}
+		b.bin, b.err = filepath.Join(dir, "mqpeer-remoting"), err
 	})
+	return b.bin, b.err
 }
 
-func (l peerList) String() string {
-	var names []string
-	for _, p := range l {
-		names = append(names, p.Name)
-	}
-	return strings.Join(names, ", ")
-}
+// peerList is the peer names `mqpeer --list` prints.
+type peerList []string
+
+func (l peerList) has(name string) bool { return name == RemotingPeer || slices.Contains(l, name) }
+
+func (l peerList) String() string { return strings.Join(l, ", ") }
 
 // listPeers asks mqpeer which peers it runs (an error when it cannot say:
 // an mqpeer without --list).
 func listPeers(ctx context.Context, command string) (peerList, error) {
 	out, err := exec.CommandContext(ctx, command, "--list").Output()
+	var l []struct{ Name string }
+	if err == nil {
+		err = json.Unmarshal(out, &l)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("mqpeer --list: %w", err)
 	}
-	var l peerList
-	if err := json.Unmarshal(out, &l); err != nil {
-		return nil, fmt.Errorf("mqpeer --list: %w", err)
+	var names peerList
+	for _, p := range l {
+		names = append(names, p.Name)
 	}
-	return l, nil
+	return names, nil
 }
 
-// peerRepeat runs one repeat of spec on peer through the mqpeer command.
-func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load.Spec) (runfile.Repeat, peerInfo) {
+// peerRepeat runs one repeat of spec on peer through the mqpeer command; it
+// returns what the peer said about itself beside it (nil when it said
+// nothing readable).
+func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load.Spec) (runfile.Repeat, *load.PeerOutput) {
 	defer os.RemoveAll(dir)
 	if peer == RemotingPeer {
 		var err error
 		if command, err = remotingPeerCommand(ctx, filepath.Dir(dir)); err != nil {
-			return failedRepeat(err), peerInfo{}
+			return failedRepeat(fmt.Errorf("the remoting peer: %w", err)), nil
 		}
 	}
 	args := []string{"--peer", peer, "--dir", dir, "--flush", flush, "--workload", string(spec.Workload),
@@ -150,19 +184,19 @@ func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load
 	var out load.PeerOutput
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		if ctx.Err() != nil {
-			return runfile.Repeat{Status: runfile.StatusInterrupted, Reason: "interrupted"}, peerInfo{}
+			return runfile.Repeat{Status: runfile.StatusInterrupted, Reason: "interrupted"}, nil
 		}
 		if runErr == nil {
 			runErr = fmt.Errorf("unreadable result: %w", err)
 		}
-		return failedRepeat(fmt.Errorf("mqpeer %s: %w; stderr: %s", peer, runErr, strings.TrimSpace(stderr.String()))), peerInfo{}
+		return failedRepeat(fmt.Errorf("mqpeer %s: %w; stderr: %s", peer, runErr, strings.TrimSpace(stderr.String()))), nil
 	}
 	if out.Error != "" {
-		return failedRepeat(fmt.Errorf("mqpeer %s: %s", peer, out.Error)), peerInfoOf(&out)
+		return failedRepeat(fmt.Errorf("mqpeer %s: %s", peer, out.Error)), &out
 	}
 	rep := repeatOf(out.Result, nil)
 	if rep.Status != runfile.StatusFailed && runErr != nil {
 		rep.Status, rep.Reason = runfile.StatusFailed, fmt.Sprintf("mqpeer %s: %v: %s", peer, runErr, strings.TrimSpace(stderr.String()))
 	}
-	return rep, peerInfoOf(&out)
+	return rep, &out
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 )
@@ -180,7 +181,7 @@ func (r *runner) runRounds(ctx context.Context, ph *phaseEnv, jobs []*job) {
 			if err := ph.env.revive(ctx, r.journal); err != nil {
 				rep = failedRepeat(err)
 			} else {
-				sampler := StartSampler(DefaultProcFiles, SampleInterval)
+				sampler := host.StartSampler(host.DefaultProcFiles, host.SampleInterval)
 				rep = j.run(ctx, &j.cell, round, seed)
 				rep.Samples, _ = sampler.Stop()
 				if err := ph.env.alive(); err != nil && rep.Status != runfile.StatusFailed {
@@ -310,7 +311,7 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 				return failedRepeat(fmt.Errorf("e2e is not built for peers"))
 			}
 			rep, info := peerRepeat(ctx, r.peerCmd, dir, sys.backend, sys.pol.Flush, sp)
-			info.apply(c)
+			applyPeer(c, info)
 			return rep
 		}
 		storeCfg := sys.pol.Store

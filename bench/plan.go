@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/host"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/mappedfile"
 
-	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
@@ -196,7 +197,7 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target stri
 	}
 	var devMBps float64
 	for _, l := range limits {
-		if l.Name == LimitDeviceSeq && l.Target == target && l.Status == runfile.StatusOK {
+		if l.Name == runfile.LimitDeviceSeq && l.Target == target && l.Status == runfile.StatusOK {
 			devMBps = l.MBPerSec
 		}
 	}
@@ -259,7 +260,7 @@ func dirtyThreshold(h hostctl.Host) (int64, string) {
 		}
 	}
 	avail := int64(0)
-	if f := strings.Fields(procField("/proc/meminfo", "MemAvailable") + " 0"); len(f) > 0 {
+	if f := strings.Fields(host.ProcField("/proc/meminfo", "MemAvailable") + " 0"); len(f) > 0 {
 		kb, _ := strconv.ParseInt(f[0], 10, 64)
 		avail = kb << 10
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/report"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
@@ -113,7 +114,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 	}
 	r.progress.finish()
 	r.file.FinishedAt = time.Now()
-	r.file.Machine.LoadAvgEnd = loadAvg()
+	r.file.Machine.LoadAvgEnd = host.LoadAvg()
 	r.file.Interrupted = ctx.Err() != nil
 	for _, t := range r.targets {
 		if t.close != nil {
@@ -140,11 +141,11 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 
 // newRunner makes the runner of cfg and its run file, not yet run.
 func newRunner(cfg Config, o RunOptions) *runner {
-	host := hostctl.Default()
-	m := DescribeMachine(host)
+	hc := hostctl.Default()
+	m := host.DescribeMachine(hc)
 	started := time.Now()
 	id := started.Format("20060102-150405") + "-" + runfile.SafeName(m.Host)
-	r := &runner{cfg: cfg, host: host, prober: o.Prober, runDir: filepath.Join(cfg.Out, id), profDir: filepath.Join(cfg.ProfilesRoot, id),
+	r := &runner{cfg: cfg, host: hc, prober: o.Prober, runDir: filepath.Join(cfg.Out, id), profDir: filepath.Join(cfg.ProfilesRoot, id),
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x726f756e64)), caps: map[string]float64{}, rungs: map[string][]float64{}}
 	if r.prober == nil {
 		r.prober = BuiltinProber{}
@@ -206,7 +207,7 @@ func (r *runner) setupTargets(ctx context.Context) error {
 			r.removeWork()
 			return err
 		}
-		t := &target{work: abs, device: DescribeDevice(abs)}
+		t := &target{work: abs, device: host.DescribeDevice(abs)}
 		t.device.Dir = d
 		t.label = t.device.Device
 		if t.label == "" || len(dirs) > 1 {
@@ -243,7 +244,7 @@ func (r *runner) setupTargets(ctx context.Context) error {
 			r.removeWork()
 			return err
 		}
-		d := DescribeDevice(r.slaveWork)
+		d := host.DescribeDevice(r.slaveWork)
 		r.note("the slaves' stores are in %s (--slave-dir) on %s (%s, %s, mount options %s)", r.cfg.SlaveDir, orDefault(d.Device, "an unknown device"),
 			d.FSType, orDefault(d.Kind, "unknown kind"), orDefault(d.MountOptions, "?"))
 	}

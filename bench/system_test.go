@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -12,53 +11,6 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
-
-func TestParseProcFiles(t *testing.T) {
-	some, full, err := ParsePressure(strings.NewReader("some avg10=1.50 avg60=0.25 avg300=0.00 total=123456\nfull avg10=0.75 avg60=0.10 avg300=0.00 total=65432\n"))
-	if err != nil || some != (PSI{1.5, 0.25, 0, 123456}) || full != (PSI{0.75, 0.1, 0, 65432}) {
-		t.Fatalf("some %+v full %+v err %v", some, full, err)
-	}
-	if _, _, err := ParsePressure(strings.NewReader("bogus\n")); err == nil {
-		t.Error("a file without a some line parsed")
-	}
-	cpu, err := ParseProcStat(strings.NewReader("cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n"))
-	if err != nil || cpu != (CPUTimes{Total: 990, Steal: 10}) {
-		t.Errorf("proc stat %+v %v", cpu, err)
-	}
-	if l, err := ParseLoadAvg([]byte("1.25 0.90 0.50 2/180 1234\n")); err != nil || l != 1.25 {
-		t.Errorf("loadavg %v %v", l, err)
-	}
-	vm, err := ParseVmstat(strings.NewReader("nr_dirty 12\npgmajfault 7\n"))
-	if err != nil || vm["nr_dirty"] != 12 || vm["pgmajfault"] != 7 {
-		t.Errorf("vmstat %v %v", vm, err)
-	}
-}
-
-func TestSampleDeltas(t *testing.T) {
-	t0 := time.Unix(100, 0)
-	prev := rawSample{at: t0, vm: map[string]int64{"nr_dirty": 10, "pswpin": 5, "pswpout": 7, "pgmajfault": 100}, ioSome: PSI{TotalUs: 1000},
-		cpu: CPUTimes{Total: 1000, Steal: 10}}
-	cur := rawSample{at: t0.Add(SampleInterval), vm: map[string]int64{"nr_dirty": 30, "nr_writeback": 4, "pswpin": 9, "pswpout": 7, "pgmajfault": 150},
-		ioSome: PSI{Avg10: 2.5, TotalUs: 51000}, memSome: PSI{TotalUs: 10}, load1: 3.5, cpu: CPUTimes{Total: 1200, Steal: 20}}
-	s := toSample(prev, cur)
-	want := Sample{UnixNs: cur.at.UnixNano(), NrDirtyPages: 30, NrWritebackPages: 4, PswpIn: 4, PswpOut: 0, PgMajFault: 50, IOSomeAvg10: 2.5, IOSomeStallUs: 50000,
-		MemSomeStallUs: 10, Load1: 3.5, StealPct: 5}
-	if s != want {
-		t.Fatalf("got %+v\nwant %+v", s, want)
-	}
-	// The real files, through the sampler's own reader.
-	r1, err := readRaw(DefaultProcFiles)
-	if err != nil {
-		t.Fatalf("/proc: %v", err)
-	}
-	r2, err := readRaw(DefaultProcFiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := toSample(r1, r2); s.PswpIn < 0 || s.PgMajFault < 0 || s.NrDirtyPages < 0 || s.StealPct < 0 || s.Load1 < 0 {
-		t.Fatalf("negative sample %+v", s)
-	}
-}
 
 func TestParseFio(t *testing.T) {
 	out := []byte(`note: both iodepth >= 1 and synchronous I/O engine are selected

@@ -17,6 +17,7 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
 
+	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/engine"
 	"golang.org/x/sys/unix"
@@ -60,7 +61,7 @@ type workerReply struct {
 // MaybeWorker runs the worker and exits when WorkerEnv is set; otherwise it
 // returns at once. Call it first thing in main (and in TestMain).
 func MaybeWorker() {
-	hddDaemon() // the emulated disk's FUSE daemon runs and exits here
+	host.HDDDaemon() // the emulated disk's FUSE daemon runs and exits here
 	if os.Getenv(WorkerEnv) == "" {
 		return
 	}

@@ -72,34 +72,59 @@ func splitList(s string) []string {
 	return out
 }
 
-func splitSizes(s string) ([]int, error) {
-	var out []int
+// listFlag is a comma-separated list flag that sets a configuration field
+// in place, so its default is whatever the field holds when it is
+// registered (the defaults, or a --config file's value).
+type listFlag[T any] struct {
+	v     *[]T
+	parse func(string) (T, error)
+}
+
+func (f listFlag[T]) String() string {
+	if f.v == nil {
+		return ""
+	}
+	var s []string
+	for _, x := range *f.v {
+		s = append(s, fmt.Sprint(x))
+	}
+	return strings.Join(s, ",")
+}
+
+func (f listFlag[T]) Set(s string) error {
+	var out []T
 	for _, p := range splitList(s) {
-		n, err := parseBytes(p)
+		x, err := f.parse(p)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, int(n))
+		out = append(out, x)
 	}
-	return out, nil
+	*f.v = out
+	return nil
 }
 
-func splitInts(s, what string) ([]int, error) {
-	var out []int
-	for _, p := range splitList(s) {
-		n, err := strconv.Atoi(p)
+func strsFlag(v *[]string) listFlag[string] {
+	return listFlag[string]{v, func(s string) (string, error) { return s, nil }}
+}
+
+func sizesFlag(v *[]int) listFlag[int] {
+	return listFlag[int]{v, func(s string) (int, error) { n, err := parseBytes(s); return int(n), err }}
+}
+
+func intsFlag(v *[]int, what string) listFlag[int] {
+	return listFlag[int]{v, func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%s %q: want positive integers, comma-separated", what, p)
+			return 0, fmt.Errorf("%s %q: want positive integers, comma-separated", what, s)
 		}
-		out = append(out, n)
-	}
-	return out, nil
+		return n, nil
+	}}
 }
 
-// splitRates reads msgs/s rates: 1000, 50k, 1.5M.
-func splitRates(s string) ([]float64, error) {
-	var out []float64
-	for _, p := range splitList(s) {
+// ratesFlag reads msgs/s rates: 1000, 50k, 1.5M.
+func ratesFlag(v *[]float64) listFlag[float64] {
+	return listFlag[float64]{v, func(p string) (float64, error) {
 		t, mult := strings.ToLower(p), 1.0
 		switch {
 		case strings.HasSuffix(t, "k"):
@@ -109,11 +134,10 @@ func splitRates(s string) ([]float64, error) {
 		}
 		v, err := strconv.ParseFloat(t, 64)
 		if err != nil || !(v > 0) {
-			return nil, fmt.Errorf("rate %q: want a positive msgs/s (1000, 50k, 1.5M)", p)
+			return 0, fmt.Errorf("rate %q: want a positive msgs/s (1000, 50k, 1.5M)", p)
 		}
-		out = append(out, v*mult)
-	}
-	return out, nil
+		return v * mult, nil
+	}}
 }
 
 // parseBytes reads 1024, 4k/4KiB, 1m/1MiB, 1g/1GiB.

@@ -87,9 +87,10 @@ func TestParseBytesAndRates(t *testing.T) {
 			t.Errorf("parseBytes(%q) accepted", bad)
 		}
 	}
-	rates, err := splitRates("1000, 50k,1.5M")
+	var rates []float64
+	err := ratesFlag(&rates).Set("1000, 50k,1.5M")
 	if err != nil || len(rates) != 3 || rates[0] != 1000 || rates[1] != 50000 || rates[2] != 1.5e6 {
-		t.Errorf("splitRates = %v, %v", rates, err)
+		t.Errorf("rates = %v, %v", rates, err)
 	}
 }
 

@@ -27,45 +27,28 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return runMatrix(ctx, "sweep", args, stdout, stderr)
 }
 
-func joinFloats(xs []float64) string {
-	var s []string
-	for _, x := range xs {
-		s = append(s, fmt.Sprintf("%.0f", x))
-	}
-	return strings.Join(s, ",")
-}
-
-func joinInts(xs []int) string {
-	var s []string
-	for _, x := range xs {
-		s = append(s, fmt.Sprint(x))
-	}
-	return strings.Join(s, ",")
-}
-
-// matrixFlags are the flags of run and sweep that are read after parsing:
-// the lists, the repeatable flags and the negations.
+// matrixFlags are the flags of run and sweep read after parsing: the
+// repeatable flags and the negations.
 type matrixFlags struct {
-	backends, sizes, flushes, workloads, peers, pressures, pressureWorkloads *string
-	producers, rates, emulate, replication                                   *string
-	dirs, vary, backendOpts                                                  multiFlag
-	noAA, noProfile, quiet                                                   *bool
-}
-
-// matrixDefaults are the list flags' defaults: run's, sweep's, or those of
-// a --config file.
-type matrixDefaults struct {
-	workloads, peers, sizes, producers, rates, flushes, pressures, pressureWorkloads, emulate, replication string
+	dirs, vary, backendOpts multiFlag
+	noAA, noProfile, quiet  *bool
 }
 
 // runMatrix is run and sweep: the same flags; sweep adds --vary and
-// changes the defaults to a flush-policy grid.
+// changes the defaults to a flush-policy grid. Every flag sets its field of
+// the configuration in place, over the defaults and a --config file.
 func runMatrix(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
 	sweep := name == "sweep"
-	def, err := matrixDefaultsOf(name, &cfg, args, stderr)
-	if err != nil {
-		return err
+	if sweep {
+		cfg.Peers, cfg.Sizes, cfg.Producers, cfg.Rates = nil, []int{1024}, []int{16}, []float64{5000}
+		cfg.Repeat, cfg.Duration, cfg.Warmup, cfg.Profile, cfg.NoLimits, cfg.SearchProbes = 3, 2*time.Second, 500*time.Millisecond, false, true, 0
+	}
+	if file := configArg(args); file != "" {
+		if err := loadConfig(file, &cfg); err != nil {
+			fmt.Fprintf(stderr, "mqbench %s: --config %s: %v\n", name, file, err)
+			return cli.ErrUsage
+		}
 	}
 	c := newCommand(name, "mqbench "+name+" [--backends a,b] [--sizes 1024] [--flush async,sync] [--workloads throughput,latency] [--producers 1,4,16] [--rates 1000,10000] [--duration D|auto] [--repeat N] [--dir DIR] [--peers a,b] [flags]",
 		"Runs every backend × size × flush policy (and the peers) through the closed loop at each producer count and the open loop at each rate of one shared ladder, with interleaved shuffled repeats after an unmeasured warm one; measures the device limits and the harness's own floor in the same run; writes results/<id>/ (summary.md, run.json.gz, bench.txt, plots, .hgrm).")
@@ -74,9 +57,9 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 		c.about = "Runs throughput and latency for every flush policy of the grid (only options that apply to each backend are varied) and plots durable throughput against p99.9 with the Pareto front."
 	}
 	var m matrixFlags
-	m.registerAxes(c.fs, &cfg, def)
+	m.registerAxes(c.fs, &cfg)
 	m.registerKnobs(c.fs, &cfg, sweep)
-	m.registerOutputs(c.fs, &cfg, def)
+	m.registerOutputs(c.fs, &cfg)
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
@@ -96,43 +79,19 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	return err
 }
 
-// matrixDefaultsOf sets sweep's defaults in cfg, reads a --config file over
-// cfg (before the flags, so that flags given beside it override it), and
-// returns the list flags' defaults.
-func matrixDefaultsOf(name string, cfg *bench.Config, args []string, stderr io.Writer) (matrixDefaults, error) {
-	def := matrixDefaults{workloads: "throughput,latency", peers: strings.Join(bench.DefaultPeers(), ","), sizes: "128,1024,4096",
-		producers: joinInts(cfg.Producers), rates: joinFloats(cfg.Rates), flushes: "async,sync", pressures: "none", replication: "none"}
-	if name == "sweep" {
-		def.peers, def.sizes, def.producers, def.rates = "", "1024", "16", "5000"
-		cfg.Repeat, cfg.Duration, cfg.Warmup, cfg.Profile, cfg.NoLimits, cfg.SearchProbes = 3, 2*time.Second, 500*time.Millisecond, false, true, 0
-	}
-	file := configArg(args)
-	if file == "" {
-		return def, nil
-	}
-	if err := loadConfig(file, cfg); err != nil {
-		fmt.Fprintf(stderr, "mqbench %s: --config %s: %v\n", name, file, err)
-		return def, cli.ErrUsage
-	}
-	j := func(xs []string) string { return strings.Join(xs, ",") }
-	return matrixDefaults{workloads: j(cfg.Workloads), peers: j(cfg.Peers), sizes: joinInts(cfg.Sizes), producers: joinInts(cfg.Producers),
-		rates: joinFloats(cfg.Rates), flushes: j(cfg.Flushes), pressures: j(cfg.Pressures), pressureWorkloads: j(cfg.PressureWorkloads),
-		emulate: j(cfg.Emulate), replication: j(cfg.Replication)}, nil
-}
-
 // registerAxes registers the matrix's axes and the devices.
-func (m *matrixFlags) registerAxes(fs *flag.FlagSet, cfg *bench.Config, def matrixDefaults) {
-	m.backends = fs.String("backends", strings.Join(cfg.Backends, ","), "backends, comma-separated (mem is allowed when named)")
-	m.sizes = fs.String("sizes", def.sizes, "message body sizes in bytes, comma-separated (4k, 1MiB accepted)")
-	m.flushes = fs.String("flush", def.flushes, "flush policies: async, sync")
-	m.workloads = fs.String("workloads", def.workloads, "workloads: throughput (closed loop), latency (open loop), consume (catch-up reads, copy and sendfile), e2e (producers + long-polling consumers), recovery (reopen after SIGKILL)")
-	m.peers = fs.String("peers", def.peers, "peers passed to mqpeer --peer (mqpeer --list names them; empty: none)")
-	m.pressures = fs.String("pressure", def.pressures, "pressures, comma-separated: none, dirty (dirty-page writeback), swap (memory cgroup + swap), both; all but none need root")
-	m.pressureWorkloads = fs.String("pressure-workloads", def.pressureWorkloads, "workloads run under a pressure other than none (empty: all of --workloads)")
-	m.producers = fs.String("producers", def.producers, "closed-loop producer counts, comma-separated: one throughput cell each")
-	m.rates = fs.String("rates", def.rates, "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
+func (m *matrixFlags) registerAxes(fs *flag.FlagSet, cfg *bench.Config) {
+	fs.Var(strsFlag(&cfg.Backends), "backends", "backends, comma-separated (mem is allowed when named)")
+	fs.Var(sizesFlag(&cfg.Sizes), "sizes", "message body sizes in bytes, comma-separated (4k, 1MiB accepted)")
+	fs.Var(strsFlag(&cfg.Flushes), "flush", "flush policies: async, sync")
+	fs.Var(strsFlag(&cfg.Workloads), "workloads", "workloads: throughput (closed loop), latency (open loop), consume (catch-up reads, copy and sendfile), e2e (producers + long-polling consumers), recovery (reopen after SIGKILL)")
+	fs.Var(strsFlag(&cfg.Peers), "peers", "peers passed to mqpeer --peer (mqpeer --list names them; empty: none)")
+	fs.Var(strsFlag(&cfg.Pressures), "pressure", "pressures, comma-separated: none, dirty (dirty-page writeback), swap (memory cgroup + swap), both; all but none need root")
+	fs.Var(strsFlag(&cfg.PressureWorkloads), "pressure-workloads", "workloads run under a pressure other than none (empty: all of --workloads)")
+	fs.Var(intsFlag(&cfg.Producers, "producers"), "producers", "closed-loop producer counts, comma-separated: one throughput cell each")
+	fs.Var(ratesFlag(&cfg.Rates), "rates", "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
 	fs.Var(&m.dirs, "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
-	m.emulate = fs.String("emulate", def.emulate, "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
+	fs.Var(strsFlag(&cfg.Emulate), "emulate", "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
 }
 
 // registerKnobs registers the emulation, workload, pressure and loop
@@ -165,7 +124,7 @@ func (m *matrixFlags) registerKnobs(fs *flag.FlagSet, cfg *bench.Config, sweep b
 
 // registerOutputs registers the outputs, the limits, the store's options
 // and replication.
-func (m *matrixFlags) registerOutputs(fs *flag.FlagSet, cfg *bench.Config, def matrixDefaults) {
+func (m *matrixFlags) registerOutputs(fs *flag.FlagSet, cfg *bench.Config) {
 	fs.StringVar(&cfg.Out, "out", cfg.Out, "results root: the run writes OUT/<YYYYMMDD-HHMMSS>-<host>/")
 	fs.StringVar(&cfg.ProfilesRoot, "profiles", cfg.ProfilesRoot, "profiles root: PROFILES/<run>/<cell>.{cpu,heap,block,mutex}.pprof")
 	m.noProfile = fs.Bool("no-profile", !cfg.Profile, "skip the profiled extra run of each throughput cell")
@@ -187,7 +146,7 @@ func (m *matrixFlags) registerOutputs(fs *flag.FlagSet, cfg *bench.Config, def m
 	fs.Var(leastPagesFlag{&cfg.Store.CommitLeastPages}, "commit-least-pages", "commit least pages (0: whatever is pending)")
 	fs.BoolVar(&cfg.Store.WarmSegments, "warm-segments", false, "pre-touch new segments in the allocation service (RocketMQ's warmMapedFileEnable)")
 	fs.BoolVar(&cfg.Store.LockSegments, "lock-segments", false, "mlock warmed segments (with --warm-segments)")
-	m.replication = fs.String("replication", def.replication, "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
+	fs.Var(strsFlag(&cfg.Replication), "replication", "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
 	fs.StringVar(&cfg.SlaveDir, "slave-dir", "", "where the slaves' stores go (another device; default: beside the master's, in --dir)")
 	fs.DurationVar(&cfg.HADelay, "ha-delay", 0, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
 	fs.Var(&m.backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
@@ -197,22 +156,10 @@ func (m *matrixFlags) registerOutputs(fs *flag.FlagSet, cfg *bench.Config, def m
 
 // apply sets cfg from the parsed flags.
 func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
-	cfg.Backends, cfg.Flushes, cfg.Workloads, cfg.Peers = splitList(*m.backends), splitList(*m.flushes), splitList(*m.workloads), splitList(*m.peers)
-	cfg.Pressures, cfg.PressureWorkloads, cfg.Emulate, cfg.AA = splitList(*m.pressures), splitList(*m.pressureWorkloads), splitList(*m.emulate), !*m.noAA
+	cfg.AA, cfg.Profile = !*m.noAA, !*m.noProfile
 	if len(m.dirs) > 0 {
 		cfg.Dir, cfg.Dirs = m.dirs[0], m.dirs
 	}
-	var err error
-	if cfg.Sizes, err = splitSizes(*m.sizes); err != nil {
-		return err
-	}
-	if cfg.Producers, err = splitInts(*m.producers, "producers"); err != nil {
-		return err
-	}
-	if cfg.Rates, err = splitRates(*m.rates); err != nil {
-		return err
-	}
-	cfg.Replication = splitList(*m.replication)
 	for _, kv := range m.backendOpts {
 		name, js, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || js == "" {
@@ -237,7 +184,6 @@ func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 		}
 		cfg.Policies = pols
 	}
-	cfg.Profile = !*m.noProfile
 	return nil
 }
 
@@ -247,8 +193,9 @@ func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"Measures the limits of DIR's device with no engine: the memcpy ceiling (records into a pre-populated mapping), the page-fault ceiling (first writes into a fresh mapping), sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync on a fallocated and on a pre-written file, the group-commit limit (N records as one write+fdatasync on a pre-written file, one and two in flight, for each producer count N), the time to create a segment fallocated and pre-written, and fio's equivalents when fio is on PATH.")
 	fs := c.fs
 	fs.StringVar(&cfg.Dir, "dir", "", "directory whose device is measured (required)")
-	sizes := fs.String("sizes", "1024", "body sizes of the memcpy ceiling's and the group-commit limit's records")
-	producers := fs.String("producers", joinInts(cfg.Producers), "records per write of the group-commit limit (the producer counts it bounds), comma-separated")
+	cfg.Sizes = []int{1024}
+	fs.Var(sizesFlag(&cfg.Sizes), "sizes", "body sizes of the memcpy ceiling's and the group-commit limit's records")
+	fs.Var(intsFlag(&cfg.Producers, "producers"), "producers", "records per write of the group-commit limit (the producer counts it bounds), comma-separated")
 	fs.StringVar(&cfg.Store.Message, "message", cfg.Store.Message, "the message whose records the memcpy ceiling and the group-commit limit write: bare or rocketmq")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each probe")
 	fs.Var(bytesFlag{&cfg.MemcpyBytes}, "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
@@ -260,15 +207,8 @@ func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
-	var err error
 	if cfg.Store.SegmentSizeBytes%4096 != 0 {
 		return c.bad(stderr, "--segment-size %d: want a multiple of 4096", cfg.Store.SegmentSizeBytes)
-	}
-	if cfg.Sizes, err = splitSizes(*sizes); err != nil {
-		return c.bad(stderr, "%v", err)
-	}
-	if cfg.Producers, err = splitInts(*producers, "producers"); err != nil {
-		return c.bad(stderr, "%v", err)
 	}
 	if cfg.Dir == "" || cfg.Repeat < 1 || cfg.SyncProbeCount < 1 {
 		return c.bad(stderr, "--dir is required; --repeat and --sync-probes must be ≥ 1")

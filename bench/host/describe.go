@@ -1,4 +1,4 @@
-package bench
+package host
 
 import (
 	"bufio"
@@ -30,8 +30,8 @@ func DescribeMachine(h hostctl.Host) Machine {
 	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC"), VM: map[string]string{}}
 	m.Host, _ = os.Hostname()
-	m.CPUModel = procField("/proc/cpuinfo", "model name")
-	if kb, err := strconv.ParseInt(strings.Fields(procField("/proc/meminfo", "MemTotal") + " 0")[0], 10, 64); err == nil {
+	m.CPUModel = ProcField("/proc/cpuinfo", "model name")
+	if kb, err := strconv.ParseInt(strings.Fields(ProcField("/proc/meminfo", "MemTotal") + " 0")[0], 10, 64); err == nil {
 		m.MemTotalBytes = kb << 10
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
@@ -45,13 +45,13 @@ func DescribeMachine(h hostctl.Host) Machine {
 			m.VM[name] = v
 		}
 	}
-	m.LoadAvgStart = loadAvg()
+	m.LoadAvgStart = LoadAvg()
 	m.Commit, m.CommitDirty, m.CommitSource = commit()
 	return m
 }
 
-// loadAvg is /proc/loadavg's three averages.
-func loadAvg() string {
+// LoadAvg is /proc/loadavg's three averages.
+func LoadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
 		return strings.Join(f[:3], " ")
@@ -87,8 +87,8 @@ func commit() (rev string, dirty bool, source string) {
 	return rev, dirty, "git rev-parse HEAD (the build carries no VCS stamp)"
 }
 
-// procField returns the value of the first "key: value" line of a /proc file.
-func procField(path, key string) string {
+// ProcField returns the value of the first "key: value" line of a /proc file.
+func ProcField(path, key string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
