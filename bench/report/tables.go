@@ -10,8 +10,6 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-func sortStrings(s []string) { sort.Strings(s) }
-
 // label names a cell's system in tables: backend (peer), policy, pressure,
 // target, A/A.
 func label(f *runfile.RunFile, c *runfile.Cell) string {
