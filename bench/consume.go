@@ -256,7 +256,7 @@ func (r *runner) consumeCells(ctx context.Context, t *target, backend string, si
 	}
 	dir := filepath.Join(t.work, fmt.Sprintf("consume-%s-%d", backend, size))
 	defer os.RemoveAll(dir)
-	r.progress.step(fmt.Sprintf("consume-%s-%d: writing %s", backend, size, sizeLabel(int(r.cfg.ConsumeBytes))), 0, 1, 0)
+	r.progress.step(fmt.Sprintf("consume-%s-%d: writing %s", backend, size, runfile.SizeLabel(int(r.cfg.ConsumeBytes))), 0, 1, 0)
 	var s *engine.Store
 	if err := fillStore(ctx, r.cfg.Store, dir, backend, size, r.cfg.ConsumeBytes, func(st *engine.Store) { s = st }); err != nil {
 		fail(err)

@@ -2,12 +2,7 @@ package bench
 
 import (
 	"fmt"
-
-	"github.com/mqstore/mqstore/bench/host"
 )
-
-// sizeLabel formats a size in bytes as B, KiB or MiB when it is a whole one.
-var sizeLabel = host.SizeLabel
 
 // fmtBytes formats a byte count in MB or GB (10^6, 10^9).
 func fmtBytes(n int64) string {

@@ -216,7 +216,7 @@ func (r *runner) repeatLimit(ctx context.Context, l *runfile.Limit, warm bool, m
 			l.Status, l.Reason = runfile.StatusInterrupted, "interrupted"
 			break
 		}
-		what := fmt.Sprintf("limit %s %s", l.Name, sizeLabel(l.SizeBytes))
+		what := fmt.Sprintf("limit %s %s", l.Name, runfile.SizeLabel(l.SizeBytes))
 		if l.Producers > 0 {
 			what += fmt.Sprintf(" ×%d, %d in flight", l.Producers, l.InFlight)
 		}

@@ -428,7 +428,7 @@ func (r *runner) rungsFor(ph *phaseEnv, sys system, usable []float64) []float64 
 	}
 	if len(skipped) > 0 {
 		r.note("%s %s %s%s: rates %s msgs/s not run: above its sustained rate of %.0f msgs/s (throughput cells) and the first rung above it",
-			sys.backend, sizeLabel(sys.size), sys.pol.Flush, replicationSuffix(sys), fmtRates(skipped), limit)
+			sys.backend, runfile.SizeLabel(sys.size), sys.pol.Flush, replicationSuffix(sys), fmtRates(skipped), limit)
 	}
 	r.rungs[k] = out
 	return out

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
@@ -100,7 +101,7 @@ func (r *runner) startPressure(ctx context.Context, t *target, name string) (*pr
 		}
 		e.neighbours = append(e.neighbours, n)
 		desc = append(desc, fmt.Sprintf("vm.dirty_bytes=%s, vm.dirty_background_bytes=%s, a neighbour process overwriting a %s file in %s with buffered 1 MiB writes",
-			sizeLabel(int(r.cfg.DirtyBytes)), sizeLabel(int(r.cfg.DirtyBackgroundBytes)), sizeLabel(int(r.cfg.DirtyFileBytes)), t.work))
+			runfile.SizeLabel(int(r.cfg.DirtyBytes)), runfile.SizeLabel(int(r.cfg.DirtyBackgroundBytes)), runfile.SizeLabel(int(r.cfg.DirtyFileBytes)), t.work))
 	}
 	if name == PressureSwap || name == PressureBoth {
 		swap, err := r.ensureSwap()
@@ -123,7 +124,7 @@ func (r *runner) startPressure(ctx context.Context, t *target, name string) (*pr
 			limit = "memory.max, memory.swap.max max; the system's swappiness"
 		}
 		desc = append(desc, fmt.Sprintf("swap on (%s), the store's process in memory cgroup %s limited to %s (%s) with a neighbour touching %s of anonymous memory in the same cgroup",
-			swap, mcg, sizeLabel(int(r.cfg.SwapLimitBytes)), limit, sizeLabel(int(r.cfg.SwapNeighbourBytes))))
+			swap, mcg, runfile.SizeLabel(int(r.cfg.SwapLimitBytes)), limit, runfile.SizeLabel(int(r.cfg.SwapNeighbourBytes))))
 	}
 	e.desc = strings.Join(desc, "; ")
 	ok = true
@@ -155,5 +156,5 @@ func (r *runner) ensureSwap() (string, error) {
 	if err := r.journal.AddSwapfile(path, r.cfg.SwapFileBytes); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("a %s swapfile made for the run, %s", sizeLabel(int(r.cfg.SwapFileBytes)), path), nil
+	return fmt.Sprintf("a %s swapfile made for the run, %s", runfile.SizeLabel(int(r.cfg.SwapFileBytes)), path), nil
 }

@@ -53,7 +53,7 @@ func EmulateHDD(ctx context.Context, dir string, imageBytes int64, j *hostctl.Jo
 	d.Note = fmt.Sprintf("EMULATED: ext4 on %s (major:minor %s), a loop device on a %s FUSE file on %s's file system (%s) whose daemon charges each request "+
 		"a %.0f rpm drive's seek (average %v), rotation and zoned transfer (%.0f–%.0f MB/s), one request at a time, with a %s write cache that a flush empties "+
 		"(Seagate Barracuda 7200.14's data sheet; internal/hddfs). %s",
-		m.Device, m.MajorMinor, SizeLabel(int(imageBytes)), base.Label, base.Device, model.RPM, model.AverageSeek,
-		model.InnerRate/1e6, model.OuterRate/1e6, SizeLabel(int(model.WriteCacheBytes)), calibration)
+		m.Device, m.MajorMinor, runfile.SizeLabel(int(imageBytes)), base.Label, base.Device, model.RPM, model.AverageSeek,
+		model.InnerRate/1e6, model.OuterRate/1e6, runfile.SizeLabel(int(model.WriteCacheBytes)), calibration)
 	return d, m.Close, nil
 }

@@ -57,7 +57,7 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 			continue
 		}
 		if k := r.Target + fmt.Sprint(r.SizeBytes); k != last {
-			fmt.Fprintf(b, "**%s**, %s bodies:\n", orDefault(deviceLabel(f, r.Target), "target"), sizeLabel(r.SizeBytes))
+			fmt.Fprintf(b, "**%s**, %s bodies:\n", orDefault(deviceLabel(f, r.Target), "target"), runfile.SizeLabel(r.SizeBytes))
 			last = k
 		}
 		c := cell[r.Cell]

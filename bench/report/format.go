@@ -60,18 +60,6 @@ func withRange(med, lo, hi float64, f func(float64) string) string {
 	return fmt.Sprintf("%s [%s–%s]", f(med), f(lo), f(hi))
 }
 
-func sizeLabel(b int) string {
-	switch {
-	case b == 0:
-		return ""
-	case b%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", b>>20)
-	case b%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", b>>10)
-	}
-	return fmt.Sprintf("%dB", b)
-}
-
 // fmtBytes formats a byte count in kB, MB or GB (10^3, 10^6, 10^9).
 func fmtBytes(n float64) string {
 	switch a := math.Abs(n); {

@@ -100,7 +100,7 @@ func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell,
 	b.WriteString("\n|---|---:|" + strings.Repeat("---|", len(producers)) + "\n")
 	var notes []string
 	for _, k := range rows {
-		fmt.Fprintf(b, "| %s%s | %s |", k.name, k.peer, sizeLabel(k.size))
+		fmt.Fprintf(b, "| %s%s | %s |", k.name, k.peer, runfile.SizeLabel(k.size))
 		for _, p := range producers {
 			c := cells[k][p]
 			if c == nil {

@@ -189,7 +189,7 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 			continue
 		}
 		if h := mergedHistogram(c); h != nil {
-			name := fmt.Sprintf("%s %s", label(f, c), sizeLabel(c.SizeBytes))
+			name := fmt.Sprintf("%s %s", label(f, c), runfile.SizeLabel(c.SizeBytes))
 			if c.Status == runfile.StatusSaturated {
 				name += " (saturated)"
 			} else if c.GeneratorBound {
@@ -240,7 +240,7 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		if c.TwinOf != "" {
 			continue
 		}
-		name := fmt.Sprintf("%s %s", label(f, c), sizeLabel(c.SizeBytes))
+		name := fmt.Sprintf("%s %s", label(f, c), runfile.SizeLabel(c.SizeBytes))
 		pt := plotter.XY{X: math.Max(c.MsgsPerSec, 1), Y: math.Max(float64(c.P999Ns)/1e3, 0.001)}
 		if c.Status == runfile.StatusSaturated {
 			saturated = append(saturated, pt)
@@ -304,7 +304,7 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 		if c.TwinOf != "" {
 			continue
 		}
-		name := fmt.Sprintf("%s %s", label(f, c), sizeLabel(c.SizeBytes))
+		name := fmt.Sprintf("%s %s", label(f, c), runfile.SizeLabel(c.SizeBytes))
 		if prev, ok := best[name]; !ok || c.DurableMBps > prev.DurableMBps || (c.DurableMBps == prev.DurableMBps && c.MBPerSec > prev.MBPerSec) {
 			if !ok {
 				names = append(names, name)

@@ -59,7 +59,7 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 		t := newTable(b, "backend", "size>", "flush", "master role", "producers>", "msgs/s>", "durable MB/s>", "p50>", "p99>", "p99.9>",
 			"lag p50>", "lag p99>", "lag bytes p50>", "lag bytes p99>", "unacked>", "slave durable MB/s>")
 		for _, c := range thr {
-			t.row(append([]string{c.Backend, sizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmt.Sprint(c.Producers), fig(c, "msgsPerSec", fmtCount),
+			t.row(append([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmt.Sprint(c.Producers), fig(c, "msgsPerSec", fmtCount),
 				fig(c, "durableMBps", fmtFloat), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
 		}
 		b.WriteString("\n")
@@ -73,7 +73,7 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 			if c.GeneratorBound {
 				status += " †"
 			}
-			t.row(append([]string{c.Backend, sizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), status,
+			t.row(append([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), status,
 				tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
 		}
 		b.WriteString("\n")
@@ -178,11 +178,11 @@ func writeNamedPoint(b *strings.Builder, f *runfile.RunFile, p namedPoint) (verd
 	for _, rc := range namedConfigs {
 		c := namedCell(f, p, rc)
 		if c == nil {
-			fmt.Fprintf(b, "| %s %s | %s | %s | not in this run | | | | | | | |\n", p.backend, sizeLabel(p.size), where, rc.name)
+			fmt.Fprintf(b, "| %s %s | %s | %s | not in this run | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name)
 			continue
 		}
 		if !c.Measured() {
-			fmt.Fprintf(b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, sizeLabel(p.size), where, rc.name, c.Status)
+			fmt.Fprintf(b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, c.Status)
 			continue
 		}
 		ratio, lag, loss := "—", "—", "—"
@@ -195,7 +195,7 @@ func writeNamedPoint(b *strings.Builder, f *runfile.RunFile, p namedPoint) (verd
 		if base != nil && base.Measured() && c != base {
 			ratio = namedRatio(base, c, cmpFig)
 			if rc.seed {
-				verdicts = append(verdicts, fmt.Sprintf("%s %s at %s: ASYNC_FLUSH + SYNC_MASTER ÷ SYNC_FLUSH alone, %s: %s", p.backend, sizeLabel(p.size),
+				verdicts = append(verdicts, fmt.Sprintf("%s %s at %s: ASYNC_FLUSH + SYNC_MASTER ÷ SYNC_FLUSH alone, %s: %s", p.backend, runfile.SizeLabel(p.size),
 					where, cmpName, ratio))
 			}
 		}
@@ -203,7 +203,7 @@ func writeNamedPoint(b *strings.Builder, f *runfile.RunFile, p namedPoint) (verd
 		if c.GeneratorBound {
 			status += " †"
 		}
-		fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.backend, sizeLabel(p.size), where, rc.name, status,
+		fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, status,
 			fig(c, "msgsPerSec", fmtCount), ratio, latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), lag, loss)
 	}
 	return verdicts

@@ -80,7 +80,7 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "- window %s: %s\n", time.Duration(f.Plan.WindowNs), f.Plan.WindowWhy)
 	fmt.Fprintf(b, "- throughput: closed loop at %s producers; latency: open loop, %s arrivals at the absolute rates %s msgs/s (the same for every system), %d workers each owning its share of the schedule, latency from the *intended* start\n",
 		joinInts(c.Producers), c.Arrival, joinRates(c.Rates), c.InFlight)
-	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n", sizeLabel(int(c.Store.SegmentSizeBytes)))
+	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n", runfile.SizeLabel(int(c.Store.SegmentSizeBytes)))
 	if n := messageNote(f); n != "" {
 		fmt.Fprintf(b, "- message: %s\n", n)
 	}

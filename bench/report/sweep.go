@@ -67,7 +67,7 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 		if c.Policy == "" || !c.Comparable() || c.TwinOf != "" {
 			continue
 		}
-		k := fmt.Sprintf("%s %s %s pressure=%s", c.Backend, sizeLabel(c.SizeBytes), c.Target, c.Pressure)
+		k := fmt.Sprintf("%s %s %s pressure=%s", c.Backend, runfile.SizeLabel(c.SizeBytes), c.Target, c.Pressure)
 		pk := k + "|" + c.Policy
 		switch c.Workload {
 		case "throughput":

@@ -55,7 +55,7 @@ func messageNote(f *runfile.RunFile) string {
 		if !slices.Contains(kinds, c.Message) {
 			kinds = append(kinds, c.Message)
 		}
-		if s := fmt.Sprintf("%d B for a %s body", c.RecordBytes, sizeLabel(c.SizeBytes)); !slices.Contains(sizes, s) {
+		if s := fmt.Sprintf("%d B for a %s body", c.RecordBytes, runfile.SizeLabel(c.SizeBytes)); !slices.Contains(sizes, s) {
 			sizes = append(sizes, s)
 		}
 	}
@@ -210,7 +210,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		if c.WrittenMBps == 0 {
 			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
 		}
-		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmt.Sprint(c.Producers),
+		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmt.Sprint(c.Producers),
 			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, ratioText(f, "group-commit", c), sustainedText(c),
 			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
@@ -286,7 +286,7 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 				sustainable = "≥ " + sustainable + " (saturated at " + fmtCount(s.SaturatedAtPerSec) + "; the probes ran out before 10 %)"
 			}
 		}
-		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush,
+		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush,
 			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), tailCount(c), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"),
 			tailText(c, "maxNs"), floor, serviceText(c), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
 	}
@@ -352,7 +352,7 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		if s.InFlight > 0 {
 			inFlight = fmt.Sprint(s.InFlight)
 		}
-		t.row(name+" "+sizeLabel(s.Size)+" "+s.Flush, sus, sat, inFlight, strings.Join(probes, ", "))
+		t.row(name+" "+runfile.SizeLabel(s.Size)+" "+s.Flush, sus, sat, inFlight, strings.Join(probes, ", "))
 	}
 	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %. With W requests in flight of mean service time S the open loop offers at most W ÷ S (Little's law): a saturated probe that achieved at least 90 % of that is *in-flight bound* — the generator's limit, not the system's.\n\n")
 }
@@ -480,7 +480,7 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n|---|---:|---|---:|---:|" + strings.Repeat("---:|", len(ps)) + "\n")
 	for _, r := range rows {
 		c := r.base
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), tailText(c, "p999Ns"))
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), tailText(c, "p999Ns"))
 		for _, p := range ps {
 			pc := r.by[p]
 			switch {
@@ -524,7 +524,7 @@ func writeE2E(b *strings.Builder, f *runfile.RunFile) {
 		if c.GeneratorBound {
 			status += " †"
 		}
-		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
+		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
 			fig(c, "msgsPerSec", fmtCount), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), tailText(c, "maxNs"),
 			serviceText(c), fmtPct(c.Max.UnstartedFraction))
 	}
@@ -536,14 +536,14 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "## Consume (catch-up read of a %s CommitLog through the ConsumeQueue, one queue, to a loopback TCP reader)\n\n", sizeLabel(int(f.Config.ConsumeBytes)))
+	fmt.Fprintf(b, "## Consume (catch-up read of a %s CommitLog through the ConsumeQueue, one queue, to a loopback TCP reader)\n\n", runfile.SizeLabel(int(f.Config.ConsumeBytes)))
 	t := newTable(b, "backend", "size>", "variant", "msgs/s>", "GB/s>", "sender CPU s/GiB>", "process CPU s/GiB>", "resident after drop>")
 	for _, c := range rows {
 		resident := "—"
 		if strings.HasPrefix(c.Variant, "cold") {
 			resident = fmtPct(c.ResidentFraction)
 		}
-		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Variant,
+		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant,
 			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }),
 			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
 	}
@@ -555,14 +555,14 @@ func writeRecovery(b *strings.Builder, f *runfile.RunFile) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "## Recovery (engine.Open after SIGKILL of a producer holding a %s CommitLog)\n\n", sizeLabel(int(f.Config.RecoveryBytes)))
+	fmt.Fprintf(b, "## Recovery (engine.Open after SIGKILL of a producer holding a %s CommitLog)\n\n", runfile.SizeLabel(int(f.Config.RecoveryBytes)))
 	t := newTable(b, "backend", "size>", "variant", "CommitLog scanned>", "open time>", "GB/s scanned>")
 	for _, c := range rows {
 		scanned := int64(0)
 		if len(c.Repeats) > 0 {
 			scanned = c.Repeats[0].Result.PayloadBytes
 		}
-		t.row(label(f, c), sizeLabel(c.SizeBytes), c.Variant, fmt.Sprintf("%.0f MB", float64(scanned)/1e6),
+		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant, fmt.Sprintf("%.0f MB", float64(scanned)/1e6),
 			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }))
 	}
 	b.WriteString("\nA child process fills the store (async) and is killed with SIGKILL holding it; engine.Open then recovers it. MB/s counts the CommitLog bytes recovery scanned.\n\n")
@@ -629,9 +629,9 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 			}
 			return ci(l.Interval(name), fmtNsF)
 		}
-		size := sizeLabel(l.SizeBytes)
+		size := runfile.SizeLabel(l.SizeBytes)
 		if l.Name == runfile.LimitMemcpy {
-			size = l.Params["recordBytes"] + " B record (" + sizeLabel(l.SizeBytes) + " body)"
+			size = l.Params["recordBytes"] + " B record (" + runfile.SizeLabel(l.SizeBytes) + " body)"
 		}
 		mbps := "—" // a limit that writes nothing has no bandwidth
 		if l.MBPerSec > 0 {
@@ -652,7 +652,7 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 	b.WriteString("### The group-commit limit (N records as one pwrite + fdatasync on a pre-written file)\n\n")
 	t := newTable(b, "limit", "record>", "N (producers)>", "in flight>", "ops/s>", "msgs/s (N × ops/s)>", "MB/s>", "p50 per op>", "p99 per op>")
 	for _, l := range ls {
-		t.row(limitLabel(f, l), fmt.Sprintf("%d B (%s %s body)", l.RecordBytes, l.Params["message"], sizeLabel(l.SizeBytes)),
+		t.row(limitLabel(f, l), fmt.Sprintf("%d B (%s %s body)", l.RecordBytes, l.Params["message"], runfile.SizeLabel(l.SizeBytes)),
 			fmt.Sprint(l.Producers), fmt.Sprint(l.InFlight), ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
 			ci(l.Interval("p50Ns"), fmtNsF), ci(l.Interval("p99Ns"), fmtNsF))
 	}

@@ -1,6 +1,7 @@
 package runfile
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -216,4 +217,18 @@ func Summarize(fs []Figures) Summary {
 		}
 	}
 	return s
+}
+
+// SizeLabel formats a size in bytes as B, KiB or MiB when it is a whole
+// one (a cell's body size, a pressure's file size); "" for 0.
+func SizeLabel(b int) string {
+	switch {
+	case b == 0:
+		return ""
+	case b%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", b>>20)
+	case b%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", b>>10)
+	}
+	return fmt.Sprintf("%dB", b)
 }
