@@ -84,9 +84,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func serveDaemon(backing, mnt string, m Model, stdout io.Writer, log *slog.Logger) error {
-	f, err := os.OpenFile(backing, os.O_RDWR, 0)
+	f, err := openBacking(backing, log)
 	if err != nil {
-		return fmt.Errorf("hddfs: backing: %w", err)
+		return err
 	}
 	defer f.Close()
 	st, err := f.Stat()

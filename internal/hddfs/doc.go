@@ -32,7 +32,10 @@
 //     (which the loop device sends for a flush: ext4's barriers,
 //     fdatasync) waits until the cache is empty. The cache is a timing
 //     model: the bytes go to the backing file at once (crashfs is the
-//     package for power loss).
+//     package for power loss), with O_DIRECT: a daemon writing through the
+//     page cache is throttled by the kernel's dirty limits, which under
+//     dirty pressure the loop device's own dirty pages hold while they
+//     wait for the daemon — the disk then stalls for minutes.
 //
 // Not modelled: command queueing (NCQ) and reordering of queued requests,
 // the write settle that makes write seeks ~1 ms longer than read seeks,

@@ -28,7 +28,7 @@ type drive struct {
 	mu      sync.Mutex
 	disk    *Disk
 	epoch   time.Time
-	backing *os.File
+	backing *backing
 	size    int64
 	log     *slog.Logger
 	// What the daemon adds to the model: requests answered after their
