@@ -27,6 +27,9 @@ type RunOptions struct {
 	Prober DeviceProber
 	// CommandLine is recorded in run.json.
 	CommandLine string
+	// SweepReference is another run's flush-policy sweep that the first
+	// screen quotes (nil: none).
+	SweepReference *runfile.SweepReference
 }
 
 // ErrInterrupted is returned (wrapped) by Run when ctx was cancelled; the
@@ -153,7 +156,7 @@ func newRunner(cfg Config, o RunOptions) *runner {
 	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, ID: id, Command: o.CommandLine, StartedAt: started, Machine: m,
 		Devices: []runfile.Device{}, Config: cfg, Cells: []runfile.Cell{}, Peers: []runfile.Cell{}, Floors: []runfile.Floor{},
 		Limits: []runfile.Limit{}, Searches: []runfile.RateSearch{}, Ratios: []runfile.Ratio{}, AA: []runfile.Comparison{},
-		Recommendations: []runfile.Recommendation{}, Profiles: []runfile.ProfileSummary{}}
+		Recommendations: []runfile.Recommendation{}, Profiles: []runfile.ProfileSummary{}, SweepReference: o.SweepReference}
 	r.file.Plan = plan(&cfg, isRoot(), len(cfg.TargetDirs())+len(cfg.Emulate))
 	return r
 }

@@ -45,7 +45,7 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 	}
 	fmt.Fprintf(b, "Highest durable MB/s among the backend/flush policies that qualify (sustained; not saturated, nor above %d× their own tail, under pressure; not on an emulated device that models no seek), median [interval] of %d repeats; a pick only where it separates from the rest on durable MB/s, or, tied there, on CPU per GiB.\n\n",
 		PressureBar, f.Config.Repeat)
-	last := ""
+	last, lastSize := "", 0
 	for _, r := range f.Recommendations {
 		title := ""
 		for _, ac := range answerClasses {
@@ -57,8 +57,11 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 			continue
 		}
 		if k := r.Target + fmt.Sprint(r.SizeBytes); k != last {
+			if last != "" {
+				writeSweepQuote(b, f, lastSize)
+			}
 			fmt.Fprintf(b, "**%s**, %s bodies:\n", orDefault(deviceLabel(f, r.Target), "target"), runfile.SizeLabel(r.SizeBytes))
-			last = k
+			last, lastSize = k, r.SizeBytes
 		}
 		c := cell[r.Cell]
 		switch {
@@ -73,6 +76,9 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 		if n := len(r.Excluded); n > 0 {
 			fmt.Fprintf(b, "  - excluded: %s\n", strings.Join(r.Excluded, "; "))
 		}
+	}
+	if last != "" {
+		writeSweepQuote(b, f, lastSize)
 	}
 	b.WriteString("\nWhy, and every figure behind it: the sections below (the rule in full: run.json's recommendations, docs/harness.md).\n\n")
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -674,5 +675,67 @@ func TestRecommendationWhenEveryPolicyFailsThePressureGate(t *testing.T) {
 	Analyze(f)
 	if s = recOf(t, f, "sync"); s.Pick != "uring sync" || strings.Contains(s.Text, "ranked without it") {
 		t.Errorf("one sync policy passes the gate: %+v", s)
+	}
+}
+
+// TestFirstScreenQuotesACommittedSweep: a run that swept no policy quotes
+// another run's sweep on its first screen — that run named, its front's
+// policies with their intervals — and a run that is not a sweep is
+// refused as a reference.
+func TestFirstScreenQuotesACommittedSweep(t *testing.T) {
+	sw := fakeRun()
+	sw.ID = "20250102-000000-sweep"
+	sw.Config.Policies = []runfile.Policy{{Name: "async fi=50ms", Flush: "async"}, {Name: "async fi=500ms", Flush: "async"}}
+	p := []int{100, 110, 120, 130, 140}
+	five := func(v float64) []float64 { return []float64{v * 0.98, v * 0.99, v, v * 1.01, v * 1.02} }
+	fast := mkCell("throughput-mmap-1024-async-p4-fast", "throughput", "mmap", "async", five(400e3), five(440), p)
+	slow := mkCell("throughput-mmap-1024-async-p4-slow", "throughput", "mmap", "async", five(200e3), five(220), p)
+	fast.Policy, slow.Policy = "async fi=500ms", "async fi=50ms"
+	fast.Target, slow.Target = "vda", "vda"
+	sw.Cells = []runfile.Cell{fast, slow}
+	sw.Peers, sw.Floors, sw.Limits = nil, nil, nil
+	dir := t.TempDir()
+	if err := runfile.Write(dir, sw); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := LoadSweepReference(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.Series) != 1 || len(ref.Series[0].Front) != 1 || ref.Series[0].Front[0].Policy != "async fi=500ms" || ref.Series[0].Policies != 2 {
+		t.Fatalf("the sweep's front: %+v", ref.Series)
+	}
+	f := fakeRun()
+	f.SweepReference = ref
+	Analyze(f)
+	first := strings.Join(strings.Split(Summary(f), "\n")[:25], "\n")
+	for _, want := range []string{"- flush policy: this run measured each backend's defaults only; the flush-policy sweep 20250102-000000-sweep (another run",
+		"  - mmap async on vda (2 policies measured): `async fi=500ms` 400k [392k–408k] msgs/s, p99.9 140µs, alone on the front"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the first 25 lines lack %q:\n%s", want, first)
+		}
+	}
+	plain := t.TempDir()
+	if err := runfile.Write(plain, fakeRun()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSweepReference(plain); !errors.Is(err, ErrNotASweep) {
+		t.Errorf("a run that is not a sweep: %v", err)
+	}
+}
+
+// TestSweepFrontLine: the quote names the front's two ends and counts
+// the points between without counting an end twice.
+func TestSweepFrontLine(t *testing.T) {
+	iv := func(v float64) runfile.Interval { return runfile.Interval{Median: v, Lo: v, Hi: v} }
+	s := runfile.SweepSeries{Backend: "mmap", Flush: "async", Target: "vda", Policies: 6, Front: []runfile.SweepPoint{
+		{Policy: "a", DurableMsgs: iv(100e3), P999Ns: iv(7e6)}, {Policy: "b", DurableMsgs: iv(150e3), P999Ns: iv(8e6)},
+		{Policy: "c", DurableMsgs: iv(200e3), P999Ns: iv(6e6)}}}
+	if got := frontLine(s); !strings.Contains(got, "most throughput `c`") || !strings.Contains(got, "also the lowest p99.9; 2 more on the front") {
+		t.Errorf("fastest is also the lowest tail: %s", got)
+	}
+	s.Front[0].P999Ns = iv(1e6)
+	if got := frontLine(s); !strings.Contains(got, "; lowest p99.9 `a`") || !strings.Contains(got, "; 1 more on the front") {
+		t.Errorf("two ends: %s", got)
 	}
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -50,6 +51,7 @@ func ParetoFront(pts []ParetoPoint) []int {
 // policy's throughput cell and its latency cell at the lowest rate.
 type sweepSeries struct {
 	key    string
+	cell   *runfile.Cell // the series' first cell: its backend, size, target, pressure
 	points []ParetoPoint
 	front  []int
 }
@@ -82,7 +84,7 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 			continue
 		}
 		if _, ok := byKey[k]; !ok {
-			byKey[k] = &sweepSeries{key: k}
+			byKey[k] = &sweepSeries{key: k, cell: c}
 			order = append(order, k)
 		}
 	}
@@ -158,4 +160,110 @@ func tailInterval(c *runfile.Cell, name string) runfile.Interval {
 		iv.Lo, iv.Hi, iv.Level = iv.Median, iv.Median, 0
 	}
 	return iv
+}
+
+// ErrNotASweep: the run given to quote has no flush-policy sweep.
+var ErrNotASweep = errors.New("the run is not a flush-policy sweep (mqbench sweep)")
+
+// LoadSweepReference reads the sweep run in dir and keeps each series'
+// Pareto front, for another run's first screen to quote.
+func LoadSweepReference(dir string) (*runfile.SweepReference, error) {
+	f, err := runfile.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	Analyze(f)
+	series := sweepOf(f)
+	if len(series) == 0 {
+		return nil, fmt.Errorf("%s: %w", dir, ErrNotASweep)
+	}
+	ref := &runfile.SweepReference{ID: f.ID, Path: dir, Commit: f.Machine.Commit, StartedAt: f.StartedAt,
+		Host: f.Machine.Host, Repeat: f.Config.Repeat, Message: f.Config.Store.Message}
+	flushOf := map[string]string{}
+	for _, p := range f.Config.Policies {
+		flushOf[p.Name] = p.Flush
+	}
+	// A front per flush policy: the durable answer picks among sync
+	// policies, which the async ones would push off a joint front.
+	for _, s := range series {
+		for _, flush := range []string{"sync", "async"} {
+			var pts []ParetoPoint
+			for _, p := range s.points {
+				if flushOf[p.Label] == flush {
+					pts = append(pts, p)
+				}
+			}
+			if len(pts) == 0 {
+				continue
+			}
+			rs := runfile.SweepSeries{Backend: s.cell.Backend, SizeBytes: s.cell.SizeBytes, Target: s.cell.Target,
+				Pressure: s.cell.Pressure, Flush: flush, Policies: len(pts)}
+			for _, i := range ParetoFront(pts) {
+				rs.Front = append(rs.Front, runfile.SweepPoint{Policy: pts[i].Label, DurableMsgs: pts[i].Thr, P999Ns: pts[i].P999})
+			}
+			ref.Series = append(ref.Series, rs)
+		}
+	}
+	return ref, nil
+}
+
+// writeSweepQuote is the first screen's flush-policy answer for one
+// device and body size when the run itself swept no policy: the quoted
+// sweep's front for each backend it has at that size, unpressured, named
+// as another run.
+func writeSweepQuote(b *strings.Builder, f *runfile.RunFile, size int) {
+	ref := f.SweepReference
+	if ref == nil || len(f.Config.Policies) > 0 {
+		return
+	}
+	var lines []string
+	for _, s := range ref.Series {
+		if s.SizeBytes != size || (s.Pressure != "" && s.Pressure != "none") || len(s.Front) == 0 {
+			continue
+		}
+		lines = append(lines, "  - "+frontLine(s)+"\n")
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "- flush policy: this run measured each backend's defaults only; the flush-policy sweep %s (another run: %s, commit %s, %d repeats, the %s message, `%s`) has on its Pareto fronts of durable msgs/s against p99.9 (one per backend and flush; a point off a front is beaten on both, points on it are not told apart by that run):\n",
+		ref.ID, ref.StartedAt.Format("2006-01-02"), shortCommit(ref.Commit), ref.Repeat, orDefault(ref.Message, "bare"), ref.Path)
+	for _, l := range lines {
+		b.WriteString(l)
+	}
+}
+
+// frontLine names a front's two ends — the most durable msgs/s and the
+// lowest p99.9 — and how many points lie between.
+func frontLine(s runfile.SweepSeries) string {
+	point := func(p runfile.SweepPoint) string {
+		return fmt.Sprintf("`%s` %s msgs/s, p99.9 %s", p.Policy, ci(p.DurableMsgs, fmtCount), ci(p.P999Ns, fmtNsF))
+	}
+	head := fmt.Sprintf("%s %s on %s (%d %s measured): ", s.Backend, s.Flush, s.Target, s.Policies, plural(s.Policies, "policy", "policies"))
+	fastest, lowest := s.Front[len(s.Front)-1], s.Front[0]
+	for _, p := range s.Front {
+		if p.P999Ns.Median < lowest.P999Ns.Median {
+			lowest = p
+		}
+	}
+	if len(s.Front) == 1 {
+		return head + point(fastest) + ", alone on the front"
+	}
+	line, named := head+"most throughput "+point(fastest), 1
+	if lowest.Policy != fastest.Policy {
+		line, named = line+"; lowest p99.9 "+point(lowest), 2
+	} else {
+		line += ", also the lowest p99.9"
+	}
+	if n := len(s.Front) - named; n > 0 {
+		line += fmt.Sprintf("; %d more on the front, not told apart from these", n)
+	}
+	return line
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

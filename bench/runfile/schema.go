@@ -55,6 +55,43 @@ type RunFile struct {
 	SystemChanges []SystemChange `json:"systemChanges,omitempty"`
 	// Notes are run-level remarks (skipped pressures, devices, rungs).
 	Notes []string `json:"notes,omitempty"`
+	// SweepReference is another run's flush-policy sweep that this run's
+	// first screen quotes for the flush policy (mqbench run --sweep-from).
+	SweepReference *SweepReference `json:"sweepReference,omitempty"`
+}
+
+// SweepReference is the Pareto front of each series of a committed
+// flush-policy sweep, copied into the run that quotes it so that the
+// quote re-renders without the other run's files.
+type SweepReference struct {
+	ID        string        `json:"id"`
+	Path      string        `json:"path"`
+	Commit    string        `json:"commit"`
+	StartedAt time.Time     `json:"startedAt"`
+	Host      string        `json:"host"`
+	Repeat    int           `json:"repeat"`
+	Message   string        `json:"message"`
+	Series    []SweepSeries `json:"series"`
+}
+
+// SweepSeries is one backend × body size × target × pressure × flush of a
+// sweep: the policies on its Pareto front, slowest to fastest, and how
+// many policies it measured.
+type SweepSeries struct {
+	Backend   string       `json:"backend"`
+	SizeBytes int          `json:"sizeBytes"`
+	Target    string       `json:"target"`
+	Pressure  string       `json:"pressure"`
+	Flush     string       `json:"flush"`
+	Policies  int          `json:"policies"`
+	Front     []SweepPoint `json:"front"`
+}
+
+// SweepPoint is a policy's durable msgs/s and p99.9 in a sweep.
+type SweepPoint struct {
+	Policy      string   `json:"policy"`
+	DurableMsgs Interval `json:"durableMsgs"`
+	P999Ns      Interval `json:"p999Ns"`
 }
 
 // Machine describes where a run ran, as it was when the run started.

@@ -39,6 +39,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"run", "--backend-options", `uring-direct={"Bogus":1}`}, 2, "Bogus"},
 		{[]string{"run", "--backend-options", `floppy={}`}, 2, "floppy"},
 		{[]string{"sweep", "--vary", "nope=1"}, 2, "unknown option"},
+		{[]string{"run", "--sweep-from", "/nonexistent/run"}, 2, "--sweep-from /nonexistent/run"},
+		{[]string{"sweep", "--sweep-from", "x"}, 2, "sweep-from"},
 		{[]string{"sweep", "-h"}, 0, "--vary"},
 		{[]string{"cleanup", "extra"}, 2, "want 0 argument"},
 		{[]string{"run", "extra"}, 2, "want 0 argument"},

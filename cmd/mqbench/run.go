@@ -32,6 +32,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type matrixFlags struct {
 	dirs, vary, backendOpts multiFlag
 	noAA, noProfile, quiet  *bool
+	sweepFrom               string
 }
 
 // runMatrix is run and sweep: the same flags; sweep adds --vary and
@@ -59,6 +60,9 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	var m matrixFlags
 	m.registerAxes(c.fs, &cfg)
 	m.registerKnobs(c.fs, &cfg, sweep)
+	if !sweep {
+		c.fs.StringVar(&m.sweepFrom, "sweep-from", "", "a flush-policy sweep's results directory (mqbench sweep) whose Pareto fronts the first screen quotes, named as another run, for the flush policy")
+	}
 	m.registerOutputs(c.fs, &cfg)
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
@@ -69,7 +73,15 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	if err := bench.Validate(&cfg); err != nil {
 		return c.bad(stderr, "%v", err)
 	}
-	f, dir, err := bench.Run(ctx, cfg, progressOptions(stderr))
+	opts := progressOptions(stderr)
+	if m.sweepFrom != "" {
+		ref, err := report.LoadSweepReference(m.sweepFrom)
+		if err != nil {
+			return c.bad(stderr, "--sweep-from %s: %v", m.sweepFrom, err)
+		}
+		opts.SweepReference = ref
+	}
+	f, dir, err := bench.Run(ctx, cfg, opts)
 	if f != nil && !*m.quiet {
 		fmt.Fprint(stdout, report.SummaryTables(f))
 	}
