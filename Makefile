@@ -72,9 +72,12 @@ clean:
 ## each system's sustainable rate, the device limits, and the open loop again under dirty-page pressure (root;
 ## skipped with the reason otherwise). 1 s windows: shorter than the automatic window on most machines (see README).
 ## Writes results/<YYYYMMDD-HHMMSS>-<host>/ and profiles/<run>/. BENCH_FLAGS adds or overrides flags.
+## BENCH_SWEEP: the committed flush-policy sweep whose Pareto fronts make bench's first screen quotes.
+BENCH_SWEEP ?= results/20261202-165353-vm
 BENCH_QUICK := --message rocketmq --sizes 1024 --flush async,sync --workloads throughput,latency --pressure none,dirty --pressure-workloads latency \
 	--producers 16 --rates 1000 --repeat 5 --duration 1s --warmup 200ms --peers pebble-wal --search-probes 3 --search-duration 500ms \
-	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --memcpy-bytes 64MiB --fault-bytes 128MiB --profile-duration 300ms
+	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --memcpy-bytes 64MiB --fault-bytes 128MiB --profile-duration 300ms \
+	$(if $(BENCH_SWEEP),--sweep-from $(BENCH_SWEEP))
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/mqbench run --dir . $(BENCH_QUICK) $(BENCH_FLAGS)
