@@ -100,7 +100,7 @@ bench-pressure:
 
 ## bench-sweep: the flush-policy grid (flush interval, least pages, commit interval where a backend commits,
 ## group-commit timeout) on every backend with make bench's message, 3 measured repeats per point, with its
-## durable-throughput / p99.9 Pareto front. About 10 minutes on 2 cores. make bench quotes the committed one.
+## durable-throughput / p99.9 Pareto front (the estimate is printed at the start). make bench quotes the committed one (BENCH_SWEEP).
 bench-sweep:
 	$(GO) run ./cmd/mqbench sweep --dir . --message rocketmq --segment-size 64MiB --duration 1s --warmup 300ms $(BENCH_FLAGS)
 
