@@ -7,32 +7,17 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/mqstore/mqstore/internal/pagecache"
+	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 // resident counts the pages of [off, off+n) of path in the page cache.
 func resident(t *testing.T, path string, off, n int64) int {
 	t.Helper()
-	f, err := os.Open(path)
+	c, err := pagecache.Resident(path, off, n)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), off, int(n), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	page := int64(os.Getpagesize())
-	vec := make([]byte, (n+page-1)/page)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Fatalf("mincore: %v", e)
-	}
-	c := 0
-	for _, v := range vec {
-		c += int(v & 1)
 	}
 	return c
 }
@@ -55,7 +40,7 @@ func TestBackingWritesPastThePageCache(t *testing.T) {
 	}
 	defer b.Close()
 	if b.direct == nil {
-		t.Skipf("the file system of %s refuses O_DIRECT", path)
+		testenv.Skip(t, testenv.Extents, "the file system of %s refuses O_DIRECT", path)
 	}
 	data := bytes.Repeat([]byte{0xa5}, 1<<20)
 	const off = 2 << 20

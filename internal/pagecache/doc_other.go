@@ -20,3 +20,6 @@ func Unsynced(path string, off, n int64) ([]Page, error) { return nil, ErrNoAcce
 
 // CheckSynced is unsupported off Linux.
 func CheckSynced(path string, off, n int64) error { return ErrNoAccess }
+
+// Resident is unsupported off Linux.
+func Resident(path string, off, n int64) (int, error) { return 0, ErrNoAccess }

@@ -140,3 +140,32 @@ func CheckSynced(path string, off, n int64) error {
 	}
 	return nil
 }
+
+// Resident counts the pages of path in [off, off+n) that are in the page
+// cache (mincore on a read-only mapping: it brings nothing in and needs
+// no privilege). off must be page-aligned.
+func Resident(path string, off, n int64) (int, error) {
+	if off < 0 || n <= 0 || off%int64(os.Getpagesize()) != 0 {
+		return 0, fmt.Errorf("pagecache: resident range [%d, %d): %w", off, off+n, os.ErrInvalid)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("pagecache: %w", err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), off, int(n), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return 0, fmt.Errorf("pagecache: map %s: %w", path, err)
+	}
+	defer unix.Munmap(mem)
+	page := int64(os.Getpagesize())
+	vec := make([]byte, (n+page-1)/page)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(n), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		return 0, fmt.Errorf("pagecache: mincore %s: %w", path, e)
+	}
+	count := 0
+	for _, v := range vec {
+		count += int(v & 1)
+	}
+	return count, nil
+}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"unsafe"
 
 	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/faultseam"
@@ -37,29 +36,14 @@ var zrDirt = [][2]int64{
 	{zrSize - 1, 1},
 }
 
-// residentPages counts the pages of [off, off+n) of path in the page cache
-// (mincore; needs no privilege).
+// residentPages counts the pages of [off, off+n) of path in the page cache.
 func residentPages(t *testing.T, path string, off, n int64) int {
 	t.Helper()
-	f, err := os.Open(path)
+	c, err := pagecache.Resident(path, off, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	mem, err := unix.Mmap(int(f.Fd()), off, int(n), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
-	vec := make([]byte, (n+4095)/4096)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(n), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Fatal(e)
-	}
-	count := 0
-	for _, v := range vec {
-		count += int(v & 1)
-	}
-	return count
+	return c
 }
 
 // dirtyPages returns, page by page (4 KiB of the file), which pages of
