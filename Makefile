@@ -73,7 +73,7 @@ clean:
 ## skipped with the reason otherwise). 1 s windows: shorter than the automatic window on most machines (see README).
 ## Writes results/<YYYYMMDD-HHMMSS>-<host>/ and profiles/<run>/. BENCH_FLAGS adds or overrides flags.
 ## BENCH_SWEEP: the committed flush-policy sweep whose Pareto fronts make bench's first screen quotes.
-BENCH_SWEEP ?= results/20261202-165353-vm
+BENCH_SWEEP ?= results/20261202-212928-vm
 BENCH_QUICK := --message rocketmq --sizes 1024 --flush async,sync --workloads throughput,latency --pressure none,dirty --pressure-workloads latency \
 	--producers 16 --rates 1000 --repeat 5 --duration 1s --warmup 200ms --peers pebble-wal --search-probes 3 --search-duration 500ms \
 	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --memcpy-bytes 64MiB --fault-bytes 128MiB --profile-duration 300ms \
