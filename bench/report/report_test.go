@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -615,11 +616,11 @@ func TestSweepDecidesOnNoBound(t *testing.T) {
 	f := &runfile.RunFile{Cells: []runfile.Cell{spreadCell("latency-mmap-1024-sync-r1000", "mmap", "sync", "none", 2000, 0.5)}}
 	Analyze(f)
 	c := &f.Cells[0]
-	if iv := tailInterval(c, "p999Ns"); iv.Level != 0 || iv.Median < 3.9e6 {
+	if iv := tailInterval(c.Tail, c.P999Ns); iv.Level != 0 || iv.Median < 3.9e6 {
 		t.Errorf("p99.9 (a bound) %+v", iv)
 	}
-	if iv := tailInterval(c, "p99Ns"); iv.Level == 0 || iv.Lo > iv.Median || iv.Hi < iv.Median {
-		t.Errorf("p99 (a figure) %+v", iv)
+	if p := c.Tail.Point("p99Ns"); p == nil || p.Bound || p.Interval().Level == 0 {
+		t.Errorf("p99 (a figure) %+v", p)
 	}
 }
 
@@ -710,7 +711,7 @@ func TestFirstScreenQuotesACommittedSweep(t *testing.T) {
 	Analyze(f)
 	first := strings.Join(strings.Split(Summary(f), "\n")[:25], "\n")
 	for _, want := range []string{"- flush policy: this run measured each backend's defaults only; the flush-policy sweep 20250102-000000-sweep (another run",
-		"  - mmap async on vda (2 policies measured): `async fi=500ms` 400k [392k–408k] msgs/s, p99.9 140µs, alone on the front"} {
+		"  - mmap async on vda (2 policies measured; p99.9: closed-loop p99.9 at 4 producers): `async fi=500ms` 400k [392k–408k] msgs/s, p99.9 140µs, alone on the front"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("the first 25 lines lack %q:\n%s", want, first)
 		}
@@ -737,5 +738,60 @@ func TestSweepFrontLine(t *testing.T) {
 	s.Front[0].P999Ns = iv(1e6)
 	if got := frontLine(s); !strings.Contains(got, "; lowest p99.9 `a`") || !strings.Contains(got, "; 1 more on the front") {
 		t.Errorf("two ends: %s", got)
+	}
+}
+
+// TestSweepTailIsOneFigure: a series compares one p99.9 for every policy
+// and names it. With generator-bound latency cells the points carry the
+// open loop's service time, never the closed loop's tail under a label
+// that says open loop; with the store's own latency tails they carry those.
+func TestSweepTailIsOneFigure(t *testing.T) {
+	build := func(latUs float64) *runfile.RunFile {
+		f := fakeRun()
+		f.Config.Policies = []runfile.Policy{{Name: "async fi=50ms", Flush: "async"}, {Name: "async fi=500ms", Flush: "async"}}
+		f.Floors = []runfile.Floor{{RatePerSec: 1000, Pressure: "none", Target: "vda", Status: runfile.StatusOK, P50Ns: 50e3, P99Ns: 90e3, P999Ns: 100e3}}
+		five := func(v float64) []float64 { return []float64{v * 0.98, v * 0.99, v, v * 1.01, v * 1.02} }
+		closed := []int{5000, 5100, 5200, 5300, 5400} // a saturated closed loop's tail, µs
+		f.Cells = nil
+		for i, pol := range f.Config.Policies {
+			thr := mkCell(fmt.Sprintf("throughput-mmap-1024-async-p4-%d", i), "throughput", "mmap", "async", five(400e3), five(440), closed)
+			lat := spreadCell(fmt.Sprintf("latency-mmap-1024-async-r1000-%d", i), "mmap", "async", "none", latUs, 0.3)
+			thr.Policy, lat.Policy = pol.Name, pol.Name
+			f.Cells = append(f.Cells, thr, lat)
+		}
+		f.Peers, f.Limits = nil, nil
+		Analyze(f)
+		return f
+	}
+	f := build(100) // p99.9 ≈ 200µs: within 3× the floor's 100µs, service ≈ 60µs
+	if !f.Cells[1].GeneratorBound {
+		t.Fatalf("the latency cell should be generator-bound: %+v", f.Cells[1].Tail)
+	}
+	s := sweepOf(f)
+	if len(s) != 1 || len(s[0].points) != 2 {
+		t.Fatalf("series %+v", s)
+	}
+	for _, p := range s[0].points {
+		if p.P999.Median > 100e3 {
+			t.Errorf("%s: p99.9 %v is not the open loop's service time (≈ 60µs)", p.Label, p.P999.Median)
+		}
+	}
+	if !strings.Contains(s[0].tail, "service-time p99.9 at 1k msgs/s") {
+		t.Errorf("the series does not name its figure: %q", s[0].tail)
+	}
+	var b strings.Builder
+	writeSweep(&b, f)
+	if !strings.Contains(b.String(), "p99.9: open-loop service-time p99.9 at 1k msgs/s") {
+		t.Errorf("the table does not say which p99.9 it shows:\n%s", b.String())
+	}
+	f = build(1000) // p99.9 ≈ 2ms: the store's own
+	s = sweepOf(f)
+	for _, p := range s[0].points {
+		if p.P999.Median < 1.5e6 || p.P999.Median > 2.5e6 {
+			t.Errorf("%s: p99.9 %v is not the open loop's latency (≈ 2ms)", p.Label, p.P999.Median)
+		}
+	}
+	if !strings.HasPrefix(s[0].tail, "open-loop latency p99.9") {
+		t.Errorf("series figure %q", s[0].tail)
 	}
 }

@@ -48,13 +48,27 @@ func ParetoFront(pts []ParetoPoint) []int {
 }
 
 // sweepSeries is one backend × size × target × pressure of a sweep: each
-// policy's throughput cell and its latency cell at the lowest rate.
+// policy's throughput cell and its latency cell at the lowest rate; tail
+// says which p99.9 every point of the series carries.
 type sweepSeries struct {
 	key    string
 	cell   *runfile.Cell // the series' first cell: its backend, size, target, pressure
 	points []ParetoPoint
 	front  []int
+	tail   string
 }
+
+// Which p99.9 a sweep series compares. One figure for every point of a
+// series, so the front compares like with like: the open loop's latency
+// when every policy's latency cell measured the store (none generator-
+// bound); else the open loop's service time at the same rate, which the
+// generator's late starts do not enter; else, with no latency cell for
+// every policy, the closed loop's tail.
+const (
+	sweepTailLatency = "open-loop latency p99.9 at %s msgs/s"
+	sweepTailService = "open-loop service-time p99.9 at %s msgs/s (the latency cells are generator-bound)"
+	sweepTailClosed  = "closed-loop p99.9 at %d producers"
+)
 
 func sweepOf(f *runfile.RunFile) []sweepSeries {
 	if len(f.Config.Policies) == 0 {
@@ -66,7 +80,7 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 	lat := map[string]*runfile.Cell{}
 	for i := range f.Cells {
 		c := &f.Cells[i]
-		if c.Policy == "" || !c.Comparable() || c.TwinOf != "" {
+		if c.Policy == "" || c.Status != runfile.StatusOK || c.TwinOf != "" {
 			continue
 		}
 		k := fmt.Sprintf("%s %s %s pressure=%s", c.Backend, runfile.SizeLabel(c.SizeBytes), c.Target, c.Pressure)
@@ -91,16 +105,42 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 	var out []sweepSeries
 	for _, k := range order {
 		s := byKey[k]
+		var ts, ls []*runfile.Cell
 		for _, p := range f.Config.Policies {
 			t := thr[k+"|"+p.Name]
 			if t == nil || !strings.HasPrefix(k, t.Backend+" ") || (p.Backend != "" && p.Backend != t.Backend) {
 				continue
 			}
-			pt := ParetoPoint{Label: p.Name, Thr: durableMsgs(t), P999: tailInterval(t, "p999Ns")}
-			if l := lat[k+"|"+p.Name]; l != nil {
-				pt.P999 = tailInterval(l, "p999Ns")
+			ts, ls = append(ts, t), append(ls, lat[k+"|"+p.Name])
+		}
+		if len(ts) == 0 {
+			continue
+		}
+		mode := sweepTailLatency
+		for _, l := range ls {
+			switch {
+			case l == nil || l.ServiceTail.Point("p999Ns") == nil && l.GeneratorBound:
+				mode = sweepTailClosed
+			case l.GeneratorBound && mode == sweepTailLatency:
+				mode = sweepTailService
+			}
+		}
+		for i, t := range ts {
+			pt := ParetoPoint{Label: t.Policy, Thr: durableMsgs(t)}
+			switch mode {
+			case sweepTailLatency:
+				pt.P999 = tailInterval(ls[i].Tail, ls[i].P999Ns)
+			case sweepTailService:
+				pt.P999 = tailInterval(ls[i].ServiceTail, ls[i].ServiceP999Ns)
+			default:
+				pt.P999 = tailInterval(t.Tail, t.P999Ns)
 			}
 			s.points = append(s.points, pt)
+		}
+		if mode == sweepTailClosed {
+			s.tail = fmt.Sprintf(mode, ts[0].Producers)
+		} else {
+			s.tail = fmt.Sprintf(mode, fmtCount(ls[0].RatePerSec))
 		}
 		s.front = ParetoFront(s.points)
 		out = append(out, *s)
@@ -125,7 +165,7 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 	}
 	b.WriteString("## Flush-policy sweep (durable throughput against p99.9; ★ = on the Pareto front)\n\n")
 	for _, s := range series {
-		fmt.Fprintf(b, "### %s\n\n", s.key)
+		fmt.Fprintf(b, "### %s\n\np99.9: %s.\n\n", s.key, s.tail)
 		t := newTable(b, "policy", "durable msgs/s>", "p99.9>", "front")
 		onFront := map[int]bool{}
 		for _, i := range s.front {
@@ -144,16 +184,17 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 		}
 		fmt.Fprintf(b, "\nPareto front, slowest to fastest: %s. A policy leaves the front only when another is better on both figures and measurably so on one (intervals separate); front points whose intervals overlap are not distinguished by this run.\n\n", strings.Join(names, ", "))
 	}
-	b.WriteString("Policy names: fi = flush interval, flp = flush least pages, fti = thorough interval, ci = commit interval, clp = commit least pages (backends whose commit moves data only), gct = group-commit timeout. p99.9 is the open-loop latency cell's at the sweep's lowest rate when it ran one, else the closed loop's service time.\n\n")
+	b.WriteString("Policy names: fi = flush interval, flp = flush least pages, fti = thorough interval, ci = commit interval, clp = commit least pages (backends whose commit moves data only), gct = group-commit timeout. Each series' p99.9 is one figure for all its policies, named under its heading: the open loop's latency at the sweep's lowest rate when no policy's latency cell is generator-bound, else the open loop's service time at that rate, else the closed loop's tail.\n\n")
 }
 
-// tailInterval is a cell's merged-tail percentile with its interval; a
-// bound (too few samples above it) has no interval (Level 0), so no
-// separation is called on it.
-func tailInterval(c *runfile.Cell, name string) runfile.Interval {
-	p := c.Tail.Point(name)
+// tailInterval is a merged-tail p99.9 with its interval (the repeats'
+// median figure when the tail is missing); a bound (too few samples above
+// it) has no interval (Level 0), so no separation is called on it.
+func tailInterval(t *runfile.Tail, median int64) runfile.Interval {
+	p := t.Point("p999Ns")
 	if p == nil {
-		return runfile.Interval{Median: c.Figures.Figure(name), Lo: c.Figures.Figure(name), Hi: c.Figures.Figure(name)}
+		v := float64(median)
+		return runfile.Interval{Median: v, Lo: v, Hi: v}
 	}
 	iv := p.Interval()
 	if p.Bound {
@@ -197,7 +238,7 @@ func LoadSweepReference(dir string) (*runfile.SweepReference, error) {
 				continue
 			}
 			rs := runfile.SweepSeries{Backend: s.cell.Backend, SizeBytes: s.cell.SizeBytes, Target: s.cell.Target,
-				Pressure: s.cell.Pressure, Flush: flush, Policies: len(pts)}
+				Pressure: s.cell.Pressure, Flush: flush, Policies: len(pts), Tail: s.tail}
 			for _, i := range ParetoFront(pts) {
 				rs.Front = append(rs.Front, runfile.SweepPoint{Policy: pts[i].Label, DurableMsgs: pts[i].Thr, P999Ns: pts[i].P999})
 			}
@@ -239,7 +280,11 @@ func frontLine(s runfile.SweepSeries) string {
 	point := func(p runfile.SweepPoint) string {
 		return fmt.Sprintf("`%s` %s msgs/s, p99.9 %s", p.Policy, ci(p.DurableMsgs, fmtCount), ci(p.P999Ns, fmtNsF))
 	}
-	head := fmt.Sprintf("%s %s on %s (%d %s measured): ", s.Backend, s.Flush, s.Target, s.Policies, plural(s.Policies, "policy", "policies"))
+	head := fmt.Sprintf("%s %s on %s (%d %s measured", s.Backend, s.Flush, s.Target, s.Policies, plural(s.Policies, "policy", "policies"))
+	if s.Tail != "" {
+		head += "; p99.9: " + s.Tail
+	}
+	head += "): "
 	fastest, lowest := s.Front[len(s.Front)-1], s.Front[0]
 	for _, p := range s.Front {
 		if p.P999Ns.Median < lowest.P999Ns.Median {

@@ -78,13 +78,15 @@ type SweepReference struct {
 // sweep: the policies on its Pareto front, slowest to fastest, and how
 // many policies it measured.
 type SweepSeries struct {
-	Backend   string       `json:"backend"`
-	SizeBytes int          `json:"sizeBytes"`
-	Target    string       `json:"target"`
-	Pressure  string       `json:"pressure"`
-	Flush     string       `json:"flush"`
-	Policies  int          `json:"policies"`
-	Front     []SweepPoint `json:"front"`
+	Backend   string `json:"backend"`
+	SizeBytes int    `json:"sizeBytes"`
+	Target    string `json:"target"`
+	Pressure  string `json:"pressure"`
+	Flush     string `json:"flush"`
+	Policies  int    `json:"policies"`
+	// Tail names the p99.9 of every point (which loop, rate or producers).
+	Tail  string       `json:"tail,omitempty"`
+	Front []SweepPoint `json:"front"`
 }
 
 // SweepPoint is a policy's durable msgs/s and p99.9 in a sweep.
