@@ -711,7 +711,7 @@ func TestFirstScreenQuotesACommittedSweep(t *testing.T) {
 	Analyze(f)
 	first := strings.Join(strings.Split(Summary(f), "\n")[:25], "\n")
 	for _, want := range []string{"- flush policy: this run measured each backend's defaults only; the flush-policy sweep 20250102-000000-sweep (another run",
-		"  - mmap async on vda (2 policies measured; p99.9: closed-loop p99.9 at 4 producers): `async fi=500ms` 400k [392k–408k] msgs/s, p99.9 140µs, alone on the front"} {
+		"against closed-loop p99.9 at 4 producers (one per backend", "  - mmap async on vda (2 policies measured): `async fi=500ms` 400k [392k–408k] msgs/s, p99.9 140µs, alone on the front"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("the first 25 lines lack %q:\n%s", want, first)
 		}
@@ -738,6 +738,10 @@ func TestSweepFrontLine(t *testing.T) {
 	s.Front[0].P999Ns = iv(1e6)
 	if got := frontLine(s); !strings.Contains(got, "; lowest p99.9 `a`") || !strings.Contains(got, "; 1 more on the front") {
 		t.Errorf("two ends: %s", got)
+	}
+	s.Tail = "closed-loop p99.9 at 16 producers" // fronts that differ in their p99.9 name it each
+	if got := frontLine(s); !strings.HasPrefix(got, "mmap async on vda (6 policies measured; p99.9: closed-loop p99.9 at 16 producers): ") {
+		t.Errorf("a front's own p99.9: %s", got)
 	}
 }
 

@@ -257,20 +257,30 @@ func writeSweepQuote(b *strings.Builder, f *runfile.RunFile, size int) {
 	if ref == nil || len(f.Config.Policies) > 0 {
 		return
 	}
-	var lines []string
+	var quoted []runfile.SweepSeries
+	tails := map[string]bool{}
 	for _, s := range ref.Series {
 		if s.SizeBytes != size || (s.Pressure != "" && s.Pressure != "none") || len(s.Front) == 0 {
 			continue
 		}
-		lines = append(lines, "  - "+frontLine(s)+"\n")
+		quoted = append(quoted, s)
+		tails[s.Tail] = true
 	}
-	if len(lines) == 0 {
+	if len(quoted) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "- flush policy: this run measured each backend's defaults only; the flush-policy sweep %s (another run: %s, commit %s, %d repeats, the %s message, `%s`) has on its Pareto fronts of durable msgs/s against p99.9 (one per backend and flush; a point off a front is beaten on both, points on it are not told apart by that run):\n",
-		ref.ID, ref.StartedAt.Format("2006-01-02"), shortCommit(ref.Commit), ref.Repeat, orDefault(ref.Message, "bare"), ref.Path)
-	for _, l := range lines {
-		b.WriteString(l)
+	// One p99.9 for every front is named once; else each front names its own.
+	against := "p99.9"
+	if len(tails) == 1 && quoted[0].Tail != "" {
+		against = quoted[0].Tail
+		for i := range quoted {
+			quoted[i].Tail = ""
+		}
+	}
+	fmt.Fprintf(b, "- flush policy: this run measured each backend's defaults only; the flush-policy sweep %s (another run: %s, commit %s, %d repeats, the %s message, `%s`) has on its Pareto fronts of durable msgs/s against %s (one per backend and flush; a point off a front is beaten on both, points on it are not told apart by that run):\n",
+		ref.ID, ref.StartedAt.Format("2006-01-02"), shortCommit(ref.Commit), ref.Repeat, orDefault(ref.Message, "bare"), ref.Path, against)
+	for _, s := range quoted {
+		b.WriteString("  - " + frontLine(s) + "\n")
 	}
 }
 
