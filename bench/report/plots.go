@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -504,22 +505,38 @@ func drawColumn(path string, column []*plot.Plot) error {
 	return out.Close()
 }
 
-// paretoPlot draws a sweep series: every policy, the front joined and
-// labelled.
+// paretoPlot draws a sweep series: every policy, the front's points marked
+// and its two ends (most throughput, lowest p99.9) labelled. The front's
+// points are not joined: with overlapping intervals a front is a set of
+// points no other measurably beats, not a staircase.
 func paretoPlot(path string, s sweepSeries) error {
 	p := plot.New()
-	p.Title.Text = "Flush-policy sweep, " + s.key + " (★ Pareto front)"
-	p.X.Label.Text, p.Y.Label.Text = "durable msgs/s", "p99.9 (log)"
+	p.Title.Text = "Flush-policy sweep, " + s.key + " (triangles: the Pareto front)"
+	tail, _, _ := strings.Cut(s.tail, " (")
+	p.X.Label.Text, p.Y.Label.Text = "durable msgs/s", orDefault(tail, "p99.9")+", ms (log)"
 	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, msTicks()
+	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
-	var all, front plotter.XYs
+	var all, front, ends plotter.XYs
 	var labels []string
 	for _, pt := range s.points {
 		all = append(all, plotter.XY{X: pt.Thr.Median, Y: math.Max(pt.P999.Median/1e6, 1e-3)})
 	}
+	fastest, lowest := -1, -1
 	for _, i := range s.front {
 		front = append(front, all[i])
-		labels = append(labels, s.points[i].Label)
+		if fastest < 0 || all[i].X > all[fastest].X {
+			fastest = i
+		}
+		if lowest < 0 || all[i].Y < all[lowest].Y {
+			lowest = i
+		}
+	}
+	for _, i := range []int{fastest, lowest} {
+		if i >= 0 && (len(ends) == 0 || i != fastest) {
+			ends = append(ends, all[i])
+			labels = append(labels, s.points[i].Label)
+		}
 	}
 	sc, err := plotter.NewScatter(all)
 	if err != nil {
@@ -529,14 +546,14 @@ func paretoPlot(path string, s sweepSeries) error {
 	p.Add(sc)
 	p.Legend.Add("policy", sc)
 	if len(front) > 0 {
-		line, pts, err := plotter.NewLinePoints(front)
+		pts, err := plotter.NewScatter(front)
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", path, err)
 		}
-		line.Color, pts.Color, pts.Shape, pts.Radius = plotutil.Color(0), plotutil.Color(0), draw.PyramidGlyph{}, vg.Points(4)
-		p.Add(line, pts)
-		p.Legend.Add("Pareto front", line, pts)
-		if lbl, err := plotter.NewLabels(plotter.XYLabels{XYs: front, Labels: labels}); err == nil {
+		pts.Color, pts.Shape, pts.Radius = plotutil.Color(0), draw.PyramidGlyph{}, vg.Points(4)
+		p.Add(pts)
+		p.Legend.Add("on the Pareto front", pts)
+		if lbl, err := plotter.NewLabels(plotter.XYLabels{XYs: ends, Labels: labels}); err == nil {
 			p.Add(lbl)
 		}
 	}
