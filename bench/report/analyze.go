@@ -120,15 +120,19 @@ func volatile(backend string) bool {
 	return err == nil && reg.Volatile
 }
 
+// ratioOf is c's figure ÷ ref, with the widest ratio the intervals allow.
 func ratioOf(kind string, c *runfile.Cell, against, fig string, ref runfile.Interval, note string) runfile.Ratio {
+	return ratioIv(kind, c.Name, against, fig, c.Interval(fig), ref, note)
+}
+
+func ratioIv(kind, cell, against, fig string, iv, ref runfile.Interval, note string) runfile.Ratio {
 	div := func(a, b float64) float64 {
 		if b == 0 {
 			return 0
 		}
 		return a / b
 	}
-	iv := c.Interval(fig)
-	return runfile.Ratio{Kind: kind, Cell: c.Name, Against: against, Figure: fig, Note: note,
+	return runfile.Ratio{Kind: kind, Cell: cell, Against: against, Figure: fig, Note: note,
 		Median: div(iv.Median, ref.Median), Low: div(iv.Lo, ref.Hi), High: div(iv.Hi, ref.Lo)}
 }
 
@@ -165,6 +169,12 @@ func findLimit(f *runfile.RunFile, name string, size int, target string) *runfil
 // commit's limit.
 func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	var out []runfile.Ratio
+	// add relates c's figure to the named limit's (size 0: any body size).
+	add := func(kind, name string, size int, fig, limitFig, note string) {
+		if l := findLimit(f, name, size, c.Target); l != nil {
+			out = append(out, ratioOf(kind, c, l.Name, fig, l.Interval(limitFig), note))
+		}
+	}
 	if c.Workload == "throughput" && c.Flush == "async" {
 		// The append path's ceilings and the device's bandwidth bound
 		// async cells; sync cells are bound by the device's flush
@@ -172,23 +182,14 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 		if c.WrittenMBps > 0 {
 			switch {
 			case mapsPages(c.Backend) && !warmedSegments(c):
-				if l := findLimit(f, runfile.LimitFaults, 0, c.Target); l != nil {
-					out = append(out, ratioOf("fault-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
-						"accepted record MB/s ÷ first-touch page faults' MB/s: appends into cold mmap pages"))
-				}
+				add("fault-ceiling", runfile.LimitFaults, 0, "writtenMBps", "mbPerSec", "accepted record MB/s ÷ first-touch page faults' MB/s: appends into cold mmap pages")
 			case !volatile(c.Backend):
-				if l := findLimit(f, runfile.LimitMemcpy, c.SizeBytes, c.Target); l != nil {
-					out = append(out, ratioOf("memcpy-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
-						"accepted record MB/s ÷ one goroutine's memcpy into present pages"))
-				}
+				add("memcpy-ceiling", runfile.LimitMemcpy, c.SizeBytes, "writtenMBps", "mbPerSec", "accepted record MB/s ÷ one goroutine's memcpy into present pages")
 			}
 		}
 		if c.DurableMBps > 0 {
 			for _, name := range []string{runfile.LimitDeviceSeq, runfile.LimitFioSeq} {
-				if l := findLimit(f, name, 0, c.Target); l != nil {
-					out = append(out, ratioOf("device", c, l.Name, "durableMBps", l.Interval("mbPerSec"),
-						"durable record MB/s ÷ sequential O_DIRECT MB/s"))
-				}
+				add("device", name, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s")
 			}
 		}
 	}
@@ -200,10 +201,7 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	}
 	if c.Workload == "latency" && c.Flush == "sync" {
 		for _, name := range []string{runfile.LimitDeviceSync, runfile.LimitDeviceSyncPrewritten, runfile.LimitFioSync} {
-			if l := findLimit(f, name, 0, c.Target); l != nil {
-				out = append(out, ratioOf("device", c, l.Name, "p50Ns", l.Interval("p50Ns"),
-					"open-loop p50 ÷ one 4 KiB write+fdatasync p50: how many device syncs a durable append costs"))
-			}
+			add("device", name, 0, "p50Ns", "p50Ns", "open-loop p50 ÷ one 4 KiB write+fdatasync p50: how many device syncs a durable append costs")
 		}
 	}
 	return out
@@ -760,14 +758,7 @@ func gate(p, base *runfile.Cell) (verdict string, r runfile.Ratio, figure string
 	figure = gateFigure(p, base)
 	piv, ps := ruleFigure(p, figure)
 	biv, bs := ruleFigure(base, figure)
-	div := func(a, b float64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return a / b
-	}
-	r = runfile.Ratio{Kind: "pressure", Cell: p.Name, Against: base.Name, Figure: figure,
-		Median: div(piv.Median, biv.Median), Low: div(piv.Lo, biv.Hi), High: div(piv.Hi, biv.Lo)}
+	r = ratioIv("pressure", p.Name, base.Name, figure, piv, biv, "")
 	ratioAtLeast := (ps == exact || ps == atLeast) && (bs == exact || bs == atMost)
 	ratioAtMost := (ps == exact || ps == atMost) && (bs == exact || bs == atLeast)
 	above := r.Low > PressureBar
