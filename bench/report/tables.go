@@ -236,12 +236,8 @@ func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
 			continue
 		}
 		seen[k] = true
-		mech := "—"
-		if c.Durability != nil {
-			mech = c.Durability.Mechanism
-		}
 		fmt.Fprintf(b, "‡ **%s (%s)** reported durable bytes only when drained: its durable position did not move during any window, and Drain made everything durable. That is an accounting limit of the peer — the harness cannot observe when (or whether) it syncs in between — **not the peer failing to keep up**, so the row has no durable MB/s and no sustained verdict (neither \"not sustained\" nor a recommendation is drawn from it). Its own statement: \"%s\".\n\n",
-			c.Backend, c.Flush, mech)
+			c.Backend, c.Flush, mechanismOf(c))
 	}
 }
 
