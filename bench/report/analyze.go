@@ -531,10 +531,18 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 			fallback = cd
 		}
 	}
-	if cheap := cheapestOf(append([]*candidate{top}, tied...)); cheap != nil && len(top.undetermined) == 0 {
-		writeCheaper(&rec, cheap, append([]*candidate{top}, tied...), dominated)
+	picked := top
+	if group := append([]*candidate{top}, tied...); cheapestOf(group) != nil && len(top.undetermined) == 0 {
+		picked = cheapestOf(group)
+		writeCheaper(&rec, picked, group)
 	} else {
-		writeRecommendation(&rec, top, tied, next, fallback, dominated)
+		writeRecommendation(&rec, top, tied, next, fallback)
+	}
+	if len(picked.notes) > 0 {
+		rec.Text += "; " + strings.Join(picked.notes, "; ")
+	}
+	if len(dominated) > 0 {
+		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
 	}
 	if ungated {
 		rec.Text = fmt.Sprintf("every %s policy's tail under pressure is above %d× its own (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
@@ -578,7 +586,7 @@ func cheapestOf(group []*candidate) *candidate {
 
 // writeCheaper sets rec to the pick made on CPU among candidates tied on
 // durable MB/s.
-func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candidate, dominated []string) {
+func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candidate) {
 	rec.Pick, rec.Cell, rec.Interval = pick.label, pick.thr.Name, durableIv(pick)
 	var others, cpus []string
 	for _, cd := range group {
@@ -591,12 +599,6 @@ func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candida
 	rec.Text = fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers, no significant difference from %s, and significantly less CPU: %s s/GiB against %s",
 		pick.label, ci(rec.Interval, fmtFloat), ciWords(pick.thr.CILevel), pick.thr.Producers, strings.Join(others, ", "),
 		ci(pick.thr.Interval("cpuSecPerGiB"), fmtFloat), strings.Join(cpus, ", "))
-	if len(pick.notes) > 0 {
-		rec.Text += "; " + strings.Join(pick.notes, "; ")
-	}
-	if len(dominated) > 0 {
-		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
-	}
 }
 
 // setAsideDominated drops, for "any", each async policy no faster than a
@@ -631,10 +633,9 @@ func describe(cd *candidate) string {
 }
 
 // writeRecommendation sets rec's pick, ties and text from the ranked
-// candidates: the top, those tied with it, the next separated one, the
-// best fully determined one (when the top is not) and the async policies
-// set aside.
-func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*candidate, next, fallback *candidate, dominated []string) {
+// candidates: the top, those tied with it, the next separated one and the
+// best fully determined one (when the top is not).
+func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*candidate, next, fallback *candidate) {
 	head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat), ciWords(top.thr.CILevel), top.thr.Producers)
 	for _, u := range top.undetermined {
 		if u == sustainUndetermined {
@@ -675,12 +676,6 @@ func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*ca
 		} else {
 			rec.Text += "; none of the others is fully determined"
 		}
-	}
-	if len(top.notes) > 0 {
-		rec.Text += "; " + strings.Join(top.notes, "; ")
-	}
-	if len(dominated) > 0 {
-		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
 	}
 }
 

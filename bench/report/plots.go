@@ -150,15 +150,9 @@ func sizedLabel(f *runfile.RunFile, c *runfile.Cell) string {
 func us(ns float64) float64 { return math.Max(ns/1e3, 0.001) }
 func ms(ns float64) float64 { return math.Max(ns/1e6, 1e-3) }
 
-func newLine(xys plotter.XYs, i int) (*plotter.Line, error) {
-	line, err := plotter.NewLine(xys)
-	if err != nil {
-		return nil, err
-	}
-	line.Color = plotutil.Color(i)
-	line.Dashes = plotutil.Dashes(i / 7)
-	line.Width = vg.Points(1.5)
-	return line, nil
+// styleLine gives the i-th series its colour, dashes after the seventh.
+func styleLine(line *plotter.Line, i int) {
+	line.Color, line.Dashes, line.Width = plotutil.Color(i), plotutil.Dashes(i/7), vg.Points(1.5)
 }
 
 // spectrumPlot draws the latency percentile spectrum of every system at
@@ -179,10 +173,11 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 		if len(xys) == 0 {
 			return nil
 		}
-		line, err := newLine(xys, i)
+		line, err := plotter.NewLine(xys)
 		if err != nil {
 			return err
 		}
+		styleLine(line, i)
 		p.Add(line)
 		p.Legend.Add(name, line)
 		i++
@@ -261,8 +256,8 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		if err != nil {
 			return err
 		}
-		line.Color, pts.Color, line.Width = plotutil.Color(i), plotutil.Color(i), vg.Points(1.5)
-		line.Dashes = plotutil.Dashes(i / 7)
+		styleLine(line, i)
+		pts.Color = line.Color
 		p.Add(line, pts)
 		p.Legend.Add(name, line, pts)
 	}
