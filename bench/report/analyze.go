@@ -120,15 +120,19 @@ func volatile(backend string) bool {
 	return err == nil && reg.Volatile
 }
 
+// ratioOf is c's figure ÷ ref, with the widest ratio the intervals allow.
 func ratioOf(kind string, c *runfile.Cell, against, fig string, ref runfile.Interval, note string) runfile.Ratio {
+	return ratioIv(kind, c.Name, against, fig, c.Interval(fig), ref, note)
+}
+
+func ratioIv(kind, cell, against, fig string, iv, ref runfile.Interval, note string) runfile.Ratio {
 	div := func(a, b float64) float64 {
 		if b == 0 {
 			return 0
 		}
 		return a / b
 	}
-	iv := c.Interval(fig)
-	return runfile.Ratio{Kind: kind, Cell: c.Name, Against: against, Figure: fig, Note: note,
+	return runfile.Ratio{Kind: kind, Cell: cell, Against: against, Figure: fig, Note: note,
 		Median: div(iv.Median, ref.Median), Low: div(iv.Lo, ref.Hi), High: div(iv.Hi, ref.Lo)}
 }
 
@@ -165,6 +169,12 @@ func findLimit(f *runfile.RunFile, name string, size int, target string) *runfil
 // commit's limit.
 func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	var out []runfile.Ratio
+	// add relates c's figure to the named limit's (size 0: any body size).
+	add := func(kind, name string, size int, fig, limitFig, note string) {
+		if l := findLimit(f, name, size, c.Target); l != nil {
+			out = append(out, ratioOf(kind, c, l.Name, fig, l.Interval(limitFig), note))
+		}
+	}
 	if c.Workload == "throughput" && c.Flush == "async" {
 		// The append path's ceilings and the device's bandwidth bound
 		// async cells; sync cells are bound by the device's flush
@@ -172,23 +182,14 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 		if c.WrittenMBps > 0 {
 			switch {
 			case mapsPages(c.Backend) && !warmedSegments(c):
-				if l := findLimit(f, runfile.LimitFaults, 0, c.Target); l != nil {
-					out = append(out, ratioOf("fault-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
-						"accepted record MB/s ÷ first-touch page faults' MB/s: appends into cold mmap pages"))
-				}
+				add("fault-ceiling", runfile.LimitFaults, 0, "writtenMBps", "mbPerSec", "accepted record MB/s ÷ first-touch page faults' MB/s: appends into cold mmap pages")
 			case !volatile(c.Backend):
-				if l := findLimit(f, runfile.LimitMemcpy, c.SizeBytes, c.Target); l != nil {
-					out = append(out, ratioOf("memcpy-ceiling", c, l.Name, "writtenMBps", l.Interval("mbPerSec"),
-						"accepted record MB/s ÷ one goroutine's memcpy into present pages"))
-				}
+				add("memcpy-ceiling", runfile.LimitMemcpy, c.SizeBytes, "writtenMBps", "mbPerSec", "accepted record MB/s ÷ one goroutine's memcpy into present pages")
 			}
 		}
 		if c.DurableMBps > 0 {
 			for _, name := range []string{runfile.LimitDeviceSeq, runfile.LimitFioSeq} {
-				if l := findLimit(f, name, 0, c.Target); l != nil {
-					out = append(out, ratioOf("device", c, l.Name, "durableMBps", l.Interval("mbPerSec"),
-						"durable record MB/s ÷ sequential O_DIRECT MB/s"))
-				}
+				add("device", name, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s")
 			}
 		}
 	}
@@ -200,10 +201,7 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	}
 	if c.Workload == "latency" && c.Flush == "sync" {
 		for _, name := range []string{runfile.LimitDeviceSync, runfile.LimitDeviceSyncPrewritten, runfile.LimitFioSync} {
-			if l := findLimit(f, name, 0, c.Target); l != nil {
-				out = append(out, ratioOf("device", c, l.Name, "p50Ns", l.Interval("p50Ns"),
-					"open-loop p50 ÷ one 4 KiB write+fdatasync p50: how many device syncs a durable append costs"))
-			}
+			add("device", name, 0, "p50Ns", "p50Ns", "open-loop p50 ÷ one 4 KiB write+fdatasync p50: how many device syncs a durable append costs")
 		}
 	}
 	return out
@@ -533,10 +531,18 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 			fallback = cd
 		}
 	}
-	if cheap := cheapestOf(append([]*candidate{top}, tied...)); cheap != nil && len(top.undetermined) == 0 {
-		writeCheaper(&rec, cheap, append([]*candidate{top}, tied...), dominated)
+	picked := top
+	if group := append([]*candidate{top}, tied...); cheapestOf(group) != nil && len(top.undetermined) == 0 {
+		picked = cheapestOf(group)
+		writeCheaper(&rec, picked, group)
 	} else {
-		writeRecommendation(&rec, top, tied, next, fallback, dominated)
+		writeRecommendation(&rec, top, tied, next, fallback)
+	}
+	if len(picked.notes) > 0 {
+		rec.Text += "; " + strings.Join(picked.notes, "; ")
+	}
+	if len(dominated) > 0 {
+		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
 	}
 	if ungated {
 		rec.Text = fmt.Sprintf("every %s policy's tail under pressure is above %d× its own (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
@@ -580,7 +586,7 @@ func cheapestOf(group []*candidate) *candidate {
 
 // writeCheaper sets rec to the pick made on CPU among candidates tied on
 // durable MB/s.
-func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candidate, dominated []string) {
+func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candidate) {
 	rec.Pick, rec.Cell, rec.Interval = pick.label, pick.thr.Name, durableIv(pick)
 	var others, cpus []string
 	for _, cd := range group {
@@ -593,12 +599,6 @@ func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candida
 	rec.Text = fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers, no significant difference from %s, and significantly less CPU: %s s/GiB against %s",
 		pick.label, ci(rec.Interval, fmtFloat), ciWords(pick.thr.CILevel), pick.thr.Producers, strings.Join(others, ", "),
 		ci(pick.thr.Interval("cpuSecPerGiB"), fmtFloat), strings.Join(cpus, ", "))
-	if len(pick.notes) > 0 {
-		rec.Text += "; " + strings.Join(pick.notes, "; ")
-	}
-	if len(dominated) > 0 {
-		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
-	}
 }
 
 // setAsideDominated drops, for "any", each async policy no faster than a
@@ -633,10 +633,9 @@ func describe(cd *candidate) string {
 }
 
 // writeRecommendation sets rec's pick, ties and text from the ranked
-// candidates: the top, those tied with it, the next separated one, the
-// best fully determined one (when the top is not) and the async policies
-// set aside.
-func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*candidate, next, fallback *candidate, dominated []string) {
+// candidates: the top, those tied with it, the next separated one and the
+// best fully determined one (when the top is not).
+func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*candidate, next, fallback *candidate) {
 	head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat), ciWords(top.thr.CILevel), top.thr.Producers)
 	for _, u := range top.undetermined {
 		if u == sustainUndetermined {
@@ -677,12 +676,6 @@ func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*ca
 		} else {
 			rec.Text += "; none of the others is fully determined"
 		}
-	}
-	if len(top.notes) > 0 {
-		rec.Text += "; " + strings.Join(top.notes, "; ")
-	}
-	if len(dominated) > 0 {
-		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
 	}
 }
 
@@ -760,14 +753,7 @@ func gate(p, base *runfile.Cell) (verdict string, r runfile.Ratio, figure string
 	figure = gateFigure(p, base)
 	piv, ps := ruleFigure(p, figure)
 	biv, bs := ruleFigure(base, figure)
-	div := func(a, b float64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return a / b
-	}
-	r = runfile.Ratio{Kind: "pressure", Cell: p.Name, Against: base.Name, Figure: figure,
-		Median: div(piv.Median, biv.Median), Low: div(piv.Lo, biv.Hi), High: div(piv.Hi, biv.Lo)}
+	r = ratioIv("pressure", p.Name, base.Name, figure, piv, biv, "")
 	ratioAtLeast := (ps == exact || ps == atLeast) && (bs == exact || bs == atMost)
 	ratioAtMost := (ps == exact || ps == atMost) && (bs == exact || bs == atLeast)
 	above := r.Low > PressureBar

@@ -10,10 +10,7 @@ import (
 // answerClasses are the two questions the first screen answers: what to
 // run when an acknowledgement must mean durable (sync) and when it may
 // mean in memory (any policy).
-var answerClasses = []struct{ durability, title string }{
-	{"sync", "ack = durable"},
-	{"any", "ack = in memory"},
-}
+var answerClasses = map[string]string{"sync": "ack = durable", "any": "ack = in memory"}
 
 // flushPolicy names the flush parameters a cell ran with, from its
 // effective engine options.
@@ -47,13 +44,8 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 		PressureBar, f.Config.Repeat)
 	last, lastSize := "", 0
 	for _, r := range f.Recommendations {
-		title := ""
-		for _, ac := range answerClasses {
-			if ac.durability == r.Durability {
-				title = ac.title
-			}
-		}
-		if title == "" {
+		title, ok := answerClasses[r.Durability]
+		if !ok {
 			continue
 		}
 		if k := r.Target + fmt.Sprint(r.SizeBytes); k != last {

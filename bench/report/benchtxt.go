@@ -109,46 +109,32 @@ func benchName(c *runfile.Cell, withTarget bool) string {
 
 // repeatValues are one measured repeat's iteration count and values.
 func repeatValues(workload string, r *runfile.Repeat) (int64, valueList) {
-	f := r.Figures
+	f := &r.Figures
 	var v valueList
 	switch workload {
 	case "consume":
-		v.add(f.MBPerSec, "MB/s")
-		v.add(f.MsgsPerSec, "msgs/s")
-		v.add(f.CPUSecPerGiB, "sender-cpu-sec/GiB")
-		v.add(f.ProcessCPUSecPerGiB, "cpu-sec/GiB")
+		v.figs(f, "mbPerSec", "MB/s", "msgsPerSec", "msgs/s", "cpuSecPerGiB", "sender-cpu-sec/GiB", "processCpuSecPerGiB", "cpu-sec/GiB")
 		return max(1, r.Result.Messages), v
 	case "recovery":
-		v.add(float64(f.OpenNs), "ns/op")
-		v.add(f.MBPerSec, "MB/s")
+		v.figs(f, "openNs", "ns/op", "mbPerSec", "MB/s")
 		return 1, v
 	case "throughput":
 		v.add(float64(r.Result.ElapsedNs)/float64(max(r.Result.Messages, 1)), "ns/op")
-		v.add(f.MBPerSec, "MB/s")
-		v.add(f.MsgsPerSec, "msgs/s")
+		v.figs(f, "mbPerSec", "MB/s", "msgsPerSec", "msgs/s")
 		if r.Result.Durability != nil {
-			v.add(f.DurableMBps, "durable-MB/s")
-			v.add(f.BacklogBytes, "backlog-B")
-			v.add(float64(f.DrainNs), "drain-ns")
+			v.figs(f, "durableMBps", "durable-MB/s", "backlogBytes", "backlog-B", "drainNs", "drain-ns")
 		}
-		v.add(f.CPUSecPerGiB, "cpu-sec/GiB")
+		v.figs(f, "cpuSecPerGiB", "cpu-sec/GiB")
 	default:
-		v.add(f.MsgsPerSec, "msgs/s")
+		v.figs(f, "msgsPerSec", "msgs/s")
 	}
-	v.add(float64(f.P50Ns), "p50-ns")
-	v.add(float64(f.P99Ns), "p99-ns")
-	v.add(float64(f.P999Ns), "p99.9-ns")
-	v.add(float64(f.P9999Ns), "p99.99-ns")
-	v.add(float64(f.MaxNs), "max-ns")
+	v.figs(f, "p50Ns", "p50-ns", "p99Ns", "p99-ns", "p999Ns", "p99.9-ns", "p9999Ns", "p99.99-ns", "maxNs", "max-ns")
 	if workload == "latency" {
-		v.add(float64(f.ServiceP999Ns), "service-p99.9-ns")
+		v.figs(f, "serviceP999Ns", "service-p99.9-ns")
 	}
-	v.add(f.AllocsPerMsg, "allocs/msg")
+	v.figs(f, "allocsPerMsg", "allocs/msg")
 	if r.Replication != nil {
-		v.add(float64(f.ReplLagP50Ns), "repl-lag-p50-ns")
-		v.add(float64(f.ReplLagP99Ns), "repl-lag-p99-ns")
-		v.add(f.ReplLagBytesP99, "repl-lag-p99-B")
-		v.add(f.SlaveDurableMBps, "slave-durable-MB/s")
+		v.figs(f, "replLagP50Ns", "repl-lag-p50-ns", "replLagP99Ns", "repl-lag-p99-ns", "replLagBytesP99", "repl-lag-p99-B", "slaveDurableMBps", "slave-durable-MB/s")
 	}
 	return max(r.Result.Messages, 1), v
 }
@@ -165,9 +151,7 @@ func limitValues(f *runfile.Figures) string {
 		v.add(f.MsgsPerSec, "msgs/s")
 	}
 	if f.P50Ns > 0 {
-		v.add(float64(f.P50Ns), "p50-ns")
-		v.add(float64(f.P99Ns), "p99-ns")
-		v.add(float64(f.P999Ns), "p99.9-ns")
+		v.figs(f, "p50Ns", "p50-ns", "p99Ns", "p99-ns", "p999Ns", "p99.9-ns")
 	}
 	return v.String()
 }
@@ -178,11 +162,16 @@ func (v *valueList) add(x float64, unit string) {
 	*v = append(*v, strconv.FormatFloat(x, 'g', 6, 64)+" "+unit)
 }
 
-func (v valueList) String() string {
-	var b strings.Builder
-	for _, s := range v {
-		b.WriteString("\t")
-		b.WriteString(s)
+// figs adds figures of f by name, each followed by its unit.
+func (v *valueList) figs(f *runfile.Figures, nameUnits ...string) {
+	for i := 0; i < len(nameUnits); i += 2 {
+		v.add(f.Figure(nameUnits[i]), nameUnits[i+1])
 	}
-	return b.String()
+}
+
+func (v valueList) String() string {
+	if len(v) == 0 {
+		return ""
+	}
+	return "\t" + strings.Join(v, "\t")
 }

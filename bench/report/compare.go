@@ -149,13 +149,7 @@ func higherIsBetter(figure string) bool {
 }
 
 func compareRow(name, figure string, a, b runfile.Interval) string {
-	f := fmtFloat
-	switch {
-	case strings.HasSuffix(figure, "Ns"):
-		f = fmtNsF
-	case figure == "msgsPerSec":
-		f = fmtCount
-	}
+	f := figFormat(figure)
 	ratio := "—"
 	if a.Median != 0 {
 		ratio = fmtFloat(b.Median/a.Median) + "×"

@@ -81,6 +81,22 @@ func ci(iv runfile.Interval, f func(float64) string) string {
 
 func fmtNsF(x float64) string { return fmtNs(int64(x)) }
 
+// figFormat is how a figure is shown: durations, counts, else small floats.
+func figFormat(figure string) func(float64) string {
+	switch {
+	case strings.HasSuffix(figure, "Ns"):
+		return fmtNsF
+	case figure == "msgsPerSec":
+		return fmtCount
+	}
+	return fmtFloat
+}
+
+// ratioRange shows a ratio and the widest the intervals allow: "1.2× [1.1×–1.3×]".
+func ratioRange(r runfile.Ratio) string {
+	return withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
+}
+
 func fmtPct(x float64) string {
 	switch a := math.Abs(100 * x); {
 	case a == 0:

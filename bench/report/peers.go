@@ -93,27 +93,26 @@ func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell,
 			return
 		}
 	}
-	fmt.Fprintf(b, "### %s: %s\n\n| system | size |", flush, what)
+	fmt.Fprintf(b, "### %s: %s\n\n", flush, what)
+	heads := []string{"system", "size>"}
 	for _, p := range producers {
-		fmt.Fprintf(b, " %d producer%s |", p, map[bool]string{true: "", false: "s"}[p == 1])
+		heads = append(heads, fmt.Sprintf("%d %s", p, plural(p, "producer", "producers")))
 	}
-	b.WriteString("\n|---|---:|" + strings.Repeat("---|", len(producers)) + "\n")
+	t := newTable(b, heads...)
 	var notes []string
 	for _, k := range rows {
-		fmt.Fprintf(b, "| %s%s | %s |", k.name, k.peer, runfile.SizeLabel(k.size))
+		row := []string{k.name + k.peer, runfile.SizeLabel(k.size)}
 		for _, p := range producers {
-			c := cells[k][p]
-			if c == nil {
-				b.WriteString(" — |")
-				continue
+			text := "—"
+			if c := cells[k][p]; c != nil {
+				var note string
+				if text, note = versus(c, ref[versusKey(c)], figure); note != "" && !slices.Contains(notes, note) {
+					notes = append(notes, note)
+				}
 			}
-			text, note := versus(c, ref[versusKey(c)], figure)
-			if note != "" && !slices.Contains(notes, note) {
-				notes = append(notes, note)
-			}
-			fmt.Fprintf(b, " %s |", text)
+			row = append(row, text)
 		}
-		b.WriteString("\n")
+		t.row(row...)
 	}
 	b.WriteString("\n")
 	for _, n := range notes {
@@ -157,7 +156,7 @@ func versus(c, ref *runfile.Cell, figure string) (text, note string) {
 		return "— (no durable bytes in the window)", ""
 	}
 	r := ratioOf("peer", c, ref.Name, figure, ref.Interval(figure), "")
-	text = withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
+	text = ratioRange(r)
 	if !runfile.Separated(c.Interval(figure), ref.Interval(figure)) {
 		text += " no significant difference"
 	}

@@ -71,60 +71,49 @@ func spectrumRates(f *runfile.RunFile, flush string) []float64 {
 	return rates
 }
 
-func spectrumName(flush string, rate float64) string {
-	return fmt.Sprintf("latency-%s-r%.0f.png", flush, rate)
+// plotFile is a plot the run has data for: its file name and how to draw it.
+type plotFile struct {
+	name string
+	draw func(path string) error
+}
+
+func plotFiles(f *runfile.RunFile) []plotFile {
+	var out []plotFile
+	for _, fl := range f.Config.Flushes {
+		rates := spectrumRates(f, fl)
+		for _, rate := range rates {
+			out = append(out, plotFile{fmt.Sprintf("latency-%s-r%.0f.png", fl, rate), func(p string) error { return spectrumPlot(p, f, fl, rate) }})
+		}
+		if len(rates) > 1 { // a curve needs two rates
+			out = append(out, plotFile{"latency-vs-rate-" + fl + ".png", func(p string) error { return latencyRatePlot(p, f, fl) }})
+		}
+		if len(unpressured(f, "throughput", fl)) > 0 {
+			out = append(out, plotFile{"throughput-" + fl + ".png", func(p string) error { return throughputPlot(p, f, fl) }})
+		}
+	}
+	for _, c := range pressurePlotCells(f) {
+		out = append(out, plotFile{"pressure-" + c.Name + ".png", func(p string) error { return timeSeriesPlot(p, c) }})
+	}
+	for i, s := range sweepOf(f) {
+		out = append(out, plotFile{fmt.Sprintf("pareto-%d.png", i), func(p string) error { return paretoPlot(p, s) }})
+	}
+	return out
 }
 
 // PlotNames lists the plot files the run has data for.
 func PlotNames(f *runfile.RunFile) []string {
 	var names []string
-	for _, fl := range f.Config.Flushes {
-		for _, rate := range spectrumRates(f, fl) {
-			names = append(names, spectrumName(fl, rate))
-		}
-		if len(spectrumRates(f, fl)) > 1 {
-			names = append(names, "latency-vs-rate-"+fl+".png")
-		}
-		if len(unpressured(f, "throughput", fl)) > 0 {
-			names = append(names, "throughput-"+fl+".png")
-		}
-	}
-	for _, c := range pressurePlotCells(f) {
-		names = append(names, pressurePlotName(c))
-	}
-	for i := range sweepOf(f) {
-		names = append(names, paretoPlotName(i))
+	for _, p := range plotFiles(f) {
+		names = append(names, p.name)
 	}
 	return names
 }
 
 // WritePlots draws every plot PlotNames lists into dir.
 func WritePlots(dir string, f *runfile.RunFile) error {
-	for _, fl := range f.Config.Flushes {
-		rates := spectrumRates(f, fl)
-		for _, rate := range rates {
-			if err := spectrumPlot(filepath.Join(dir, spectrumName(fl, rate)), f, fl, rate); err != nil {
-				return err
-			}
-		}
-		if len(rates) > 1 { // a curve needs two rates
-			if err := latencyRatePlot(filepath.Join(dir, "latency-vs-rate-"+fl+".png"), f, fl); err != nil {
-				return err
-			}
-		}
-		if len(unpressured(f, "throughput", fl)) > 0 {
-			if err := throughputPlot(filepath.Join(dir, "throughput-"+fl+".png"), f, fl); err != nil {
-				return err
-			}
-		}
-	}
-	for _, c := range pressurePlotCells(f) {
-		if err := timeSeriesPlot(filepath.Join(dir, pressurePlotName(c)), c); err != nil {
-			return err
-		}
-	}
-	for i, s := range sweepOf(f) {
-		if err := paretoPlot(filepath.Join(dir, paretoPlotName(i)), s); err != nil {
+	for _, p := range plotFiles(f) {
+		path := filepath.Join(dir, p.name)
+		if err := p.draw(path); err != nil {
 			return err
 		}
 	}
@@ -145,41 +134,51 @@ func msTicks() logTicks {
 	return logTicks{format: func(v float64) string { return fmtNs(int64(v * 1e6)) }}
 }
 
-func newLine(xys plotter.XYs, i int) (*plotter.Line, error) {
-	line, err := plotter.NewLine(xys)
-	if err != nil {
-		return nil, err
-	}
-	line.Color = plotutil.Color(i)
-	line.Dashes = plotutil.Dashes(i / 7)
-	line.Width = vg.Points(1.5)
-	return line, nil
+// newPlot is a plot with its title and axis labels, the legend top left.
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
+	p.Legend.Top, p.Legend.Left = true, true
+	return p
+}
+
+// sizedLabel is a cell's label with its body size, the plots' legend.
+func sizedLabel(f *runfile.RunFile, c *runfile.Cell) string {
+	return label(f, c) + " " + runfile.SizeLabel(c.SizeBytes)
+}
+
+// us and ms put nanoseconds on a log axis in µs or ms (at least 0.001).
+func us(ns float64) float64 { return math.Max(ns/1e3, 0.001) }
+func ms(ns float64) float64 { return math.Max(ns/1e6, 1e-3) }
+
+// styleLine gives the i-th series its colour, dashes after the seventh.
+func styleLine(line *plotter.Line, i int) {
+	line.Color, line.Dashes, line.Width = plotutil.Color(i), plotutil.Dashes(i/7), vg.Points(1.5)
 }
 
 // spectrumPlot draws the latency percentile spectrum of every system at
 // one rate, the floor's included.
 func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Latency by percentile, flush=%s at %s msgs/s (open loop, from the intended start; measured repeats merged)", flush, fmtCount(rate))
-	p.X.Label.Text, p.Y.Label.Text = "percentile", "latency (log)"
+	p := newPlot(fmt.Sprintf("Latency by percentile, flush=%s at %s msgs/s (open loop, from the intended start; measured repeats merged)", flush, fmtCount(rate)),
+		"percentile", "latency (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = percentileTicks, usTicks()
-	p.Legend.Top, p.Legend.Left = true, true
 	i := 0
 	add := func(name string, h *load.Histogram) error {
 		var xys plotter.XYs
 		for _, pt := range h.Spectrum(5) {
 			if pt.Percentile < 100 {
-				xys = append(xys, plotter.XY{X: 1 / (1 - pt.Percentile/100), Y: math.Max(float64(pt.ValueNs)/1e3, 0.001)})
+				xys = append(xys, plotter.XY{X: 1 / (1 - pt.Percentile/100), Y: us(float64(pt.ValueNs))})
 			}
 		}
 		if len(xys) == 0 {
 			return nil
 		}
-		line, err := newLine(xys, i)
+		line, err := plotter.NewLine(xys)
 		if err != nil {
 			return err
 		}
+		styleLine(line, i)
 		p.Add(line)
 		p.Legend.Add(name, line)
 		i++
@@ -190,14 +189,14 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 			continue
 		}
 		if h := mergedHistogram(c); h != nil {
-			name := fmt.Sprintf("%s %s", label(f, c), runfile.SizeLabel(c.SizeBytes))
+			name := sizedLabel(f, c)
 			if c.Status == runfile.StatusSaturated {
 				name += " (saturated)"
 			} else if c.GeneratorBound {
 				name += " (generator-bound)"
 			}
 			if err := add(name, h); err != nil {
-				return fmt.Errorf("plot %s: %w", path, err)
+				return err
 			}
 		}
 	}
@@ -211,29 +210,22 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 			}
 			if len(hs) > 0 {
 				if err := add("floor (no-op)", load.Merged(hs...)); err != nil {
-					return fmt.Errorf("plot %s: %w", path, err)
+					return err
 				}
 			}
 		}
 	}
 	p.Add(plotter.NewGrid())
-	if err := p.Save(9*vg.Inch, 5.5*vg.Inch, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
+	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
 }
 
 // latencyRatePlot draws each system's p99.9 against the rate it achieved,
 // one point per rung (saturated rungs at their achieved rate, their p99.9
 // a lower bound), with the floor.
 func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)", flush)
-	p.X.Label.Text, p.Y.Label.Text = "achieved msgs/s (log)", "p99.9 (log)"
+	p := newPlot(fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)", flush), "achieved msgs/s (log)", "p99.9 (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker = logTicks{format: fmtCount}
-	p.Y.Tick.Marker = usTicks()
-	p.Legend.Top, p.Legend.Left = true, true
+	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, usTicks()
 	series := map[string]plotter.XYs{}
 	saturated := plotter.XYs{}
 	var order []string
@@ -241,8 +233,8 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		if c.TwinOf != "" {
 			continue
 		}
-		name := fmt.Sprintf("%s %s", label(f, c), runfile.SizeLabel(c.SizeBytes))
-		pt := plotter.XY{X: math.Max(c.MsgsPerSec, 1), Y: math.Max(float64(c.P999Ns)/1e3, 0.001)}
+		name := sizedLabel(f, c)
+		pt := plotter.XY{X: math.Max(c.MsgsPerSec, 1), Y: us(float64(c.P999Ns))}
 		if c.Status == runfile.StatusSaturated {
 			saturated = append(saturated, pt)
 			continue
@@ -255,7 +247,7 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 	var floor plotter.XYs
 	for _, fl := range f.Floors {
 		if fl.Pressure == "none" && fl.Status == runfile.StatusOK {
-			floor = append(floor, plotter.XY{X: fl.RatePerSec, Y: math.Max(float64(fl.P999Ns)/1e3, 0.001)})
+			floor = append(floor, plotter.XY{X: fl.RatePerSec, Y: us(float64(fl.P999Ns))})
 		}
 	}
 	for i, name := range order {
@@ -263,10 +255,10 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
 		line, pts, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return err
 		}
-		line.Color, pts.Color, line.Width = plotutil.Color(i), plotutil.Color(i), vg.Points(1.5)
-		line.Dashes = plotutil.Dashes(i / 7)
+		styleLine(line, i)
+		pts.Color = line.Color
 		p.Add(line, pts)
 		p.Legend.Add(name, line, pts)
 	}
@@ -274,7 +266,7 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		sort.Slice(floor, func(a, b int) bool { return floor[a].X < floor[b].X })
 		line, err := plotter.NewLine(floor)
 		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return err
 		}
 		line.Color, line.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(line)
@@ -283,17 +275,14 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 	if len(saturated) > 0 {
 		sc, err := plotter.NewScatter(saturated)
 		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return err
 		}
 		sc.Shape, sc.Color = draw.CrossGlyph{}, color.Black
 		p.Add(sc)
 		p.Legend.Add("saturated", sc)
 	}
 	p.Add(plotter.NewGrid())
-	if err := p.Save(9*vg.Inch, 5.5*vg.Inch, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
+	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
 }
 
 // throughputPlot draws each system's accepted and durable MB/s (best
@@ -305,7 +294,7 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 		if c.TwinOf != "" {
 			continue
 		}
-		name := fmt.Sprintf("%s %s", label(f, c), runfile.SizeLabel(c.SizeBytes))
+		name := sizedLabel(f, c)
 		if prev, ok := best[name]; !ok || c.DurableMBps > prev.DurableMBps || (c.DurableMBps == prev.DurableMBps && c.MBPerSec > prev.MBPerSec) {
 			if !ok {
 				names = append(names, name)
@@ -335,7 +324,7 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 		}
 		bars, err := plotter.NewBarChart(vals, width)
 		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return err
 		}
 		// The pair of bars sits at ±shift in data units, where the
 		// whiskers are (an Offset in points would not line up with them).
@@ -347,15 +336,12 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 			plotter.YErrors
 		}{xys, errs})
 		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return err
 		}
 		p.Add(whiskers)
 	}
 	p.NominalX(names...)
-	if err := p.Save(vg.Length(max(9, len(names)))*vg.Inch, 5*vg.Inch, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
+	return p.Save(vg.Length(max(9, len(names)))*vg.Inch, 5*vg.Inch, path)
 }
 
 // pressurePlotCells are the cells drawn as time series: every latency cell
@@ -389,10 +375,6 @@ func firstMeasured(c *runfile.Cell) *runfile.Repeat {
 	return &runfile.Repeat{}
 }
 
-func pressurePlotName(c *runfile.Cell) string { return "pressure-" + c.Name + ".png" }
-
-func paretoPlotName(i int) string { return fmt.Sprintf("pareto-%d.png", i) }
-
 // timeSeriesPlot draws a cell's first measured repeat: latency per 100 ms
 // (p99 and max) above dirty/writeback pages, swap traffic and major faults,
 // and PSI, on one time axis.
@@ -406,9 +388,7 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	}
 	sec := func(ns int64) float64 { return float64(ns-t0) / 1e9 }
 	mk := func(title, ylabel string) *plot.Plot {
-		p := plot.New()
-		p.Title.Text, p.Y.Label.Text, p.X.Label.Text = title, ylabel, "seconds into the measured window"
-		p.Legend.Top, p.Legend.Left = true, true
+		p := newPlot(title, "seconds into the measured window", ylabel)
 		p.Add(plotter.NewGrid())
 		return p
 	}
@@ -431,8 +411,8 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	for _, s := range rep.Result.Series {
 		if s.Count > 0 {
 			x := sec(s.StartUnixNs + s.IntervalNs)
-			p99 = append(p99, plotter.XY{X: x, Y: math.Max(float64(s.P99Ns)/1e6, 1e-3)})
-			mx = append(mx, plotter.XY{X: x, Y: math.Max(float64(s.MaxNs)/1e6, 1e-3)})
+			p99 = append(p99, plotter.XY{X: x, Y: ms(float64(s.P99Ns))})
+			mx = append(mx, plotter.XY{X: x, Y: ms(float64(s.MaxNs))})
 		}
 	}
 	dirty := mk("page cache: dirty and under writeback", "MiB")
@@ -459,7 +439,7 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		{swap, "pswpin", 0, si}, {swap, "pswpout", 1, so}, {swap, "pgmajfault", 2, mf}, {psi, "io some", 0, io}, {psi, "memory some", 1, mem},
 		{psi, "CPU steal", 2, steal}} {
 		if err := addLine(step.p, step.name, step.i, step.xys); err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return err
 		}
 	}
 	alignX([]*plot.Plot{lat, dirty, swap, psi}, p99, nd)
@@ -496,11 +476,11 @@ func drawColumn(path string, column []*plot.Plot) error {
 	}
 	out, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+		return err
 	}
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
 		out.Close()
-		return fmt.Errorf("plot %s: %w", path, err)
+		return err
 	}
 	return out.Close()
 }
@@ -520,7 +500,7 @@ func paretoPlot(path string, s sweepSeries) error {
 	var all, front, ends plotter.XYs
 	var labels []string
 	for _, pt := range s.points {
-		all = append(all, plotter.XY{X: pt.Thr.Median, Y: math.Max(pt.P999.Median/1e6, 1e-3)})
+		all = append(all, plotter.XY{X: pt.Thr.Median, Y: ms(pt.P999.Median)})
 	}
 	fastest, lowest := -1, -1
 	for _, i := range s.front {
@@ -540,7 +520,7 @@ func paretoPlot(path string, s sweepSeries) error {
 	}
 	sc, err := plotter.NewScatter(all)
 	if err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+		return err
 	}
 	sc.Color = color.Gray{Y: 120}
 	p.Add(sc)
@@ -548,7 +528,7 @@ func paretoPlot(path string, s sweepSeries) error {
 	if len(front) > 0 {
 		pts, err := plotter.NewScatter(front)
 		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return err
 		}
 		pts.Color, pts.Shape, pts.Radius = plotutil.Color(0), draw.PyramidGlyph{}, vg.Points(4)
 		p.Add(pts)
@@ -557,8 +537,5 @@ func paretoPlot(path string, s sweepSeries) error {
 			p.Add(lbl)
 		}
 	}
-	if err := p.Save(9*vg.Inch, 6*vg.Inch, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
+	return p.Save(9*vg.Inch, 6*vg.Inch, path)
 }

@@ -69,11 +69,7 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 		t := newTable(b, "backend", "size>", "flush", "master role", "rate>", "status", "p50>", "p99>", "p99.9>",
 			"lag p50>", "lag p99>", "lag bytes p50>", "lag bytes p99>", "unacked>", "slave durable MB/s>")
 		for _, c := range lat {
-			status := c.Status
-			if c.GeneratorBound {
-				status += " †"
-			}
-			t.row(append([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), status,
+			t.row(append([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), statusText(c, " †"),
 				tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
 		}
 		b.WriteString("\n")
@@ -199,11 +195,7 @@ func writeNamedPoint(b *strings.Builder, f *runfile.RunFile, p namedPoint) (verd
 					where, cmpName, ratio))
 			}
 		}
-		status := c.Status
-		if c.GeneratorBound {
-			status += " †"
-		}
-		fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, status,
+		fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, statusText(c, " †"),
 			fig(c, "msgsPerSec", fmtCount), ratio, latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), lag, loss)
 	}
 	return verdicts
@@ -228,7 +220,7 @@ func namedRatio(base, c *runfile.Cell, figure string) string {
 		return "not compared: " + strings.Join(why, ", ")
 	}
 	r := ratioOf("replication", c, base.Name, figure, base.Interval(figure), "")
-	text := withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
+	text := ratioRange(r)
 	if !runfile.Separated(base.Interval(figure), c.Interval(figure)) {
 		return text + " — no significant difference"
 	}

@@ -13,8 +13,10 @@ package report
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +48,7 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 		m.Clocksource, shortCommit(m.Commit), dirty, m.CommitSource)
 	if len(m.VM) > 0 {
 		var kv []string
-		for _, k := range sortedKeys(m.VM) {
+		for _, k := range slices.Sorted(maps.Keys(m.VM)) {
 			kv = append(kv, strings.TrimPrefix(k, "vm.")+"="+m.VM[k])
 		}
 		fmt.Fprintf(b, "- vm at the start: %s; load average %s at the start, %s at the end\n", strings.Join(kv, ", "), m.LoadAvgStart, m.LoadAvgEnd)
@@ -79,7 +81,7 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 		c.Repeat, time.Duration(f.Plan.WindowNs), c.Warmup, c.Seed, ciLevelText(c.Repeat))
 	fmt.Fprintf(b, "- window %s: %s\n", time.Duration(f.Plan.WindowNs), f.Plan.WindowWhy)
 	fmt.Fprintf(b, "- throughput: closed loop at %s producers; latency: open loop, %s arrivals at the absolute rates %s msgs/s (the same for every system), %d workers each owning its share of the schedule, latency from the *intended* start\n",
-		joinInts(c.Producers), c.Arrival, joinRates(c.Rates), c.InFlight)
+		join(c.Producers, strconv.Itoa, ","), c.Arrival, join(c.Rates, fmtCount, ", "), c.InFlight)
 	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n", runfile.SizeLabel(int(c.Store.SegmentSizeBytes)))
 	if n := messageNote(f); n != "" {
 		fmt.Fprintf(b, "- message: %s\n", n)
@@ -266,11 +268,12 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 		return len(runfile.StageOrder) // a stage this report does not know, before other
 	}
 	slices.SortStableFunc(stages, func(a, b string) int { return rank(a) - rank(b) })
-	b.WriteString("## CPU by stage (µs of CPU per message, and % of the CPU profile; the profiled run of each throughput cell)\n\n| cell |")
+	b.WriteString("## CPU by stage (µs of CPU per message, and % of the CPU profile; the profiled run of each throughput cell)\n\n")
+	heads := []string{"cell"}
 	for _, st := range stages {
-		fmt.Fprintf(b, " %s |", st)
+		heads = append(heads, st+">")
 	}
-	b.WriteString(" total |\n|---|" + strings.Repeat("---:|", len(stages)+1) + "\n")
+	t := newTable(b, append(heads, "total>")...)
 	us := func(v, pct float64, known bool) string {
 		if !known {
 			return fmt.Sprintf("— (%s%%)", fmtFloat(pct))
@@ -278,16 +281,15 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 		return fmt.Sprintf("%s (%s%%)", fmtFloat(v), fmtFloat(pct))
 	}
 	for _, p := range rows {
-		fmt.Fprintf(b, "| %s |", p.Cell)
+		row := []string{p.Cell}
 		for _, st := range stages {
-			i := slices.IndexFunc(p.Stages, func(c runfile.StageCost) bool { return c.Stage == st })
-			if i < 0 {
-				b.WriteString(" — |")
-				continue
+			if i := slices.IndexFunc(p.Stages, func(c runfile.StageCost) bool { return c.Stage == st }); i >= 0 {
+				row = append(row, us(p.Stages[i].UsPerMsg, p.Stages[i].Pct, p.CPUPerMsgNs > 0))
+			} else {
+				row = append(row, "—")
 			}
-			fmt.Fprintf(b, " %s |", us(p.Stages[i].UsPerMsg, p.Stages[i].Pct, p.CPUPerMsgNs > 0))
 		}
-		fmt.Fprintf(b, " %s |\n", us(p.CPUPerMsgNs/1e3, 100, p.CPUPerMsgNs > 0))
+		t.row(append(row, us(p.CPUPerMsgNs/1e3, 100, p.CPUPerMsgNs > 0))...)
 	}
 	b.WriteString("\nThe engine labels its goroutines by stage (pprof label `" + runfile.StageLabel + "`, engine.Options.ProfileLabels, set for the profiled runs only): *append* a producer inside Put before it waits, *wait* a producer waiting for durability, then the commit, flush, dispatch, pre-write and replication services; *other* is every sample without the label — the harness (load generator, clocks, histograms) and the Go runtime. A stage's µs/msg is its share of the profile's samples × the profiled run's CPU per message (getrusage; the profile's own samples when the run has none): run.json `profiles[].stages`.\n\n")
 }
@@ -335,27 +337,11 @@ func writeNotes(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n")
 }
 
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// join formats each of xs and joins them with sep.
+func join[T any](xs []T, f func(T) string, sep string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = f(x)
 	}
-	slices.Sort(out)
-	return out
-}
-
-func joinInts(xs []int) string {
-	var s []string
-	for _, x := range xs {
-		s = append(s, fmt.Sprint(x))
-	}
-	return strings.Join(s, ",")
-}
-
-func joinRates(xs []float64) string {
-	var s []string
-	for _, x := range xs {
-		s = append(s, fmtCount(x))
-	}
-	return strings.Join(s, ", ")
+	return strings.Join(s, sep)
 }

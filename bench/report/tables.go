@@ -140,19 +140,13 @@ func writeAA(b *strings.Builder, f *runfile.RunFile) {
 	t := newTable(b, "cell", "figure", "A>", "A again>", "U test>", "verdict")
 	different, n := 0, 0
 	for _, c := range f.AA {
-		f := fmtFloat
-		if strings.HasSuffix(c.Figure, "Ns") {
-			f = fmtNsF
-		} else if c.Figure == "msgsPerSec" {
-			f = fmtCount
-		}
 		verdict := "no significant difference ✓"
 		if c.Different {
 			verdict = "**called different ✗**"
 			different++
 		}
 		n = max(n, c.N)
-		t.row(c.A, c.Figure, ci(c.AInterval, f), ci(c.BInterval, f), fmt.Sprintf("p = %.2f (n = %d)", c.P, c.N), verdict)
+		t.row(c.A, c.Figure, ci(c.AInterval, figFormat(c.Figure)), ci(c.BInterval, figFormat(c.Figure)), fmt.Sprintf("p = %.2f (n = %d)", c.P, c.N), verdict)
 	}
 	if different > 0 {
 		fmt.Fprintf(b, "\n**The harness called an identical cell different in %d of %d figure(s)**: this run's differences of that size are not to be trusted (a noisy machine, or drift across the run).\n\n", different, len(f.AA))
@@ -221,7 +215,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 func ratioText(f *runfile.RunFile, kind string, c *runfile.Cell) string {
 	for _, r := range f.Ratios {
 		if r.Kind == kind && r.Cell == c.Name {
-			return withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
+			return ratioRange(r)
 		}
 	}
 	return "—"
@@ -242,12 +236,8 @@ func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
 			continue
 		}
 		seen[k] = true
-		mech := "—"
-		if c.Durability != nil {
-			mech = c.Durability.Mechanism
-		}
 		fmt.Fprintf(b, "‡ **%s (%s)** reported durable bytes only when drained: its durable position did not move during any window, and Drain made everything durable. That is an accounting limit of the peer — the harness cannot observe when (or whether) it syncs in between — **not the peer failing to keep up**, so the row has no durable MB/s and no sustained verdict (neither \"not sustained\" nor a recommendation is drawn from it). Its own statement: \"%s\".\n\n",
-			c.Backend, c.Flush, mech)
+			c.Backend, c.Flush, mechanismOf(c))
 	}
 }
 
@@ -272,10 +262,6 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 	t := newTable(b, "backend", "size>", "flush", "rate>", "status", "achieved msgs/s>", "samples>", "p50>", "p99>", "p99.9>", "max>", "floor p99.9>",
 		"service p99.9>", "unstarted>", "sustained", "sustainable rate>")
 	for _, c := range rows {
-		status := c.Status
-		if c.GeneratorBound {
-			status += " † generator-bound"
-		}
 		floor, sustainable := "—", "—"
 		if c.FloorP999Ns > 0 {
 			floor = fmtNs(c.FloorP999Ns)
@@ -287,7 +273,7 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 			}
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush,
-			fmtCount(c.RatePerSec), status, fig(c, "msgsPerSec", fmtCount), tailCount(c), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"),
+			fmtCount(c.RatePerSec), statusText(c, " † generator-bound"), fig(c, "msgsPerSec", fmtCount), tailCount(c), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"),
 			tailText(c, "maxNs"), floor, serviceText(c), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
 	}
 	b.WriteString("\nPercentiles come from the merged histogram of every measured repeat (*samples* in all), each with the number of samples above it and the range of the same percentile over the repeats; one with fewer than 10 samples above it is a bound (≥) that no rule decides on. *unstarted*: the worst repeat's share of arrivals never started by the window's end + a tenth (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below 3× the floor's and the service-time p99.9 within the floor's — the load generator's tail, which bounds the store's from above. *saturated* cells show lower bounds (≥).\n\n")
@@ -297,6 +283,14 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 		}
 	}
 	b.WriteString("\n")
+}
+
+// statusText is a cell's status, marked when it is generator-bound.
+func statusText(c *runfile.Cell, mark string) string {
+	if c.GeneratorBound {
+		return c.Status + mark
+	}
+	return c.Status
 }
 
 // serviceText is an open-loop cell's merged service-time p99.9.
@@ -365,21 +359,12 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 	t := newTable(b, "rate>", "process", "pressure", "status", "p50>", "p99>", "merged p99.9>")
 	for _, fl := range f.Floors {
 		iv := func(name string) string {
-			return ci(runfile.Interval{Median: float64(pick(fl, name)), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
+			median := runfile.Figures{P50Ns: fl.P50Ns, P99Ns: fl.P99Ns, P999Ns: fl.P999Ns}
+			return ci(runfile.Interval{Median: median.Figure(name), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
 		}
 		t.row(fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure, fl.Status, iv("p50Ns"), iv("p99Ns"), fmtNs(floorP999(&fl)))
 	}
 	b.WriteString("\n")
-}
-
-func pick(fl runfile.Floor, name string) int64 {
-	switch name {
-	case "p50Ns":
-		return fl.P50Ns
-	case "p99Ns":
-		return fl.P99Ns
-	}
-	return fl.P999Ns
 }
 
 // writeDurability is the table of what an acknowledgement means, a row
@@ -409,15 +394,12 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("## Durability: what an acknowledgement means\n\n| system | flush | ack is sent | a process crash loses | a power loss loses |")
+	b.WriteString("## Durability: what an acknowledgement means\n\n")
+	heads := []string{"system", "flush", "ack is sent", "a process crash loses", "a power loss loses"}
 	if machine {
-		b.WriteString(" losing the (master's) machine loses |")
+		heads = append(heads, "losing the (master's) machine loses")
 	}
-	b.WriteString(" mechanism |\n|---|---|---|---|---|")
-	if machine {
-		b.WriteString("---|")
-	}
-	b.WriteString("---|\n")
+	t := newTable(b, append(heads, "mechanism")...)
 	for _, c := range rows {
 		name := c.Backend
 		if c.Peer {
@@ -433,11 +415,11 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 			}
 		}
 		d := c.Durability
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", name, c.Flush, d.Ack, d.ProcessCrash, d.PowerLoss)
+		row := []string{name, c.Flush, d.Ack, d.ProcessCrash, d.PowerLoss}
 		if machine {
-			fmt.Fprintf(b, " %s |", orDefault(d.MachineLoss, "everything: no other copy"))
+			row = append(row, orDefault(d.MachineLoss, "everything: no other copy"))
 		}
-		fmt.Fprintf(b, " %s |\n", d.Mechanism)
+		t.row(append(row, d.Mechanism)...)
 	}
 	b.WriteString("\nmqstore's rows are each backend's own statement — its registration's `Durability`, written beside the code whose system calls it names, for the options the cell ran with — with this run's flush and commit intervals; the peers' rows are what each peer reports about itself. A row is not comparable with another's throughput unless both acknowledge the same thing.\n\n")
 }
@@ -473,27 +455,27 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("## Under pressure (open loop at the same rates; p99.9 and its ratio to the unpressured p99.9)\n\n| backend | size | flush | rate | none p99.9 |")
+	b.WriteString("## Under pressure (open loop at the same rates; p99.9 and its ratio to the unpressured p99.9)\n\n")
+	heads := []string{"backend", "size>", "flush", "rate>", "none p99.9>"}
 	for _, p := range ps {
-		fmt.Fprintf(b, " %s p99.9 (÷ none) |", p)
+		heads = append(heads, p+" p99.9 (÷ none)>")
 	}
-	b.WriteString("\n|---|---:|---|---:|---:|" + strings.Repeat("---:|", len(ps)) + "\n")
+	t := newTable(b, heads...)
 	for _, r := range rows {
 		c := r.base
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |", label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), tailText(c, "p999Ns"))
+		row := []string{label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), tailText(c, "p999Ns")}
 		for _, p := range ps {
-			pc := r.by[p]
-			switch {
+			switch pc := r.by[p]; {
 			case pc == nil:
-				b.WriteString(" — |")
+				row = append(row, "—")
 			case !pc.Measured():
-				fmt.Fprintf(b, " %s |", pc.Status)
+				row = append(row, pc.Status)
 			default:
 				verdict, rt, figure := gate(pc, c)
-				fmt.Fprintf(b, " %s (%s %s×: %s) |", tailText(pc, "p999Ns"), figureName(figure), withRange(rt.Median, rt.Low, rt.High, fmtFloat), verdict)
+				row = append(row, fmt.Sprintf("%s (%s %s×: %s)", tailText(pc, "p999Ns"), figureName(figure), withRange(rt.Median, rt.Low, rt.High, fmtFloat), verdict))
 			}
 		}
-		b.WriteString("\n")
+		t.row(row...)
 	}
 	b.WriteString("\nWhat the samples show of each pressure (means over the measured repeats, without → with):\n\n")
 	for _, r := range rows {
@@ -520,11 +502,7 @@ func writeE2E(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("## End to end (open-loop producers, one long-polling consumer per queue; store-to-delivery latency)\n\n")
 	t := newTable(b, "backend", "size>", "flush", "rate>", "status", "delivered msgs/s>", "p50>", "p99>", "p99.9>", "max>", "Put latency p99.9>", "unstarted>")
 	for _, c := range rows {
-		status := c.Status
-		if c.GeneratorBound {
-			status += " †"
-		}
-		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), status,
+		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), statusText(c, " †"),
 			fig(c, "msgsPerSec", fmtCount), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), tailText(c, "maxNs"),
 			serviceText(c), fmtPct(c.Max.UnstartedFraction))
 	}
@@ -590,17 +568,11 @@ func writeFailures(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n")
 }
 
+// limitLabel names a limit, with its target when it is emulated or the
+// run has several.
 func limitLabel(f *runfile.RunFile, l *runfile.Limit) string {
-	if l.Target == "" {
-		return l.Name
-	}
-	for _, d := range f.Devices {
-		if d.Label == l.Target && d.Emulated {
-			return l.Name + " @" + l.Target + " (EMULATED)"
-		}
-	}
-	if len(f.Devices) > 1 {
-		return l.Name + " @" + l.Target
+	if d := deviceLabel(f, l.Target); l.Target != "" && (d != l.Target || len(f.Devices) > 1) {
+		return l.Name + " @" + d
 	}
 	return l.Name
 }
@@ -681,7 +653,7 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		t := newTable(b, "cell", "against", "figure", "ratio>", "note")
 		for _, r := range rows {
 			t.row(r.Cell, r.Against, r.Figure,
-				withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" }), r.Note)
+				ratioRange(r), r.Note)
 		}
 		b.WriteString("\n")
 	}
