@@ -5,7 +5,8 @@
 // # The backends
 //
 // Both append into an off-heap staging ring per segment being written
-// (Options.StagingBytes, 16 MiB by default, never more than the segment)
+// (Options.StagingBytes, 16 MiB by default for uring and 64 MiB for
+// uring-direct, never more than the segment)
 // and make records readable at once, at the write position: bytes not yet
 // in the file are read from the ring, the rest from the file. (The engine
 // dispatches to consumers only what is committed — what a process crash
