@@ -39,7 +39,9 @@ type commitLog struct {
 	// the lock; the counters themselves are guarded by appendMu.
 	queueOffsets map[queueKey]*queueCounter
 	queueTable   atomic.Pointer[map[queueKey]*queueCounter]
-	blank        blankEncoder
+	// feed hands each appended record to dispatch (dispatchFeed).
+	feed  *dispatchFeed
+	blank blankEncoder
 
 	// lockedSince is when the current holder took appendMu (unix ns, 0 when
 	// free): Put refuses with OSPageCacheBusy when it is too old.
@@ -132,6 +134,13 @@ type encodeBuffer struct {
 	queueOffset    int64
 	storeTimestamp int64
 	fromOffset     int64 // of the segment being appended to
+
+	// What the dispatch feed takes (dispatchFeed): set by encode, but for
+	// before (the append's).
+	feed   *dispatchFeed
+	fed    fedRecord
+	hashes []int32
+	before int64
 }
 
 // EncodeAt writes the record's TOTALSIZE last, in one store. The space it
@@ -154,6 +163,13 @@ func (e *encodeBuffer) EncodeAt(dst []byte, filePos int64) error {
 	rec := e.buf[:e.size]
 	record.Patch(rec, e.queueOffset, e.fromOffset+filePos, e.storeTimestamp)
 	copy(dst[sizeEnd:], rec[sizeEnd:])
+	if e.feed != nil {
+		// Before the backend publishes the record (dispatchFeed's order).
+		r := e.fed
+		r.before, r.offset = e.before, e.fromOffset+filePos
+		r.queueOffset, r.storeTimestamp, r.size = e.queueOffset, e.storeTimestamp, int32(e.size)
+		e.feed.push(r, e.hashes)
+	}
 	// One 32-bit store (unaligned stores are single instructions on the
 	// architectures Go's mmap backends run on).
 	*(*uint32)(unsafe.Pointer(&dst[record.OffTotalSize])) = *(*uint32)(unsafe.Pointer(&rec[record.OffTotalSize]))
@@ -214,6 +230,7 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, qc *queue
 	if err != nil {
 		return res, err
 	}
+	e.before = mf.FromOffset() + mf.WrotePosition()
 	if remaining := mf.SizeBytes() - mf.WrotePosition(); int64(e.size)+record.BlankSize > remaining {
 		// RocketMQ's END_FILE: the record does not fit with room for a
 		// blank after it, so the rest of the segment becomes the blank.
@@ -398,6 +415,23 @@ func (c *commitLog) scanWith(ctx context.Context, from int64, buf []byte, checkC
 // are all equal, where this is the readable end.
 func scanBound(mf mappedfile.MappedFile) int64 {
 	return min(mf.ReadablePosition(), mf.CommittedPosition())
+}
+
+// dispatchBound is where a scan from from would stop for want of bytes:
+// every byte from from up to it is readable and committed (scanBound).
+func (c *commitLog) dispatchBound(from int64) int64 {
+	bound := from
+	for _, mf := range c.queue.Snapshot() {
+		if mf.FromOffset()+mf.SizeBytes() <= from {
+			continue
+		}
+		b := scanBound(mf)
+		bound = mf.FromOffset() + b
+		if b < mf.SizeBytes() {
+			break
+		}
+	}
+	return bound
 }
 
 // scanSegment scans one segment from start. full reports that the segment

@@ -171,6 +171,7 @@ type dispatcher struct {
 	touched map[queueKey]struct{}
 	topics  record.Interner
 	rec     record.Record // the record being dispatched, reused
+	fed     fedBatch      // the records the appends fed (dispatchFeed)
 	keyBuf  indexKeys     // the record's index keys, reused
 	// pending holds each queue's units of the records scanned so far,
 	// appended with one AppendUnits per queue when the scan ends (or
@@ -300,15 +301,20 @@ func (d *dispatcher) dispatchLocked(ctx context.Context) error {
 		return nil
 	}
 	from := l.dispatchedOffset.Load()
-	if from >= s.log.queue.ReadableOffset() {
+	readable := s.log.dispatchBound(from) // before the feed is taken (dispatchFeed)
+	if from >= readable {
 		return nil
 	}
-	end, err := s.log.scanWith(ctx, from, d.buf, false, &d.topics, &d.rec, func(offset int64, _ []byte, r *record.Record) error {
-		if r == nil {
-			return nil
-		}
-		return d.dispatch(ctx, offset, r)
-	})
+	to, read, err := d.dispatchFed(ctx, from, readable)
+	end := scanEnd{validEnd: to}
+	if err == nil && read {
+		end, err = s.log.scanWith(ctx, to, d.buf, false, &d.topics, &d.rec, func(offset int64, _ []byte, r *record.Record) error {
+			if r == nil {
+				return nil
+			}
+			return d.dispatch(ctx, offset, r)
+		})
+	}
 	if ferr := d.appendPending(ctx); ferr != nil {
 		// The units not appended are dispatched again from the last
 		// dispatched offset; those appended are verified then (Append
@@ -334,45 +340,51 @@ func (d *dispatcher) dispatchLocked(ctx context.Context) error {
 // joins its queue's pending run (appended by appendPending); its index
 // entries are written at once.
 func (d *dispatcher) dispatch(ctx context.Context, offset int64, r *record.Record) error {
-	s := d.store
-	l := s.logics
 	props := record.LookupDispatchProperties(r.Properties)
-	if takesQueueOffset(r.SysFlag) {
-		key := queueKey{topic: r.Topic, queueID: r.QueueID}
-		p := d.pending[key]
-		if p == nil || p.q == nil {
-			q, err := l.queue(ctx, key, true)
-			if err != nil {
-				return err
-			}
-			if p == nil {
-				p = &pendingUnits{}
-				d.pending[key] = p
-			}
-			p.q = q
-		}
-		if len(p.units) > 0 && r.QueueOffset != p.first+int64(len(p.units)) {
-			if err := d.appendPending(ctx); err != nil { // not a run: append what is there first
-				return err
-			}
-		}
-		if len(p.units) == 0 {
-			p.first = r.QueueOffset
-		}
-		p.units = append(p.units, consumequeue.Unit{PhysicalOffset: offset, Size: r.TotalSize, TagsCode: record.TagsCode(view(props.Tags))})
-		d.touched[key] = struct{}{}
-		if d.pendingCount++; d.pendingCount >= maxPendingUnits {
-			if err := d.appendPending(ctx); err != nil {
-				return err
-			}
-		}
+	if err := d.dispatchUnit(ctx, offset, queueKey{topic: r.Topic, queueID: r.QueueID}, r.SysFlag, r.QueueOffset, r.TotalSize, record.TagsCode(view(props.Tags))); err != nil {
+		return err
 	}
-	if offset >= l.index.MaxPhysicalOffset() {
-		if err := s.indexRecord(ctx, offset, r, &props, &d.keyBuf); err != nil {
+	if offset >= d.store.logics.index.MaxPhysicalOffset() {
+		if err := d.store.indexRecord(ctx, offset, r, &props, &d.keyBuf); err != nil {
 			return err
 		}
 	}
 	d.pendingTimestamp = r.StoreTimestamp
+	d.store.stats.dispatchRead.Add(1)
+	return nil
+}
+
+// dispatchUnit adds the record's unit to its queue's pending run, when it
+// takes a queue offset.
+func (d *dispatcher) dispatchUnit(ctx context.Context, offset int64, key queueKey, sysFlag int32, queueOffset int64, size int32, tagsCode int64) error {
+	if !takesQueueOffset(sysFlag) {
+		return nil
+	}
+	p := d.pending[key]
+	if p == nil || p.q == nil {
+		q, err := d.store.logics.queue(ctx, key, true)
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			p = &pendingUnits{}
+			d.pending[key] = p
+		}
+		p.q = q
+	}
+	if len(p.units) > 0 && queueOffset != p.first+int64(len(p.units)) {
+		if err := d.appendPending(ctx); err != nil { // not a run: append what is there first
+			return err
+		}
+	}
+	if len(p.units) == 0 {
+		p.first = queueOffset
+	}
+	p.units = append(p.units, consumequeue.Unit{PhysicalOffset: offset, Size: size, TagsCode: tagsCode})
+	d.touched[key] = struct{}{}
+	if d.pendingCount++; d.pendingCount >= maxPendingUnits {
+		return d.appendPending(ctx)
+	}
 	return nil
 }
 

@@ -360,7 +360,9 @@ func TestDispatchFailureIsVisible(t *testing.T) {
 func TestDispatchRetriesATransientError(t *testing.T) {
 	ctx := context.Background()
 	h := newHooked(mappedfile.NewMemFS(mappedfile.MemOptions{}))
-	s := openStore(t, t.TempDir(), smallLogicsOptions(Options{BackendImpl: h}))
+	o := smallLogicsOptions(Options{BackendImpl: h})
+	o.dispatchFromLog = true // the feed would spare dispatch the read
+	s := openStore(t, t.TempDir(), o)
 	defer s.Close()
 	var reads atomic.Int64
 	h.set(on("read", commitLogDirName, func(path string) error {

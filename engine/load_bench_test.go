@@ -24,6 +24,7 @@ var (
 	loadModes     = flag.String("load-modes", "sync", "BenchmarkPutLoad: flush modes, comma separated")
 	loadBare      = flag.Bool("load-bare", false, "BenchmarkPutLoad: bodies without properties (no tags, no keys: the index does nothing)")
 	loadLagLimit  = flag.Int64("load-lag-limit", 0, "BenchmarkPutLoad: Options.DispatchLagLimitBytes (0: the backend's default, negative: none)")
+	loadFromLog   = flag.Bool("load-from-log", false, "BenchmarkPutLoad: dispatch reads every record back from the log (no dispatch feed)")
 	loadCancel    = flag.Bool("load-cancel", false, "BenchmarkPutLoad: Put with one cancellable context shared by the producers, as mqbench does")
 )
 
@@ -77,7 +78,8 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 	}
-	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger})
+	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
+		dispatchFromLog: *loadFromLog})
 	if errors.Is(err, mappedfile.ErrUnsupported) {
 		testenv.Skip(b, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
 	}
@@ -130,4 +132,7 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 	}
 	b.ReportMetric(float64(after.Commits-before.Commits)/elapsed.Seconds(), "commits/s")
 	b.ReportMetric(float64(after.DispatchWaits-before.DispatchWaits)/float64(max(msgs, 1)), "dispatch-waits/msg")
+	if fed, read := after.DispatchFed-before.DispatchFed, after.DispatchRead-before.DispatchRead; fed+read > 0 {
+		b.ReportMetric(float64(read)/float64(fed+read), "dispatch-read-share")
+	}
 }

@@ -326,6 +326,10 @@ type Options struct {
 	// truncateAt, when set, cuts the CommitLog there before recovery
 	// (TruncateCommitLog).
 	truncateAt *truncateRequest
+	// dispatchFromLog turns the dispatch feed off: dispatch reads every
+	// record back from the log (tests of that path; the load benchmark's
+	// before/after).
+	dispatchFromLog bool
 	// maxMessageSizeDefaulted: MaxMessageSizeBytes was unset, so
 	// withStoreParams may shrink it to fit the segment.
 	maxMessageSizeDefaulted bool

@@ -146,6 +146,11 @@ func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutSt
 	if err := record.Encode(e.buf[:size], &stored, props); err != nil {
 		return 0, MessageIllegal, err
 	}
+	if e.feed = s.log.feed; e.feed != nil {
+		var tagsCode int64
+		e.hashes, tagsCode = feedKeys(e.hashes, m)
+		e.fed = fedRecord{topic: m.Topic, queueID: m.QueueID, sysFlag: stored.SysFlag, tagsCode: tagsCode}
+	}
 	return stored.SysFlag, PutOK, nil
 }
 

@@ -100,6 +100,7 @@ type storeStats struct {
 	flushLatency, commitLatency        latencyHistogram
 	flushDiskTimeouts, osPageCacheBusy atomic.Uint64
 	rolls                              atomic.Uint64
+	dispatchFed, dispatchRead          atomic.Uint64
 	gets, gotMessages                  atomic.Uint64
 }
 
@@ -135,6 +136,10 @@ type Stats struct {
 	DispatchLagLimit int64
 	DispatchWaits    uint64
 	DispatchWaitNs   int64
+	// DispatchFed counts the records dispatch took from what their appends
+	// handed it, DispatchRead those it read back from the CommitLog (recovery's
+	// re-dispatch, a slave's replicated bytes, a dispatch far behind).
+	DispatchFed, DispatchRead uint64
 
 	Flushes       uint64
 	FlushLatency  LatencySummary

@@ -211,6 +211,9 @@ func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 	}
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
 		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]*queueCounter)}
+	if !o.dispatchFromLog {
+		s.log.feed = newDispatchFeed()
+	}
 	if o.truncateAt != nil { // TruncateCommitLog
 		if err := s.cutCommitLog(ctx, o.truncateAt); err != nil {
 			return fmt.Errorf("open store %s: %w", s.dir, err)
@@ -361,6 +364,7 @@ func (s *Store) Stats() Stats {
 		CommittedOffset: s.log.committedOffset.Load(), FlushedOffset: s.log.flushedOffset.Load(),
 		Segments: s.log.queue.Len(), Gets: s.stats.gets.Load(), GotMessages: s.stats.gotMessages.Load(),
 		DispatchedOffset: s.logics.dispatchedOffset.Load(),
+		DispatchFed:      s.stats.dispatchFed.Load(), DispatchRead: s.stats.dispatchRead.Load(),
 	}
 	st.BytesBehindFlush = st.WroteOffset - st.FlushedOffset
 	if g := s.gate; g != nil {

@@ -149,6 +149,10 @@ func (s *Store) cutAndRebuild(ctx context.Context, offset int64) error {
 	if err := s.cutLog(ctx, offset, true); err != nil {
 		return err
 	}
+	d := s.dispatcher
+	d.mu.Lock()
+	d.fed.drop(s.log.feed) // it may name records past the cut
+	d.mu.Unlock()
 	r := &s.repl
 	r.pending, r.lastRecord = r.pending[:0], -1
 	if err := s.rebuildLogicsAt(ctx, offset); err != nil {

@@ -330,12 +330,24 @@ func (x *Index) Put(ctx context.Context, key string, physicalOffset int64, store
 const maxDedupKeys = 16
 
 // PutKeys is Put for each of a record's keys, in order, under one lock.
-// When the record is newer than every indexed one — dispatch, in steady
-// state — no key of it can be in the files yet, so a key is compared with
-// the record's earlier keys in memory (by hash, as the file would compare
-// them) instead of searching the file's chain; a re-dispatch of the newest
-// indexed record searches the files as Put does. keys are not kept.
+// keys are not kept.
 func (x *Index) PutKeys(ctx context.Context, keys []string, physicalOffset int64, storeTimestamp int64) error {
+	var buf [maxDedupKeys]int32
+	hashes := buf[:0]
+	for _, key := range keys {
+		hashes = append(hashes, record.IndexKeyHash(key))
+	}
+	return x.PutHashes(ctx, hashes, physicalOffset, storeTimestamp)
+}
+
+// PutHashes is PutKeys for keys already hashed (record.IndexKeyHash), in
+// order: what dispatch has when the append hashed the record's keys. When the
+// record is newer than every indexed one — dispatch, in steady state — no key
+// of it can be in the files yet, so a key is compared with the record's
+// earlier keys in memory (by hash, as the file would compare them) instead
+// of searching the file's chain; a re-dispatch of the newest indexed record
+// searches the files as Put does. hashes are not kept.
+func (x *Index) PutHashes(ctx context.Context, hashes []int32, physicalOffset int64, storeTimestamp int64) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
@@ -349,22 +361,16 @@ func (x *Index) PutKeys(ctx context.Context, keys []string, physicalOffset int64
 		return nil
 	}
 	redispatch := n > 0 && physicalOffset == x.files[n-1].header.EndPhyOffset
-	var hashes [maxDedupKeys]int32
-	seen := hashes[:0] // the hashes of this record's keys put so far
-	for _, key := range keys {
-		hash := record.IndexKeyHash(key)
-		if redispatch || len(seen) == maxDedupKeys {
-			if has, err := x.hasEntryLocked(key, physicalOffset); err != nil || has {
+	for i, hash := range hashes {
+		if redispatch || i >= maxDedupKeys {
+			if has, err := x.hasEntryLocked(hash, physicalOffset); err != nil || has {
 				if err != nil {
 					return err
 				}
 				continue
 			}
-		} else {
-			if slices.Contains(seen, hash) {
-				continue
-			}
-			seen = append(seen, hash)
+		} else if slices.Contains(hashes[:i], hash) {
+			continue // this record's keys put so far
 		}
 		f, err := x.writableLocked(ctx)
 		if err != nil {
@@ -378,13 +384,12 @@ func (x *Index) PutKeys(ctx context.Context, keys []string, physicalOffset int64
 	return nil
 }
 
-// hasEntryLocked reports whether key is already indexed for the record at
-// physicalOffset, when that is the newest record indexed: a re-dispatch
-// after a crash starts at that record (its keys may be only partly there),
-// and a record may list a key twice. Only the files ending at that record
-// are searched, each chain only down to older records.
-func (x *Index) hasEntryLocked(key string, physicalOffset int64) (bool, error) {
-	keyHash := record.IndexKeyHash(key)
+// hasEntryLocked reports whether a key of keyHash is already indexed for
+// the record at physicalOffset, when that is the newest record indexed: a
+// re-dispatch after a crash starts at that record (its keys may be only
+// partly there), and a record may list a key twice. Only the files ending at
+// that record are searched, each chain only down to older records.
+func (x *Index) hasEntryLocked(keyHash int32, physicalOffset int64) (bool, error) {
 	for i := len(x.files) - 1; i >= 0; i-- {
 		f := x.files[i]
 		if f.header.EndPhyOffset != physicalOffset {

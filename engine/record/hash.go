@@ -5,9 +5,18 @@ package record
 // as its surrogate pair. Invalid UTF-8 counts as one U+FFFD per bad byte (Go's
 // decoding; Java's decoder may merge some bad sequences into one U+FFFD, which
 // is why EncodeProperties rejects invalid UTF-8).
-func JavaHashCode(s string) int32 {
-	var h int32
-	for _, r := range s {
+func JavaHashCode(s string) int32 { return JavaHashCodeAppend(0, s) }
+
+// JavaHashCodeAppend continues a JavaHashCode h over s: JavaHashCode(a+b) is
+// JavaHashCodeAppend(JavaHashCode(a), b) whenever a ends with a whole rune
+// (an index key's "topic#" always does), so a key is hashed without being
+// built. ASCII, what keys and tags nearly always are, costs a byte loop.
+func JavaHashCodeAppend(h int32, s string) int32 {
+	i := 0
+	for ; i < len(s) && s[i] < 0x80; i++ {
+		h = 31*h + int32(s[i])
+	}
+	for _, r := range s[i:] {
 		if r >= 0x10000 {
 			r -= 0x10000
 			h = 31*h + (0xD800 + (r>>10)&0x3FF)
@@ -31,8 +40,15 @@ func TagsCode(tags string) int64 {
 
 // IndexKeyHash is the IndexFile keyHash of a key (topic + "#" + key):
 // |JavaHashCode(key)|, and 0 when that is still negative (math.MinInt32).
-func IndexKeyHash(key string) int32 {
-	h := JavaHashCode(key)
+func IndexKeyHash(key string) int32 { return indexHash(JavaHashCode(key)) }
+
+// IndexKeyHashOf is IndexKeyHash(topic + "#" + key) without building the
+// key; topic is a valid topic name (ASCII, ValidateTopic).
+func IndexKeyHashOf(topic, key string) int32 {
+	return indexHash(JavaHashCodeAppend(31*JavaHashCode(topic)+'#', key))
+}
+
+func indexHash(h int32) int32 {
 	if h < 0 {
 		h = -h
 	}

@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mqstore/mqstore/engine/consumequeue"
+	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+// feedMessages are messages whose properties test how dispatch reads them:
+// a later TAGS wins, an empty value is absent, KEYS split on single spaces
+// (empty keys skipped), a key repeated or equal to the UNIQ_KEY is indexed
+// once, non-ASCII keys, a prepared transaction (no unit), none at all.
+func feedMessages() []*Message {
+	var ms []*Message
+	props := [][]Property{
+		{{Name: "TAGS", Value: "a"}, {Name: "KEYS", Value: "k1 k2"}, {Name: "UNIQ_KEY", Value: "U1"}},
+		{{Name: "TAGS", Value: "a"}, {Name: "TAGS", Value: "b"}},
+		{{Name: "TAGS", Value: "a"}, {Name: "TAGS", Value: ""}, {Name: "KEYS", Value: "x"}, {Name: "KEYS", Value: ""}},
+		{{Name: "KEYS", Value: "  k1   k1 k3 "}, {Name: "UNIQ_KEY", Value: "k3"}},
+		{{Name: "KEYS", Value: "ключ 鍵🔑"}, {Name: "TAGS", Value: "тег"}},
+		{{Name: "WAIT", Value: "true"}, {Name: "UNIQ_KEY", Value: ""}},
+		nil,
+	}
+	for i := range 60 {
+		m := testMessage([]string{"A", "Bb"}[i%2], int32(i%3), i, 100+i*37%900)
+		if p := props[i%len(props)]; p != nil || i%len(props) == len(props)-1 {
+			m.Properties = p
+		}
+		if i%11 == 5 {
+			m.SysFlag = 0x4 // a prepared transaction: indexed, no queue offset
+		}
+		m.BornTimestamp = int64(1_700_000_000_000 + i)
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// TestDispatchFeedBuildsWhatTheLogWould: the units and index entries
+// dispatch builds from what the appends fed it are those it builds by
+// reading the records back, and Verify (which reads the log) finds them.
+func TestDispatchFeedBuildsWhatTheLogWould(t *testing.T) {
+	ctx := context.Background()
+	type built struct {
+		units   map[queueKey][]consumequeue.Unit
+		entries int32
+		stats   Stats
+	}
+	build := func(fromLog bool) built {
+		o := smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})})
+		o.dispatchFromLog = fromLog
+		s := openStore(t, t.TempDir(), o)
+		defer s.Close()
+		var last PutResult
+		for i, m := range feedMessages() {
+			res, err := s.Put(ctx, m)
+			if err != nil {
+				t.Fatalf("put %d: %v", i, err)
+			}
+			last = res
+		}
+		if err := s.WaitDispatched(ctx, last.PhysicalOffset+int64(last.Size)); err != nil {
+			t.Fatal(err)
+		}
+		if err := verifyClean(ctx, s); err != nil {
+			t.Fatalf("from the log %v: %v", fromLog, err)
+		}
+		b := built{units: map[queueKey][]consumequeue.Unit{}, stats: s.Stats()}
+		for _, q := range s.logics.queues() {
+			units := make([]consumequeue.Unit, q.MaxOffset()-q.MinOffset())
+			n, err := q.Read(q.MinOffset(), units)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.units[queueKey{q.Topic(), q.QueueID()}] = units[:n]
+		}
+		for _, f := range s.logics.index.Files() {
+			b.entries += f.Header.IndexCount
+		}
+		return b
+	}
+	fed, read := build(false), build(true)
+	if fed.stats.DispatchRead != 0 || fed.stats.DispatchFed != uint64(len(feedMessages())) {
+		t.Errorf("with the feed: %d records fed, %d read back; want all %d fed", fed.stats.DispatchFed, fed.stats.DispatchRead, len(feedMessages()))
+	}
+	if read.stats.DispatchFed != 0 || read.stats.DispatchRead == 0 {
+		t.Errorf("from the log: %d records fed, %d read back", read.stats.DispatchFed, read.stats.DispatchRead)
+	}
+	if len(fed.units) != len(read.units) {
+		t.Fatalf("%d queues with the feed, %d from the log", len(fed.units), len(read.units))
+	}
+	for key, units := range read.units {
+		if !slices.Equal(fed.units[key], units) {
+			t.Errorf("queue %s/%d: fed units %v, read back %v", key.topic, key.queueID, fed.units[key], units)
+		}
+	}
+	if fed.entries != read.entries {
+		t.Errorf("index entries: %d fed, %d read back", fed.entries, read.entries)
+	}
+}
+
+// TestDispatchReadsWhatTheFeedMissed: records the feed did not take (it
+// was full while dispatch was stopped) are read back from the log, and
+// dispatch takes the fed ones again after them.
+func TestDispatchReadsWhatTheFeedMissed(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), smallLogicsOptions(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}))
+	defer s.Close()
+	s.log.feed.limit = 2
+	s.pauseLogics()
+	var last PutResult
+	for i := range 20 {
+		res, err := s.Put(ctx, testMessage("T", int32(i%2), i, 3000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res
+	}
+	s.resumeLogics()
+	if err := s.WaitDispatched(ctx, last.PhysicalOffset+int64(last.Size)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 20; i < 30; i++ { // the feed has room again
+		if last, err := s.Put(ctx, testMessage("T", int32(i%2), i, 3000)); err != nil {
+			t.Fatal(err)
+		} else if err := s.WaitDispatched(ctx, last.PhysicalOffset+int64(last.Size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := verifyClean(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.DispatchFed != 12 || st.DispatchRead != 18 {
+		t.Errorf("%d records fed, %d read back; want 12 and 18 (the feed held 2 of the first 20)", st.DispatchFed, st.DispatchRead)
+	}
+	if s.log.queue.Len() < 2 {
+		t.Errorf("%d segments: the test wants a roll (a fed record after an end-of-segment blank)", s.log.queue.Len())
+	}
+}
+
+// TestFeedKeysReadsAsDispatch: the tags code and key hashes a Put feeds are
+// those dispatch computes from the stored properties.
+func TestFeedKeysReadsAsDispatch(t *testing.T) {
+	for i, m := range feedMessages() {
+		raw, err := record.EncodeProperties(nil, m.Properties)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := record.LookupDispatchProperties(raw)
+		var want []int32
+		if p.HasKeys {
+			for _, key := range strings.Split(string(p.Keys), " ") {
+				if key != "" {
+					want = append(want, record.IndexKeyHash(m.Topic+"#"+key))
+				}
+			}
+		}
+		if p.HasUniqKey {
+			want = append(want, record.IndexKeyHash(m.Topic+"#"+string(p.UniqKey)))
+		}
+		hashes, tags := feedKeys(nil, m)
+		if !slices.Equal(hashes, want) || tags != record.TagsCode(string(p.Tags)) {
+			t.Errorf("message %d (%v): fed hashes %v tags code %d, dispatch reads %v %d", i, m.Properties, hashes, tags, want, record.TagsCode(string(p.Tags)))
+		}
+	}
+}
