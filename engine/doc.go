@@ -33,6 +33,8 @@
 //	              recovery's phases
 //	dispatch.go   dispatch (reput): ConsumeQueue units and index entries built
 //	              from the readable CommitLog, and the logics flusher
+//	dispatchfeed.go what each append hands dispatch, so dispatch reads the
+//	              log only where the feed has a gap
 //	consume.go    reads by queue (Get, long polling, sendfile)
 //	query.go      reads by key and time through the IndexFile
 //	retention.go  deletion of expired segments and of segments when the disk
