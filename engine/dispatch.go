@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -172,7 +171,8 @@ type dispatcher struct {
 	topics  record.Interner
 	rec     record.Record // the record being dispatched, reused
 	fed     fedBatch      // the records the appends fed (dispatchFeed)
-	keyBuf  indexKeys     // the record's index keys, reused
+	read    uint64        // records read back from the log this pass
+	keyBuf  []int32       // the record's index key hashes, reused
 	// pending holds each queue's units of the records scanned so far,
 	// appended with one AppendUnits per queue when the scan ends (or
 	// maxPendingUnits gather): a unit costs a copy, not a file append.
@@ -315,6 +315,9 @@ func (d *dispatcher) dispatchLocked(ctx context.Context) error {
 			return d.dispatch(ctx, offset, r)
 		})
 	}
+	s.stats.dispatchFed.Add(d.fed.taken)
+	s.stats.dispatchRead.Add(d.read)
+	d.fed.taken, d.read = 0, 0
 	if ferr := d.appendPending(ctx); ferr != nil {
 		// The units not appended are dispatched again from the last
 		// dispatched offset; those appended are verified then (Append
@@ -350,7 +353,7 @@ func (d *dispatcher) dispatch(ctx context.Context, offset int64, r *record.Recor
 		}
 	}
 	d.pendingTimestamp = r.StoreTimestamp
-	d.store.stats.dispatchRead.Add(1)
+	d.read++
 	return nil
 }
 
@@ -428,7 +431,7 @@ func (d *dispatcher) appendPending(ctx context.Context) error {
 //
 // It does not allocate in steady state: the tags and index keys are hashed
 // through transient string views of the record's bytes (keyBuf is reused).
-func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Record, touched map[queueKey]struct{}, keyBuf *indexKeys) error {
+func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Record, touched map[queueKey]struct{}, keyBuf *[]int32) error {
 	l := s.logics
 	props := record.LookupDispatchProperties(r.Properties)
 	if takesQueueOffset(r.SysFlag) {
@@ -453,50 +456,16 @@ func (s *Store) dispatchRecord(ctx context.Context, offset int64, r *record.Reco
 	return nil
 }
 
-// indexKeys is the reusable scratch of indexRecord: a record's index keys
-// ("topic#key") one after another in buf, and string views of them.
-type indexKeys struct {
-	buf   []byte
-	ends  []int
-	views []string
-}
-
-// indexRecord indexes the record's KEYS (space separated) and UNIQ_KEY,
-// with one Index.PutKeys.
-func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record, props *record.DispatchProperties, k *indexKeys) error {
-	k.buf, k.ends = k.buf[:0], k.ends[:0]
-	add := func(key []byte) {
-		k.buf = append(append(append(k.buf, r.Topic...), '#'), key...)
-		k.ends = append(k.ends, len(k.buf))
-	}
-	if props.HasKeys {
-		for keys := props.Keys; len(keys) > 0; {
-			key := keys
-			if i := bytes.IndexByte(keys, ' '); i >= 0 {
-				key, keys = keys[:i], keys[i+1:]
-			} else {
-				keys = nil
-			}
-			if len(key) > 0 {
-				add(key)
-			}
-		}
-	}
-	if props.HasUniqKey && len(props.UniqKey) > 0 {
-		add(props.UniqKey)
-	}
-	if len(k.ends) == 0 {
+// indexRecord indexes the record's KEYS and UNIQ_KEY (keyHashes) with one
+// Index.PutHashes; hashes is reused scratch.
+func (s *Store) indexRecord(ctx context.Context, offset int64, r *record.Record, props *record.DispatchProperties, hashes *[]int32) error {
+	// The views need not outlive the call: only their hashes are kept.
+	*hashes = keyHashes((*hashes)[:0], r.Topic, view(props.Keys), view(props.UniqKey))
+	if len(*hashes) == 0 {
 		return nil
 	}
-	k.views = k.views[:0]
-	start := 0
-	for _, end := range k.ends {
-		// Index.PutKeys only hashes the keys: the views need not outlive the call.
-		k.views = append(k.views, view(k.buf[start:end]))
-		start = end
-	}
-	if err := s.logics.index.PutKeys(ctx, k.views, offset, r.StoreTimestamp); err != nil {
-		return fmt.Errorf("index the keys %q of the record at %d: %w", k.views, offset, err)
+	if err := s.logics.index.PutHashes(ctx, *hashes, offset, r.StoreTimestamp); err != nil {
+		return fmt.Errorf("index the keys %q and %q of the record at %d: %w", props.Keys, props.UniqKey, offset, err)
 	}
 	return nil
 }

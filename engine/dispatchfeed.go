@@ -80,12 +80,11 @@ func (f *dispatchFeed) take(records []fedRecord, hashes []int32) ([]fedRecord, [
 // fedBatch is the dispatcher's side of the feed: a taken batch and how far
 // into it dispatch is.
 type fedBatch struct {
-	records   []fedRecord
-	hashes    []int32
-	at        int
-	hashesAt  int32
-	spareRecs []fedRecord
-	spareHash []int32
+	records  []fedRecord
+	hashes   []int32
+	at       int
+	hashesAt int32
+	taken    uint64 // records dispatched from the feed this pass
 }
 
 // next returns the batch's next record with its key hashes, taking a new
@@ -93,9 +92,7 @@ type fedBatch struct {
 func (b *fedBatch) next(feed *dispatchFeed) (*fedRecord, []int32) {
 	if b.at == len(b.records) {
 		clear(b.records) // the topics
-		b.spareRecs, b.spareHash = b.records, b.hashes
-		b.records, b.hashes = feed.take(b.spareRecs, b.spareHash)
-		b.spareRecs, b.spareHash = nil, nil
+		b.records, b.hashes = feed.take(b.records, b.hashes)
 		b.at, b.hashesAt = 0, 0
 		if len(b.records) == 0 {
 			return nil, nil
@@ -111,19 +108,16 @@ func (b *fedBatch) done() {
 	b.at++
 }
 
-// drop forgets the batch and empties the feed: the log was cut, so what
-// they hold may name records that are no longer there.
+// drop forgets the batch and what the feed holds: the log was cut, so they
+// may name records that are no longer there.
 func (b *fedBatch) drop(feed *dispatchFeed) {
 	if feed == nil {
 		return
 	}
-	b.at = len(b.records)
-	for b.at == len(b.records) {
-		if r, _ := b.next(feed); r == nil {
-			return
-		}
-		b.at = len(b.records)
-	}
+	clear(b.records)
+	b.records, b.hashes = feed.take(b.records, b.hashes)
+	clear(b.records)
+	b.records, b.hashes, b.at, b.hashesAt = b.records[:0], b.hashes[:0], 0, 0
 }
 
 // dispatchFed dispatches fed records from from up to readable, while the
@@ -160,16 +154,16 @@ func (d *dispatcher) dispatchFed(ctx context.Context, from, readable int64) (int
 		}
 		d.pendingTimestamp = r.storeTimestamp
 		d.fed.done()
-		d.store.stats.dispatchFed.Add(1)
+		d.fed.taken++
 		from = end
 	}
 }
 
-// feedKeys returns the index key hashes of m's KEYS (space separated) and
-// UNIQ_KEY, and its tags code, read from m.Properties as dispatch reads the
-// stored record (record.LookupDispatchProperties: a later property wins, an
-// empty value is absent) — EncodeProperties has refused any property whose
-// stored form would read otherwise.
+// feedKeys returns the index key hashes of m's KEYS and UNIQ_KEY
+// (keyHashes) and its tags code, read from m.Properties as dispatch reads
+// the stored record (record.LookupDispatchProperties: a later property wins,
+// an empty value is absent) — EncodeProperties has refused any property
+// whose stored form would read otherwise.
 func feedKeys(hashes []int32, m *Message) ([]int32, int64) {
 	var tags, keys, uniq string
 	for i := range m.Properties {
@@ -186,7 +180,13 @@ func feedKeys(hashes []int32, m *Message) ([]int32, int64) {
 			uniq = p.Value
 		}
 	}
-	hashes = hashes[:0]
+	return keyHashes(hashes[:0], m.Topic, keys, uniq), record.TagsCode(tags)
+}
+
+// keyHashes appends the index key hashes of a record of topic: each
+// non-empty space-separated key of keys, then uniq when not empty (RocketMQ
+// indexes both as "topic#key").
+func keyHashes(hashes []int32, topic, keys, uniq string) []int32 {
 	for len(keys) > 0 {
 		key := keys
 		if i := strings.IndexByte(keys, ' '); i >= 0 {
@@ -195,11 +195,11 @@ func feedKeys(hashes []int32, m *Message) ([]int32, int64) {
 			keys = ""
 		}
 		if key != "" {
-			hashes = append(hashes, record.IndexKeyHashOf(m.Topic, key))
+			hashes = append(hashes, record.IndexKeyHashOf(topic, key))
 		}
 	}
 	if uniq != "" {
-		hashes = append(hashes, record.IndexKeyHashOf(m.Topic, uniq))
+		hashes = append(hashes, record.IndexKeyHashOf(topic, uniq))
 	}
-	return hashes, record.TagsCode(tags)
+	return hashes
 }

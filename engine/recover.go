@@ -329,7 +329,7 @@ func (s *Store) redispatch(ctx context.Context, from, validEnd int64) error {
 	}
 	l := s.logics
 	s.opts.Logger.Info("rebuilding consume queues and index", slog.Int64("from", from), slog.Int64("to", validEnd))
-	var keyBuf indexKeys
+	var keyBuf []int32
 	end, err := s.log.scan(ctx, from, func(offset int64, _ []byte, r *record.Record) error {
 		if r == nil {
 			return nil
