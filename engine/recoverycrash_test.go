@@ -27,8 +27,8 @@ var crashRebuild = flag.Bool("crash.rebuild", false, "run TestPowerLossWhileReco
 // checkpoint stopped claiming those records before the rebuild began, the
 // next open trusts the file and the entries are gone for good.
 //
-// It is a reproduction, behind -crash.rebuild: under -race about one run in
-// two loses an entry at one crash point of the 344 (the index misses a
+// It is a reproduction, behind -crash.rebuild: under -race one run in three
+// here lost an entry at one crash point of the 344 (the index misses a
 // record's UNIQ_KEY after the second power loss); the cause is not found yet.
 func TestPowerLossWhileRecoveryRebuildsTheIndex(t *testing.T) {
 	if !*crashRebuild {
