@@ -22,10 +22,10 @@ var crashRebuild = flag.Bool("crash.rebuild", false, "run TestPowerLossWhileReco
 // The first open after a crash drops the index files the checkpoint did not
 // know durable and indexes their records again, into files that are not
 // synced until the rebuild ends — among them records below the offset the
-// checkpoint claims dispatched. A power loss in between may leave such a
-// file with its header written back and its entries not; unless the
-// checkpoint stopped claiming those records before the rebuild began, the
-// next open trusts the file and the entries are gone for good.
+// checkpoint claims dispatched. The suspicion (not shown yet): a power loss
+// in between leaves such a file with its header written back and its
+// entries not, and the next open trusts it because the checkpoint still
+// claims those records.
 //
 // It is a reproduction, behind -crash.rebuild: under -race one run in three
 // here lost an entry at one crash point of the 344 (the index misses a
