@@ -225,13 +225,18 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 	if reputFrom, err = s.truncateQueues(ctx, logStart, validEnd, reputFrom); err != nil {
 		return err
 	}
+	if s.abnormalOpen && reputFrom < validEnd {
+		if err := s.distrustLogicsFrom(reputFrom); err != nil {
+			return err
+		}
+	}
 	if err := s.redispatch(ctx, reputFrom, validEnd); err != nil {
 		return err
 	}
 	if s.abnormalOpen {
 		// Units and entries the dead process wrote may be in the page cache
-		// only: make them durable before the checkpoint's dispatched offset
-		// can claim them.
+		// only, and so may everything the redispatch wrote: make them
+		// durable before the checkpoint's dispatched offset can claim them.
 		known := s.checkpoint.logicsOffset.Load()
 		for _, q := range s.logics.queues() {
 			if err := q.SyncFrom(ctx, known); err != nil {
@@ -243,6 +248,32 @@ func (s *Store) recoverLogics(ctx context.Context, logStart, validEnd, lastKeyed
 		}
 	}
 	return s.settleLogics(ctx, logStart, validEnd)
+}
+
+// distrustLogicsFrom lowers the checkpoint's dispatched offset to from,
+// durably, before recovery writes ConsumeQueue units and index entries for
+// the records from there on. Those writes sit in the page cache until
+// recoverLogics syncs them; a power loss in between can leave a rebuilt
+// index file with its header written back and its entries not. An open
+// after it must not trust that file because the checkpoint still claims
+// the records it indexes (truncateIndex keeps every file that ends below
+// the checkpoint's offset): with the offset lowered it drops every file
+// that indexes a record at or past from and rebuilds it again. Lowered to
+// the log's start (0), no offset is known, and the index's timestamp goes
+// to 0 as well, so the timestamp rule distrusts every file.
+func (s *Store) distrustLogicsFrom(from int64) error {
+	cp := s.checkpoint
+	if known := cp.logicsOffset.Load(); known > 0 && known <= from {
+		return nil
+	}
+	cp.logicsOffset.Store(max(from, 0))
+	if from <= 0 {
+		cp.index.Store(0)
+	}
+	if err := cp.write(); err != nil {
+		return fmt.Errorf("lower the checkpoint's dispatched offset to %d before re-dispatching: %w", from, err)
+	}
+	return nil
 }
 
 // truncateIndex cuts the index at the valid end — or, when recovery
