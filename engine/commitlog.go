@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -180,10 +181,23 @@ var encodeBuffers = sync.Pool{New: func() any { return &encodeBuffer{} }}
 
 type blankEncoder struct{}
 
+// EncodeAt writes the BLANK and zeros the rest of dst (an Encoder fills
+// dst: a backend's staging ring holds older bytes there). It writes only
+// where dst is not zero already, so a fresh mapping's pages are not dirtied.
 func (blankEncoder) EncodeAt(dst []byte, _ int64) error {
 	record.PutBlank(dst, int32(len(dst)))
+	for rest := dst[record.BlankSize:]; len(rest) > 0; {
+		n := min(len(rest), len(zeroChunk))
+		if !bytes.Equal(rest[:n], zeroChunk[:n]) {
+			clear(rest[:n])
+		}
+		rest = rest[n:]
+	}
 	return nil
 }
+
+// zeroChunk is what blankEncoder compares the rest of a blank with.
+var zeroChunk [16 << 10]byte
 
 // appendResult is where a record went.
 type appendResult struct {

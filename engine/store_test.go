@@ -21,6 +21,7 @@ import (
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/mappedfile/faultfile"
 	"github.com/mqstore/mqstore/transientpool"
+	"github.com/mqstore/mqstore/uring"
 )
 
 // testBackends are the backends every engine test runs against: the
@@ -120,6 +121,11 @@ func TestRollsWriteBlanksByteByByte(t *testing.T) {
 	forEachBackendAndMode(t, func(t *testing.T, o Options) {
 		ctx := context.Background()
 		o.SegmentSizeBytes = 64 << 10
+		if o.Backend == "uring" || o.Backend == "uring-direct" {
+			// Two staging buffers, so later segments get buffers that
+			// hold an earlier segment's bytes where their blank goes.
+			o.BackendOptions = uring.Options{StagingBuffers: 2}
+		}
 		dir := t.TempDir()
 		s := openStore(t, dir, o)
 		var results []PutResult
@@ -162,6 +168,15 @@ func TestRollsWriteBlanksByteByByte(t *testing.T) {
 			binary.BigEndian.PutUint32(want[4:], 0xCBD43194)
 			if !bytes.Equal(blank, want) {
 				t.Fatalf("blank at %d: % x, want % x", end, blank, want)
+			}
+			// Zeros after it, not older bytes of a reused staging buffer
+			// (the blank's encoder fills what it reserved).
+			rest := make([]byte, segEnd-end-record.BlankSize)
+			if err := s.log.readAt(rest, end+record.BlankSize); err != nil {
+				t.Fatal(err)
+			}
+			if i := bytes.IndexFunc(rest, func(r rune) bool { return r != 0 }); i >= 0 {
+				t.Fatalf("byte %d after the blank at %d is not zero", end+record.BlankSize+int64(i), end)
 			}
 		}
 		for i, res := range results {

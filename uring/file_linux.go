@@ -135,11 +135,12 @@ func (f *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
 	// Publish the reservation before writing into the ring (a full
 	// barrier: the ring stores must not become visible before it). It
 	// never moves back, even after an encoder failed: its clear reached
-	// the ring too.
+	// the ring too. The ring holds older bytes; the encoder overwrites
+	// every byte of dst (mappedfile.Encoder's contract), so dst is not
+	// cleared first.
 	f.reserved.Swap(max(end, f.reserved.Load()))
 	off := wrote % ringBytes
 	dst := l.buf.ring[off : off+int64(n) : off+int64(n)]
-	clear(dst) // the ring holds older bytes; an encoder need not fill dst
 	if err := enc.EncodeAt(dst, wrote); err != nil {
 		clear(dst)
 		return 0, fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)

@@ -156,64 +156,6 @@ func TestDirectFileHoldsZerosPastWrote(t *testing.T) {
 	}
 }
 
-// blankEncoder writes an 8-byte marker at the start of what it is given
-// and nothing else, as the CommitLog's END_FILE blank does.
-type blankEncoder struct{}
-
-func (blankEncoder) EncodeAt(dst []byte, _ int64) error {
-	copy(dst, []byte{0, 0, 0, 0, 0xcb, 0xd4, 0x31, 0x20})
-	return nil
-}
-
-// TestBlankLeavesNoStaleBytes: a staging buffer reused by a second segment
-// still holds the first segment's bytes; an append whose encoder writes
-// only its first 8 bytes must leave zeros in the file after them, not the
-// other segment's messages.
-func TestBlankLeavesNoStaleBytes(t *testing.T) {
-	for _, v := range backendVariants[:2] {
-		t.Run(v.name, func(t *testing.T) {
-			o := v.opts
-			o.StagingBuffers = 1
-			b := newTestBackend(t, o)
-			dir := t.TempDir()
-			const size = 16 << 10
-			ctx := context.Background()
-			first := openSeg(t, b, filepath.Join(dir, "a"), size)
-			if _, err := first.Append(size, fill(0x5A)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := first.Commit(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := first.Flush(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(dir, "b")
-			mf := openSeg(t, b, path, size) // gets the same buffer
-			if _, err := mf.Append(1000, fill(1)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := mf.Append(size-1000, blankEncoder{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := mf.Commit(ctx, 0); err != nil {
-				t.Fatal(err)
-			}
-			onDisk, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !allZero(onDisk[1008:]) {
-				i := 1008
-				for onDisk[i] == 0 {
-					i++
-				}
-				t.Fatalf("byte %d after the blank is %#x, want zeros to the end", i, onDisk[i])
-			}
-		})
-	}
-}
-
 // TestFailedTruncateNeverWritesAnotherSegment: a Truncate that cannot get
 // a staging buffer in time fails; later appends to that file must never
 // write into the buffer another segment was given meanwhile.
