@@ -266,3 +266,11 @@ func dirtyThreshold(h hostctl.Host) (int64, string) {
 	}
 	return int64(math.Round(float64(avail) * ratio / 100)), fmt.Sprintf("vm.dirty_ratio=%.0f%% of %s available", ratio, fmtBytes(avail))
 }
+
+// fmtBytes formats a byte count in MB or GB (10^6, 10^9).
+func fmtBytes(n int64) string {
+	if n >= 1e9 {
+		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+	}
+	return fmt.Sprintf("%.0f MB", float64(n)/1e6)
+}
