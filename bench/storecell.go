@@ -140,17 +140,13 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 
 // storeRepeat opens a fresh store in dir, runs spec against it with its
 // durability reported, drains it (Store.Flush), closes it (timed: closeNs)
-// and removes it. The returned
-// options are the store's effective ones (nil when Open failed).
+// and removes it. The returned options are the store's effective ones
+// (nil when Open failed).
 func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(func())) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
-	opts, err := storeOptions(cfg, backend, flush)
+	s, err := storeOpen(ctx, cfg, dir, backend, flush)
 	if err != nil {
 		return failedRepeat(err), nil
-	}
-	s, err := engine.Open(ctx, dir, opts)
-	if err != nil {
-		return failedRepeat(fmt.Errorf("open %s: %w", backend, err)), nil
 	}
 	options := optionsMap(s.Options())
 	d := &storeDurability{s: s}
