@@ -324,7 +324,7 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 			}
 			rep, options = r.replicatedRepeat(ctx, storeCfg, dir, sys, sp)
 		case r.isolate:
-			rep, options = workerStoreRepeat(ctx, r.cfg, storeCfg, dir, sys.backend, sys.pol.Flush, workload, sp, ph.env.cgroups())
+			rep, options = workerStoreRepeat(ctx, storeCfg, dir, sys.backend, sys.pol.Flush, workload, sp, ph.env.cgroups())
 		case workload == WorkloadE2E:
 			rep, options = e2eRepeat(ctx, storeCfg, dir, sys.backend, sys.pol.Flush, sp)
 		default:

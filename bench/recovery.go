@@ -53,7 +53,7 @@ func (r *runner) recoveryCells(ctx context.Context, t *target, backend string, s
 func (r *runner) recoveryRepeat(ctx context.Context, backend string, size int, cold bool, dir string) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
 	spec := load.Spec{SizeBytes: size}
-	w, err := startWorker(ctx, workerRequest{Kind: workerProduceCrash, Config: r.cfg, Backend: backend, Spec: spec, Dir: dir, Bytes: r.cfg.RecoveryBytes}, nil)
+	w, err := startWorker(ctx, workerRequest{Kind: workerProduceCrash, Store: r.cfg.Store, Backend: backend, Spec: spec, Dir: dir, Bytes: r.cfg.RecoveryBytes}, nil)
 	if err != nil {
 		return failedRepeat(err), nil
 	}
