@@ -139,17 +139,6 @@ type job struct {
 	done bool
 }
 
-// roundRobin runs the jobs' repeats in rounds: round 0 is every job's warm
-// repeat (unmeasured), then cfg.Repeat measured rounds. Each round visits
-// the jobs in a new random order, and every job of a round uses the same
-// seed, so systems are compared on the same arrivals and neither drift of
-// the machine nor position in the run favours one of them. A job whose
-// repeat fails runs no more repeats.
-func (r *runner) roundRobin(ctx context.Context, ph *phaseEnv, jobs []*job) {
-	r.runRounds(ctx, ph, jobs)
-	r.finishJobs(ctx, jobs, nil)
-}
-
 // finishJobs summarizes and records the jobs' cells. An open-loop cell at
 // a rate whose floor (in its process) did not keep its schedule is
 // skipped with the floor's reason: its figures are the generator's.
@@ -167,7 +156,12 @@ func (r *runner) finishJobs(ctx context.Context, jobs []*job, badRates map[strin
 	r.checkpoint()
 }
 
-// runRounds runs the rounds of repeats of roundRobin.
+// runRounds runs the jobs' repeats in rounds: round 0 is every job's warm
+// repeat (unmeasured), then cfg.Repeat measured rounds. Each round visits
+// the jobs in a new random order, and every job of a round uses the same
+// seed, so systems are compared on the same arrivals and neither drift of
+// the machine nor position in the run favours one of them. A job whose
+// repeat fails runs no more repeats.
 func (r *runner) runRounds(ctx context.Context, ph *phaseEnv, jobs []*job) {
 	for round := 0; round <= r.cfg.Repeat; round++ {
 		seed := repeatSeed(r.cfg.Seed, round)
@@ -356,7 +350,8 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	if len(jobs) == 0 {
 		return
 	}
-	r.roundRobin(ctx, ph, jobs)
+	r.runRounds(ctx, ph, jobs)
+	r.finishJobs(ctx, jobs, nil)
 	for _, j := range jobs {
 		if j.cell.TwinOf != "" || !j.cell.Measured() {
 			continue
