@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -207,7 +208,7 @@ func (r *runner) setupTargets(ctx context.Context) error {
 		}
 		t := &target{work: work, device: host.DescribeDevice(work)}
 		t.device.Dir = d
-		t.label = orDefault(t.device.Device, "dir")
+		t.label = cmp.Or(t.device.Device, "dir")
 		if len(dirs) > 1 {
 			t.label += ":" + filepath.Base(filepath.Clean(d))
 		}
@@ -235,8 +236,8 @@ func (r *runner) setupTargets(ctx context.Context) error {
 			return fmt.Errorf("slave directory in %s: %w", r.cfg.SlaveDir, err)
 		}
 		d := host.DescribeDevice(r.slaveWork)
-		r.note("the slaves' stores are in %s (--slave-dir) on %s (%s, %s, mount options %s)", r.cfg.SlaveDir, orDefault(d.Device, "an unknown device"),
-			d.FSType, orDefault(d.Kind, "unknown kind"), orDefault(d.MountOptions, "?"))
+		r.note("the slaves' stores are in %s (--slave-dir) on %s (%s, %s, mount options %s)", r.cfg.SlaveDir, cmp.Or(d.Device, "an unknown device"),
+			d.FSType, cmp.Or(d.Kind, "unknown kind"), cmp.Or(d.MountOptions, "?"))
 	}
 	return nil
 }
@@ -274,13 +275,6 @@ func systemChanges(cs []hostctl.Change) []runfile.SystemChange {
 			PID: c.PID, StartTicks: c.StartTicks, Undone: c.Undone, UndoError: c.UndoError, What: c.String()}
 	}
 	return out
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }
 
 func (r *runner) note(format string, args ...any) {
