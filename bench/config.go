@@ -100,6 +100,12 @@ func DefaultConfig() Config {
 
 func hasWorkload(c *Config, w string) bool { return slices.Contains(c.Workloads, w) }
 
+// hasFlush reports whether the run has cells of a flush mode (among its
+// flushes, or its sweep's policies).
+func hasFlush(c *Config, mode string) bool {
+	return slices.Contains(c.Flushes, mode) || slices.ContainsFunc(c.Policies, func(p Policy) bool { return p.Flush == mode })
+}
+
 // hasOpenLoop reports whether the run has open-loop workloads.
 func hasOpenLoop(c *Config) bool {
 	return hasWorkload(c, string(load.Latency)) || hasWorkload(c, WorkloadE2E)

@@ -185,14 +185,7 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target stri
 	if c.Duration > 0 {
 		return c.Duration, "given with --duration"
 	}
-	async := false
-	for _, f := range c.Flushes {
-		async = async || f == "async"
-	}
-	for _, p := range c.Policies {
-		async = async || p.Flush == "async"
-	}
-	if !async {
+	if !hasFlush(c, "async") {
 		return minWindow, "automatic: no async cell, and a sync acknowledgement is durable — nothing to absorb"
 	}
 	var devMBps float64
