@@ -136,14 +136,13 @@ func (e *pressureEnv) stop(j *hostctl.Journal) error {
 	if e == nil {
 		return nil
 	}
-	var errs []error
 	for _, n := range e.neighbours {
 		n.w.kill()
 	}
-	if j != nil {
-		errs = append(errs, j.UndoSince(e.mark))
+	if j == nil {
+		return nil
 	}
-	return errors.Join(errs...)
+	return j.UndoSince(e.mark)
 }
 
 // ensureSwap turns a swapfile on for the rest of the run when no swap is
