@@ -17,7 +17,6 @@ var errNeedsRoot = errors.New("needs root (it changes sysctls, swap, cgroups and
 
 // pressureEnv is one pressure applied for a phase of the run.
 type pressureEnv struct {
-	name       string
 	mark       int
 	neighbours []*neighbour
 	// memCgroup is the memory cgroup the store's worker joins (swap).
@@ -83,7 +82,7 @@ func (r *runner) startPressure(ctx context.Context, t *target, name string) (*pr
 	if r.journal == nil {
 		return nil, fmt.Errorf("pressure %s: no state file", name)
 	}
-	e := &pressureEnv{name: name, mark: r.journal.Mark()}
+	e := &pressureEnv{mark: r.journal.Mark()}
 	var desc []string
 	ok := false
 	defer func() {

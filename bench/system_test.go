@@ -101,7 +101,7 @@ func TestReviveRestartsADeadNeighbour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &pressureEnv{name: PressureSwap, neighbours: []*neighbour{n}}
+	e := &pressureEnv{neighbours: []*neighbour{n}}
 	defer e.stop(nil)
 	if err := e.alive(); err != nil {
 		t.Fatalf("a fresh neighbour: %v", err)
