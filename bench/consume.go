@@ -16,15 +16,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mqstore/mqstore/bench/runfile"
-	"github.com/mqstore/mqstore/internal/hostctl"
-
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/hostctl"
 	"golang.org/x/sys/unix"
 )
-
-// --- consume ---
 
 // consumeVariants lists the consume variants: hot and (with cold reads, as
 // root) cold, each by copy and by sendfile.

@@ -10,9 +10,8 @@ import (
 
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/runfile"
-	"github.com/mqstore/mqstore/mappedfile"
-
 	"github.com/mqstore/mqstore/internal/hostctl"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Time model of the estimate: what a repeat costs beyond its warm-up and

@@ -10,9 +10,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/mqstore/mqstore/bench/runfile"
-
 	"github.com/google/pprof/profile"
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
 // ProfileKinds are the profiles taken of each profiled cell.

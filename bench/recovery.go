@@ -7,13 +7,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/mqstore/mqstore/bench/runfile"
-
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
 )
-
-// --- recovery ---
 
 func recoveryVariants(cold bool) []string {
 	if cold {

@@ -14,12 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mqstore/mqstore/bench/runfile"
-	"github.com/mqstore/mqstore/internal/hostctl"
-
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/hostctl"
 	"golang.org/x/sys/unix"
 )
 
