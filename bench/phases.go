@@ -107,6 +107,15 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 	return c
 }
 
+// loadCell is sys's named cell of workload at producers (the closed loop)
+// or rate (the open loop).
+func (r *runner) loadCell(sys system, workload, pressure string, t *target, producers int, rate float64) runfile.Cell {
+	c := r.newCell(sys, workload, pressure, t)
+	c.Producers, c.RatePerSec = producers, rate
+	c.Name = runfile.CellName(&c, r.multiTarget())
+	return c
+}
+
 // cellDurability is what a store cell's acknowledgement means: its
 // backend's statement for the cell's options (storeDurabilitySemantics),
 // and — once a repeat has recorded the store's effective options — whether
@@ -340,9 +349,7 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	var jobs []*job
 	for _, sys := range r.systems(ph.t, ph.pressure) {
 		for _, p := range r.cfg.Producers {
-			c := r.newCell(sys, "throughput", ph.pressure, ph.t)
-			c.Producers = p
-			c.Name = runfile.CellName(&c, r.multiTarget())
+			c := r.loadCell(sys, "throughput", ph.pressure, ph.t, p, 0)
 			jobs = append(jobs, &job{cell: c, sys: sys, run: r.runJob(ph, sys, "throughput", p, 0)})
 		}
 	}
@@ -471,9 +478,7 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 				continue
 			}
 			for _, rate := range rungs {
-				c := r.newCell(sys, w, ph.pressure, ph.t)
-				c.RatePerSec = rate
-				c.Name = runfile.CellName(&c, r.multiTarget())
+				c := r.loadCell(sys, w, ph.pressure, ph.t, 0, rate)
 				jobs = append(jobs, &job{cell: c, sys: sys, run: r.runJob(ph, sys, w, 0, rate)})
 			}
 		}

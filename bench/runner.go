@@ -370,14 +370,14 @@ func pressureOrder(ps []string) []string {
 // skipPressure records every store cell of a pressure as skipped, with why.
 func (r *runner) skipPressure(t *target, pressure string, err error) {
 	r.note("pressure %s on %s skipped: %v", pressure, t.label, err)
+	skip := func(c runfile.Cell) {
+		c.Status, c.Reason = runfile.StatusSkipped, err.Error()
+		r.record(c)
+	}
 	for _, sys := range r.systems(t, pressure) {
 		if runsUnder(&r.cfg, "throughput", pressure) {
 			for _, p := range r.cfg.Producers {
-				c := r.newCell(sys, "throughput", pressure, t)
-				c.Producers = p
-				c.Name = runfile.CellName(&c, r.multiTarget())
-				c.Status, c.Reason = runfile.StatusSkipped, err.Error()
-				r.record(c)
+				skip(r.loadCell(sys, "throughput", pressure, t, p, 0))
 			}
 		}
 		for _, w := range []string{"latency", WorkloadE2E} {
@@ -385,11 +385,7 @@ func (r *runner) skipPressure(t *target, pressure string, err error) {
 				continue
 			}
 			for _, rate := range r.rungs[sys.key(t)] {
-				c := r.newCell(sys, w, pressure, t)
-				c.RatePerSec = rate
-				c.Name = runfile.CellName(&c, r.multiTarget())
-				c.Status, c.Reason = runfile.StatusSkipped, err.Error()
-				r.record(c)
+				skip(r.loadCell(sys, w, pressure, t, 0, rate))
 			}
 		}
 	}
