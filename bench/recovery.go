@@ -12,18 +12,15 @@ import (
 	"github.com/mqstore/mqstore/engine"
 )
 
-func recoveryVariants(cold bool) []string {
-	if cold {
-		return []string{"hot", "cold"}
-	}
-	return []string{"hot"}
-}
-
 // recoveryCells fills a store of RecoveryBytes in a child process, kills it
 // with SIGKILL, and times engine.Open of the abandoned store: hot (page
 // cache as the dead process left it) and, as root, cold (caches dropped).
 func (r *runner) recoveryCells(ctx context.Context, t *target, backend string, size int) {
-	for _, v := range recoveryVariants(r.cfg.ColdReads && isRoot()) {
+	variants := []string{"hot"}
+	if r.cfg.ColdReads && isRoot() {
+		variants = append(variants, "cold")
+	}
+	for _, v := range variants {
 		c := r.newCell(system{backend: backend, size: size, pol: Policy{Flush: "async", Store: r.cfg.Store}}, WorkloadRecovery, PressureNone, t)
 		c.Variant = v
 		c.Name = runfile.CellName(&c, r.multiTarget())
