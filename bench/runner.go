@@ -291,14 +291,6 @@ func (r *runner) needsIsolation() bool {
 	return isRoot() && (slices.Contains(r.cfg.Pressures, PressureSwap) || slices.Contains(r.cfg.Pressures, PressureBoth))
 }
 
-func (r *runner) emulated(ctx context.Context, kind string) (*target, error) {
-	if r.journal == nil {
-		return nil, fmt.Errorf("%w; running as uid %d", errNeedsRoot, os.Geteuid())
-	}
-	r.progress.note("building the emulated %s (a FUSE latency model under a loop device, ext4)…", kind)
-	return r.setupHDD(ctx, r.targets[0])
-}
-
 // runTarget runs everything on one device: the limits, the window, then
 // each pressure (none first) with every backend (and the peers without
 // pressure), then consume and recovery (unpressured).
