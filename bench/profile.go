@@ -2,13 +2,15 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"sort"
+	"strings"
 
 	"github.com/google/pprof/profile"
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -112,16 +114,8 @@ func writeDelta(path string, before, after *profile.Profile) error {
 	return f.Close()
 }
 
-// sampleTypeFor names the sample type summarized for each kind.
-func sampleTypeFor(kind string) string {
-	switch kind {
-	case "cpu":
-		return "cpu"
-	case "heap":
-		return "alloc_space"
-	}
-	return "delay"
-}
+// sampleTypes names the sample type summarized for each kind.
+var sampleTypes = map[string]string{"cpu": "cpu", "heap": "alloc_space", "block": "delay", "mutex": "delay"}
 
 func summarizeFile(cell, kind, path string) runfile.ProfileSummary {
 	s := runfile.ProfileSummary{Cell: cell, Kind: kind, File: path}
@@ -136,7 +130,7 @@ func summarizeFile(cell, kind, path string) runfile.ProfileSummary {
 		s.Error = err.Error()
 		return s
 	}
-	sum, err := SummarizeProfile(p, sampleTypeFor(kind), profileTopN)
+	sum, err := SummarizeProfile(p, sampleTypes[kind], profileTopN)
 	if err != nil {
 		s.Error = err.Error()
 		return s
@@ -183,15 +177,8 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 			}
 		}
 	}
-	names := make([]string, 0, len(flat))
-	for name := range flat {
-		names = append(names, name)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if flat[names[i]] != flat[names[j]] {
-			return flat[names[i]] > flat[names[j]]
-		}
-		return names[i] < names[j]
+	names := slices.SortedFunc(maps.Keys(flat), func(a, b string) int {
+		return cmp.Or(cmp.Compare(flat[b], flat[a]), strings.Compare(a, b))
 	})
 	for _, name := range names[:min(n, len(names))] {
 		fc := runfile.FunctionCost{Function: name, Flat: flat[name], Cum: cum[name]}
