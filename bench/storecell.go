@@ -36,6 +36,19 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 
+// storeOpen is engine.Open with a cell's options.
+func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {
+	opts, err := storeOptions(store, backend, flush)
+	if err != nil {
+		return nil, err
+	}
+	s, err := engine.Open(ctx, dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", backend, err)
+	}
+	return s, nil
+}
+
 // backendOptions are the options a cell's backend runs with, and where
 // they come from ("" for the backend's own defaults): --backend-options
 // for that backend when given, else mqbench's tuned settings

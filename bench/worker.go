@@ -17,7 +17,6 @@ import (
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
-	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/internal/hostctl"
 	"golang.org/x/sys/unix"
 )
@@ -257,17 +256,4 @@ func startNeighbour(ctx context.Context, j *hostctl.Journal, req workerRequest, 
 		return nil, err
 	}
 	return &neighbour{w: w, what: what, req: req, cgroups: cgroups}, nil
-}
-
-// storeOpen is engine.Open with a cell's options.
-func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {
-	opts, err := storeOptions(store, backend, flush)
-	if err != nil {
-		return nil, err
-	}
-	s, err := engine.Open(ctx, dir, opts)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", backend, err)
-	}
-	return s, nil
 }
