@@ -75,24 +75,17 @@ func DefaultBackends() []string {
 	return out
 }
 
-// DefaultPeers is the peer list when --peers is not given: the names mqpeer
-// knows them by (bench does not hard-code their labels or versions).
-func DefaultPeers() []string { return []string{"pebble-wal", "pebble", "nats"} }
-
-// DefaultRates is the open-loop ladder shared by every backend and peer.
-func DefaultRates() []float64 { return []float64{1000, 10000, 50000, 100000, 200000} }
-
-// DefaultProducers are the closed-loop producer counts.
-func DefaultProducers() []int { return []int{1, 4, 16, 64, 256} }
-
 // DefaultConfig is the full default run. Duration 0: the window is chosen
-// from the device and the buffers (see windows).
+// from the device and the buffers (see chooseWindow). The peers are named
+// as mqpeer knows them (bench does not hard-code their labels or
+// versions); the rates are the open-loop ladder shared by every backend
+// and peer.
 func DefaultConfig() Config {
 	return Config{
 		Backends: DefaultBackends(), Sizes: []int{128, 1024, 4096}, Flushes: []string{"async", "sync"},
 		Workloads: []string{string(load.Throughput), string(load.Latency)}, Pressures: []string{PressureNone},
-		Peers: DefaultPeers(), Producers: DefaultProducers(), InFlight: 0, Warmup: 500 * time.Millisecond, Repeat: 5,
-		Rates: DefaultRates(), Arrival: string(load.Poisson), Seed: 1, SearchProbes: 6, SearchDuration: time.Second, AA: true,
+		Peers: []string{"pebble-wal", "pebble", "nats"}, Producers: []int{1, 4, 16, 64, 256}, InFlight: 0, Warmup: 500 * time.Millisecond, Repeat: 5,
+		Rates: []float64{1000, 10000, 50000, 100000, 200000}, Arrival: string(load.Poisson), Seed: 1, SearchProbes: 6, SearchDuration: time.Second, AA: true,
 		Replication: []string{ReplicationNone},
 		Dir:         ".", Out: "results", ProfilesRoot: "profiles", Profile: true, ProfileDuration: time.Second,
 		MemcpyBytes: 64 << 20, MemcpyDuration: time.Second, FaultBytes: 256 << 20, DeviceProbeBytes: 1 << 30, SyncProbeCount: 1000,
@@ -106,6 +99,12 @@ func DefaultConfig() Config {
 }
 
 func hasWorkload(c *Config, w string) bool { return slices.Contains(c.Workloads, w) }
+
+// hasFlush reports whether the run has cells of a flush mode (among its
+// flushes, or its sweep's policies).
+func hasFlush(c *Config, mode string) bool {
+	return slices.Contains(c.Flushes, mode) || slices.ContainsFunc(c.Policies, func(p Policy) bool { return p.Flush == mode })
+}
 
 // hasOpenLoop reports whether the run has open-loop workloads.
 func hasOpenLoop(c *Config) bool {

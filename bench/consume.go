@@ -16,25 +16,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mqstore/mqstore/bench/runfile"
-	"github.com/mqstore/mqstore/internal/hostctl"
-
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/hostctl"
 	"golang.org/x/sys/unix"
 )
-
-// --- consume ---
-
-// consumeVariants lists the consume variants: hot and (with cold reads, as
-// root) cold, each by copy and by sendfile.
-func consumeVariants(cold bool) []string {
-	v := []string{"hot-copy", "hot-sendfile"}
-	if cold {
-		v = append(v, "cold-copy", "cold-sendfile")
-	}
-	return v
-}
 
 // loopback is a TCP connection to a reader in this process that discards
 // what it reads and counts it.
@@ -238,9 +225,13 @@ func residentFraction(dir string) (float64, error) {
 }
 
 // consumeCells builds one store of ConsumeBytes for backend × size and runs
-// every consume variant on it, Repeat times.
+// every consume variant on it, Repeat times: hot and (with cold reads, as
+// root) cold, each by copy and by sendfile.
 func (r *runner) consumeCells(ctx context.Context, t *target, backend string, size int) {
-	variants := consumeVariants(r.cfg.ColdReads && isRoot())
+	variants := []string{"hot-copy", "hot-sendfile"}
+	if r.cfg.ColdReads && isRoot() {
+		variants = append(variants, "cold-copy", "cold-sendfile")
+	}
 	cells := make([]runfile.Cell, len(variants))
 	for i, v := range variants {
 		cells[i] = r.newCell(system{backend: backend, size: size, pol: Policy{Flush: "async", Store: r.cfg.Store}}, WorkloadConsume, PressureNone, t)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -15,14 +14,11 @@ import (
 // cfg.Sizes, the page-fault rate, the device probes, fio) in a temporary
 // directory inside cfg.Dir (mqbench device).
 func MeasureDevice(ctx context.Context, cfg Config, o RunOptions) (*runfile.RunFile, error) {
-	work, err := os.MkdirTemp(cfg.Dir, "mqbench-device-")
+	work, err := absTempDir(cfg.Dir, "mqbench-device-")
 	if err != nil {
 		return nil, fmt.Errorf("work directory in %s: %w", cfg.Dir, err)
 	}
 	defer os.RemoveAll(work)
-	if work, err = filepath.Abs(work); err != nil {
-		return nil, err
-	}
 	hc := hostctl.Default()
 	r := &runner{cfg: cfg, host: hc, work: work, prober: o.Prober}
 	if r.prober == nil {

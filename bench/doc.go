@@ -24,11 +24,4 @@
 // mqpeer command). System changes (sysctls, swap, cgroups v1 and v2, loop
 // devices, mounts) go through internal/hostctl, which journals and undoes
 // them.
-//
-// Files here: runner.go (Run, targets), phases.go (the phases and their
-// rounds), floor.go, search.go (the sustainable-rate search), plan.go,
-// config.go, storecell.go, message.go, worker.go (isolated store and
-// neighbour processes), pressure.go, emulate.go, limits.go, device.go,
-// fio.go, peerexec.go, replication.go, consume.go, e2e.go, recovery.go,
-// fill.go, sweep.go, profile.go, progress.go.
 package bench

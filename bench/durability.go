@@ -1,9 +1,9 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
@@ -30,10 +30,10 @@ func storeDurabilitySemantics(o engine.Options, replication string) (*runfile.Du
 	if !sync {
 		var here []string
 		if strings.Contains(d.PowerLoss+d.ProcessCrash, "flush interval") {
-			here = append(here, "flush interval "+orDuration(o.FlushInterval, engine.DefaultFlushInterval).String())
+			here = append(here, "flush interval "+cmp.Or(o.FlushInterval, engine.DefaultFlushInterval).String())
 		}
 		if strings.Contains(d.PowerLoss+d.ProcessCrash, "commit interval") {
-			here = append(here, "commit interval "+orDuration(o.CommitInterval, engine.DefaultCommitInterval).String())
+			here = append(here, "commit interval "+cmp.Or(o.CommitInterval, engine.DefaultCommitInterval).String())
 		}
 		if len(here) > 0 {
 			out.PowerLoss += " (here: " + strings.Join(here, ", ") + ")"
@@ -41,13 +41,6 @@ func storeDurabilitySemantics(o engine.Options, replication string) (*runfile.Du
 	}
 	replicationDurability(out, replication, o)
 	return out, nil
-}
-
-func orDuration(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // replicationDurability adds what a replication role changes to a
@@ -62,7 +55,7 @@ func replicationDurability(d *runfile.Durability, replication string, o engine.O
 	switch replication {
 	case ReplicationSync:
 		d.Ack += "; and only once " + slave + " acknowledged holding it (SYNC_MASTER; FLUSH_SLAVE_TIMEOUT after " +
-			orDuration(o.SlaveTimeout, engine.DefaultSlaveTimeout).String() + ")"
+			cmp.Or(o.SlaveTimeout, engine.DefaultSlaveTimeout).String() + ")"
 		d.ProcessCrash = "nothing acknowledged (the slave holds it)"
 		d.PowerLoss = "of the master alone: nothing acknowledged (the slave holds it); of both machines: what the slave had not made durable — " +
 			map[bool]string{true: "nothing acknowledged with a sync-flush slave", false: "up to its flush interval with an async-flush slave"}[o.FlushMode == engine.FlushSync]

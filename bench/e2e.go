@@ -11,13 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mqstore/mqstore/bench/runfile"
-
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
 )
-
-// --- e2e ---
 
 // e2eRepeat runs producers (the open loop of spec; each message's body
 // carries the wall-clock time of its *intended* start) and one long-polling

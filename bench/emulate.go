@@ -23,13 +23,16 @@ type target struct {
 	close func() error
 }
 
-// setupHDD mounts the emulated HDD (host.EmulateHDD) inside base's work
-// directory and makes a target of it.
-func (r *runner) setupHDD(ctx context.Context, base *target) (*target, error) {
-	if !isRoot() {
-		return nil, fmt.Errorf("--emulate hdd %w; running as uid %d", errNeedsRoot, os.Geteuid())
+// emulated mounts the emulated device of kind (the only one: an HDD,
+// host.EmulateHDD) inside the first target's work directory and makes a
+// target of it. It needs the journal, which only root opens.
+func (r *runner) emulated(ctx context.Context, kind string) (*target, error) {
+	if r.journal == nil {
+		return nil, fmt.Errorf("%w; running as uid %d", errNeedsRoot, os.Geteuid())
 	}
+	r.progress.note("building the emulated %s (a FUSE latency model under a loop device, ext4)…", kind)
 	r.progress.note("setting up the emulated HDD and calibrating it with fio (about 20 s)…")
+	base := r.targets[0]
 	dev, closeHDD, err := host.EmulateHDD(ctx, filepath.Join(base.work, "hdd"), r.cfg.EmulateImageBytes, r.journal, base.device, r.note)
 	if err != nil {
 		return nil, fmt.Errorf("emulated hdd: %w", err)

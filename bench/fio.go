@@ -88,15 +88,11 @@ func (r *runner) fioLimits(ctx context.Context) {
 		"--fdatasync=1", "--size=" + strconv.Itoa(r.cfg.SyncProbeCount*4096), "--unlink=1", "--output-format=json"}
 	for _, job := range []struct {
 		name    string
+		size    int
 		args    []string
 		figures func(*fioOutput) runfile.Figures
-	}{{runfile.LimitFioSeq, seqArgs, fioSeqFigures}, {runfile.LimitFioSync, syncArgs, fioSyncFigures}} {
-		l := runfile.Limit{Name: job.name, Tool: "fio", Dir: r.work, Params: map[string]string{"args": strings.Join(job.args, " ")}}
-		if job.name == runfile.LimitFioSeq {
-			l.SizeBytes = 1 << 20
-		} else {
-			l.SizeBytes = 4096
-		}
+	}{{runfile.LimitFioSeq, 1 << 20, seqArgs, fioSeqFigures}, {runfile.LimitFioSync, 4096, syncArgs, fioSyncFigures}} {
+		l := runfile.Limit{Name: job.name, Tool: "fio", SizeBytes: job.size, Dir: r.work, Params: map[string]string{"args": strings.Join(job.args, " ")}}
 		if err != nil {
 			l.Status, l.Reason = runfile.StatusSkipped, "fio is not on PATH"
 			r.file.Limits = append(r.file.Limits, l)

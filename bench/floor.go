@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
@@ -51,7 +52,7 @@ func (r *runner) recordFloors(ph *phaseEnv, jobs []*job) map[string]map[float64]
 			WindowNs: c.WindowNs, Status: c.Status, Reason: c.Reason, P50Ns: c.P50Ns, P99Ns: c.P99Ns, P999Ns: c.P999Ns,
 			CILow: c.CILow, CIHigh: c.CIHigh, Repeats: c.Repeats}
 		if c.Status == runfile.StatusSaturated {
-			fl.Reason = "the load generator could not keep this rate against a no-op: " + joinReasons(c.Saturation)
+			fl.Reason = "the load generator could not keep this rate against a no-op: " + strings.Join(c.Saturation, "; ")
 		}
 		r.file.Floors = append(r.file.Floors, fl)
 		r.progress.cellDone(c.Name, c.Status, fl.Reason)
@@ -80,15 +81,4 @@ func (r *runner) floorRun(ph *phaseEnv, rate float64, inPeers bool) func(context
 		res := load.Run(ctx, sp, nil, nil, func(int) load.Op { return func(context.Context) error { return nil } })
 		return repeatOf(res, nil)
 	}
-}
-
-func joinReasons(rs []string) string {
-	out := ""
-	for i, s := range rs {
-		if i > 0 {
-			out += "; "
-		}
-		out += s
-	}
-	return out
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -165,11 +164,7 @@ const prewrittenFile = "made as the engine makes a pre-written segment (segfile.
 // per body size, producer count and syncs in flight (1, 2) when it has
 // sync store cells in the closed loop, none otherwise.
 func groupCommitRuns(c *Config) int {
-	sync := slices.Contains(c.Flushes, "sync")
-	for _, p := range c.Policies {
-		sync = sync || p.Flush == "sync"
-	}
-	if !sync || !hasWorkload(c, string(load.Throughput)) || len(c.Backends) == 0 {
+	if !hasFlush(c, "sync") || !hasWorkload(c, string(load.Throughput)) || len(c.Backends) == 0 {
 		return 0
 	}
 	return len(c.Sizes) * len(c.Producers) * 2

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"os"
@@ -27,12 +28,7 @@ func MessageKinds() []string { return []string{MessageBare, MessageRocketMQ} }
 
 // messageKind is a configured kind, bare when unset (run files written
 // before the kind was recorded put the bare body).
-func messageKind(kind string) string {
-	if kind == "" {
-		return MessageBare
-	}
-	return kind
-}
+func messageKind(kind string) string { return cmp.Or(kind, MessageBare) }
 
 // rocketmqTags are the tags a rocketmq message cycles through (one length,
 // so every record has the same size).

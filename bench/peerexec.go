@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,12 +33,7 @@ func applyPeer(c *runfile.Cell, o *load.PeerOutput) {
 	if o == nil {
 		return
 	}
-	if o.Label != "" {
-		c.Label = o.Label
-	}
-	if o.Version != "" {
-		c.Version = o.Version
-	}
+	c.Label, c.Version = cmp.Or(o.Label, c.Label), cmp.Or(o.Version, c.Version)
 	if o.Options != nil {
 		c.Options = o.Options
 	}

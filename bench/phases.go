@@ -107,6 +107,15 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 	return c
 }
 
+// loadCell is sys's named cell of workload at producers (the closed loop)
+// or rate (the open loop).
+func (r *runner) loadCell(sys system, workload, pressure string, t *target, producers int, rate float64) runfile.Cell {
+	c := r.newCell(sys, workload, pressure, t)
+	c.Producers, c.RatePerSec = producers, rate
+	c.Name = runfile.CellName(&c, r.multiTarget())
+	return c
+}
+
 // cellDurability is what a store cell's acknowledgement means: its
 // backend's statement for the cell's options (storeDurabilitySemantics),
 // and — once a repeat has recorded the store's effective options — whether
@@ -139,17 +148,6 @@ type job struct {
 	done bool
 }
 
-// roundRobin runs the jobs' repeats in rounds: round 0 is every job's warm
-// repeat (unmeasured), then cfg.Repeat measured rounds. Each round visits
-// the jobs in a new random order, and every job of a round uses the same
-// seed, so systems are compared on the same arrivals and neither drift of
-// the machine nor position in the run favours one of them. A job whose
-// repeat fails runs no more repeats.
-func (r *runner) roundRobin(ctx context.Context, ph *phaseEnv, jobs []*job) {
-	r.runRounds(ctx, ph, jobs)
-	r.finishJobs(ctx, jobs, nil)
-}
-
 // finishJobs summarizes and records the jobs' cells. An open-loop cell at
 // a rate whose floor (in its process) did not keep its schedule is
 // skipped with the floor's reason: its figures are the generator's.
@@ -167,7 +165,12 @@ func (r *runner) finishJobs(ctx context.Context, jobs []*job, badRates map[strin
 	r.checkpoint()
 }
 
-// runRounds runs the rounds of repeats of roundRobin.
+// runRounds runs the jobs' repeats in rounds: round 0 is every job's warm
+// repeat (unmeasured), then cfg.Repeat measured rounds. Each round visits
+// the jobs in a new random order, and every job of a round uses the same
+// seed, so systems are compared on the same arrivals and neither drift of
+// the machine nor position in the run favours one of them. A job whose
+// repeat fails runs no more repeats.
 func (r *runner) runRounds(ctx context.Context, ph *phaseEnv, jobs []*job) {
 	for round := 0; round <= r.cfg.Repeat; round++ {
 		seed := repeatSeed(r.cfg.Seed, round)
@@ -324,7 +327,7 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 			}
 			rep, options = r.replicatedRepeat(ctx, storeCfg, dir, sys, sp)
 		case r.isolate:
-			rep, options = workerStoreRepeat(ctx, r.cfg, storeCfg, dir, sys.backend, sys.pol.Flush, workload, sp, ph.env.cgroups())
+			rep, options = workerStoreRepeat(ctx, storeCfg, dir, sys.backend, sys.pol.Flush, workload, sp, ph.env.cgroups())
 		case workload == WorkloadE2E:
 			rep, options = e2eRepeat(ctx, storeCfg, dir, sys.backend, sys.pol.Flush, sp)
 		default:
@@ -346,9 +349,7 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	var jobs []*job
 	for _, sys := range r.systems(ph.t, ph.pressure) {
 		for _, p := range r.cfg.Producers {
-			c := r.newCell(sys, "throughput", ph.pressure, ph.t)
-			c.Producers = p
-			c.Name = runfile.CellName(&c, r.multiTarget())
+			c := r.loadCell(sys, "throughput", ph.pressure, ph.t, p, 0)
 			jobs = append(jobs, &job{cell: c, sys: sys, run: r.runJob(ph, sys, "throughput", p, 0)})
 		}
 	}
@@ -356,7 +357,8 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	if len(jobs) == 0 {
 		return
 	}
-	r.roundRobin(ctx, ph, jobs)
+	r.runRounds(ctx, ph, jobs)
+	r.finishJobs(ctx, jobs, nil)
 	for _, j := range jobs {
 		if j.cell.TwinOf != "" || !j.cell.Measured() {
 			continue
@@ -476,9 +478,7 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 				continue
 			}
 			for _, rate := range rungs {
-				c := r.newCell(sys, w, ph.pressure, ph.t)
-				c.RatePerSec = rate
-				c.Name = runfile.CellName(&c, r.multiTarget())
+				c := r.loadCell(sys, w, ph.pressure, ph.t, 0, rate)
 				jobs = append(jobs, &job{cell: c, sys: sys, run: r.runJob(ph, sys, w, 0, rate)})
 			}
 		}

@@ -10,9 +10,8 @@ import (
 
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/runfile"
-	"github.com/mqstore/mqstore/mappedfile"
-
 	"github.com/mqstore/mqstore/internal/hostctl"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Time model of the estimate: what a repeat costs beyond its warm-up and
@@ -185,14 +184,7 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target stri
 	if c.Duration > 0 {
 		return c.Duration, "given with --duration"
 	}
-	async := false
-	for _, f := range c.Flushes {
-		async = async || f == "async"
-	}
-	for _, p := range c.Policies {
-		async = async || p.Flush == "async"
-	}
-	if !async {
+	if !hasFlush(c, "async") {
 		return minWindow, "automatic: no async cell, and a sync acknowledgement is durable — nothing to absorb"
 	}
 	var devMBps float64
@@ -265,4 +257,12 @@ func dirtyThreshold(h hostctl.Host) (int64, string) {
 		avail = kb << 10
 	}
 	return int64(math.Round(float64(avail) * ratio / 100)), fmt.Sprintf("vm.dirty_ratio=%.0f%% of %s available", ratio, fmtBytes(avail))
+}
+
+// fmtBytes formats a byte count in MB or GB (10^6, 10^9).
+func fmtBytes(n int64) string {
+	if n >= 1e9 {
+		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+	}
+	return fmt.Sprintf("%.0f MB", float64(n)/1e6)
 }

@@ -17,7 +17,6 @@ var errNeedsRoot = errors.New("needs root (it changes sysctls, swap, cgroups and
 
 // pressureEnv is one pressure applied for a phase of the run.
 type pressureEnv struct {
-	name       string
 	mark       int
 	neighbours []*neighbour
 	// memCgroup is the memory cgroup the store's worker joins (swap).
@@ -83,7 +82,7 @@ func (r *runner) startPressure(ctx context.Context, t *target, name string) (*pr
 	if r.journal == nil {
 		return nil, fmt.Errorf("pressure %s: no state file", name)
 	}
-	e := &pressureEnv{name: name, mark: r.journal.Mark()}
+	e := &pressureEnv{mark: r.journal.Mark()}
 	var desc []string
 	ok := false
 	defer func() {
@@ -136,14 +135,13 @@ func (e *pressureEnv) stop(j *hostctl.Journal) error {
 	if e == nil {
 		return nil
 	}
-	var errs []error
 	for _, n := range e.neighbours {
 		n.w.kill()
 	}
-	if j != nil {
-		errs = append(errs, j.UndoSince(e.mark))
+	if j == nil {
+		return nil
 	}
-	return errors.Join(errs...)
+	return j.UndoSince(e.mark)
 }
 
 // ensureSwap turns a swapfile on for the rest of the run when no swap is

@@ -2,31 +2,22 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"sort"
-
-	"github.com/mqstore/mqstore/bench/runfile"
+	"strings"
 
 	"github.com/google/pprof/profile"
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
 // ProfileKinds are the profiles taken of each profiled cell.
 var ProfileKinds = []string{"cpu", "heap", "block", "mutex"}
-
-// ProfileSummary is one profile's top functions, kept in run.json so that
-// `mqbench report` renders the same summary without the .pprof files.
-type ProfileSummary = runfile.ProfileSummary
-
-// FunctionCost is a function's flat and cumulative share of a profile.
-type FunctionCost = runfile.FunctionCost
-
-// StageCost is one engine stage's share of a CPU profile.
-type StageCost = runfile.StageCost
 
 // profileTopN is how many functions a summary keeps.
 const profileTopN = 8
@@ -41,7 +32,7 @@ const (
 // profiler captures the four profiles of one run of fn. Heap (alloc_space),
 // block and mutex profiles are cumulative in the runtime, so each is taken
 // before and after and the difference is written.
-func profileRun(dir, cell string, fn func()) ([]ProfileSummary, error) {
+func profileRun(dir, cell string, fn func()) ([]runfile.ProfileSummary, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("profiles: %w", err)
 	}
@@ -71,7 +62,7 @@ func profileRun(dir, cell string, fn func()) ([]ProfileSummary, error) {
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("profiles: %w", err)
 	}
-	var out []ProfileSummary
+	var out []runfile.ProfileSummary
 	out = append(out, summarizeFile(cell, "cpu", cpuPath))
 	for _, kind := range []string{"heap", "block", "mutex"} {
 		path := filepath.Join(dir, cell+"."+kind+".pprof")
@@ -80,7 +71,7 @@ func profileRun(dir, cell string, fn func()) ([]ProfileSummary, error) {
 			err = writeDelta(path, before[kind], after)
 		}
 		if err != nil {
-			out = append(out, ProfileSummary{Cell: cell, Kind: kind, File: path, Error: err.Error()})
+			out = append(out, runfile.ProfileSummary{Cell: cell, Kind: kind, File: path, Error: err.Error()})
 			continue
 		}
 		out = append(out, summarizeFile(cell, kind, path))
@@ -123,19 +114,11 @@ func writeDelta(path string, before, after *profile.Profile) error {
 	return f.Close()
 }
 
-// sampleTypeFor names the sample type summarized for each kind.
-func sampleTypeFor(kind string) string {
-	switch kind {
-	case "cpu":
-		return "cpu"
-	case "heap":
-		return "alloc_space"
-	}
-	return "delay"
-}
+// sampleTypes names the sample type summarized for each kind.
+var sampleTypes = map[string]string{"cpu": "cpu", "heap": "alloc_space", "block": "delay", "mutex": "delay"}
 
-func summarizeFile(cell, kind, path string) ProfileSummary {
-	s := ProfileSummary{Cell: cell, Kind: kind, File: path}
+func summarizeFile(cell, kind, path string) runfile.ProfileSummary {
+	s := runfile.ProfileSummary{Cell: cell, Kind: kind, File: path}
 	f, err := os.Open(path)
 	if err != nil {
 		s.Error = err.Error()
@@ -147,7 +130,7 @@ func summarizeFile(cell, kind, path string) ProfileSummary {
 		s.Error = err.Error()
 		return s
 	}
-	sum, err := SummarizeProfile(p, sampleTypeFor(kind), profileTopN)
+	sum, err := SummarizeProfile(p, sampleTypes[kind], profileTopN)
 	if err != nil {
 		s.Error = err.Error()
 		return s
@@ -159,7 +142,7 @@ func summarizeFile(cell, kind, path string) ProfileSummary {
 // SummarizeProfile returns the top n functions of p by flat value of the
 // named sample type; cum counts a function once per sample however often
 // it appears in the stack.
-func SummarizeProfile(p *profile.Profile, sampleType string, n int) (ProfileSummary, error) {
+func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.ProfileSummary, error) {
 	idx := -1
 	for i, st := range p.SampleType {
 		if st.Type == sampleType {
@@ -167,9 +150,9 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (ProfileSumm
 		}
 	}
 	if idx < 0 {
-		return ProfileSummary{}, fmt.Errorf("profile has no %q samples", sampleType)
+		return runfile.ProfileSummary{}, fmt.Errorf("profile has no %q samples", sampleType)
 	}
-	s := ProfileSummary{SampleType: sampleType, Unit: p.SampleType[idx].Unit}
+	s := runfile.ProfileSummary{SampleType: sampleType, Unit: p.SampleType[idx].Unit}
 	flat, cum := map[string]int64{}, map[string]int64{}
 	for _, sample := range p.Sample {
 		v := sample.Value[idx]
@@ -194,18 +177,11 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (ProfileSumm
 			}
 		}
 	}
-	names := make([]string, 0, len(flat))
-	for name := range flat {
-		names = append(names, name)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if flat[names[i]] != flat[names[j]] {
-			return flat[names[i]] > flat[names[j]]
-		}
-		return names[i] < names[j]
+	names := slices.SortedFunc(maps.Keys(flat), func(a, b string) int {
+		return cmp.Or(cmp.Compare(flat[b], flat[a]), strings.Compare(a, b))
 	})
 	for _, name := range names[:min(n, len(names))] {
-		fc := FunctionCost{Function: name, Flat: flat[name], Cum: cum[name]}
+		fc := runfile.FunctionCost{Function: name, Flat: flat[name], Cum: cum[name]}
 		if s.Total > 0 {
 			fc.FlatPct = 100 * float64(fc.Flat) / float64(s.Total)
 			fc.CumPct = 100 * float64(fc.Cum) / float64(s.Total)
@@ -224,7 +200,7 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (ProfileSumm
 // runfile.StageOther for the samples without it. Nil when no sample
 // carries the label (a store run without engine.Options.ProfileLabels):
 // there is nothing to split.
-func stageCosts(p *profile.Profile, idx int, total int64) []StageCost {
+func stageCosts(p *profile.Profile, idx int, total int64) []runfile.StageCost {
 	by := map[string]int64{}
 	labelled := false
 	for _, sample := range p.Sample {
@@ -248,10 +224,10 @@ func stageCosts(p *profile.Profile, idx int, total int64) []StageCost {
 		}
 	}
 	slices.Sort(order[len(runfile.StageOrder):])
-	var out []StageCost
+	var out []runfile.StageCost
 	for _, stage := range append(order, runfile.StageOther) {
 		if v, ok := by[stage]; ok {
-			out = append(out, StageCost{Stage: stage, Value: v, Pct: 100 * float64(v) / float64(total)})
+			out = append(out, runfile.StageCost{Stage: stage, Value: v, Pct: 100 * float64(v) / float64(total)})
 		}
 	}
 	return out
@@ -260,7 +236,7 @@ func stageCosts(p *profile.Profile, idx int, total int64) []StageCost {
 // perMessage shares a CPU profile's stages out as µs per message: the
 // profiled run's CPU (getrusage, cpuNs) per message, or — when the run
 // reported none — the profile's own samples per message.
-func perMessage(s *ProfileSummary, cpuNs, messages int64) {
+func perMessage(s *runfile.ProfileSummary, cpuNs, messages int64) {
 	if len(s.Stages) == 0 || messages <= 0 {
 		return
 	}

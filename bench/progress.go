@@ -107,9 +107,7 @@ func (p *progress) advance(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done += n
-	if p.done > p.total {
-		p.total = p.done
-	}
+	p.total = max(p.total, p.done)
 }
 
 // finish sets the count to its total (what the plan counted but the run

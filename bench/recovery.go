@@ -7,26 +7,20 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/mqstore/mqstore/bench/runfile"
-
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
 )
-
-// --- recovery ---
-
-func recoveryVariants(cold bool) []string {
-	if cold {
-		return []string{"hot", "cold"}
-	}
-	return []string{"hot"}
-}
 
 // recoveryCells fills a store of RecoveryBytes in a child process, kills it
 // with SIGKILL, and times engine.Open of the abandoned store: hot (page
 // cache as the dead process left it) and, as root, cold (caches dropped).
 func (r *runner) recoveryCells(ctx context.Context, t *target, backend string, size int) {
-	for _, v := range recoveryVariants(r.cfg.ColdReads && isRoot()) {
+	variants := []string{"hot"}
+	if r.cfg.ColdReads && isRoot() {
+		variants = append(variants, "cold")
+	}
+	for _, v := range variants {
 		c := r.newCell(system{backend: backend, size: size, pol: Policy{Flush: "async", Store: r.cfg.Store}}, WorkloadRecovery, PressureNone, t)
 		c.Variant = v
 		c.Name = runfile.CellName(&c, r.multiTarget())
@@ -53,7 +47,7 @@ func (r *runner) recoveryCells(ctx context.Context, t *target, backend string, s
 func (r *runner) recoveryRepeat(ctx context.Context, backend string, size int, cold bool, dir string) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
 	spec := load.Spec{SizeBytes: size}
-	w, err := startWorker(ctx, workerRequest{Kind: workerProduceCrash, Config: r.cfg, Backend: backend, Spec: spec, Dir: dir, Bytes: r.cfg.RecoveryBytes}, nil)
+	w, err := startWorker(ctx, workerRequest{Kind: workerProduceCrash, Store: r.cfg.Store, Backend: backend, Spec: spec, Dir: dir, Bytes: r.cfg.RecoveryBytes}, nil)
 	if err != nil {
 		return failedRepeat(err), nil
 	}

@@ -61,18 +61,17 @@ type slaveCommand struct {
 // slaveStatus is the slave worker's answer: its CommitLog end and flushed
 // offset, what it reported to the master, and whether it runs.
 type slaveStatus struct {
-	UnixNs        int64  `json:"unixNs"`
-	Wrote         int64  `json:"wrote"`
-	Flushed       int64  `json:"flushed"`
-	Acked         int64  `json:"acked"`
-	Connected     bool   `json:"connected"`
-	Connects      int    `json:"connects"`
-	LastError     string `json:"lastError,omitempty"`
-	RunError      string `json:"runError,omitempty"`
-	CloseError    string `json:"closeError,omitempty"`
-	Final         bool   `json:"final,omitempty"`
-	OpenError     string `json:"openError,omitempty"`
-	ReplicatedMiB int64  `json:"replicatedMiB,omitempty"`
+	UnixNs     int64  `json:"unixNs"`
+	Wrote      int64  `json:"wrote"`
+	Flushed    int64  `json:"flushed"`
+	Acked      int64  `json:"acked"`
+	Connected  bool   `json:"connected"`
+	Connects   int    `json:"connects"`
+	LastError  string `json:"lastError,omitempty"`
+	RunError   string `json:"runError,omitempty"`
+	CloseError string `json:"closeError,omitempty"`
+	Final      bool   `json:"final,omitempty"`
+	OpenError  string `json:"openError,omitempty"`
 }
 
 // slaveWorker is the slave process: it opens a slave store, replicates
@@ -148,7 +147,6 @@ type slaveProc struct {
 	w       *worker
 	answers chan slaveAnswer
 	enc     *json.Encoder
-	dir     string
 	stopped bool
 }
 
@@ -164,7 +162,7 @@ func startSlave(ctx context.Context, store StoreConfig, dir, backend, flush, mas
 	if err != nil {
 		return nil, fmt.Errorf("start the slave: %w", err)
 	}
-	p := &slaveProc{w: w, answers: make(chan slaveAnswer, 1), enc: json.NewEncoder(w.stdin), dir: dir}
+	p := &slaveProc{w: w, answers: make(chan slaveAnswer, 1), enc: json.NewEncoder(w.stdin)}
 	go func() {
 		dec := json.NewDecoder(w.stdout)
 		for {

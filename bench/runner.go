@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -198,26 +200,17 @@ func (r *runner) undoAndWrite(dir string, err error) error {
 // devices.
 func (r *runner) setupTargets(ctx context.Context) error {
 	dirs := r.cfg.TargetDirs()
-	for i, d := range dirs {
-		work, err := os.MkdirTemp(d, "mqbench-")
+	for _, d := range dirs {
+		work, err := absTempDir(d, "mqbench-")
 		if err != nil {
 			r.removeWork()
 			return fmt.Errorf("work directory in %s: %w", d, err)
 		}
-		abs, err := filepath.Abs(work)
-		if err != nil {
-			os.RemoveAll(work)
-			r.removeWork()
-			return err
-		}
-		t := &target{work: abs, device: host.DescribeDevice(abs)}
+		t := &target{work: work, device: host.DescribeDevice(work)}
 		t.device.Dir = d
-		t.label = t.device.Device
-		if t.label == "" || len(dirs) > 1 {
-			t.label = fmt.Sprintf("%s:%s", orDefault(t.device.Device, "dir"), filepath.Base(filepath.Clean(d)))
-			if i == 0 && len(dirs) == 1 {
-				t.label = orDefault(t.device.Device, "dir")
-			}
+		t.label = cmp.Or(t.device.Device, "dir")
+		if len(dirs) > 1 {
+			t.label += ":" + filepath.Base(filepath.Clean(d))
 		}
 		t.device.Label = t.label
 		r.targets = append(r.targets, t)
@@ -237,21 +230,31 @@ func (r *runner) setupTargets(ctx context.Context) error {
 		}
 	}
 	if r.cfg.SlaveDir != "" {
-		work, err := os.MkdirTemp(r.cfg.SlaveDir, "mqbench-slave-")
-		if err != nil {
+		var err error
+		if r.slaveWork, err = absTempDir(r.cfg.SlaveDir, "mqbench-slave-"); err != nil {
 			r.removeWork()
 			return fmt.Errorf("slave directory in %s: %w", r.cfg.SlaveDir, err)
 		}
-		if r.slaveWork, err = filepath.Abs(work); err != nil {
-			os.RemoveAll(work)
-			r.removeWork()
-			return err
-		}
 		d := host.DescribeDevice(r.slaveWork)
-		r.note("the slaves' stores are in %s (--slave-dir) on %s (%s, %s, mount options %s)", r.cfg.SlaveDir, orDefault(d.Device, "an unknown device"),
-			d.FSType, orDefault(d.Kind, "unknown kind"), orDefault(d.MountOptions, "?"))
+		r.note("the slaves' stores are in %s (--slave-dir) on %s (%s, %s, mount options %s)", r.cfg.SlaveDir, cmp.Or(d.Device, "an unknown device"),
+			d.FSType, cmp.Or(d.Kind, "unknown kind"), cmp.Or(d.MountOptions, "?"))
 	}
 	return nil
+}
+
+// absTempDir makes a temporary directory in dir and returns its absolute
+// path.
+func absTempDir(dir, pattern string) (string, error) {
+	work, err := os.MkdirTemp(dir, pattern)
+	if err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(work)
+	if err != nil {
+		os.RemoveAll(work)
+		return "", err
+	}
+	return abs, nil
 }
 
 func (r *runner) removeWork() {
@@ -274,13 +277,6 @@ func systemChanges(cs []hostctl.Change) []runfile.SystemChange {
 	return out
 }
 
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
 func (r *runner) note(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	r.file.Notes = append(r.file.Notes, msg)
@@ -288,35 +284,11 @@ func (r *runner) note(format string, args ...any) {
 }
 
 func (r *runner) needsSystemChanges() bool {
-	if len(r.cfg.Emulate) > 0 {
-		return true
-	}
-	for _, p := range r.cfg.Pressures {
-		if p != PressureNone {
-			return true
-		}
-	}
-	return false
+	return len(r.cfg.Emulate) > 0 || slices.ContainsFunc(r.cfg.Pressures, func(p string) bool { return p != PressureNone })
 }
 
 func (r *runner) needsIsolation() bool {
-	if !isRoot() {
-		return false
-	}
-	for _, p := range r.cfg.Pressures {
-		if p == PressureSwap || p == PressureBoth {
-			return true
-		}
-	}
-	return false
-}
-
-func (r *runner) emulated(ctx context.Context, kind string) (*target, error) {
-	if r.journal == nil {
-		return nil, fmt.Errorf("%w; running as uid %d", errNeedsRoot, os.Geteuid())
-	}
-	r.progress.note("building the emulated %s (a FUSE latency model under a loop device, ext4)…", kind)
-	return r.setupHDD(ctx, r.targets[0])
+	return isRoot() && (slices.Contains(r.cfg.Pressures, PressureSwap) || slices.Contains(r.cfg.Pressures, PressureBoth))
 }
 
 // runTarget runs everything on one device: the limits, the window, then
@@ -383,31 +355,21 @@ func (r *runner) runTarget(ctx context.Context, ti int, t *target) {
 
 // pressureOrder puts none first: its cells set the pressured cells' rungs.
 func pressureOrder(ps []string) []string {
-	out := []string{}
-	for _, p := range ps {
-		if p == PressureNone {
-			out = append(out, p)
-		}
-	}
-	for _, p := range ps {
-		if p != PressureNone {
-			out = append(out, p)
-		}
-	}
-	return out
+	none := slices.DeleteFunc(slices.Clone(ps), func(p string) bool { return p != PressureNone })
+	return append(none, slices.DeleteFunc(slices.Clone(ps), func(p string) bool { return p == PressureNone })...)
 }
 
 // skipPressure records every store cell of a pressure as skipped, with why.
 func (r *runner) skipPressure(t *target, pressure string, err error) {
 	r.note("pressure %s on %s skipped: %v", pressure, t.label, err)
+	skip := func(c runfile.Cell) {
+		c.Status, c.Reason = runfile.StatusSkipped, err.Error()
+		r.record(c)
+	}
 	for _, sys := range r.systems(t, pressure) {
 		if runsUnder(&r.cfg, "throughput", pressure) {
 			for _, p := range r.cfg.Producers {
-				c := r.newCell(sys, "throughput", pressure, t)
-				c.Producers = p
-				c.Name = runfile.CellName(&c, r.multiTarget())
-				c.Status, c.Reason = runfile.StatusSkipped, err.Error()
-				r.record(c)
+				skip(r.loadCell(sys, "throughput", pressure, t, p, 0))
 			}
 		}
 		for _, w := range []string{"latency", WorkloadE2E} {
@@ -415,11 +377,7 @@ func (r *runner) skipPressure(t *target, pressure string, err error) {
 				continue
 			}
 			for _, rate := range r.rungs[sys.key(t)] {
-				c := r.newCell(sys, w, pressure, t)
-				c.RatePerSec = rate
-				c.Name = runfile.CellName(&c, r.multiTarget())
-				c.Status, c.Reason = runfile.StatusSkipped, err.Error()
-				r.record(c)
+				skip(r.loadCell(sys, w, pressure, t, 0, rate))
 			}
 		}
 	}

@@ -36,6 +36,19 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 
+// storeOpen is engine.Open with a cell's options.
+func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {
+	opts, err := storeOptions(store, backend, flush)
+	if err != nil {
+		return nil, err
+	}
+	s, err := engine.Open(ctx, dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", backend, err)
+	}
+	return s, nil
+}
+
 // backendOptions are the options a cell's backend runs with, and where
 // they come from ("" for the backend's own defaults): --backend-options
 // for that backend when given, else mqbench's tuned settings
@@ -140,17 +153,13 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 
 // storeRepeat opens a fresh store in dir, runs spec against it with its
 // durability reported, drains it (Store.Flush), closes it (timed: closeNs)
-// and removes it. The returned
-// options are the store's effective ones (nil when Open failed).
+// and removes it. The returned options are the store's effective ones
+// (nil when Open failed).
 func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(func())) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
-	opts, err := storeOptions(cfg, backend, flush)
+	s, err := storeOpen(ctx, cfg, dir, backend, flush)
 	if err != nil {
 		return failedRepeat(err), nil
-	}
-	s, err := engine.Open(ctx, dir, opts)
-	if err != nil {
-		return failedRepeat(fmt.Errorf("open %s: %w", backend, err)), nil
 	}
 	options := optionsMap(s.Options())
 	d := &storeDurability{s: s}

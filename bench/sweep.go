@@ -2,8 +2,8 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -98,11 +98,7 @@ func SweepPolicies(grid []string, base StoreConfig, backends []string) ([]Policy
 			continue
 		}
 		if _, ok := sweepKeys[k]; !ok {
-			var known []string
-			for n := range sweepKeys {
-				known = append(known, n)
-			}
-			sort.Strings(known)
+			known := slices.Sorted(maps.Keys(sweepKeys))
 			return nil, fmt.Errorf("--vary %q: unknown option; want flush or one of %s", k, strings.Join(known, ", "))
 		}
 		axes = append(axes, axis{k, vals})

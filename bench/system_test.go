@@ -101,7 +101,7 @@ func TestReviveRestartsADeadNeighbour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &pressureEnv{name: PressureSwap, neighbours: []*neighbour{n}}
+	e := &pressureEnv{neighbours: []*neighbour{n}}
 	defer e.stop(nil)
 	if err := e.alive(); err != nil {
 		t.Fatalf("a fresh neighbour: %v", err)
@@ -147,7 +147,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 func TestWorkerStoreRepeat(t *testing.T) {
 	cfg := testConfig(t)
 	sp := spec(&cfg, "throughput", 1024, 2, 0, 200*time.Millisecond, repeatSeed(1, 1))
-	rep, options := workerStoreRepeat(context.Background(), cfg, StoreConfig{SegmentSizeBytes: 16 << 20}, filepath.Join(t.TempDir(), "s"), "mmap", "sync", "throughput", sp, nil)
+	rep, options := workerStoreRepeat(context.Background(), StoreConfig{SegmentSizeBytes: 16 << 20}, filepath.Join(t.TempDir(), "s"), "mmap", "sync", "throughput", sp, nil)
 	if rep.Status != runfile.StatusOK || rep.Result.Durability == nil || rep.Store == nil || options["FlushMode"] != "sync" {
 		t.Fatalf("worker repeat: %s %s, durability %v, store %v, options %v", rep.Status, rep.Reason, rep.Result.Durability, rep.Store, options)
 	}

@@ -14,12 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mqstore/mqstore/bench/runfile"
-	"github.com/mqstore/mqstore/internal/hostctl"
-
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
-	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/hostctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +38,6 @@ const (
 
 type workerRequest struct {
 	Kind     string      `json:"kind"`
-	Config   Config      `json:"config"`
 	Store    StoreConfig `json:"store"`
 	Backend  string      `json:"backend,omitempty"`
 	Flush    string      `json:"flush,omitempty"`
@@ -98,7 +95,7 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 	case workerAnon:
 		return anonNeighbour(ctx, req.Bytes)
 	case workerProduceCrash:
-		if err := fillStore(ctx, req.Config.Store, req.Dir, req.Backend, req.Spec.SizeBytes, req.Bytes, nil); err != nil {
+		if err := fillStore(ctx, req.Store, req.Dir, req.Backend, req.Spec.SizeBytes, req.Bytes, nil); err != nil {
 			return err
 		}
 		fmt.Fprintln(out, "ready")
@@ -207,9 +204,9 @@ func (w *worker) waitLine() (string, error) {
 }
 
 // workerStoreRepeat runs one store repeat in a worker placed in cgroups.
-func workerStoreRepeat(ctx context.Context, cfg Config, store StoreConfig, dir, backend, flush, workload string, spec load.Spec, cgroups []string) (runfile.Repeat, map[string]string) {
+func workerStoreRepeat(ctx context.Context, store StoreConfig, dir, backend, flush, workload string, spec load.Spec, cgroups []string) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
-	w, err := startWorker(ctx, workerRequest{Kind: workerRepeat, Config: cfg, Store: store, Backend: backend, Flush: flush, Spec: spec, Dir: dir, Workload: workload}, cgroups)
+	w, err := startWorker(ctx, workerRequest{Kind: workerRepeat, Store: store, Backend: backend, Flush: flush, Spec: spec, Dir: dir, Workload: workload}, cgroups)
 	if err != nil {
 		return failedRepeat(err), nil
 	}
@@ -259,17 +256,4 @@ func startNeighbour(ctx context.Context, j *hostctl.Journal, req workerRequest, 
 		return nil, err
 	}
 	return &neighbour{w: w, what: what, req: req, cgroups: cgroups}, nil
-}
-
-// storeOpen is engine.Open with a cell's options.
-func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {
-	opts, err := storeOptions(store, backend, flush)
-	if err != nil {
-		return nil, err
-	}
-	s, err := engine.Open(ctx, dir, opts)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", backend, err)
-	}
-	return s, nil
 }

@@ -58,12 +58,7 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 		c.about = "Runs throughput and latency for every flush policy of the grid (only options that apply to each backend are varied) and plots durable throughput against p99.9 with the Pareto front."
 	}
 	var m matrixFlags
-	m.registerAxes(c.fs, &cfg)
-	m.registerKnobs(c.fs, &cfg, sweep)
-	if !sweep {
-		c.fs.StringVar(&m.sweepFrom, "sweep-from", "", "a flush-policy sweep's results directory (mqbench sweep) whose Pareto fronts the first screen quotes, named as another run, for the flush policy")
-	}
-	m.registerOutputs(c.fs, &cfg)
+	m.register(c.fs, &cfg, sweep)
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
@@ -91,8 +86,9 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	return err
 }
 
-// registerAxes registers the matrix's axes and the devices.
-func (m *matrixFlags) registerAxes(fs *flag.FlagSet, cfg *bench.Config) {
+// register registers the flags of run (or sweep) over cfg.
+func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) {
+	// The matrix's axes and the devices.
 	fs.Var(strsFlag(&cfg.Backends), "backends", "backends, comma-separated (mem is allowed when named)")
 	fs.Var(sizesFlag(&cfg.Sizes), "sizes", "message body sizes in bytes, comma-separated (4k, 1MiB accepted)")
 	fs.Var(strsFlag(&cfg.Flushes), "flush", "flush policies: async, sync")
@@ -104,11 +100,8 @@ func (m *matrixFlags) registerAxes(fs *flag.FlagSet, cfg *bench.Config) {
 	fs.Var(ratesFlag(&cfg.Rates), "rates", "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
 	fs.Var(&m.dirs, "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
 	fs.Var(strsFlag(&cfg.Emulate), "emulate", "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
-}
 
-// registerKnobs registers the emulation, workload, pressure and loop
-// settings.
-func (m *matrixFlags) registerKnobs(fs *flag.FlagSet, cfg *bench.Config, sweep bool) {
+	// The emulation, workload, pressure and loop settings.
 	fs.Var(bytesFlag{&cfg.EmulateImageBytes}, "emulate-bytes", "size of the emulated disk's (sparse) image")
 	fs.Var(bytesFlag{&cfg.ConsumeBytes}, "consume-bytes", "CommitLog the consume workload writes and reads back")
 	fs.Var(bytesFlag{&cfg.RecoveryBytes}, "recovery-bytes", "CommitLog size a recovery cell reopens after SIGKILL")
@@ -132,11 +125,11 @@ func (m *matrixFlags) registerKnobs(fs *flag.FlagSet, cfg *bench.Config, sweep b
 	fs.IntVar(&cfg.SearchProbes, "search-probes", cfg.SearchProbes, "probes of each system's sustainable-rate search (0: no search)")
 	fs.DurationVar(&cfg.SearchDuration, "search-duration", cfg.SearchDuration, "window of each search probe")
 	m.noAA = fs.Bool("no-aa", !cfg.AA, "skip the A/A check (one cell measured twice)")
-}
+	if !sweep {
+		fs.StringVar(&m.sweepFrom, "sweep-from", "", "a flush-policy sweep's results directory (mqbench sweep) whose Pareto fronts the first screen quotes, named as another run, for the flush policy")
+	}
 
-// registerOutputs registers the outputs, the limits, the store's options
-// and replication.
-func (m *matrixFlags) registerOutputs(fs *flag.FlagSet, cfg *bench.Config) {
+	// The outputs, the limits, the store's options and replication.
 	fs.StringVar(&cfg.Out, "out", cfg.Out, "results root: the run writes OUT/<YYYYMMDD-HHMMSS>-<host>/")
 	fs.StringVar(&cfg.ProfilesRoot, "profiles", cfg.ProfilesRoot, "profiles root: PROFILES/<run>/<cell>.{cpu,heap,block,mutex}.pprof")
 	m.noProfile = fs.Bool("no-profile", !cfg.Profile, "skip the profiled extra run of each throughput cell")
