@@ -119,6 +119,11 @@ func TestRunConfigFile(t *testing.T) {
 	bad := write("bad-backend.json", `{"backends": ["floppy"], "sizes": [512]}`)
 	zero := write("zero-repeat.json", `{"backends": ["mmap"], "repeat": 0}`)
 	typo := write("typo.json", `{"backend": ["mmap"]}`)
+	// Scalars that have their own flag too: the flag's registration must
+	// not reset them. Each is an error when it is kept, checked before the
+	// repeat 0 beside it (the error when it was reset: nothing runs).
+	slave := write("slave-dir.json", `{"backends": ["mmap"], "slaveDir": "/nonexistent-slave-dir", "repeat": 0}`)
+	delay := write("ha-delay.json", `{"backends": ["mmap"], "haDelayNs": 1000000, "repeat": 0}`)
 	for _, c := range []struct {
 		args     []string
 		stderrIn string
@@ -127,6 +132,8 @@ func TestRunConfigFile(t *testing.T) {
 		{[]string{"run", "--config=" + zero}, "repeat 0"},                                 // and its scalars
 		{[]string{"run", "--config", zero, "--backends", "floppy2"}, `backend "floppy2"`}, // a flag overrides the file
 		{[]string{"run", "--config", typo}, `unknown field "backend"`},
+		{[]string{"run", "--config", slave}, "--slave-dir /nonexistent-slave-dir needs a slave"},
+		{[]string{"run", "--config", delay}, "--ha-delay 1ms needs a slave"},
 		{[]string{"run", "--config", filepath.Join(dir, "missing.json")}, "missing.json"},
 	} {
 		var stdout, stderr bytes.Buffer
