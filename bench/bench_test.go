@@ -610,3 +610,24 @@ func TestSweepRunsDistinctEffectivePolicies(t *testing.T) {
 		seen[key] = p.Name
 	}
 }
+
+// TestFailedFloorIsNotBlamedOnTheGenerator: a floor that could not keep
+// its rate says the generator limits it; a floor that failed measured
+// nothing and says only that the cells lack it.
+func TestFailedFloorIsNotBlamedOnTheGenerator(t *testing.T) {
+	r := &runner{file: &runfile.RunFile{}, progress: newProgress(nil, false, 0, 0)}
+	ph := &phaseEnv{t: &target{label: "vda"}, pressure: "none"}
+	floor := func(rate float64, status, reason string) *job {
+		c := runfile.Cell{Name: fmt.Sprintf("floor-%.0f", rate), Workload: "latency", RatePerSec: rate,
+			Repeats: []runfile.Repeat{{Warm: true, Status: status, Reason: reason}, {Status: status, Reason: reason}}}
+		return &job{cell: c}
+	}
+	bad := r.recordFloors(ph, []*job{floor(1000, runfile.StatusFailed, "mqpeer exited: signal: killed")})
+	why := bad[runfile.FloorMQBench][1000]
+	if why == "" {
+		t.Fatalf("a failed floor leaves its rate unmarked: %v", bad)
+	}
+	if strings.Contains(why, "the generator, not the system, limits this rate") || !strings.Contains(why, "not judged") {
+		t.Errorf("a failed floor's reason: %q", why)
+	}
+}

@@ -60,8 +60,15 @@ func (r *runner) recordFloors(ph *phaseEnv, jobs []*job) map[string]map[float64]
 			if bad[proc] == nil {
 				bad[proc] = map[float64]string{}
 			}
-			bad[proc][c.RatePerSec] = fmt.Sprintf("the load generator's floor at %.0f msgs/s in %s is %s (%s): the generator, not the system, limits this rate",
-				c.RatePerSec, proc, c.Status, fl.Reason)
+			why := "the generator, not the system, limits this rate"
+			if c.Status != runfile.StatusSaturated {
+				// A floor that failed measured nothing: the generator is
+				// not shown to limit the rate, the cells only lack the
+				// floor they are judged against.
+				why = "without its floor the cells at this rate are not judged"
+			}
+			bad[proc][c.RatePerSec] = fmt.Sprintf("the load generator's floor at %.0f msgs/s in %s is %s (%s): %s",
+				c.RatePerSec, proc, c.Status, fl.Reason, why)
 			r.note("rate %.0f msgs/s (%s, %s): its floor is %s — %s; the cells at this rate are not compared", c.RatePerSec, ph.pressure, proc, c.Status, fl.Reason)
 		}
 	}
