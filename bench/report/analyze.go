@@ -405,7 +405,8 @@ type candidate struct {
 	// (its backlog's interval straddles the 10 % bar; a pressure gate that
 	// has no figure to decide on): kept, but never a pick on its own.
 	undetermined []string
-	// pressureOnly: excluded by the pressure gate alone. When every
+	// pressureOnly: excluded by the pressure gate alone (a tail above the
+	// bar, or saturated under pressure at a rate it sustained without). When every
 	// candidate of a class is, the gate does not tell them apart, and they
 	// are ranked without it (said so).
 	pressureOnly bool
@@ -545,7 +546,7 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
 	}
 	if ungated {
-		rec.Text = fmt.Sprintf("every %s policy's tail under pressure is above %d× its own (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
+		rec.Text = fmt.Sprintf("every %s policy's tail under pressure is above %d× its own or saturated (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
 			durabilityWord(durability), PressureBar, rec.Text)
 	}
 	return rec, true
@@ -826,6 +827,7 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 			switch {
 			case p.Status == runfile.StatusSaturated && base.Status == runfile.StatusOK:
 				cd.excluded = fmt.Sprintf("saturated under %s pressure at %.0f msgs/s, a rate it sustained without", p.Pressure, p.RatePerSec)
+				cd.pressureOnly = true // the pressure gate too: its tail under pressure is unbounded
 				return
 			case !p.Measured():
 				cd.notes = append(cd.notes, fmt.Sprintf("%s: %s", at, p.Status))

@@ -667,10 +667,21 @@ func TestRecommendationWhenEveryPolicyFailsThePressureGate(t *testing.T) {
 	c.DurableMBps, c.CILow.DurableMBps, c.CIHigh.DurableMBps = 30, 29, 31
 	Analyze(f)
 	s := recOf(t, f, "sync")
-	if s.Pick != "mmap sync" || len(s.Excluded) != 2 || !strings.Contains(s.Text, "every sync policy's tail under pressure is above 2× its own") ||
+	if s.Pick != "mmap sync" || len(s.Excluded) != 2 || !strings.Contains(s.Text, "every sync policy's tail under pressure is above 2× its own or saturated") ||
 		!strings.Contains(s.Text, "ranked without it") {
 		t.Errorf("every sync policy fails the gate: %+v", s)
 	}
+	// Both saturated under pressure at a rate they sustained without: the
+	// same gate, ranked without it the same way.
+	for i := len(f.Cells) - 2; i < len(f.Cells); i++ {
+		f.Cells[i].Status = runfile.StatusSaturated
+	}
+	Analyze(f)
+	if s = recOf(t, f, "sync"); s.Pick != "mmap sync" || len(s.Excluded) != 2 || !strings.Contains(s.Text, "ranked without it") ||
+		!strings.Contains(strings.Join(s.Excluded, " "), "saturated under dirty pressure") {
+		t.Errorf("every sync policy saturated under pressure: %+v", s)
+	}
+	f.Cells[len(f.Cells)-2] = spreadCell("latency-mmap-1024-sync-r1000-dirty", "mmap", "sync", "dirty", 6000, 0.5)
 	// One of them passes: the gate decides again, and the other stays out.
 	f.Cells[len(f.Cells)-1] = spreadCell("latency-uring-1024-sync-r1000-dirty", "uring", "sync", "dirty", 2200, 0.5)
 	Analyze(f)
