@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"sort"
 	"strconv"
@@ -36,8 +37,7 @@ func isOpenLoop(c *runfile.Cell) bool { return c.Workload == "latency" || c.Work
 // floorFor is the floor at a cell's rate, pressure and target, measured
 // in the process that drove the cell.
 func floorFor(f *runfile.RunFile, c *runfile.Cell) *runfile.Floor {
-	for i := range f.Floors {
-		fl := &f.Floors[i]
+	for fl := range ptrs(f.Floors) {
 		if fl.RatePerSec == c.RatePerSec && fl.Pressure == c.Pressure && fl.Target == c.Target && floorP999(fl) > 0 &&
 			orDefault(fl.Process, runfile.FloorMQBench) == runfile.FloorProcess(c) {
 			return fl
@@ -84,13 +84,22 @@ func markGeneratorBound(f *runfile.RunFile) {
 	}
 }
 
+// ptrs yields a pointer to each element of s, in order.
+func ptrs[T any](s []T) iter.Seq[*T] {
+	return func(yield func(*T) bool) {
+		for i := range s {
+			if !yield(&s[i]) {
+				return
+			}
+		}
+	}
+}
+
 // allCells is every cell, mqstore's then the peers'.
 func allCells(f *runfile.RunFile) []*runfile.Cell {
 	var out []*runfile.Cell
 	for _, cells := range [][]runfile.Cell{f.Cells, f.Peers} {
-		for i := range cells {
-			out = append(out, &cells[i])
-		}
+		out = slices.AppendSeq(out, ptrs(cells))
 	}
 	return out
 }
@@ -140,8 +149,7 @@ func ratioIv(kind, cell, against, fig string, iv, ref runfile.Interval, note str
 // they are bounded by, to the peers and to themselves under pressure.
 func ratios(f *runfile.RunFile) []runfile.Ratio {
 	out := []runfile.Ratio{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if !c.Comparable() || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" || c.Replication != "" {
 			continue // replicated cells have their own section
 		}
@@ -155,8 +163,7 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 // findLimit is the run's measured limit of that name on target (and body
 // size, unless 0).
 func findLimit(f *runfile.RunFile, name string, size int, target string) *runfile.Limit {
-	for i := range f.Limits {
-		l := &f.Limits[i]
+	for l := range ptrs(f.Limits) {
 		if l.Name == name && l.Status == runfile.StatusOK && (size == 0 || l.SizeBytes == size) && l.Target == target {
 			return l
 		}
@@ -249,13 +256,11 @@ func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 // pressureRatios relate each cell under pressure to its unpressured twin.
 func pressureRatios(f *runfile.RunFile) []runfile.Ratio {
 	var out []runfile.Ratio
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if !c.Measured() || c.Pressure == "none" || c.Variant != "" {
 			continue
 		}
-		for j := range f.Cells {
-			b := &f.Cells[j]
+		for b := range ptrs(f.Cells) {
 			if !b.Measured() || b.Pressure != "none" || !samePoint(c, b) {
 				continue
 			}
@@ -282,14 +287,12 @@ func pressureRatios(f *runfile.RunFile) []runfile.Ratio {
 // copying twin.
 func sendfileRatios(f *runfile.RunFile) []runfile.Ratio {
 	var out []runfile.Ratio
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Status != runfile.StatusOK || c.Workload != "consume" || !strings.HasSuffix(c.Variant, "-sendfile") {
 			continue
 		}
 		copyVariant := strings.TrimSuffix(c.Variant, "-sendfile") + "-copy"
-		for j := range f.Cells {
-			b := &f.Cells[j]
+		for b := range ptrs(f.Cells) {
 			if b.Status == runfile.StatusOK && b.Workload == "consume" && b.Variant == copyVariant && b.Backend == c.Backend && b.SizeBytes == c.SizeBytes && b.Target == c.Target {
 				out = append(out, ratioOf("sendfile", c, b.Name, "cpuSecPerGiB", b.Interval("cpuSecPerGiB"),
 					"sending thread CPU per GiB, sendfile ÷ copy; lower: sendfile cheaper"))
@@ -308,8 +311,7 @@ func sendfileRatios(f *runfile.RunFile) []runfile.Ratio {
 func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell) (runfile.Interval, string, bool) {
 	var best runfile.Interval
 	var from []string
-	for i := range f.Limits {
-		l := &f.Limits[i]
+	for l := range ptrs(f.Limits) {
 		if l.Name != runfile.LimitGroupCommit || l.Status != runfile.StatusOK || l.Target != c.Target || l.Producers != c.Producers ||
 			l.SizeBytes != c.SizeBytes || l.RecordBytes != c.RecordBytes || c.RecordBytes == 0 {
 			continue
@@ -433,8 +435,7 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 	groups := map[key][]*candidate{}
 	var order []key
 	best := map[string]*candidate{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || volatile(c.Backend) || c.Replication != "" {
 			continue // a replicated configuration is compared in its own section, not picked here
 		}
@@ -810,15 +811,13 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 		}
 	}
 	// The pressure gate, at every rate the latency cells share.
-	for i := range f.Cells {
-		base := &f.Cells[i]
+	for base := range ptrs(f.Cells) {
 		if base.Workload != "latency" || base.Pressure != "none" || base.Backend != c.Backend || base.Flush != c.Flush ||
 			base.Policy != c.Policy || base.SizeBytes != c.SizeBytes || base.Target != c.Target || base.TwinOf != "" || !base.Measured() ||
 			base.Replication != "" {
 			continue
 		}
-		for j := range f.Cells {
-			p := &f.Cells[j]
+		for p := range ptrs(f.Cells) {
 			if p.Pressure == "none" || !samePoint(base, p) {
 				continue
 			}

@@ -19,8 +19,7 @@ const refPeer = "pebble-wal"
 // is what buffers absorbed, which says nothing about durable speed).
 func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 	ref := map[string]*runfile.Cell{} // versusKey: flush|producers|size|target
-	for i := range f.Peers {
-		c := &f.Peers[i]
+	for c := range ptrs(f.Peers) {
 		if c.Backend == refPeer && c.Workload == "throughput" && c.Pressure == "none" {
 			ref[versusKey(c)] = c
 		}

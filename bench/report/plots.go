@@ -25,8 +25,7 @@ import (
 // cell has none.
 func mergedHistogram(c *runfile.Cell) *load.Histogram {
 	var hs []*load.Histogram
-	for i := range c.Repeats {
-		r := &c.Repeats[i]
+	for r := range ptrs(c.Repeats) {
 		if r.Warm || (r.Status != runfile.StatusOK && r.Status != runfile.StatusSaturated) {
 			continue
 		}
@@ -349,13 +348,11 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 func pressurePlotCells(f *runfile.RunFile) []*runfile.Cell {
 	var out []*runfile.Cell
 	seen := map[string]bool{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Workload != "latency" || c.Pressure == "none" || !c.Measured() || len(firstMeasured(c).Samples) == 0 {
 			continue
 		}
-		for j := range f.Cells {
-			b := &f.Cells[j]
+		for b := range ptrs(f.Cells) {
 			if b.Pressure == "none" && samePoint(c, b) && b.Measured() && !seen[b.Name] && len(firstMeasured(b).Samples) > 0 {
 				seen[b.Name] = true
 				out = append(out, b)

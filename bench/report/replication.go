@@ -37,8 +37,7 @@ func delayText(ns int64) string {
 
 func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 	var thr, lat []*runfile.Cell
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Replication == "" || !c.Measured() {
 			continue
 		}
@@ -95,8 +94,7 @@ type namedPoint struct {
 // namedCell is the cell of a named configuration at a point (nil: not in
 // the run).
 func namedCell(f *runfile.RunFile, p namedPoint, rc replicaConfig) *runfile.Cell {
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Backend != p.backend || c.Target != p.target || c.SizeBytes != p.size || c.Producers != p.producers || c.RatePerSec != p.rate ||
 			c.Flush != rc.flush || c.Replication != rc.repl || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" {
 			continue
@@ -114,8 +112,7 @@ func namedCell(f *runfile.RunFile, p namedPoint, rc replicaConfig) *runfile.Cell
 func namedPoints(f *runfile.RunFile) []namedPoint {
 	var points []namedPoint
 	seen := map[namedPoint]bool{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Replication != "sync" || c.Flush != "async" || (c.Workload != "throughput" && c.Workload != "latency") {
 			continue
 		}

@@ -243,8 +243,7 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	var rows []*runfile.ProfileSummary
 	var stages []string
-	for i := range f.Profiles {
-		p := &f.Profiles[i]
+	for p := range ptrs(f.Profiles) {
 		if p.Kind != "cpu" || len(p.Stages) == 0 {
 			continue
 		}

@@ -78,8 +78,7 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 	var order []string
 	thr := map[string]*runfile.Cell{}
 	lat := map[string]*runfile.Cell{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Policy == "" || c.Status != runfile.StatusOK || c.TwinOf != "" {
 			continue
 		}

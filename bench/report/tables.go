@@ -47,8 +47,7 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 // the peers write ("" when it is): the message and its record sizes.
 func messageNote(f *runfile.RunFile) string {
 	var kinds, sizes []string
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Message == "" || c.Message == "bare" || c.RecordBytes == 0 {
 			continue
 		}
@@ -436,14 +435,12 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 			ps = append(ps, p)
 		}
 	}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Workload != "latency" || c.Pressure != "none" || !c.Measured() || c.TwinOf != "" {
 			continue
 		}
 		r := row{base: c, by: map[string]*runfile.Cell{}}
-		for j := range f.Cells {
-			p := &f.Cells[j]
+		for p := range ptrs(f.Cells) {
 			if p.Pressure != "none" && samePoint(c, p) {
 				r.by[p.Pressure] = p
 			}
