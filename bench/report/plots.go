@@ -20,32 +20,6 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// mergedHistogram merges a cell's measured repeats: latency for open-loop
-// cells, delivery for e2e, service time for closed-loop ones. Nil when the
-// cell has none.
-func mergedHistogram(c *runfile.Cell) *load.Histogram {
-	var hs []*load.Histogram
-	for r := range ptrs(c.Repeats) {
-		if r.Warm || (r.Status != runfile.StatusOK && r.Status != runfile.StatusSaturated) {
-			continue
-		}
-		h := r.Result.Service
-		switch c.Workload {
-		case "latency":
-			h = r.Result.Latency
-		case "e2e":
-			h = r.Result.Delivery
-		}
-		if h != nil {
-			hs = append(hs, h)
-		}
-	}
-	if len(hs) == 0 {
-		return nil
-	}
-	return load.Merged(hs...)
-}
-
 // unpressured is the measured cells of a workload and flush without
 // pressure (mqstore's and the peers').
 func unpressured(f *runfile.RunFile, workload, flush string) []*runfile.Cell {
@@ -187,7 +161,7 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 		if c.RatePerSec != rate {
 			continue
 		}
-		if h := mergedHistogram(c); h != nil {
+		if h := c.MergedHistogram(); h != nil {
 			name := sizedLabel(f, c)
 			if c.Status == runfile.StatusSaturated {
 				name += " (saturated)"

@@ -161,13 +161,22 @@ func (c *Cell) SetTails() {
 
 // SetTail computes the floor's Tail from its measured repeats' latency.
 func (fl *Floor) SetTail() {
-	var reps []*Repeat
-	for i := range fl.Repeats {
-		r := &fl.Repeats[i]
-		if !r.Warm && (r.Status == StatusOK || r.Status == StatusSaturated) {
-			reps = append(reps, r)
+	lat, _ := tailHistograms("floor", measuredRepeats(fl.Repeats))
+	fl.Tail = TailOf(lat)
+}
+
+// MergedHistogram merges the histograms the cell's percentiles come from
+// (as Tail's) over its measured repeats; nil when it has none.
+func (c *Cell) MergedHistogram() *load.Histogram {
+	var hs []*load.Histogram
+	lat, _ := tailHistograms(c.Workload, c.MeasuredRepeats())
+	for _, h := range lat {
+		if h != nil {
+			hs = append(hs, h)
 		}
 	}
-	lat, _ := tailHistograms("floor", reps)
-	fl.Tail = TailOf(lat)
+	if len(hs) == 0 {
+		return nil
+	}
+	return load.Merged(hs...)
 }
