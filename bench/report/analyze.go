@@ -95,6 +95,14 @@ func ptrs[T any](s []T) iter.Seq[*T] {
 	}
 }
 
+// appendNew appends v to s unless s holds it already.
+func appendNew[T comparable](s []T, v T) []T {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
+
 // allCells is every cell, mqstore's then the peers'.
 func allCells(f *runfile.RunFile) []*runfile.Cell {
 	var out []*runfile.Cell
@@ -666,13 +674,9 @@ func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*ca
 	// A top that is undetermined does not stand alone: the best that is
 	// fully determined is named beside it.
 	if len(top.undetermined) > 0 {
-		if !slices.Contains(rec.Tied, top.label) {
-			rec.Tied = append(rec.Tied, top.label)
-		}
+		rec.Tied = appendNew(rec.Tied, top.label)
 		if fallback != nil {
-			if !slices.Contains(rec.Tied, fallback.label) {
-				rec.Tied = append(rec.Tied, fallback.label)
-			}
+			rec.Tied = appendNew(rec.Tied, fallback.label)
 			rec.Text += "; of those fully determined, the best is " + describe(fallback)
 		} else {
 			rec.Text += "; none of the others is fully determined"

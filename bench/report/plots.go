@@ -23,22 +23,16 @@ import (
 // unpressured is the measured cells of a workload and flush without
 // pressure (mqstore's and the peers').
 func unpressured(f *runfile.RunFile, workload, flush string) []*runfile.Cell {
-	var out []*runfile.Cell
-	for _, c := range allCells(f) {
-		if c.Workload == workload && c.Flush == flush && c.Pressure == "none" && c.Measured() && c.Policy == "" {
-			out = append(out, c)
-		}
-	}
-	return out
+	return slices.DeleteFunc(allCells(f), func(c *runfile.Cell) bool {
+		return c.Workload != workload || c.Flush != flush || c.Pressure != "none" || !c.Measured() || c.Policy != ""
+	})
 }
 
 // spectrumRates are the rates with a latency cell of flush.
 func spectrumRates(f *runfile.RunFile, flush string) []float64 {
 	var rates []float64
 	for _, c := range unpressured(f, "latency", flush) {
-		if !slices.Contains(rates, c.RatePerSec) {
-			rates = append(rates, c.RatePerSec)
-		}
+		rates = appendNew(rates, c.RatePerSec)
 	}
 	sort.Float64s(rates)
 	return rates

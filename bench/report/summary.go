@@ -249,9 +249,7 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 		}
 		rows = append(rows, p)
 		for _, st := range p.Stages {
-			if !slices.Contains(stages, st.Stage) {
-				stages = append(stages, st.Stage)
-			}
+			stages = appendNew(stages, st.Stage)
 		}
 	}
 	if len(rows) == 0 {

@@ -51,12 +51,8 @@ func messageNote(f *runfile.RunFile) string {
 		if c.Message == "" || c.Message == "bare" || c.RecordBytes == 0 {
 			continue
 		}
-		if !slices.Contains(kinds, c.Message) {
-			kinds = append(kinds, c.Message)
-		}
-		if s := fmt.Sprintf("%d B for a %s body", c.RecordBytes, runfile.SizeLabel(c.SizeBytes)); !slices.Contains(sizes, s) {
-			sizes = append(sizes, s)
-		}
+		kinds = appendNew(kinds, c.Message)
+		sizes = appendNew(sizes, fmt.Sprintf("%d B for a %s body", c.RecordBytes, runfile.SizeLabel(c.SizeBytes)))
 	}
 	if len(kinds) == 0 {
 		return ""
@@ -65,19 +61,11 @@ func messageNote(f *runfile.RunFile) string {
 }
 
 func cellsOf(f *runfile.RunFile, workload string, peers bool) []*runfile.Cell {
-	var out []*runfile.Cell
-	lists := [][]runfile.Cell{f.Cells}
-	if peers {
-		lists = append(lists, f.Peers)
+	cells := allCells(f)
+	if !peers {
+		cells = cells[:len(f.Cells)]
 	}
-	for _, cells := range lists {
-		for i := range cells {
-			if c := &cells[i]; c.Workload == workload && c.Measured() {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
+	return slices.DeleteFunc(cells, func(c *runfile.Cell) bool { return c.Workload != workload || !c.Measured() })
 }
 
 // fig shows a figure of a cell as median [interval].
