@@ -32,8 +32,6 @@ func Analyze(f *runfile.RunFile) {
 	f.Recommendations = recommendations(f)
 }
 
-func isOpenLoop(c *runfile.Cell) bool { return c.Workload == "latency" || c.Workload == "e2e" }
-
 // floorFor is the floor at a cell's rate, pressure and target, measured
 // in the process that drove the cell.
 func floorFor(f *runfile.RunFile, c *runfile.Cell) *runfile.Floor {
@@ -48,12 +46,7 @@ func floorFor(f *runfile.RunFile, c *runfile.Cell) *runfile.Floor {
 
 // floorP999 is a floor's p99.9: its merged tail's, else the median of its
 // repeats'.
-func floorP999(fl *runfile.Floor) int64 {
-	if p := fl.Tail.Point("p999Ns"); p != nil {
-		return p.ValueNs
-	}
-	return fl.P999Ns
-}
+func floorP999(fl *runfile.Floor) int64 { return tailNs(fl.Tail, "p999Ns", fl.P999Ns) }
 
 // tailNs is a cell's percentile from its merged tail (the median of its
 // repeats' when it has none).
@@ -72,7 +65,7 @@ func tailNs(t *runfile.Tail, name string, median int64) int64 {
 func markGeneratorBound(f *runfile.RunFile) {
 	for _, c := range allCells(f) {
 		c.GeneratorBound, c.FloorP999Ns = false, 0
-		if !isOpenLoop(c) || !c.Measured() {
+		if (c.Workload != "latency" && c.Workload != "e2e") || !c.Measured() {
 			continue
 		}
 		if fl := floorFor(f, c); fl != nil {
@@ -555,17 +548,9 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 	}
 	if ungated {
 		rec.Text = fmt.Sprintf("every %s policy's tail under pressure is above %d× its own (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
-			durabilityWord(durability), PressureBar, rec.Text)
+			orDefault(map[string]string{"any": "qualifying"}[durability], durability), PressureBar, rec.Text)
 	}
 	return rec, true
-}
-
-// durabilityWord names a class in text.
-func durabilityWord(durability string) string {
-	if durability == "any" {
-		return "qualifying"
-	}
-	return durability
 }
 
 // cheapestOf is the candidate of group whose CPU per GiB is significantly

@@ -118,6 +118,22 @@ func sizedLabel(f *runfile.RunFile, c *runfile.Cell) string {
 func us(ns float64) float64 { return math.Max(ns/1e3, 0.001) }
 func ms(ns float64) float64 { return math.Max(ns/1e6, 1e-3) }
 
+// addLine adds a line through xys to p, styled by style and named in the
+// legend; nothing when xys is empty.
+func addLine(p *plot.Plot, name string, xys plotter.XYs, style func(*plotter.Line)) error {
+	if len(xys) == 0 {
+		return nil
+	}
+	line, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	style(line)
+	p.Add(line)
+	p.Legend.Add(name, line)
+	return nil
+}
+
 // styleLine gives the i-th series its colour, dashes after the seventh.
 func styleLine(line *plotter.Line, i int) {
 	line.Color, line.Dashes, line.Width = plotutil.Color(i), plotutil.Dashes(i/7), vg.Points(1.5)
@@ -141,15 +157,8 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 		if len(xys) == 0 {
 			return nil
 		}
-		line, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		styleLine(line, i)
-		p.Add(line)
-		p.Legend.Add(name, line)
 		i++
-		return nil
+		return addLine(p, name, xys, func(l *plotter.Line) { styleLine(l, i-1) })
 	}
 	for _, c := range unpressured(f, "latency", flush) {
 		if c.RatePerSec != rate {
@@ -229,15 +238,11 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		p.Add(line, pts)
 		p.Legend.Add(name, line, pts)
 	}
-	if len(floor) > 0 {
-		sort.Slice(floor, func(a, b int) bool { return floor[a].X < floor[b].X })
-		line, err := plotter.NewLine(floor)
-		if err != nil {
-			return err
-		}
-		line.Color, line.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
-		p.Add(line)
-		p.Legend.Add("floor (no-op) p99.9", line)
+	sort.Slice(floor, func(a, b int) bool { return floor[a].X < floor[b].X })
+	if err := addLine(p, "floor (no-op) p99.9", floor, func(l *plotter.Line) {
+		l.Color, l.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
+	}); err != nil {
+		return err
 	}
 	if len(saturated) > 0 {
 		sc, err := plotter.NewScatter(saturated)
@@ -269,10 +274,8 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 			best[name] = c
 		}
 	}
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Throughput, flush=%s (closed loop, best producer count; median, whiskers the interval)", flush)
-	p.Y.Label.Text = "MB/s (records)"
-	p.Legend.Top = true
+	p := newPlot(fmt.Sprintf("Throughput, flush=%s (closed loop, best producer count; median, whiskers the interval)", flush), "", "MB/s (records)")
+	p.Legend.Left = false
 	width := vg.Points(22)
 	for k, figure := range []string{"writtenMBps", "durableMBps"} {
 		shift := 0.2 * (2*float64(k) - 1)
@@ -357,19 +360,6 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		p.Add(plotter.NewGrid())
 		return p
 	}
-	addLine := func(p *plot.Plot, name string, i int, xys plotter.XYs) error {
-		if len(xys) == 0 {
-			return nil
-		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		l.Color, l.Width = plotutil.Color(i), vg.Points(1.2)
-		p.Add(l)
-		p.Legend.Add(name, l)
-		return nil
-	}
 	lat := mk(fmt.Sprintf("%s, repeat %d: latency per 100 ms (from the intended start)", c.Name, rep.Index), "latency (log)")
 	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, msTicks()
 	var p99, mx plotter.XYs
@@ -403,7 +393,7 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	}{{lat, "p99", 0, p99}, {lat, "max", 1, mx}, {dirty, "nr_dirty", 0, nd}, {dirty, "nr_writeback", 1, nw},
 		{swap, "pswpin", 0, si}, {swap, "pswpout", 1, so}, {swap, "pgmajfault", 2, mf}, {psi, "io some", 0, io}, {psi, "memory some", 1, mem},
 		{psi, "CPU steal", 2, steal}} {
-		if err := addLine(step.p, step.name, step.i, step.xys); err != nil {
+		if err := addLine(step.p, step.name, step.xys, func(l *plotter.Line) { l.Color, l.Width = plotutil.Color(step.i), vg.Points(1.2) }); err != nil {
 			return err
 		}
 	}
@@ -455,12 +445,9 @@ func drawColumn(path string, column []*plot.Plot) error {
 // points are not joined: with overlapping intervals a front is a set of
 // points no other measurably beats, not a staircase.
 func paretoPlot(path string, s sweepSeries) error {
-	p := plot.New()
-	p.Title.Text = "Flush-policy sweep, " + s.key + " (triangles: the Pareto front)"
 	tail, _, _ := strings.Cut(s.tail, " (")
-	p.X.Label.Text, p.Y.Label.Text = "durable msgs/s", orDefault(tail, "p99.9")+", ms (log)"
-	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, msTicks()
-	p.Legend.Top = true
+	p := newPlot("Flush-policy sweep, "+s.key+" (triangles: the Pareto front)", "durable msgs/s", orDefault(tail, "p99.9")+", ms (log)")
+	p.Y.Scale, p.Y.Tick.Marker, p.Legend.Left = plot.LogScale{}, msTicks(), false
 	p.Add(plotter.NewGrid())
 	var all, front, ends plotter.XYs
 	var labels []string

@@ -230,13 +230,7 @@ func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
 
 // roleName is a replication value's master role.
 func roleName(repl string) string {
-	switch repl {
-	case "sync":
-		return "SYNC_MASTER"
-	case "async":
-		return "ASYNC_MASTER"
-	}
-	return repl
+	return orDefault(map[string]string{"sync": "SYNC_MASTER", "async": "ASYNC_MASTER"}[repl], repl)
 }
 
 func writeLatency(b *strings.Builder, f *runfile.RunFile) {
@@ -345,11 +339,10 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("## The harness's floor (the same schedule against a no-op, in the process that drives the cells)\n\n")
 	t := newTable(b, "rate>", "process", "pressure", "status", "p50>", "p99>", "merged p99.9>")
 	for _, fl := range f.Floors {
-		iv := func(name string) string {
-			median := runfile.Figures{P50Ns: fl.P50Ns, P99Ns: fl.P99Ns, P999Ns: fl.P999Ns}
-			return ci(runfile.Interval{Median: median.Figure(name), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
+		iv := func(name string, median int64) string {
+			return ci(runfile.Interval{Median: float64(median), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
 		}
-		t.row(fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure, fl.Status, iv("p50Ns"), iv("p99Ns"), fmtNs(floorP999(&fl)))
+		t.row(fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure, fl.Status, iv("p50Ns", fl.P50Ns), iv("p99Ns", fl.P99Ns), fmtNs(floorP999(&fl)))
 	}
 	b.WriteString("\n")
 }
