@@ -58,10 +58,7 @@ func tailNs(t *runfile.Tail, name string, median int64) int64 {
 }
 
 // markGeneratorBound flags each measured open-loop cell whose tail is the
-// load generator's: its p99.9 below GeneratorBoundFactor × the floor's at
-// its rate, and its service-time p99.9 — the store's own part — within
-// the floor's p99.9. A cell whose service time alone exceeds the floor's
-// tail is the store's, whatever its latency.
+// load generator's, by the rule runfile.Cell.GeneratorBound states.
 func markGeneratorBound(f *runfile.RunFile) {
 	for _, c := range allCells(f) {
 		c.GeneratorBound, c.FloorP999Ns = false, 0
@@ -763,12 +760,7 @@ func figureName(name string) string {
 
 // qualify sets why a candidate is excluded (empty: it qualifies), what
 // this run cannot decide about it, and notes what its pressure check
-// found. It qualifies when sustained (durable keeps up with accepted),
-// not on an emulated device that models no seek, not an async cell on an
-// emulated device that does not throttle buffered writeback, not
-// saturated under pressure at a rate it sustained without, and with a
-// tail under pressure not above PressureBar × its unpressured tail at the
-// run's confidence (the gate).
+// found; each case below says what it excludes.
 func qualify(f *runfile.RunFile, cd *candidate) {
 	c := cd.thr
 	switch {
