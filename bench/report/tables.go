@@ -410,12 +410,7 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 		by   map[string]*runfile.Cell
 	}
 	var rows []row
-	var ps []string
-	for _, p := range f.Config.Pressures {
-		if p != "none" {
-			ps = append(ps, p)
-		}
-	}
+	ps := slices.DeleteFunc(slices.Clone(f.Config.Pressures), func(p string) bool { return p == "none" })
 	for c := range ptrs(f.Cells) {
 		if c.Workload != "latency" || c.Pressure != "none" || !c.Measured() || c.TwinOf != "" {
 			continue
@@ -618,12 +613,7 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		"device": "store ÷ device", "group-commit": "sync store ÷ the device's group-commit limit (same producers, same records)", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
 		"sendfile": "consume: sendfile ÷ copy"}
 	for _, kind := range []string{"pressure", "sendfile", "memcpy-ceiling", "fault-ceiling", "device", "group-commit", "peer"} {
-		var rows []runfile.Ratio
-		for _, r := range f.Ratios {
-			if r.Kind == kind {
-				rows = append(rows, r)
-			}
-		}
+		rows := slices.DeleteFunc(slices.Clone(f.Ratios), func(r runfile.Ratio) bool { return r.Kind != kind })
 		if len(rows) == 0 {
 			continue
 		}
