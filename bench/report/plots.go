@@ -3,8 +3,8 @@ package report
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -80,8 +80,7 @@ func PlotNames(f *runfile.RunFile) []string {
 // WritePlots draws every plot PlotNames lists into dir.
 func WritePlots(dir string, f *runfile.RunFile) error {
 	for _, p := range plotFiles(f) {
-		path := filepath.Join(dir, p.name)
-		if err := p.draw(path); err != nil {
+		if err := p.draw(filepath.Join(dir, p.name)); err != nil {
 			return err
 		}
 	}
@@ -430,15 +429,10 @@ func drawColumn(path string, column []*plot.Plot) error {
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])
 	}
-	out, err := os.Create(path)
-	if err != nil {
+	return writeFile(path, func(w io.Writer) error {
+		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
 		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	})
 }
 
 // paretoPlot draws a sweep series: every policy, the front's points marked

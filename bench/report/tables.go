@@ -582,8 +582,7 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 		if l.MBPerSec > 0 {
 			mbps = ci(l.Interval("mbPerSec"), fmtFloat)
 		}
-		t.row(limitLabel(f, l), l.Tool, size,
-			mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
+		t.row(limitLabel(f, l), l.Tool, size, mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
 	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
 }
@@ -620,8 +619,7 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		fmt.Fprintf(b, "### %s\n\n", titles[kind])
 		t := newTable(b, "cell", "against", "figure", "ratio>", "note")
 		for _, r := range rows {
-			t.row(r.Cell, r.Against, r.Figure,
-				ratioRange(r), r.Note)
+			t.row(r.Cell, r.Against, r.Figure, ratioRange(r), r.Note)
 		}
 		b.WriteString("\n")
 	}
