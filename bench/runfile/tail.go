@@ -68,18 +68,15 @@ func TailOf(hs []*load.Histogram) *Tail {
 	// Every rank the points need, resolved in one pass over the merged
 	// counts: the value of the rank-th smallest sample (1-based) is the
 	// value at quantile rank/n.
-	var ranks []float64
+	var ranks, qs []float64
 	rank := func(r int64) float64 { return float64(min(max(r, 1), n)) / float64(n) }
 	cis := make([]stats.QuantileCIResult, len(TailQuantiles))
 	for i, tq := range TailQuantiles {
 		cis[i] = stats.QuantileCI(int(n), tq.Q, CILevel)
 		ranks = append(ranks, rank(int64(math.Ceil(tq.Q*float64(n)))), rank(int64(cis[i].LoOrder)), rank(int64(cis[i].HiOrder)))
+		qs = append(qs, tq.Q)
 	}
 	values := m.Quantiles(ranks)
-	qs := make([]float64, len(TailQuantiles))
-	for i, tq := range TailQuantiles {
-		qs[i] = tq.Q
-	}
 	perRepeat := make([][]int64, len(kept))
 	for i, h := range kept {
 		perRepeat[i] = h.Quantiles(qs)
