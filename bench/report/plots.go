@@ -70,11 +70,7 @@ func plotFiles(f *runfile.RunFile) []plotFile {
 
 // PlotNames lists the plot files the run has data for.
 func PlotNames(f *runfile.RunFile) []string {
-	var names []string
-	for _, p := range plotFiles(f) {
-		names = append(names, p.name)
-	}
-	return names
+	return mapped(plotFiles(f), func(p plotFile) string { return p.name })
 }
 
 // WritePlots draws every plot PlotNames lists into dir.

@@ -48,11 +48,8 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 		m.Host, m.CPUs, m.CPUModel, float64(m.MemTotalBytes)/(1<<30), m.OS, m.Arch, m.Kernel, m.GoVersion, m.GOMAXPROCS, orDefault(m.GOGC, "default"),
 		m.Clocksource, shortCommit(m.Commit), dirty, m.CommitSource)
 	if len(m.VM) > 0 {
-		var kv []string
-		for _, k := range slices.Sorted(maps.Keys(m.VM)) {
-			kv = append(kv, strings.TrimPrefix(k, "vm.")+"="+m.VM[k])
-		}
-		fmt.Fprintf(b, "- vm at the start: %s; load average %s at the start, %s at the end\n", strings.Join(kv, ", "), m.LoadAvgStart, m.LoadAvgEnd)
+		kv := join(slices.Sorted(maps.Keys(m.VM)), func(k string) string { return strings.TrimPrefix(k, "vm.") + "=" + m.VM[k] }, ", ")
+		fmt.Fprintf(b, "- vm at the start: %s; load average %s at the start, %s at the end\n", kv, m.LoadAvgStart, m.LoadAvgEnd)
 	}
 	for _, d := range f.Devices {
 		label := ""
@@ -228,11 +225,8 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 				fmt.Fprintf(b, "- %s: %s\n", p.Kind, oneLine(p.Error))
 				continue
 			}
-			var tops []string
-			for _, t := range p.Top[:min(5, len(p.Top))] {
-				tops = append(tops, fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct))
-			}
-			fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), strings.Join(tops, ", "))
+			tops := join(p.Top[:min(5, len(p.Top))], func(t runfile.FunctionCost) string { return fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct) }, ", ")
+			fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), tops)
 		}
 		b.WriteString("\n")
 	}
@@ -337,11 +331,16 @@ func writeNotes(b *strings.Builder, f *runfile.RunFile) {
 
 // join formats each of xs and joins them with sep.
 func join[T any](xs []T, f func(T) string, sep string) string {
-	s := make([]string, len(xs))
+	return strings.Join(mapped(xs, f), sep)
+}
+
+// mapped is f of each of xs.
+func mapped[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, len(xs))
 	for i, x := range xs {
-		s[i] = f(x)
+		out[i] = f(x)
 	}
-	return strings.Join(s, sep)
+	return out
 }
 
 // answerClasses are the two questions the first screen answers: what to
