@@ -637,13 +637,8 @@ func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*ca
 	}
 	switch {
 	case len(tied) > 0:
-		var ts []string
-		rec.Tied = append(rec.Tied, top.label)
-		for _, cd := range tied {
-			rec.Tied = append(rec.Tied, cd.label)
-			ts = append(ts, describe(cd))
-		}
-		rec.Text = fmt.Sprintf("no significant difference between %s and %s — longer windows or more repeats would separate them", head, strings.Join(ts, ", "))
+		rec.Tied = append(append(rec.Tied, top.label), mapped(tied, func(cd *candidate) string { return cd.label })...)
+		rec.Text = fmt.Sprintf("no significant difference between %s and %s — longer windows or more repeats would separate them", head, join(tied, describe, ", "))
 	case len(top.undetermined) > 0:
 		rec.Text = head
 	case next != nil:

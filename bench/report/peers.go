@@ -93,11 +93,8 @@ func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell,
 		}
 	}
 	fmt.Fprintf(b, "### %s: %s\n\n", flush, what)
-	heads := []string{"system", "size>"}
-	for _, p := range producers {
-		heads = append(heads, fmt.Sprintf("%d %s", p, plural(p, "producer", "producers")))
-	}
-	t := newTable(b, heads...)
+	columns := mapped(producers, func(p int) string { return fmt.Sprintf("%d %s", p, plural(p, "producer", "producers")) })
+	t := newTable(b, append([]string{"system", "size>"}, columns...)...)
 	var notes []string
 	for _, k := range rows {
 		row := []string{k.name + k.peer, runfile.SizeLabel(k.size)}

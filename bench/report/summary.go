@@ -261,10 +261,7 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	}
 	slices.SortStableFunc(stages, func(a, b string) int { return rank(a) - rank(b) })
 	b.WriteString("## CPU by stage (µs of CPU per message, and % of the CPU profile; the profiled run of each throughput cell)\n\n")
-	heads := []string{"cell"}
-	for _, st := range stages {
-		heads = append(heads, st+">")
-	}
+	heads := append([]string{"cell"}, mapped(stages, func(st string) string { return st + ">" })...)
 	t := newTable(b, append(heads, "total>")...)
 	us := func(v, pct float64, known bool) string {
 		if !known {

@@ -429,11 +429,7 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Under pressure (open loop at the same rates; p99.9 and its ratio to the unpressured p99.9)\n\n")
-	heads := []string{"backend", "size>", "flush", "rate>", "none p99.9>"}
-	for _, p := range ps {
-		heads = append(heads, p+" p99.9 (÷ none)>")
-	}
-	t := newTable(b, heads...)
+	t := newTable(b, append([]string{"backend", "size>", "flush", "rate>", "none p99.9>"}, mapped(ps, func(p string) string { return p + " p99.9 (÷ none)>" })...)...)
 	for _, r := range rows {
 		c := r.base
 		row := []string{label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), tailText(c, "p999Ns")}
