@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,13 +32,10 @@ func Analyze(f *runfile.RunFile) {
 	f.Recommendations = recommendations(f)
 }
 
-func isOpenLoop(c *runfile.Cell) bool { return c.Workload == "latency" || c.Workload == "e2e" }
-
 // floorFor is the floor at a cell's rate, pressure and target, measured
 // in the process that drove the cell.
 func floorFor(f *runfile.RunFile, c *runfile.Cell) *runfile.Floor {
-	for i := range f.Floors {
-		fl := &f.Floors[i]
+	for fl := range ptrs(f.Floors) {
 		if fl.RatePerSec == c.RatePerSec && fl.Pressure == c.Pressure && fl.Target == c.Target && floorP999(fl) > 0 &&
 			orDefault(fl.Process, runfile.FloorMQBench) == runfile.FloorProcess(c) {
 			return fl
@@ -48,12 +46,7 @@ func floorFor(f *runfile.RunFile, c *runfile.Cell) *runfile.Floor {
 
 // floorP999 is a floor's p99.9: its merged tail's, else the median of its
 // repeats'.
-func floorP999(fl *runfile.Floor) int64 {
-	if p := fl.Tail.Point("p999Ns"); p != nil {
-		return p.ValueNs
-	}
-	return fl.P999Ns
-}
+func floorP999(fl *runfile.Floor) int64 { return tailNs(fl.Tail, "p999Ns", fl.P999Ns) }
 
 // tailNs is a cell's percentile from its merged tail (the median of its
 // repeats' when it has none).
@@ -65,14 +58,11 @@ func tailNs(t *runfile.Tail, name string, median int64) int64 {
 }
 
 // markGeneratorBound flags each measured open-loop cell whose tail is the
-// load generator's: its p99.9 below GeneratorBoundFactor × the floor's at
-// its rate, and its service-time p99.9 — the store's own part — within
-// the floor's p99.9. A cell whose service time alone exceeds the floor's
-// tail is the store's, whatever its latency.
+// load generator's, by the rule runfile.Cell.GeneratorBound states.
 func markGeneratorBound(f *runfile.RunFile) {
 	for _, c := range allCells(f) {
 		c.GeneratorBound, c.FloorP999Ns = false, 0
-		if !isOpenLoop(c) || !c.Measured() {
+		if (c.Workload != "latency" && c.Workload != "e2e") || !c.Measured() {
 			continue
 		}
 		if fl := floorFor(f, c); fl != nil {
@@ -84,13 +74,30 @@ func markGeneratorBound(f *runfile.RunFile) {
 	}
 }
 
+// ptrs yields a pointer to each element of s, in order.
+func ptrs[T any](s []T) iter.Seq[*T] {
+	return func(yield func(*T) bool) {
+		for i := range s {
+			if !yield(&s[i]) {
+				return
+			}
+		}
+	}
+}
+
+// appendNew appends v to s unless s holds it already.
+func appendNew[T comparable](s []T, v T) []T {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
+
 // allCells is every cell, mqstore's then the peers'.
 func allCells(f *runfile.RunFile) []*runfile.Cell {
 	var out []*runfile.Cell
 	for _, cells := range [][]runfile.Cell{f.Cells, f.Peers} {
-		for i := range cells {
-			out = append(out, &cells[i])
-		}
+		out = slices.AppendSeq(out, ptrs(cells))
 	}
 	return out
 }
@@ -140,8 +147,7 @@ func ratioIv(kind, cell, against, fig string, iv, ref runfile.Interval, note str
 // they are bounded by, to the peers and to themselves under pressure.
 func ratios(f *runfile.RunFile) []runfile.Ratio {
 	out := []runfile.Ratio{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if !c.Comparable() || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" || c.Replication != "" {
 			continue // replicated cells have their own section
 		}
@@ -155,8 +161,7 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 // findLimit is the run's measured limit of that name on target (and body
 // size, unless 0).
 func findLimit(f *runfile.RunFile, name string, size int, target string) *runfile.Limit {
-	for i := range f.Limits {
-		l := &f.Limits[i]
+	for l := range ptrs(f.Limits) {
 		if l.Name == name && l.Status == runfile.StatusOK && (size == 0 || l.SizeBytes == size) && l.Target == target {
 			return l
 		}
@@ -249,13 +254,11 @@ func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 // pressureRatios relate each cell under pressure to its unpressured twin.
 func pressureRatios(f *runfile.RunFile) []runfile.Ratio {
 	var out []runfile.Ratio
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if !c.Measured() || c.Pressure == "none" || c.Variant != "" {
 			continue
 		}
-		for j := range f.Cells {
-			b := &f.Cells[j]
+		for b := range ptrs(f.Cells) {
 			if !b.Measured() || b.Pressure != "none" || !samePoint(c, b) {
 				continue
 			}
@@ -282,14 +285,12 @@ func pressureRatios(f *runfile.RunFile) []runfile.Ratio {
 // copying twin.
 func sendfileRatios(f *runfile.RunFile) []runfile.Ratio {
 	var out []runfile.Ratio
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Status != runfile.StatusOK || c.Workload != "consume" || !strings.HasSuffix(c.Variant, "-sendfile") {
 			continue
 		}
 		copyVariant := strings.TrimSuffix(c.Variant, "-sendfile") + "-copy"
-		for j := range f.Cells {
-			b := &f.Cells[j]
+		for b := range ptrs(f.Cells) {
 			if b.Status == runfile.StatusOK && b.Workload == "consume" && b.Variant == copyVariant && b.Backend == c.Backend && b.SizeBytes == c.SizeBytes && b.Target == c.Target {
 				out = append(out, ratioOf("sendfile", c, b.Name, "cpuSecPerGiB", b.Interval("cpuSecPerGiB"),
 					"sending thread CPU per GiB, sendfile ÷ copy; lower: sendfile cheaper"))
@@ -308,8 +309,7 @@ func sendfileRatios(f *runfile.RunFile) []runfile.Ratio {
 func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell) (runfile.Interval, string, bool) {
 	var best runfile.Interval
 	var from []string
-	for i := range f.Limits {
-		l := &f.Limits[i]
+	for l := range ptrs(f.Limits) {
 		if l.Name != runfile.LimitGroupCommit || l.Status != runfile.StatusOK || l.Target != c.Target || l.Producers != c.Producers ||
 			l.SizeBytes != c.SizeBytes || l.RecordBytes != c.RecordBytes || c.RecordBytes == 0 {
 			continue
@@ -434,8 +434,7 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 	groups := map[key][]*candidate{}
 	var order []key
 	best := map[string]*candidate{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || volatile(c.Backend) || c.Replication != "" {
 			continue // a replicated configuration is compared in its own section, not picked here
 		}
@@ -547,17 +546,9 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 	}
 	if ungated {
 		rec.Text = fmt.Sprintf("every %s policy's tail under pressure is above %d× its own or saturated (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
-			durabilityWord(durability), PressureBar, rec.Text)
+			orDefault(map[string]string{"any": "qualifying"}[durability], durability), PressureBar, rec.Text)
 	}
 	return rec, true
-}
-
-// durabilityWord names a class in text.
-func durabilityWord(durability string) string {
-	if durability == "any" {
-		return "qualifying"
-	}
-	return durability
 }
 
 // cheapestOf is the candidate of group whose CPU per GiB is significantly
@@ -647,13 +638,8 @@ func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*ca
 	}
 	switch {
 	case len(tied) > 0:
-		var ts []string
-		rec.Tied = append(rec.Tied, top.label)
-		for _, cd := range tied {
-			rec.Tied = append(rec.Tied, cd.label)
-			ts = append(ts, describe(cd))
-		}
-		rec.Text = fmt.Sprintf("no significant difference between %s and %s — longer windows or more repeats would separate them", head, strings.Join(ts, ", "))
+		rec.Tied = append(append(rec.Tied, top.label), mapped(tied, func(cd *candidate) string { return cd.label })...)
+		rec.Text = fmt.Sprintf("no significant difference between %s and %s — longer windows or more repeats would separate them", head, join(tied, describe, ", "))
 	case len(top.undetermined) > 0:
 		rec.Text = head
 	case next != nil:
@@ -666,13 +652,9 @@ func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*ca
 	// A top that is undetermined does not stand alone: the best that is
 	// fully determined is named beside it.
 	if len(top.undetermined) > 0 {
-		if !slices.Contains(rec.Tied, top.label) {
-			rec.Tied = append(rec.Tied, top.label)
-		}
+		rec.Tied = appendNew(rec.Tied, top.label)
 		if fallback != nil {
-			if !slices.Contains(rec.Tied, fallback.label) {
-				rec.Tied = append(rec.Tied, fallback.label)
-			}
+			rec.Tied = appendNew(rec.Tied, fallback.label)
 			rec.Text += "; of those fully determined, the best is " + describe(fallback)
 		} else {
 			rec.Text += "; none of the others is fully determined"
@@ -774,12 +756,7 @@ func figureName(name string) string {
 
 // qualify sets why a candidate is excluded (empty: it qualifies), what
 // this run cannot decide about it, and notes what its pressure check
-// found. It qualifies when sustained (durable keeps up with accepted),
-// not on an emulated device that models no seek, not an async cell on an
-// emulated device that does not throttle buffered writeback, not
-// saturated under pressure at a rate it sustained without, and with a
-// tail under pressure not above PressureBar × its unpressured tail at the
-// run's confidence (the gate).
+// found; each case below says what it excludes.
 func qualify(f *runfile.RunFile, cd *candidate) {
 	c := cd.thr
 	switch {
@@ -811,15 +788,13 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 		}
 	}
 	// The pressure gate, at every rate the latency cells share.
-	for i := range f.Cells {
-		base := &f.Cells[i]
+	for base := range ptrs(f.Cells) {
 		if base.Workload != "latency" || base.Pressure != "none" || base.Backend != c.Backend || base.Flush != c.Flush ||
 			base.Policy != c.Policy || base.SizeBytes != c.SizeBytes || base.Target != c.Target || base.TwinOf != "" || !base.Measured() ||
 			base.Replication != "" {
 			continue
 		}
-		for j := range f.Cells {
-			p := &f.Cells[j]
+		for p := range ptrs(f.Cells) {
 			if p.Pressure == "none" || !samePoint(base, p) {
 				continue
 			}

@@ -74,8 +74,7 @@ func Compare(a, b *runfile.RunFile) string {
 	for i := range b.Limits {
 		limits[limitKey(&b.Limits[i])] = &b.Limits[i]
 	}
-	for i := range a.Limits {
-		la := &a.Limits[i]
+	for la := range ptrs(a.Limits) {
 		lb, ok := limits[limitKey(la)]
 		if !ok || la.Status != runfile.StatusOK || lb.Status != runfile.StatusOK {
 			continue

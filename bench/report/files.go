@@ -67,7 +67,7 @@ func writeFile(path string, fn func(io.Writer) error) error {
 // time for closed-loop ones), values in microseconds.
 func writeHgrms(dir string, f *runfile.RunFile) error {
 	for _, c := range allCells(f) {
-		h := mergedHistogram(c)
+		h := c.MergedHistogram()
 		if h == nil || h.Count() == 0 {
 			continue
 		}

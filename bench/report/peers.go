@@ -19,8 +19,7 @@ const refPeer = "pebble-wal"
 // is what buffers absorbed, which says nothing about durable speed).
 func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 	ref := map[string]*runfile.Cell{} // versusKey: flush|producers|size|target
-	for i := range f.Peers {
-		c := &f.Peers[i]
+	for c := range ptrs(f.Peers) {
 		if c.Backend == refPeer && c.Workload == "throughput" && c.Pressure == "none" {
 			ref[versusKey(c)] = c
 		}
@@ -94,11 +93,8 @@ func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell,
 		}
 	}
 	fmt.Fprintf(b, "### %s: %s\n\n", flush, what)
-	heads := []string{"system", "size>"}
-	for _, p := range producers {
-		heads = append(heads, fmt.Sprintf("%d %s", p, plural(p, "producer", "producers")))
-	}
-	t := newTable(b, heads...)
+	columns := mapped(producers, func(p int) string { return fmt.Sprintf("%d %s", p, plural(p, "producer", "producers")) })
+	t := newTable(b, append([]string{"system", "size>"}, columns...)...)
 	var notes []string
 	for _, k := range rows {
 		row := []string{k.name + k.peer, runfile.SizeLabel(k.size)}

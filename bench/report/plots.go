@@ -3,11 +3,12 @@ package report
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/mqstore/mqstore/bench/load"
@@ -20,52 +21,19 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// mergedHistogram merges a cell's measured repeats: latency for open-loop
-// cells, delivery for e2e, service time for closed-loop ones. Nil when the
-// cell has none.
-func mergedHistogram(c *runfile.Cell) *load.Histogram {
-	var hs []*load.Histogram
-	for i := range c.Repeats {
-		r := &c.Repeats[i]
-		if r.Warm || (r.Status != runfile.StatusOK && r.Status != runfile.StatusSaturated) {
-			continue
-		}
-		h := r.Result.Service
-		switch c.Workload {
-		case "latency":
-			h = r.Result.Latency
-		case "e2e":
-			h = r.Result.Delivery
-		}
-		if h != nil {
-			hs = append(hs, h)
-		}
-	}
-	if len(hs) == 0 {
-		return nil
-	}
-	return load.Merged(hs...)
-}
-
 // unpressured is the measured cells of a workload and flush without
 // pressure (mqstore's and the peers').
 func unpressured(f *runfile.RunFile, workload, flush string) []*runfile.Cell {
-	var out []*runfile.Cell
-	for _, c := range allCells(f) {
-		if c.Workload == workload && c.Flush == flush && c.Pressure == "none" && c.Measured() && c.Policy == "" {
-			out = append(out, c)
-		}
-	}
-	return out
+	return slices.DeleteFunc(allCells(f), func(c *runfile.Cell) bool {
+		return c.Workload != workload || c.Flush != flush || c.Pressure != "none" || !c.Measured() || c.Policy != ""
+	})
 }
 
 // spectrumRates are the rates with a latency cell of flush.
 func spectrumRates(f *runfile.RunFile, flush string) []float64 {
 	var rates []float64
 	for _, c := range unpressured(f, "latency", flush) {
-		if !slices.Contains(rates, c.RatePerSec) {
-			rates = append(rates, c.RatePerSec)
-		}
+		rates = appendNew(rates, c.RatePerSec)
 	}
 	sort.Float64s(rates)
 	return rates
@@ -102,18 +70,13 @@ func plotFiles(f *runfile.RunFile) []plotFile {
 
 // PlotNames lists the plot files the run has data for.
 func PlotNames(f *runfile.RunFile) []string {
-	var names []string
-	for _, p := range plotFiles(f) {
-		names = append(names, p.name)
-	}
-	return names
+	return mapped(plotFiles(f), func(p plotFile) string { return p.name })
 }
 
 // WritePlots draws every plot PlotNames lists into dir.
 func WritePlots(dir string, f *runfile.RunFile) error {
 	for _, p := range plotFiles(f) {
-		path := filepath.Join(dir, p.name)
-		if err := p.draw(path); err != nil {
+		if err := p.draw(filepath.Join(dir, p.name)); err != nil {
 			return err
 		}
 	}
@@ -151,6 +114,22 @@ func sizedLabel(f *runfile.RunFile, c *runfile.Cell) string {
 func us(ns float64) float64 { return math.Max(ns/1e3, 0.001) }
 func ms(ns float64) float64 { return math.Max(ns/1e6, 1e-3) }
 
+// addLine adds a line through xys to p, styled by style and named in the
+// legend; nothing when xys is empty.
+func addLine(p *plot.Plot, name string, xys plotter.XYs, style func(*plotter.Line)) error {
+	if len(xys) == 0 {
+		return nil
+	}
+	line, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	style(line)
+	p.Add(line)
+	p.Legend.Add(name, line)
+	return nil
+}
+
 // styleLine gives the i-th series its colour, dashes after the seventh.
 func styleLine(line *plotter.Line, i int) {
 	line.Color, line.Dashes, line.Width = plotutil.Color(i), plotutil.Dashes(i/7), vg.Points(1.5)
@@ -174,21 +153,14 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 		if len(xys) == 0 {
 			return nil
 		}
-		line, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		styleLine(line, i)
-		p.Add(line)
-		p.Legend.Add(name, line)
 		i++
-		return nil
+		return addLine(p, name, xys, func(l *plotter.Line) { styleLine(l, i-1) })
 	}
 	for _, c := range unpressured(f, "latency", flush) {
 		if c.RatePerSec != rate {
 			continue
 		}
-		if h := mergedHistogram(c); h != nil {
+		if h := c.MergedHistogram(); h != nil {
 			name := sizedLabel(f, c)
 			if c.Status == runfile.StatusSaturated {
 				name += " (saturated)"
@@ -262,15 +234,11 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		p.Add(line, pts)
 		p.Legend.Add(name, line, pts)
 	}
-	if len(floor) > 0 {
-		sort.Slice(floor, func(a, b int) bool { return floor[a].X < floor[b].X })
-		line, err := plotter.NewLine(floor)
-		if err != nil {
-			return err
-		}
-		line.Color, line.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
-		p.Add(line)
-		p.Legend.Add("floor (no-op) p99.9", line)
+	sort.Slice(floor, func(a, b int) bool { return floor[a].X < floor[b].X })
+	if err := addLine(p, "floor (no-op) p99.9", floor, func(l *plotter.Line) {
+		l.Color, l.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
+	}); err != nil {
+		return err
 	}
 	if len(saturated) > 0 {
 		sc, err := plotter.NewScatter(saturated)
@@ -302,10 +270,8 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 			best[name] = c
 		}
 	}
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Throughput, flush=%s (closed loop, best producer count; median, whiskers the interval)", flush)
-	p.Y.Label.Text = "MB/s (records)"
-	p.Legend.Top = true
+	p := newPlot(fmt.Sprintf("Throughput, flush=%s (closed loop, best producer count; median, whiskers the interval)", flush), "", "MB/s (records)")
+	p.Legend.Left = false
 	width := vg.Points(22)
 	for k, figure := range []string{"writtenMBps", "durableMBps"} {
 		shift := 0.2 * (2*float64(k) - 1)
@@ -349,13 +315,11 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 func pressurePlotCells(f *runfile.RunFile) []*runfile.Cell {
 	var out []*runfile.Cell
 	seen := map[string]bool{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Workload != "latency" || c.Pressure == "none" || !c.Measured() || len(firstMeasured(c).Samples) == 0 {
 			continue
 		}
-		for j := range f.Cells {
-			b := &f.Cells[j]
+		for b := range ptrs(f.Cells) {
 			if b.Pressure == "none" && samePoint(c, b) && b.Measured() && !seen[b.Name] && len(firstMeasured(b).Samples) > 0 {
 				seen[b.Name] = true
 				out = append(out, b)
@@ -392,19 +356,6 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		p.Add(plotter.NewGrid())
 		return p
 	}
-	addLine := func(p *plot.Plot, name string, i int, xys plotter.XYs) error {
-		if len(xys) == 0 {
-			return nil
-		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		l.Color, l.Width = plotutil.Color(i), vg.Points(1.2)
-		p.Add(l)
-		p.Legend.Add(name, l)
-		return nil
-	}
 	lat := mk(fmt.Sprintf("%s, repeat %d: latency per 100 ms (from the intended start)", c.Name, rep.Index), "latency (log)")
 	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, msTicks()
 	var p99, mx plotter.XYs
@@ -438,7 +389,7 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	}{{lat, "p99", 0, p99}, {lat, "max", 1, mx}, {dirty, "nr_dirty", 0, nd}, {dirty, "nr_writeback", 1, nw},
 		{swap, "pswpin", 0, si}, {swap, "pswpout", 1, so}, {swap, "pgmajfault", 2, mf}, {psi, "io some", 0, io}, {psi, "memory some", 1, mem},
 		{psi, "CPU steal", 2, steal}} {
-		if err := addLine(step.p, step.name, step.i, step.xys); err != nil {
+		if err := addLine(step.p, step.name, step.xys, func(l *plotter.Line) { l.Color, l.Width = plotutil.Color(step.i), vg.Points(1.2) }); err != nil {
 			return err
 		}
 	}
@@ -474,15 +425,10 @@ func drawColumn(path string, column []*plot.Plot) error {
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])
 	}
-	out, err := os.Create(path)
-	if err != nil {
+	return writeFile(path, func(w io.Writer) error {
+		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
 		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	})
 }
 
 // paretoPlot draws a sweep series: every policy, the front's points marked
@@ -490,12 +436,9 @@ func drawColumn(path string, column []*plot.Plot) error {
 // points are not joined: with overlapping intervals a front is a set of
 // points no other measurably beats, not a staircase.
 func paretoPlot(path string, s sweepSeries) error {
-	p := plot.New()
-	p.Title.Text = "Flush-policy sweep, " + s.key + " (triangles: the Pareto front)"
 	tail, _, _ := strings.Cut(s.tail, " (")
-	p.X.Label.Text, p.Y.Label.Text = "durable msgs/s", orDefault(tail, "p99.9")+", ms (log)"
-	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, msTicks()
-	p.Legend.Top = true
+	p := newPlot("Flush-policy sweep, "+s.key+" (triangles: the Pareto front)", "durable msgs/s", orDefault(tail, "p99.9")+", ms (log)")
+	p.Y.Scale, p.Y.Tick.Marker, p.Legend.Left = plot.LogScale{}, msTicks(), false
 	p.Add(plotter.NewGrid())
 	var all, front, ends plotter.XYs
 	var labels []string
@@ -538,4 +481,49 @@ func paretoPlot(path string, s sweepSeries) error {
 		}
 	}
 	return p.Save(9*vg.Inch, 6*vg.Inch, path)
+}
+
+// logTicks marks a log axis at every integer multiple of each power of ten
+// in its range and labels 1, 2 and 5 × 10^k — or every mark when fewer
+// than two of those fall in the range — so an axis spanning less than a
+// decade still has labelled ticks (plot.LogTicks labels powers of ten
+// only, and leaves such an axis bare).
+type logTicks struct {
+	// format renders a tick's value (nil: %g).
+	format func(float64) string
+}
+
+func (t logTicks) Ticks(min, max float64) []plot.Tick {
+	if !(min > 0) || !(max > min) {
+		return nil
+	}
+	format := t.format
+	if format == nil {
+		format = func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	}
+	var ticks []plot.Tick
+	labelled := 0
+	for p := math.Pow10(int(math.Floor(math.Log10(min)))); p <= max; p *= 10 {
+		for m := 1; m <= 9; m++ {
+			v := p * float64(m)
+			if v < min*(1-1e-9) || v > max*(1+1e-9) {
+				continue
+			}
+			tk := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				tk.Label = format(v)
+				labelled++
+			}
+			ticks = append(ticks, tk)
+		}
+	}
+	if labelled < 2 {
+		for i := range ticks {
+			ticks[i].Label = format(ticks[i].Value)
+		}
+	}
+	if len(ticks) < 2 { // not even two integer multiples inside: the ends
+		ticks = []plot.Tick{{Value: min, Label: format(min)}, {Value: max, Label: format(max)}}
+	}
+	return ticks
 }

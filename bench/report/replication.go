@@ -37,8 +37,7 @@ func delayText(ns int64) string {
 
 func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 	var thr, lat []*runfile.Cell
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Replication == "" || !c.Measured() {
 			continue
 		}
@@ -56,8 +55,7 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "The store under test is the master; its slave runs in a process of its own (an mqbench worker over package ha), in its own directory%s, with the same backend and flush mode. Master to slave: %s.\n\n",
 		map[bool]string{true: " (" + f.Config.SlaveDir + ", --slave-dir)", false: " beside the master's"}[f.Config.SlaveDir != ""], delayText(f.Config.HADelay.Nanoseconds()))
 	if len(thr) > 0 {
-		t := newTable(b, "backend", "size>", "flush", "master role", "producers>", "msgs/s>", "durable MB/s>", "p50>", "p99>", "p99.9>",
-			"lag p50>", "lag p99>", "lag bytes p50>", "lag bytes p99>", "unacked>", "slave durable MB/s>")
+		t := newTable(b, append([]string{"backend", "size>", "flush", "master role", "producers>", "msgs/s>", "durable MB/s>", "p50>", "p99>", "p99.9>"}, replHeads...)...)
 		for _, c := range thr {
 			t.row(append([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmt.Sprint(c.Producers), fig(c, "msgsPerSec", fmtCount),
 				fig(c, "durableMBps", fmtFloat), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
@@ -66,8 +64,7 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 	}
 	if len(lat) > 0 {
 		sort.SliceStable(lat, func(i, j int) bool { return lat[i].RatePerSec < lat[j].RatePerSec })
-		t := newTable(b, "backend", "size>", "flush", "master role", "rate>", "status", "p50>", "p99>", "p99.9>",
-			"lag p50>", "lag p99>", "lag bytes p50>", "lag bytes p99>", "unacked>", "slave durable MB/s>")
+		t := newTable(b, append([]string{"backend", "size>", "flush", "master role", "rate>", "status", "p50>", "p99>", "p99.9>"}, replHeads...)...)
 		for _, c := range lat {
 			t.row(append([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), statusText(c, " †"),
 				tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
@@ -78,7 +75,9 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 	writeNamedComparison(b, f)
 }
 
-// replFigs are a replicated cell's lag and slave columns.
+// replHeads and replFigs are a replicated cell's lag and slave columns.
+var replHeads = []string{"lag p50>", "lag p99>", "lag bytes p50>", "lag bytes p99>", "unacked>", "slave durable MB/s>"}
+
 func replFigs(c *runfile.Cell) []string {
 	return []string{fig(c, "replLagP50Ns", fmtNsF), fig(c, "replLagP99Ns", fmtNsF), fig(c, "replLagBytesP50", fmtBytes), fig(c, "replLagBytesP99", fmtBytes),
 		fmtPct(c.Max.ReplUnackedFraction), fig(c, "slaveDurableMBps", fmtFloat)}
@@ -95,8 +94,7 @@ type namedPoint struct {
 // namedCell is the cell of a named configuration at a point (nil: not in
 // the run).
 func namedCell(f *runfile.RunFile, p namedPoint, rc replicaConfig) *runfile.Cell {
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Backend != p.backend || c.Target != p.target || c.SizeBytes != p.size || c.Producers != p.producers || c.RatePerSec != p.rate ||
 			c.Flush != rc.flush || c.Replication != rc.repl || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" {
 			continue
@@ -114,8 +112,7 @@ func namedCell(f *runfile.RunFile, p namedPoint, rc replicaConfig) *runfile.Cell
 func namedPoints(f *runfile.RunFile) []namedPoint {
 	var points []namedPoint
 	seen := map[namedPoint]bool{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Replication != "sync" || c.Flush != "async" || (c.Workload != "throughput" && c.Workload != "latency") {
 			continue
 		}
@@ -147,11 +144,11 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 	}
 	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (master to slave: %s)\n\n", delayText(f.Config.HADelay.Nanoseconds()))
 	b.WriteString("\"Usually configure master and slave with ASYNC_FLUSH, and SYNC_MASTER replication between them: even if one machine fails, no data is lost.\" Each group compares the four configurations at the same producers (closed loop: throughput, service-time percentiles) or the same offered rate (open loop: latency from the intended start); the ratio is to SYNC_FLUSH alone, a difference is called only where the intervals separate.\n\n")
-	b.WriteString("| backend, size | point | configuration | status | msgs/s | ÷ SYNC_FLUSH alone | p50 | p99 | p99.9 | lag p50 / p99 | losing the master's machine loses |\n")
-	b.WriteString("|---|---|---|---|---:|---|---:|---:|---:|---|---|\n")
+	t := newTable(b, "backend, size", "point", "configuration", "status", "msgs/s>", "÷ SYNC_FLUSH alone", "p50>", "p99>", "p99.9>", "lag p50 / p99",
+		"losing the master's machine loses")
 	var verdicts []string
 	for _, p := range points {
-		verdicts = append(verdicts, writeNamedPoint(b, f, p)...)
+		verdicts = append(verdicts, writeNamedPoint(t, f, p)...)
 	}
 	b.WriteString("\n")
 	for _, v := range verdicts {
@@ -164,7 +161,7 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 
 // writeNamedPoint is the four configurations' rows at one point; it
 // returns the verdict on ASYNC_FLUSH + SYNC_MASTER there.
-func writeNamedPoint(b *strings.Builder, f *runfile.RunFile, p namedPoint) (verdicts []string) {
+func writeNamedPoint(t table, f *runfile.RunFile, p namedPoint) (verdicts []string) {
 	where := fmt.Sprintf("%d producers", p.producers)
 	cmpFig, cmpName := "msgsPerSec", "throughput"
 	if p.rate > 0 {
@@ -174,11 +171,11 @@ func writeNamedPoint(b *strings.Builder, f *runfile.RunFile, p namedPoint) (verd
 	for _, rc := range namedConfigs {
 		c := namedCell(f, p, rc)
 		if c == nil {
-			fmt.Fprintf(b, "| %s %s | %s | %s | not in this run | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name)
+			fmt.Fprintf(t.b, "| %s %s | %s | %s | not in this run | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name)
 			continue
 		}
 		if !c.Measured() {
-			fmt.Fprintf(b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, c.Status)
+			fmt.Fprintf(t.b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, c.Status)
 			continue
 		}
 		ratio, lag, loss := "—", "—", "—"
@@ -195,7 +192,7 @@ func writeNamedPoint(b *strings.Builder, f *runfile.RunFile, p namedPoint) (verd
 					where, cmpName, ratio))
 			}
 		}
-		fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, statusText(c, " †"),
+		t.row(p.backend+" "+runfile.SizeLabel(p.size), where, rc.name, statusText(c, " †"),
 			fig(c, "msgsPerSec", fmtCount), ratio, latencyFig(c, "p50Ns"), latencyFig(c, "p99Ns"), latencyFig(c, "p999Ns"), lag, loss)
 	}
 	return verdicts

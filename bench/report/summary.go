@@ -5,10 +5,11 @@
 // run.json (Analyze recomputes the derived parts), so `mqbench report`
 // regenerates a run's files byte for byte.
 //
-// Files: summary.go (summary.md's frame), tables.go (its tables),
-// analyze.go (generator-bound flags, ratios, A/A, recommendations),
-// plots.go and ticks.go (PNG plots), files.go (writing a run's files),
-// benchtxt.go, compare.go, sweep.go (the Pareto front), format.go.
+// Files: summary.go (summary.md's frame and first screen), tables.go (its
+// tables), peers.go and replication.go (their sections), analyze.go
+// (generator-bound flags, ratios, A/A, recommendations), plots.go (PNG
+// plots), files.go (writing a run's files), benchtxt.go, compare.go,
+// sweep.go (the Pareto front), format.go.
 package report
 
 import (
@@ -47,11 +48,8 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 		m.Host, m.CPUs, m.CPUModel, float64(m.MemTotalBytes)/(1<<30), m.OS, m.Arch, m.Kernel, m.GoVersion, m.GOMAXPROCS, orDefault(m.GOGC, "default"),
 		m.Clocksource, shortCommit(m.Commit), dirty, m.CommitSource)
 	if len(m.VM) > 0 {
-		var kv []string
-		for _, k := range slices.Sorted(maps.Keys(m.VM)) {
-			kv = append(kv, strings.TrimPrefix(k, "vm.")+"="+m.VM[k])
-		}
-		fmt.Fprintf(b, "- vm at the start: %s; load average %s at the start, %s at the end\n", strings.Join(kv, ", "), m.LoadAvgStart, m.LoadAvgEnd)
+		kv := join(slices.Sorted(maps.Keys(m.VM)), func(k string) string { return strings.TrimPrefix(k, "vm.") + "=" + m.VM[k] }, ", ")
+		fmt.Fprintf(b, "- vm at the start: %s; load average %s at the start, %s at the end\n", kv, m.LoadAvgStart, m.LoadAvgEnd)
 	}
 	for _, d := range f.Devices {
 		label := ""
@@ -227,11 +225,8 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 				fmt.Fprintf(b, "- %s: %s\n", p.Kind, oneLine(p.Error))
 				continue
 			}
-			var tops []string
-			for _, t := range p.Top[:min(5, len(p.Top))] {
-				tops = append(tops, fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct))
-			}
-			fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), strings.Join(tops, ", "))
+			tops := join(p.Top[:min(5, len(p.Top))], func(t runfile.FunctionCost) string { return fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct) }, ", ")
+			fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), tops)
 		}
 		b.WriteString("\n")
 	}
@@ -243,16 +238,13 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	var rows []*runfile.ProfileSummary
 	var stages []string
-	for i := range f.Profiles {
-		p := &f.Profiles[i]
+	for p := range ptrs(f.Profiles) {
 		if p.Kind != "cpu" || len(p.Stages) == 0 {
 			continue
 		}
 		rows = append(rows, p)
 		for _, st := range p.Stages {
-			if !slices.Contains(stages, st.Stage) {
-				stages = append(stages, st.Stage)
-			}
+			stages = appendNew(stages, st.Stage)
 		}
 	}
 	if len(rows) == 0 {
@@ -269,10 +261,7 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	}
 	slices.SortStableFunc(stages, func(a, b string) int { return rank(a) - rank(b) })
 	b.WriteString("## CPU by stage (µs of CPU per message, and % of the CPU profile; the profiled run of each throughput cell)\n\n")
-	heads := []string{"cell"}
-	for _, st := range stages {
-		heads = append(heads, st+">")
-	}
+	heads := append([]string{"cell"}, mapped(stages, func(st string) string { return st + ">" })...)
 	t := newTable(b, append(heads, "total>")...)
 	us := func(v, pct float64, known bool) string {
 		if !known {
@@ -339,9 +328,82 @@ func writeNotes(b *strings.Builder, f *runfile.RunFile) {
 
 // join formats each of xs and joins them with sep.
 func join[T any](xs []T, f func(T) string, sep string) string {
-	s := make([]string, len(xs))
+	return strings.Join(mapped(xs, f), sep)
+}
+
+// mapped is f of each of xs.
+func mapped[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, len(xs))
 	for i, x := range xs {
-		s[i] = f(x)
+		out[i] = f(x)
 	}
-	return strings.Join(s, sep)
+	return out
+}
+
+// answerClasses are the two questions the first screen answers: what to
+// run when an acknowledgement must mean durable (sync) and when it may
+// mean in memory (any policy).
+var answerClasses = map[string]string{"sync": "ack = durable", "any": "ack = in memory"}
+
+// flushPolicy names the flush parameters a cell ran with, from its
+// effective engine options.
+func flushPolicy(c *runfile.Cell) string {
+	o := c.Options
+	if o == nil {
+		return c.Flush
+	}
+	if c.Flush == "sync" {
+		return fmt.Sprintf("sync (group commit, SyncFlushTimeout %s)", orDefault(o["SyncFlushTimeout"], "?"))
+	}
+	return fmt.Sprintf("async (FlushInterval %s, FlushLeastPages %s, FlushThoroughInterval %s)",
+		orDefault(o["FlushInterval"], "?"), orDefault(o["FlushLeastPages"], "?"), orDefault(o["FlushThoroughInterval"], "?"))
+}
+
+// writeAnswer is summary.md's first screen: per device and body size, the
+// backend and flush policy to run for each durability, with the figure
+// and interval that decided it and what was excluded and why — or the tie
+// and what would separate it. Everything else follows it.
+func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
+	cell := map[string]*runfile.Cell{}
+	for i := range f.Cells {
+		cell[f.Cells[i].Name] = &f.Cells[i]
+	}
+	b.WriteString("## What to run\n\n")
+	if len(f.Recommendations) == 0 {
+		b.WriteString("This run has no throughput cells to recommend from.\n\n")
+		return
+	}
+	fmt.Fprintf(b, "Highest durable MB/s among the backend/flush policies that qualify (sustained; not saturated, nor above %d× their own tail, under pressure; not on an emulated device that models no seek), median [interval] of %d repeats; a pick only where it separates from the rest on durable MB/s, or, tied there, on CPU per GiB.\n\n",
+		PressureBar, f.Config.Repeat)
+	last, lastSize := "", 0
+	for _, r := range f.Recommendations {
+		title, ok := answerClasses[r.Durability]
+		if !ok {
+			continue
+		}
+		if k := r.Target + fmt.Sprint(r.SizeBytes); k != last {
+			if last != "" {
+				writeSweepQuote(b, f, lastSize)
+			}
+			fmt.Fprintf(b, "**%s**, %s bodies:\n", orDefault(deviceLabel(f, r.Target), "target"), runfile.SizeLabel(r.SizeBytes))
+			last, lastSize = k, r.SizeBytes
+		}
+		c := cell[r.Cell]
+		switch {
+		case r.Pick != "" && c != nil:
+			fmt.Fprintf(b, "- %s: **%s**, flush %s — %s durable MB/s at %d producers\n", title, c.Backend, flushPolicy(c), ci(r.Interval, fmtFloat), c.Producers)
+			fmt.Fprintf(b, "  - why: %s\n", r.Text)
+		case len(r.Tied) > 0:
+			fmt.Fprintf(b, "- %s: **no single pick** — %s\n", title, r.Text)
+		default:
+			fmt.Fprintf(b, "- %s: **nothing qualifies**\n", title)
+		}
+		if n := len(r.Excluded); n > 0 {
+			fmt.Fprintf(b, "  - excluded: %s\n", strings.Join(r.Excluded, "; "))
+		}
+	}
+	if last != "" {
+		writeSweepQuote(b, f, lastSize)
+	}
+	b.WriteString("\nWhy, and every figure behind it: the sections below (the rule in full: run.json's recommendations, docs/harness.md).\n\n")
 }

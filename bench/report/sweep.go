@@ -3,6 +3,7 @@ package report
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -78,8 +79,7 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 	var order []string
 	thr := map[string]*runfile.Cell{}
 	lat := map[string]*runfile.Cell{}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Policy == "" || c.Status != runfile.StatusOK || c.TwinOf != "" {
 			continue
 		}
@@ -167,22 +167,15 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 	for _, s := range series {
 		fmt.Fprintf(b, "### %s\n\np99.9: %s.\n\n", s.key, s.tail)
 		t := newTable(b, "policy", "durable msgs/s>", "p99.9>", "front")
-		onFront := map[int]bool{}
-		for _, i := range s.front {
-			onFront[i] = true
-		}
 		for i, p := range s.points {
 			star := ""
-			if onFront[i] {
+			if slices.Contains(s.front, i) {
 				star = "★"
 			}
 			t.row(p.Label, ci(p.Thr, fmtCount), ci(p.P999, fmtNsF), star)
 		}
-		var names []string
-		for _, i := range s.front {
-			names = append(names, fmt.Sprintf("`%s`", s.points[i].Label))
-		}
-		fmt.Fprintf(b, "\nPareto front, slowest to fastest: %s. A policy leaves the front only when another is better on both figures and measurably so on one (intervals separate); front points whose intervals overlap are not distinguished by this run.\n\n", strings.Join(names, ", "))
+		names := join(s.front, func(i int) string { return "`" + s.points[i].Label + "`" }, ", ")
+		fmt.Fprintf(b, "\nPareto front, slowest to fastest: %s. A policy leaves the front only when another is better on both figures and measurably so on one (intervals separate); front points whose intervals overlap are not distinguished by this run.\n\n", names)
 	}
 	b.WriteString("Policy names: fi = flush interval, flp = flush least pages, fti = thorough interval, ci = commit interval, clp = commit least pages (backends whose commit moves data only), gct = group-commit timeout. Each series' p99.9 is one figure for all its policies, named under its heading: the open loop's latency at the sweep's lowest rate when no policy's latency cell is generator-bound, else the open loop's service time at that rate, else the closed loop's tail.\n\n")
 }

@@ -47,17 +47,12 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 // the peers write ("" when it is): the message and its record sizes.
 func messageNote(f *runfile.RunFile) string {
 	var kinds, sizes []string
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	for c := range ptrs(f.Cells) {
 		if c.Message == "" || c.Message == "bare" || c.RecordBytes == 0 {
 			continue
 		}
-		if !slices.Contains(kinds, c.Message) {
-			kinds = append(kinds, c.Message)
-		}
-		if s := fmt.Sprintf("%d B for a %s body", c.RecordBytes, runfile.SizeLabel(c.SizeBytes)); !slices.Contains(sizes, s) {
-			sizes = append(sizes, s)
-		}
+		kinds = appendNew(kinds, c.Message)
+		sizes = appendNew(sizes, fmt.Sprintf("%d B for a %s body", c.RecordBytes, runfile.SizeLabel(c.SizeBytes)))
 	}
 	if len(kinds) == 0 {
 		return ""
@@ -66,19 +61,11 @@ func messageNote(f *runfile.RunFile) string {
 }
 
 func cellsOf(f *runfile.RunFile, workload string, peers bool) []*runfile.Cell {
-	var out []*runfile.Cell
-	lists := [][]runfile.Cell{f.Cells}
-	if peers {
-		lists = append(lists, f.Peers)
+	cells := allCells(f)
+	if !peers {
+		cells = cells[:len(f.Cells)]
 	}
-	for _, cells := range lists {
-		for i := range cells {
-			if c := &cells[i]; c.Workload == workload && c.Measured() {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
+	return slices.DeleteFunc(cells, func(c *runfile.Cell) bool { return c.Workload != workload || !c.Measured() })
 }
 
 // fig shows a figure of a cell as median [interval].
@@ -243,13 +230,7 @@ func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
 
 // roleName is a replication value's master role.
 func roleName(repl string) string {
-	switch repl {
-	case "sync":
-		return "SYNC_MASTER"
-	case "async":
-		return "ASYNC_MASTER"
-	}
-	return repl
+	return orDefault(map[string]string{"sync": "SYNC_MASTER", "async": "ASYNC_MASTER"}[repl], repl)
 }
 
 func writeLatency(b *strings.Builder, f *runfile.RunFile) {
@@ -358,11 +339,10 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("## The harness's floor (the same schedule against a no-op, in the process that drives the cells)\n\n")
 	t := newTable(b, "rate>", "process", "pressure", "status", "p50>", "p99>", "merged p99.9>")
 	for _, fl := range f.Floors {
-		iv := func(name string) string {
-			median := runfile.Figures{P50Ns: fl.P50Ns, P99Ns: fl.P99Ns, P999Ns: fl.P999Ns}
-			return ci(runfile.Interval{Median: median.Figure(name), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
+		iv := func(name string, median int64) string {
+			return ci(runfile.Interval{Median: float64(median), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
 		}
-		t.row(fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure, fl.Status, iv("p50Ns"), iv("p99Ns"), fmtNs(floorP999(&fl)))
+		t.row(fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure, fl.Status, iv("p50Ns", fl.P50Ns), iv("p99Ns", fl.P99Ns), fmtNs(floorP999(&fl)))
 	}
 	b.WriteString("\n")
 }
@@ -430,20 +410,13 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 		by   map[string]*runfile.Cell
 	}
 	var rows []row
-	var ps []string
-	for _, p := range f.Config.Pressures {
-		if p != "none" {
-			ps = append(ps, p)
-		}
-	}
-	for i := range f.Cells {
-		c := &f.Cells[i]
+	ps := slices.DeleteFunc(slices.Clone(f.Config.Pressures), func(p string) bool { return p == "none" })
+	for c := range ptrs(f.Cells) {
 		if c.Workload != "latency" || c.Pressure != "none" || !c.Measured() || c.TwinOf != "" {
 			continue
 		}
 		r := row{base: c, by: map[string]*runfile.Cell{}}
-		for j := range f.Cells {
-			p := &f.Cells[j]
+		for p := range ptrs(f.Cells) {
 			if p.Pressure != "none" && samePoint(c, p) {
 				r.by[p.Pressure] = p
 			}
@@ -456,11 +429,7 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Under pressure (open loop at the same rates; p99.9 and its ratio to the unpressured p99.9)\n\n")
-	heads := []string{"backend", "size>", "flush", "rate>", "none p99.9>"}
-	for _, p := range ps {
-		heads = append(heads, p+" p99.9 (÷ none)>")
-	}
-	t := newTable(b, heads...)
+	t := newTable(b, append([]string{"backend", "size>", "flush", "rate>", "none p99.9>"}, mapped(ps, func(p string) string { return p + " p99.9 (÷ none)>" })...)...)
 	for _, r := range rows {
 		c := r.base
 		row := []string{label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmtCount(c.RatePerSec), tailText(c, "p999Ns")}
@@ -609,8 +578,7 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 		if l.MBPerSec > 0 {
 			mbps = ci(l.Interval("mbPerSec"), fmtFloat)
 		}
-		t.row(limitLabel(f, l), l.Tool, size,
-			mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
+		t.row(limitLabel(f, l), l.Tool, size, mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
 	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
 }
@@ -640,20 +608,14 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		"device": "store ÷ device", "group-commit": "sync store ÷ the device's group-commit limit (same producers, same records)", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
 		"sendfile": "consume: sendfile ÷ copy"}
 	for _, kind := range []string{"pressure", "sendfile", "memcpy-ceiling", "fault-ceiling", "device", "group-commit", "peer"} {
-		var rows []runfile.Ratio
-		for _, r := range f.Ratios {
-			if r.Kind == kind {
-				rows = append(rows, r)
-			}
-		}
+		rows := slices.DeleteFunc(slices.Clone(f.Ratios), func(r runfile.Ratio) bool { return r.Kind != kind })
 		if len(rows) == 0 {
 			continue
 		}
 		fmt.Fprintf(b, "### %s\n\n", titles[kind])
 		t := newTable(b, "cell", "against", "figure", "ratio>", "note")
 		for _, r := range rows {
-			t.row(r.Cell, r.Against, r.Figure,
-				ratioRange(r), r.Note)
+			t.row(r.Cell, r.Against, r.Figure, ratioRange(r), r.Note)
 		}
 		b.WriteString("\n")
 	}

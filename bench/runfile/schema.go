@@ -773,10 +773,12 @@ func DurableOnlyAtDrain(measured []*Repeat) bool {
 
 // MeasuredRepeats are a cell's measured repeats with figures (ok or
 // saturated; not the warm one).
-func (c *Cell) MeasuredRepeats() []*Repeat {
+func (c *Cell) MeasuredRepeats() []*Repeat { return measuredRepeats(c.Repeats) }
+
+func measuredRepeats(reps []Repeat) []*Repeat {
 	var out []*Repeat
-	for i := range c.Repeats {
-		r := &c.Repeats[i]
+	for i := range reps {
+		r := &reps[i]
 		if !r.Warm && (r.Status == StatusOK || r.Status == StatusSaturated) {
 			out = append(out, r)
 		}

@@ -20,10 +20,10 @@ func Median(xs []float64) float64 {
 	}
 	s := slices.Clone(xs)
 	sort.Float64s(s)
-	if n := len(s); n%2 == 1 {
+	n := len(s)
+	if n%2 == 1 {
 		return s[n/2]
 	}
-	n := len(s)
 	return (s[n/2-1] + s[n/2]) / 2
 }
 

@@ -68,18 +68,15 @@ func TailOf(hs []*load.Histogram) *Tail {
 	// Every rank the points need, resolved in one pass over the merged
 	// counts: the value of the rank-th smallest sample (1-based) is the
 	// value at quantile rank/n.
-	var ranks []float64
+	var ranks, qs []float64
 	rank := func(r int64) float64 { return float64(min(max(r, 1), n)) / float64(n) }
 	cis := make([]stats.QuantileCIResult, len(TailQuantiles))
 	for i, tq := range TailQuantiles {
 		cis[i] = stats.QuantileCI(int(n), tq.Q, CILevel)
 		ranks = append(ranks, rank(int64(math.Ceil(tq.Q*float64(n)))), rank(int64(cis[i].LoOrder)), rank(int64(cis[i].HiOrder)))
+		qs = append(qs, tq.Q)
 	}
 	values := m.Quantiles(ranks)
-	qs := make([]float64, len(TailQuantiles))
-	for i, tq := range TailQuantiles {
-		qs[i] = tq.Q
-	}
 	perRepeat := make([][]int64, len(kept))
 	for i, h := range kept {
 		perRepeat[i] = h.Quantiles(qs)
@@ -161,13 +158,22 @@ func (c *Cell) SetTails() {
 
 // SetTail computes the floor's Tail from its measured repeats' latency.
 func (fl *Floor) SetTail() {
-	var reps []*Repeat
-	for i := range fl.Repeats {
-		r := &fl.Repeats[i]
-		if !r.Warm && (r.Status == StatusOK || r.Status == StatusSaturated) {
-			reps = append(reps, r)
+	lat, _ := tailHistograms("floor", measuredRepeats(fl.Repeats))
+	fl.Tail = TailOf(lat)
+}
+
+// MergedHistogram merges the histograms the cell's percentiles come from
+// (as Tail's) over its measured repeats; nil when it has none.
+func (c *Cell) MergedHistogram() *load.Histogram {
+	var hs []*load.Histogram
+	lat, _ := tailHistograms(c.Workload, c.MeasuredRepeats())
+	for _, h := range lat {
+		if h != nil {
+			hs = append(hs, h)
 		}
 	}
-	lat, _ := tailHistograms("floor", reps)
-	fl.Tail = TailOf(lat)
+	if len(hs) == 0 {
+		return nil
+	}
+	return load.Merged(hs...)
 }
