@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -39,16 +41,45 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// freeAddr is a loopback address nobody listens on now.
+// freeAddr is a loopback address nobody listens on now, for a process
+// the test starts later. Its port is below the kernel's ephemeral range:
+// a port taken from that range (port 0) can be handed to another socket's
+// connect before the process binds it — the raft controllers dial each
+// other meanwhile — and its bind then fails with "address already in use".
+// No two calls return the same port.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	freePortsMu.Lock()
+	defer freePortsMu.Unlock()
+	for range 1000 {
+		port := 10000 + rand.IntN(low-10000)
+		if freePorts[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // in use
+		}
+		ln.Close()
+		freePorts[port] = true
+		return ln.Addr().String()
+	}
+	t.Fatalf("no free loopback port below %d after 1000 tries", low)
+	return ""
 }
+
+var (
+	freePortsMu sync.Mutex
+	freePorts   = map[int]bool{}
+)
 
 // TestBrokerSetFailover: the unmodified Go client produces to and
 // consumes from a broker set of three `mqstore serve --broker-set`
