@@ -810,3 +810,15 @@ func TestSweepTailIsOneFigure(t *testing.T) {
 		t.Errorf("series figure %q", s[0].tail)
 	}
 }
+
+// TestThroughputBarOfABodyOnlyPeer: the throughput plot's axis counts
+// records; a system drawn with its body MB/s (no record bytes reported)
+// says so under its bars.
+func TestThroughputBarOfABodyOnlyPeer(t *testing.T) {
+	if got := throughputBarLabel("nats", &runfile.Cell{Figures: runfile.Figures{MBPerSec: 90}}); !strings.Contains(got, "body MB/s") {
+		t.Errorf("a peer drawn with its body MB/s is labelled %q", got)
+	}
+	if got := throughputBarLabel("mmap", &runfile.Cell{Figures: runfile.Figures{MBPerSec: 90, WrittenMBps: 95}}); got != "mmap" {
+		t.Errorf("a store cell is labelled %q", got)
+	}
+}
