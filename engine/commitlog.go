@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -186,18 +185,9 @@ type blankEncoder struct{}
 // where dst is not zero already, so a fresh mapping's pages are not dirtied.
 func (blankEncoder) EncodeAt(dst []byte, _ int64) error {
 	record.PutBlank(dst, int32(len(dst)))
-	for rest := dst[record.BlankSize:]; len(rest) > 0; {
-		n := min(len(rest), len(zeroChunk))
-		if !bytes.Equal(rest[:n], zeroChunk[:n]) {
-			clear(rest[:n])
-		}
-		rest = rest[n:]
-	}
+	mappedfile.ZeroDirty(dst[record.BlankSize:])
 	return nil
 }
-
-// zeroChunk is what blankEncoder compares the rest of a blank with.
-var zeroChunk [16 << 10]byte
 
 // appendResult is where a record went.
 type appendResult struct {

@@ -24,6 +24,7 @@
 package mappedfile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -70,6 +71,23 @@ func (b Bytes) EncodeAt(dst []byte, _ int64) error {
 	copy(dst, b)
 	return nil
 }
+
+// ZeroDirty zeros dst, writing only the chunks that are not zero already:
+// an encoder that must fill a range with zeros (mappedfile.Encoder fills
+// every byte; a staging ring holds older bytes) leaves a fresh mapping's
+// pages clean instead of dirtying every one for writeback.
+func ZeroDirty(dst []byte) {
+	for len(dst) > 0 {
+		n := min(len(dst), len(zeroChunk))
+		if !bytes.Equal(dst[:n], zeroChunk[:n]) {
+			clear(dst[:n])
+		}
+		dst = dst[n:]
+	}
+}
+
+// zeroChunk is what ZeroDirty compares dst with, a chunk at a time.
+var zeroChunk [64 << 10]byte
 
 // WarmOptions says how to warm a segment before it is written.
 type WarmOptions struct {

@@ -11,9 +11,10 @@
 package indexfile
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
+
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Sizes of the parts of an IndexFile, in bytes, and RocketMQ's defaults.
@@ -111,17 +112,8 @@ func (e *entryEncoder) EncodeAt(dst []byte, _ int64) error {
 // dirty every page, to be written back by the flush that follows.
 type zeroEncoder struct{}
 
-// zeroChunk is what zeroEncoder compares dst with, a chunk at a time.
-var zeroChunk [64 << 10]byte
-
 // EncodeAt implements mappedfile.Encoder.
 func (zeroEncoder) EncodeAt(dst []byte, _ int64) error {
-	for len(dst) > 0 {
-		n := min(len(dst), len(zeroChunk))
-		if !bytes.Equal(dst[:n], zeroChunk[:n]) {
-			clear(dst[:n])
-		}
-		dst = dst[n:]
-	}
+	mappedfile.ZeroDirty(dst)
 	return nil
 }
