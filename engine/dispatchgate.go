@@ -50,8 +50,14 @@ type dispatchGate struct {
 const maxDispatchWait = time.Second
 
 // dispatchLagLimit is the limit a store runs with: the option, or, when
-// it is 0, half of what the backend serves from memory
-// (mappedfile.MemoryReads; no segment holds more than its size), or none.
+// it is 0, what the backend serves from memory (mappedfile.MemoryReads; no
+// segment holds more than its size) — half of it when dispatch reads every
+// record back from the log — or none.
+//
+// With the dispatch feed, dispatch reads nothing in steady state: it needs
+// the bytes in memory only at a gap in the feed, so the whole ring may lie
+// between producers and dispatch. Half of it held producers back at every
+// slow device write (the commit the ring waits for), with no read to save.
 func dispatchLagLimit(o Options, b mappedfile.Backend) int64 {
 	switch {
 	case o.DispatchLagLimitBytes > 0:
@@ -61,7 +67,10 @@ func dispatchLagLimit(o Options, b mappedfile.Backend) int64 {
 	}
 	if m, ok := b.(mappedfile.MemoryReads); ok {
 		if n := min(m.MemoryReadBytes(), o.SegmentSizeBytes); n > 0 {
-			return max(n/2, 1)
+			if o.dispatchFromLog {
+				return max(n/2, 1)
+			}
+			return n
 		}
 	}
 	return 0

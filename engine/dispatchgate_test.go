@@ -94,9 +94,9 @@ func stopService(t *testing.T, s *Store) {
 	close(s.dispatcher.done)
 }
 
-// TestDispatchLagLimitDefault: half of what the backend reads from memory
-// (never more than a segment), none without the interface, the option
-// when given, none when negative.
+// TestDispatchLagLimitDefault: what the backend reads from memory (never
+// more than a segment), half of it when dispatch reads the log back, none
+// without the interface, the option when given, none when negative.
 func TestDispatchLagLimitDefault(t *testing.T) {
 	mem := memoryReadsBackend{reads: 16 << 20}
 	for _, c := range []struct {
@@ -104,8 +104,10 @@ func TestDispatchLagLimitDefault(t *testing.T) {
 		b    mappedfile.Backend
 		want int64
 	}{
-		{Options{SegmentSizeBytes: 64 << 20}, mem, 8 << 20},
-		{Options{SegmentSizeBytes: 1 << 20}, mem, 512 << 10},
+		{Options{SegmentSizeBytes: 64 << 20}, mem, 16 << 20},
+		{Options{SegmentSizeBytes: 1 << 20}, mem, 1 << 20},
+		{Options{SegmentSizeBytes: 64 << 20, dispatchFromLog: true}, mem, 8 << 20},
+		{Options{SegmentSizeBytes: 1 << 20, dispatchFromLog: true}, mem, 512 << 10},
 		{Options{SegmentSizeBytes: 64 << 20}, memoryReadsBackend{}, 0},
 		{Options{SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: 4096}, mem, 4096},
 		{Options{SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: -1}, mem, 0},
