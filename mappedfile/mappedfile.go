@@ -223,8 +223,13 @@ type MappedFile interface {
 // A later Flush makes overwritten bytes durable too, even those below the
 // flushed position (the file tracks the lowest overwritten byte), and Flush
 // with nothing appended still flushes pending overwrites.
+//
+// SwapAt is WriteAt that first copies the bytes p replaces into old
+// (len(old) == len(p)): one call where a read and a write would be two (the
+// IndexFile swaps a hash slot's head for its new entry).
 type Overwriter interface {
 	WriteAt(p []byte, filePos int64) (n int, err error)
+	SwapAt(p, old []byte, filePos int64) error
 }
 
 // Lister is implemented by backends whose files do not live in the OS file

@@ -924,17 +924,34 @@ func (f *memFile) Flush(ctx context.Context, leastPages int) (int64, error) {
 
 // WriteAt implements Overwriter.
 func (f *memFile) WriteAt(p []byte, filePos int64) (int, error) {
-	f.fs.tick()
-	if err := f.usable(); err != nil {
+	if err := f.swapAt(p, nil, filePos); err != nil {
 		return 0, err
 	}
+	return len(p), nil
+}
+
+// SwapAt implements Overwriter.
+func (f *memFile) SwapAt(p, old []byte, filePos int64) error {
+	if len(old) != len(p) {
+		return fmt.Errorf("%s: swap %d bytes into a %d-byte buffer: %w", f.path, len(p), len(old), ErrInvalidArgument)
+	}
+	return f.swapAt(p, old, filePos)
+}
+
+// swapAt copies the bytes at filePos into old (when not nil), then p over them.
+func (f *memFile) swapAt(p, old []byte, filePos int64) error {
+	f.fs.tick()
+	if err := f.usable(); err != nil {
+		return err
+	}
 	if err := f.lock("overwrite"); err != nil {
-		return 0, err
+		return err
 	}
 	defer f.mu.Unlock()
 	if filePos < 0 || filePos+int64(len(p)) > f.wrotePosition.Load() {
-		return 0, fmt.Errorf("%s: overwrite [%d,%d) past wrote %d: %w", f.path, filePos, filePos+int64(len(p)), f.wrotePosition.Load(), ErrOutOfRange)
+		return fmt.Errorf("%s: overwrite [%d,%d) past wrote %d: %w", f.path, filePos, filePos+int64(len(p)), f.wrotePosition.Load(), ErrOutOfRange)
 	}
+	copy(old, f.data[filePos:])
 	copy(f.data[filePos:], p)
 	// A buffered file's committed part is in the page cache: change it there
 	// too (its uncommitted part goes with the next Commit).
@@ -944,7 +961,7 @@ func (f *memFile) WriteAt(p []byte, filePos int64) (int, error) {
 	if f.dirtyFrom < 0 || filePos < f.dirtyFrom {
 		f.dirtyFrom = filePos
 	}
-	return len(p), nil
+	return nil
 }
 
 func (f *memFile) ReadAt(dst []byte, filePos int64) (int, error) {

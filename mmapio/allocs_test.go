@@ -45,4 +45,14 @@ func TestOverwriteAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("WriteAt allocates %.2f times per call", allocs)
 	}
+	old := make([]byte, len(slot))
+	allocs = testing.AllocsPerRun(1000, func() {
+		if err := mf.SwapAt(slot, old, pos); err != nil {
+			t.Fatal(err)
+		}
+		pos = (pos + 4) % 8192
+	})
+	if allocs != 0 {
+		t.Fatalf("SwapAt allocates %.2f times per call", allocs)
+	}
 }

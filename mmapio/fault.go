@@ -61,6 +61,15 @@ func (m *file) copyGuarded(dst, src []byte, op string) (faultErr error) {
 	return nil
 }
 
+// swapGuarded copies dst (a slice of the mapping) into old, then src over dst.
+func (m *file) swapGuarded(dst, src, old []byte) (faultErr error) {
+	defer m.recoverFault(&faultErr, "overwrite")
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	copy(old, dst)
+	copy(dst, src)
+	return nil
+}
+
 // touchGuarded writes a zero byte at every page start in [from, to).
 func (m *file) touchGuarded(from, to int64) (faultErr error) {
 	defer m.recoverFault(&faultErr, "touch")

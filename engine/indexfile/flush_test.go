@@ -47,6 +47,10 @@ func (f *watchedFile) WriteAt(p []byte, filePos int64) (int, error) {
 	return f.MappedFile.(mappedfile.Overwriter).WriteAt(p, filePos)
 }
 
+func (f *watchedFile) SwapAt(p, old []byte, filePos int64) error {
+	return f.MappedFile.(mappedfile.Overwriter).SwapAt(p, old, filePos)
+}
+
 // TestOneFlusherPerFile: Flush runs its file flushes outside the index lock
 // while a Put that rolls flushes the full file under it; the two must not
 // flush one file at once. (A flush that takes a millisecond, as a disk's

@@ -91,18 +91,21 @@ func DecodeEntry(src []byte) Entry {
 	}
 }
 
-// entryEncoder is a reusable mappedfile.Encoder over a fixed buffer the
-// Index owns, so Put allocates nothing.
-type entryEncoder struct{ entry [EntrySize]byte }
+// entriesEncoder is a reusable mappedfile.Encoder of a run of n entries
+// over a fixed buffer the Index owns, so Put allocates nothing.
+type entriesEncoder struct {
+	buf [maxDedupKeys * EntrySize]byte
+	n   int
+}
 
-var errEncodeLength = errors.New("indexfile: reserved length differs from the entry length")
+var errEncodeLength = errors.New("indexfile: reserved length differs from the entries' length")
 
 // EncodeAt implements mappedfile.Encoder.
-func (e *entryEncoder) EncodeAt(dst []byte, _ int64) error {
-	if len(dst) != EntrySize {
+func (e *entriesEncoder) EncodeAt(dst []byte, _ int64) error {
+	if len(dst) != e.n*EntrySize {
 		return errEncodeLength
 	}
-	copy(dst, e.entry[:])
+	copy(dst, e.buf[:e.n*EntrySize])
 	return nil
 }
 

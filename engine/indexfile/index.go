@@ -95,7 +95,8 @@ type Index struct {
 	// is unknown, so every later Put returns it.
 	writeErr error
 	// Reusable buffers of Put, guarded by mu (write lock).
-	entry     entryEncoder
+	entries   entriesEncoder
+	oldHeads  [maxDedupKeys][SlotSize]byte // the heads a run's slots had
 	slot      [SlotSize]byte
 	headerBuf [HeaderSize]byte
 	entryBuf  [EntrySize]byte
@@ -361,8 +362,17 @@ func (x *Index) PutHashes(ctx context.Context, hashes []int32, physicalOffset in
 		return nil
 	}
 	redispatch := n > 0 && physicalOffset == x.files[n-1].header.EndPhyOffset
+	// keep collects the keys to put, which go in as one run of entries.
+	// A key that must be looked up in the files puts what keep holds first:
+	// the search must see the record's earlier keys.
+	var keepBuf [maxDedupKeys]int32
+	keep := keepBuf[:0]
 	for i, hash := range hashes {
 		if redispatch || i >= maxDedupKeys {
+			if err := x.putRunLocked(ctx, keep, physicalOffset, storeTimestamp); err != nil {
+				return err
+			}
+			keep = keep[:0]
 			if has, err := x.hasEntryLocked(hash, physicalOffset); err != nil || has {
 				if err != nil {
 					return err
@@ -372,14 +382,25 @@ func (x *Index) PutHashes(ctx context.Context, hashes []int32, physicalOffset in
 		} else if slices.Contains(hashes[:i], hash) {
 			continue // this record's keys put so far
 		}
+		keep = append(keep, hash)
+	}
+	return x.putRunLocked(ctx, keep, physicalOffset, storeTimestamp)
+}
+
+// putRunLocked puts the entries of hashes (distinct keys of one record) as
+// runs of entries, one per file they fill.
+func (x *Index) putRunLocked(ctx context.Context, hashes []int32, physicalOffset, storeTimestamp int64) error {
+	for len(hashes) > 0 {
 		f, err := x.writableLocked(ctx)
 		if err != nil {
 			return err
 		}
-		if err := x.putHashLocked(ctx, f, hash, physicalOffset, storeTimestamp); err != nil {
+		k := min(len(hashes), int(x.maxEntries-f.header.IndexCount))
+		if err := x.putEntriesLocked(ctx, f, hashes[:k], physicalOffset, storeTimestamp); err != nil {
 			x.writeErr = err
 			return err
 		}
+		hashes = hashes[k:]
 	}
 	return nil
 }
@@ -429,30 +450,49 @@ func (x *Index) writableLocked(ctx context.Context) (*file, error) {
 	return x.createLocked(ctx)
 }
 
-func (x *Index) putHashLocked(ctx context.Context, f *file, keyHash int32, physicalOffset, storeTimestamp int64) error {
+// putEntriesLocked appends one entry for each of hashes (at most
+// maxDedupKeys, distinct, room for all in f) and points each key's slot at
+// its entry. Each slot is swapped for its new head before the run is
+// appended, since an entry holds the head it replaces: a failed append puts
+// the old heads back (the index is stopped by the error either way; readers
+// under the read lock never see the in-between state). Two keys of the run
+// may share a slot: the second's previous head is then the first's entry.
+func (x *Index) putEntriesLocked(ctx context.Context, f *file, hashes []int32, physicalOffset, storeTimestamp int64) error {
 	ow, err := x.overwriter(f)
 	if err != nil {
 		return err
 	}
 	h := &f.header
-	slotPosition := x.slotPosition(int64(keyHash) % x.slotCount)
-	if _, err := f.mf.ReadAt(x.slot[:], slotPosition); err != nil {
-		return fmt.Errorf("indexfile: %s: read slot: %w", f.mf.Path(), err)
-	}
-	previous := int32(be32(x.slot[:]))
-	if previous <= 0 || previous >= h.IndexCount {
-		previous = 0
-	}
 	if h.IndexCount <= 1 {
 		// The first entry fixes the file's begin; its timeDiff is 0.
 		h.BeginPhyOffset, h.BeginTimestamp = physicalOffset, storeTimestamp
 	}
-	EncodeEntry(x.entry.entry[:], Entry{KeyHash: keyHash, PhyOffset: physicalOffset,
-		TimeDiff: timeDiff(storeTimestamp, h.BeginTimestamp), PrevIndex: previous})
+	diff := timeDiff(storeTimestamp, h.BeginTimestamp)
+	olds := &x.oldHeads
+	undo := func(swapped int) {
+		for i := swapped - 1; i >= 0; i-- {
+			_, _ = ow.WriteAt(olds[i][:], x.slotPosition(int64(hashes[i])%x.slotCount))
+		}
+	}
+	for i, hash := range hashes {
+		n := h.IndexCount + int32(i)
+		putBE32(x.slot[:], uint32(n))
+		if err := ow.SwapAt(x.slot[:], olds[i][:], x.slotPosition(int64(hash)%x.slotCount)); err != nil {
+			undo(i)
+			return fmt.Errorf("indexfile: %s: swap slot: %w", f.mf.Path(), err)
+		}
+		previous := int32(be32(olds[i][:]))
+		if previous <= 0 || previous >= n {
+			previous = 0
+		}
+		EncodeEntry(x.entries.buf[i*EntrySize:], Entry{KeyHash: hash, PhyOffset: physicalOffset, TimeDiff: diff, PrevIndex: previous})
+	}
+	x.entries.n = len(hashes)
 	want := x.entryPosition(h.IndexCount)
-	at, err := f.mf.Append(EntrySize, &x.entry)
+	at, err := f.mf.Append(len(hashes)*EntrySize, &x.entries)
 	if err != nil {
-		return fmt.Errorf("indexfile: %s: append entry %d: %w", f.mf.Path(), h.IndexCount, err)
+		undo(len(hashes))
+		return fmt.Errorf("indexfile: %s: append entries %d–%d: %w", f.mf.Path(), h.IndexCount, h.IndexCount+int32(len(hashes))-1, err)
 	}
 	if at != want {
 		return fmt.Errorf("indexfile: %s: entry %d appended at %d, want %d: %w", f.mf.Path(), h.IndexCount, at, want, ErrCorrupt)
@@ -462,12 +502,8 @@ func (x *Index) putHashLocked(ctx context.Context, f *file, keyHash int32, physi
 			return fmt.Errorf("indexfile: %s: commit: %w", f.mf.Path(), err)
 		}
 	}
-	putBE32(x.slot[:], uint32(h.IndexCount))
-	if _, err := ow.WriteAt(x.slot[:], slotPosition); err != nil {
-		return fmt.Errorf("indexfile: %s: write slot: %w", f.mf.Path(), err)
-	}
-	h.HashSlotCount++
-	h.IndexCount++
+	h.HashSlotCount += int32(len(hashes))
+	h.IndexCount += int32(len(hashes))
 	h.EndPhyOffset, h.EndTimestamp = physicalOffset, storeTimestamp
 	f.generation++
 	return nil

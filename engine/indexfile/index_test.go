@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -859,5 +860,66 @@ func TestPutKeysIsPutPerKey(t *testing.T) {
 		if xf[i] != yf[i] || !bytes.Equal(a, b) {
 			t.Fatalf("file %d differs: %+v vs %+v", i, xf[i], yf[i])
 		}
+	}
+}
+
+// failingAppends opens files whose Append fails while fail is set; their
+// overwrites go through.
+type failingAppends struct {
+	mappedfile.Backend
+	fail *atomic.Bool
+}
+
+type failingAppendFile struct {
+	mappedfile.MappedFile
+	mappedfile.Overwriter
+	fail *atomic.Bool
+}
+
+func (b failingAppends) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
+	mf, err := b.Backend.Open(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return failingAppendFile{mf, mf.(mappedfile.Overwriter), b.fail}, nil
+}
+
+func (f failingAppendFile) Append(n int, enc mappedfile.Encoder) (int64, error) {
+	if f.fail.Load() {
+		return 0, faultfile.ErrInjected
+	}
+	return f.MappedFile.Append(n, enc)
+}
+
+// TestFailedAppendPutsTheSlotsBack: a record's slots are swapped for their
+// new heads before its entries are appended; when the append fails the old
+// heads go back, so no slot points at an entry that was never written.
+func TestFailedAppendPutsTheSlotsBack(t *testing.T) {
+	ctx := context.Background()
+	var fail atomic.Bool
+	x := openIndex(t, failingAppends{mappedfile.NewMemFS(mappedfile.MemOptions{}), &fail}, 3, 50)
+	defer x.Close()
+	if err := x.PutKeys(ctx, []string{"T#a", "T#b", "T#c", "T#d"}, 1000, baseTime.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	f := x.Files()[0]
+	slots := func() []byte {
+		mf := x.files[0].mf
+		b := make([]byte, 3*SlotSize)
+		if _, err := mf.ReadAt(b, HeaderSize); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	before := slots()
+	fail.Store(true)
+	if err := x.PutKeys(ctx, []string{"T#e", "T#f", "T#g"}, 2000, baseTime.UnixMilli()+1); !errors.Is(err, faultfile.ErrInjected) {
+		t.Fatalf("PutKeys with a failing append: %v", err)
+	}
+	if after := slots(); !bytes.Equal(before, after) {
+		t.Fatalf("slots %x after the failed append, want them as before: %x", after, before)
+	}
+	if got := x.Files()[0]; got != f {
+		t.Fatalf("header %+v after the failed append, want %+v", got.Header, f.Header)
 	}
 }

@@ -962,6 +962,19 @@ func testOverwrite(t *testing.T, h *harness) {
 	if _, err := mf.ReadAt(got, 10); err != nil || string(got) != "HEAD" {
 		t.Fatalf("read after overwrite: %q %v", got, err)
 	}
+	// SwapAt hands back what it replaces.
+	if err := ow.SwapAt([]byte("SWAP"), got, 10); err != nil || string(got) != "HEAD" {
+		t.Fatalf("swap: got back %q %v, want HEAD", got, err)
+	}
+	if err := ow.SwapAt([]byte("HEAD"), got, 10); err != nil || string(got) != "SWAP" {
+		t.Fatalf("swap back: got back %q %v, want SWAP", got, err)
+	}
+	if err := ow.SwapAt([]byte("X"), got[:1], 3*mappedfile.PageSize); !errors.Is(err, mappedfile.ErrOutOfRange) {
+		t.Fatalf("swap past wrote: %v, want ErrOutOfRange", err)
+	}
+	if err := ow.SwapAt([]byte("HEAD"), got[:2], 10); !errors.Is(err, mappedfile.ErrInvalidArgument) {
+		t.Fatalf("swap into a short buffer: %v, want ErrInvalidArgument", err)
+	}
 	if _, err := mf.Flush(h.ctx, 0); err != nil { // nothing appended: must still flush the overwrite
 		t.Fatal(err)
 	}

@@ -313,6 +313,22 @@ func (f *faultyFile) WriteAt(p []byte, filePos int64) (int, error) {
 	return ow.WriteAt(p, filePos)
 }
 
+// SwapAt forwards to the wrapped file when it is a mappedfile.Overwriter; it
+// counts as an append for fault injection, as WriteAt does.
+func (f *faultyFile) SwapAt(p, old []byte, filePos int64) error {
+	ow, ok := f.MappedFile.(mappedfile.Overwriter)
+	if !ok {
+		return fmt.Errorf("%s: overwrite: %w", f.Path(), mappedfile.ErrUnsupported)
+	}
+	if err := f.sticky(); err != nil {
+		return err
+	}
+	if err := inject(context.Background(), f.faults, OpAppend, f.Path(), f.FromOffset()+filePos+int64(len(p))); err != nil {
+		return f.fail(fmt.Errorf("%s: overwrite: %w", f.Path(), err))
+	}
+	return ow.SwapAt(p, old, filePos)
+}
+
 // Unwrap returns the wrapped file.
 func (f *faultyFile) Unwrap() mappedfile.MappedFile { return f.MappedFile }
 
