@@ -187,6 +187,10 @@ func feedKeys(hashes []int32, m *Message) ([]int32, int64) {
 // non-empty space-separated key of keys, then uniq when not empty (RocketMQ
 // indexes both as "topic#key").
 func keyHashes(hashes []int32, topic, keys, uniq string) []int32 {
+	if keys == "" && uniq == "" {
+		return hashes
+	}
+	prefix := record.IndexKeyPrefix(topic)
 	for len(keys) > 0 {
 		key := keys
 		if i := strings.IndexByte(keys, ' '); i >= 0 {
@@ -195,11 +199,11 @@ func keyHashes(hashes []int32, topic, keys, uniq string) []int32 {
 			keys = ""
 		}
 		if key != "" {
-			hashes = append(hashes, record.IndexKeyHashOf(topic, key))
+			hashes = append(hashes, record.IndexKeyHashIn(prefix, key))
 		}
 	}
 	if uniq != "" {
-		hashes = append(hashes, record.IndexKeyHashOf(topic, uniq))
+		hashes = append(hashes, record.IndexKeyHashIn(prefix, uniq))
 	}
 	return hashes
 }

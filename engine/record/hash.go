@@ -13,6 +13,11 @@ func JavaHashCode(s string) int32 { return JavaHashCodeAppend(0, s) }
 // built. ASCII, what keys and tags nearly always are, costs a byte loop.
 func JavaHashCodeAppend(h int32, s string) int32 {
 	i := 0
+	// Four ASCII bytes at a time: h·31⁴ + a·31³ + b·31² + c·31 + d, the
+	// same sum with a shorter chain of dependent multiplies.
+	for ; i+4 <= len(s) && (s[i]|s[i+1]|s[i+2]|s[i+3]) < 0x80; i += 4 {
+		h = 923521*h + 29791*int32(s[i]) + 961*int32(s[i+1]) + 31*int32(s[i+2]) + int32(s[i+3])
+	}
 	for ; i < len(s) && s[i] < 0x80; i++ {
 		h = 31*h + int32(s[i])
 	}
@@ -45,7 +50,17 @@ func IndexKeyHash(key string) int32 { return indexHash(JavaHashCode(key)) }
 // IndexKeyHashOf is IndexKeyHash(topic + "#" + key) without building the
 // key; topic is a valid topic name (ASCII, ValidateTopic).
 func IndexKeyHashOf(topic, key string) int32 {
-	return indexHash(JavaHashCodeAppend(31*JavaHashCode(topic)+'#', key))
+	return IndexKeyHashIn(IndexKeyPrefix(topic), key)
+}
+
+// IndexKeyPrefix is the hash of topic + "#" that IndexKeyHashIn continues:
+// a record's keys share it.
+func IndexKeyPrefix(topic string) int32 { return 31*JavaHashCode(topic) + '#' }
+
+// IndexKeyHashIn is IndexKeyHashOf(topic, key) for prefix =
+// IndexKeyPrefix(topic).
+func IndexKeyHashIn(prefix int32, key string) int32 {
+	return indexHash(JavaHashCodeAppend(prefix, key))
 }
 
 func indexHash(h int32) int32 {

@@ -3,6 +3,7 @@ package record
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // Expected values were printed by OpenJDK 17's String.hashCode().
@@ -108,3 +109,29 @@ func TestIndexKeyHashOf(t *testing.T) {
 		}
 	}
 }
+
+// TestJavaHashCodeEveryLength: the four-bytes-at-a-time ASCII loop against
+// the UTF-16 reference for every length up to 40 and a non-ASCII rune at
+// every position.
+func TestJavaHashCodeEveryLength(t *testing.T) {
+	const ascii = "TopicTest#KEY-0123456789abcdefghij~ !\x7f\x01Z"
+	for n := 0; n <= len(ascii); n++ {
+		for _, s := range []string{ascii[:n], ascii[:n/2] + "é" + ascii[n/2:n], ascii[:n] + "\U0001F600"} {
+			var want int32
+			for _, unit := range utf16Units(s) {
+				want = 31*want + int32(unit)
+			}
+			if got := JavaHashCode(s); got != want {
+				t.Errorf("JavaHashCode(%+q) = %d, want %d", s, got, want)
+			}
+			if half := len(s) / 2; utf8ValidCut(s, half) {
+				if got := JavaHashCodeAppend(JavaHashCode(s[:half]), s[half:]); got != want {
+					t.Errorf("JavaHashCodeAppend over %+q cut in half = %d, want %d", s, got, want)
+				}
+			}
+		}
+	}
+}
+
+// utf8ValidCut reports whether s cut at i leaves whole runes on both sides.
+func utf8ValidCut(s string, i int) bool { return utf8.ValidString(s[:i]) && utf8.ValidString(s[i:]) }

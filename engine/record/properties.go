@@ -46,7 +46,20 @@ func EncodeProperties(dst []byte, props []Property) ([]byte, error) {
 // and the rest are short and ASCII, so the UTF-8 check rarely runs).
 func checkPropertyText(s string) error {
 	ascii := true
-	for i := 0; i < len(s); i++ {
+	i := 0
+	// Eight bytes at a time while each is ASCII and above 0x02 (a word w
+	// has a byte below 3 iff (w − 0x03…03) & ^w & 0x80…80 ≠ 0, for bytes
+	// below 0x80); the byte loop below takes the rest, and any word that
+	// is not so (a 0x00, a separator, non-ASCII) from its first byte.
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if w&highs != 0 || (w-3*ones)&^w&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == nameValueSeparator || c == propertySeparator:
 			return fmt.Errorf("separator byte 0x%02X at byte %d", c, i)

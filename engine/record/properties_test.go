@@ -183,3 +183,23 @@ func FuzzLookupDispatchProperties(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckPropertyTextEveryPosition: a separator or invalid UTF-8 is found
+// at every position of texts around the eight-byte words the check reads;
+// 0x00, 0x03 and valid UTF-8 are accepted there.
+func TestCheckPropertyTextEveryPosition(t *testing.T) {
+	base := strings.Repeat("abcdefgh", 3)
+	for n := 1; n <= len(base); n++ {
+		for at := 0; at < n; at++ {
+			for _, c := range []struct {
+				insert string
+				ok     bool
+			}{{"\x01", false}, {"\x02", false}, {"\xff", false}, {"\xc3", false}, {"\x00", true}, {"\x03", true}, {"é", true}, {"\x7f", true}} {
+				s := base[:at] + c.insert + base[at:n]
+				if err := checkPropertyText(s); (err == nil) != c.ok {
+					t.Fatalf("checkPropertyText(%+q) = %v, want ok %v", s, err, c.ok)
+				}
+			}
+		}
+	}
+}
