@@ -546,6 +546,9 @@ type Ratio struct {
 	Low     float64 `json:"low"`
 	High    float64 `json:"high"`
 	Note    string  `json:"note,omitempty"`
+	// Missing says why there is no ratio (a denominator that is zero or
+	// missing); Median, Low and High are then 0 and mean nothing.
+	Missing string `json:"missing,omitempty"`
 }
 
 // Comparison is one figure of two cells with the verdict a rank test over

@@ -1,0 +1,105 @@
+package report
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/mqstore/mqstore/bench/runfile"
+)
+
+// TestRenderedThresholdsComeFromConstants: no string literal of the
+// rendering code writes a decision threshold (a multiple, a percentage, a
+// sample count) as a number: each is formatted from the constant its rule
+// uses, so the text and the rule cannot disagree.
+func TestRenderedThresholdsComeFromConstants(t *testing.T) {
+	threshold := regexp.MustCompile(`(^|[^%.\w])\d+(\.\d+)? ?(×|x\b|%)|\d+ samples`)
+	files := []string{"tables.go", "analyze.go", "summary.go", "benchtxt.go", "compare.go", "peers.go", "replication.go", "sweep.go"}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		file, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				t.Fatalf("%s: %v", fset.Position(lit.Pos()), err)
+			}
+			for _, m := range threshold.FindAllStringIndex(s, -1) {
+				if s[m[1]-1] == '%' && m[1] < len(s) && unicode.IsLetter(rune(s[m[1]])) {
+					continue // a count before a format verb ("1%s"), not a percentage
+				}
+				t.Errorf("%s: %q is written as a literal in %.80q", fset.Position(lit.Pos()), strings.TrimSpace(s[m[0]:m[1]]), s)
+			}
+			return true
+		})
+	}
+}
+
+// TestLatencyFootnoteStatesTheDeadline: the latency table says in words
+// when an arrival counts as unstarted, the thresholds from their constants.
+func TestLatencyFootnoteStatesTheDeadline(t *testing.T) {
+	f := fakeRun()
+	Analyze(f)
+	var b strings.Builder
+	writeLatency(&b, f)
+	out := b.String()
+	for _, want := range []string{
+		"never started by the deadline: the window's end plus a tenth of the window",
+		"fewer than " + strconv.Itoa(runfile.MinSamplesAbove) + " samples above it",
+		"p99.9 below " + strconv.Itoa(runfile.GeneratorBoundFactor) + "× the floor's",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "+ a tenth") {
+		t.Errorf("the garbled deadline is still there:\n%s", out)
+	}
+}
+
+// TestPeerRatiosNeedADenominator: a peer figure of zero (or a latency
+// interval reaching zero) gives no ratio — never 0×, Inf or NaN — and the
+// note says why.
+func TestPeerRatiosNeedADenominator(t *testing.T) {
+	f := baseRun()
+	c := known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
+	lat := known("latency-mmap-1024-sync-r1000", "latency", "mmap", "sync", 1000, map[string][3]float64{"p50Ns": {2e5, 1.9e5, 2.1e5}})
+	lat.Tail = &runfile.Tail{Count: 1e5, Points: []runfile.TailPoint{{Name: "p50Ns", Quantile: 0.5, ValueNs: 2e5, LoNs: 1.9e5, HiNs: 2.1e5, Above: 5e4}}}
+	p := known("throughput-pebble-wal-1024-sync-p16", "throughput", "pebble-wal", "sync", 16, map[string][3]float64{"msgsPerSec": {0, 0, 0}})
+	pl := known("latency-pebble-wal-1024-sync-r1000", "latency", "pebble-wal", "sync", 1000, map[string][3]float64{"p50Ns": {1e5, 0, 1.1e5}})
+	pl.Tail = &runfile.Tail{Count: 1e5, Points: []runfile.TailPoint{{Name: "p50Ns", Quantile: 0.5, ValueNs: 1e5, LoNs: 0, HiNs: 1.1e5, Above: 5e4}}}
+	p.Peer, pl.Peer = true, true
+	f.Cells, f.Peers = []runfile.Cell{c, lat}, []runfile.Cell{p, pl}
+	rs := append(peerRatios(f, &f.Cells[0]), peerRatios(f, &f.Cells[1])...)
+	if len(rs) != 2 {
+		t.Fatalf("want a row for each pair, got %+v", rs)
+	}
+	for _, r := range rs {
+		for _, v := range []float64{r.Median, r.Low, r.High} {
+			if math.IsInf(v, 0) || math.IsNaN(v) || v != 0 {
+				t.Errorf("%s ÷ %s %s: a ratio %v without a denominator", r.Cell, r.Against, r.Figure, v)
+			}
+		}
+		if r.Missing == "" || ratioRange(r) != "—" {
+			t.Errorf("%s ÷ %s %s: shown as %q, reason %q", r.Cell, r.Against, r.Figure, ratioRange(r), r.Missing)
+		}
+	}
+	f.Ratios = rs
+	var b strings.Builder
+	writeRatios(&b, f)
+	if out := b.String(); !strings.Contains(out, "no ratio: "+p.Name+"'s msgsPerSec is 0") || !strings.Contains(out, "no ratio: "+pl.Name+"'s p50Ns interval reaches 0") {
+		t.Errorf("the reasons are not in the table:\n%s", out)
+	}
+}
