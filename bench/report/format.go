@@ -94,6 +94,9 @@ func figFormat(figure string) func(float64) string {
 
 // ratioRange shows a ratio and the widest the intervals allow: "1.2× [1.1×–1.3×]".
 func ratioRange(r runfile.Ratio) string {
+	if r.Missing != "" {
+		return "—"
+	}
 	return withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
 }
 

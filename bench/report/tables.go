@@ -617,7 +617,7 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		fmt.Fprintf(b, "### %s\n\n", titles[kind])
 		t := newTable(b, "cell", "against", "figure", "ratio>", "note")
 		for _, r := range rows {
-			t.row(r.Cell, r.Against, r.Figure, ratioRange(r), r.Note)
+			t.row(r.Cell, r.Against, r.Figure, ratioRange(r), strings.Join(slices.DeleteFunc([]string{r.Note, r.Missing}, func(s string) bool { return s == "" }), " — "))
 		}
 		b.WriteString("\n")
 	}
