@@ -103,3 +103,49 @@ func TestPeerRatiosNeedADenominator(t *testing.T) {
 		t.Errorf("the reasons are not in the table:\n%s", out)
 	}
 }
+
+// TestRatePlotShowsTheMergedTail: the p99.9-against-rate plot shows the
+// p99.9 of the merged histogram of every repeat (the tables' figure), not
+// the median of the repeats' p99.9s, with the repeats' range as its
+// whisker, and its title says so. Four repeats of 1000 samples at 100 µs
+// and one whose last 10 samples took 10 ms: the repeats' median p99.9 is
+// 100 µs, the merged one 10 ms.
+func TestRatePlotShowsTheMergedTail(t *testing.T) {
+	f := baseRun()
+	c := mkCell("latency-mmap-1024-sync-r1000", "latency", "mmap", "sync", []float64{1000, 1000, 1000, 1000, 1000}, []float64{1, 1, 1, 1, 1}, []int{100, 100, 100, 100, 100})
+	for i := range c.Repeats {
+		us := make([]int, 1000)
+		for k := range us {
+			us[k] = 100
+			if i == 3 && k >= 990 {
+				us[k] = 10_000
+			}
+		}
+		c.Repeats[i].Result.Latency = histogramOf(us...)
+		c.Repeats[i].Figures = runfile.FiguresOf(&c.Repeats[i].Result, nil)
+	}
+	var fs []runfile.Figures
+	for _, r := range c.MeasuredRepeats() {
+		fs = append(fs, r.Figures)
+	}
+	c.Figures = runfile.Summarize(fs).Median
+	c.SetTails()
+	f.Cells = []runfile.Cell{c}
+	if c.P999Ns > 101_000 {
+		t.Fatalf("the repeats' median p99.9 is %d ns: the test needs it at 100 µs", c.P999Ns)
+	}
+	order, series, _, _ := rateCurves(f, "sync")
+	if len(order) != 1 || len(series[order[0]]) != 1 {
+		t.Fatalf("curves %v %v", order, series)
+	}
+	pt, merged := series[order[0]][0], c.Tail.Point("p999Ns")
+	if pt.y != us(float64(merged.ValueNs)) || merged.ValueNs < 9_900_000 {
+		t.Errorf("plotted p99.9 %v µs, the tables' merged p99.9 %d ns", pt.y, merged.ValueNs)
+	}
+	if pt.lo > 101 || pt.hi < 9_900 {
+		t.Errorf("whisker %v–%v µs, want the repeats' 100 µs–10 ms", pt.lo, pt.hi)
+	}
+	if title := latencyRatePlotTitle("sync"); !strings.Contains(title, "merged repeats, as in the tables") || !strings.Contains(title, "whiskers") {
+		t.Errorf("title %q does not say what it shows", title)
+	}
+}

@@ -191,22 +191,23 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
 }
 
-// latencyRatePlot draws each system's p99.9 against the rate it achieved,
-// one point per rung (saturated rungs at their achieved rate, their p99.9
-// a lower bound), with the floor.
-func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
-	p := newPlot(fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)", flush), "achieved msgs/s (log)", "p99.9 (log)")
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, usTicks()
-	series := map[string]plotter.XYs{}
-	saturated := plotter.XYs{}
-	var order []string
+// ratePoint is one rung of the p99.9-against-rate plot: the achieved
+// rate, the p99.9 of the merged histogram of every measured repeat (the
+// figure the tables show) and the lowest and highest p99.9 of a single
+// repeat (the whisker).
+type ratePoint struct{ x, y, lo, hi float64 }
+
+// rateCurves are the points of the p99.9-against-rate plot: each system's
+// unsaturated rungs (in order of first appearance), the saturated rungs
+// (their p99.9 a lower bound) and the floor's.
+func rateCurves(f *runfile.RunFile, flush string) (order []string, series map[string][]ratePoint, saturated, floor []ratePoint) {
+	series = map[string][]ratePoint{}
 	for _, c := range unpressured(f, "latency", flush) {
 		if c.TwinOf != "" {
 			continue
 		}
 		name := sizedLabel(f, c)
-		pt := plotter.XY{X: math.Max(c.MsgsPerSec, 1), Y: us(float64(c.P999Ns))}
+		pt := tailPoint(math.Max(c.MsgsPerSec, 1), c.Tail, c.P999Ns)
 		if c.Status == runfile.StatusSaturated {
 			saturated = append(saturated, pt)
 			continue
@@ -216,32 +217,81 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		}
 		series[name] = append(series[name], pt)
 	}
-	var floor plotter.XYs
 	for _, fl := range f.Floors {
 		if fl.Pressure == "none" && fl.Status == runfile.StatusOK {
-			floor = append(floor, plotter.XY{X: fl.RatePerSec, Y: us(float64(fl.P999Ns))})
+			floor = append(floor, tailPoint(fl.RatePerSec, fl.Tail, fl.P999Ns))
 		}
 	}
+	for _, xys := range series {
+		sort.Slice(xys, func(a, b int) bool { return xys[a].x < xys[b].x })
+	}
+	sort.Slice(floor, func(a, b int) bool { return floor[a].x < floor[b].x })
+	return order, series, saturated, floor
+}
+
+// tailPoint is the merged tail's p99.9 at x (µs) with its range over the
+// repeats; the median of the repeats' without a tail (a run file without
+// histograms).
+func tailPoint(x float64, t *runfile.Tail, medianNs int64) ratePoint {
+	y := us(float64(tailNs(t, "p999Ns", medianNs)))
+	pt := ratePoint{x: x, y: y, lo: y, hi: y}
+	if p := t.Point("p999Ns"); p != nil {
+		pt.lo, pt.hi = us(float64(p.RepeatMinNs)), us(float64(p.RepeatMaxNs))
+	}
+	return pt
+}
+
+// xys and whiskers turn rate points into what gonum draws.
+func xys(pts []ratePoint) plotter.XYs {
+	return mapped(pts, func(p ratePoint) plotter.XY { return plotter.XY{X: p.x, Y: p.y} })
+}
+
+func whiskers(pts []ratePoint) (*plotter.YErrorBars, error) {
+	errs := mapped(pts, func(p ratePoint) struct{ Low, High float64 } {
+		return struct{ Low, High float64 }{math.Max(p.y-p.lo, 0), math.Max(p.hi-p.y, 0)}
+	})
+	return plotter.NewYErrorBars(struct {
+		plotter.XYs
+		plotter.YErrors
+	}{xys(pts), plotter.YErrors(errs)})
+}
+
+// latencyRatePlotTitle says what the p99.9-against-rate plot shows.
+func latencyRatePlotTitle(flush string) string {
+	return fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)\n"+
+		"p99.9 of the merged repeats, as in the tables; whiskers: the lowest and highest repeat's", flush)
+}
+
+// latencyRatePlot draws each system's p99.9 against the rate it achieved,
+// one point per rung (saturated rungs at their achieved rate, their p99.9
+// a lower bound), with the floor.
+func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
+	p := newPlot(latencyRatePlotTitle(flush), "achieved msgs/s (log)", "p99.9 (log)")
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, usTicks()
+	order, series, saturated, floor := rateCurves(f, flush)
 	for i, name := range order {
-		xys := series[name]
-		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
-		line, pts, err := plotter.NewLinePoints(xys)
+		line, pts, err := plotter.NewLinePoints(xys(series[name]))
 		if err != nil {
 			return err
 		}
 		styleLine(line, i)
 		pts.Color = line.Color
-		p.Add(line, pts)
+		w, err := whiskers(series[name])
+		if err != nil {
+			return err
+		}
+		w.Color = line.Color
+		p.Add(line, pts, w)
 		p.Legend.Add(name, line, pts)
 	}
-	sort.Slice(floor, func(a, b int) bool { return floor[a].X < floor[b].X })
-	if err := addLine(p, "floor (no-op) p99.9", floor, func(l *plotter.Line) {
+	if err := addLine(p, "floor (no-op) p99.9", xys(floor), func(l *plotter.Line) {
 		l.Color, l.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
 	}); err != nil {
 		return err
 	}
 	if len(saturated) > 0 {
-		sc, err := plotter.NewScatter(saturated)
+		sc, err := plotter.NewScatter(xys(saturated))
 		if err != nil {
 			return err
 		}
