@@ -149,3 +149,35 @@ func TestRatePlotShowsTheMergedTail(t *testing.T) {
 		t.Errorf("title %q does not say what it shows", title)
 	}
 }
+
+// TestPSIShareIsOverTheElapsedTime: a PSI share is the stall's growth over
+// the wall time between the samples, whatever the sampling interval was —
+// 50 ms of stall in 250 ms is 20 %, not 50 % of a nominal 100 ms. A sample
+// without its interval (an older run file) takes it from the sample before;
+// the first such sample has none and is not drawn.
+func TestPSIShareIsOverTheElapsedTime(t *testing.T) {
+	ms := int64(1e6)
+	samples := []runfile.Sample{
+		{UnixNs: 1000 * ms, IntervalNs: 250 * ms, IOSomeStallUs: 50_000, MemSomeStallUs: 25_000},
+		{UnixNs: 1100 * ms, IntervalNs: 100 * ms, IOSomeStallUs: 50_000},
+		{UnixNs: 1400 * ms, IOSomeStallUs: 30_000},           // no interval: 300 ms since the one before
+		{UnixNs: 1500 * ms, IntervalNs: 0, IOSomeStallUs: 1}, // 100 ms
+	}
+	io, mem := psiShares(samples)
+	want := []float64{20, 50, 10, 0.001}
+	if len(io) != len(want) {
+		t.Fatalf("io shares %v", io)
+	}
+	for i, w := range want {
+		if math.Abs(io[i].Y-w) > 1e-9 || io[i].X != float64(samples[i].UnixNs) {
+			t.Errorf("sample %d: io some %v%% at %v, want %v%%", i, io[i].Y, io[i].X, w)
+		}
+	}
+	if math.Abs(mem[0].Y-10) > 1e-9 {
+		t.Errorf("memory some %v%%, want 10%%", mem[0].Y)
+	}
+	old := []runfile.Sample{{UnixNs: 1000 * ms, IOSomeStallUs: 50_000}, {UnixNs: 1200 * ms, IOSomeStallUs: 50_000}}
+	if io, _ := psiShares(old); len(io) != 1 || math.Abs(io[0].Y-25) > 1e-9 {
+		t.Errorf("an older run's shares %v, want one point of 25%%", io)
+	}
+}

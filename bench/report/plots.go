@@ -432,8 +432,14 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	}
 	dirty := mk("page cache: dirty and under writeback", "MiB")
 	swap := mk("swap-ins, swap-outs, major faults per 100 ms", "pages / faults")
-	psi := mk("pressure stall (share of the 100 ms some task stalled); CPU steal", "%")
-	var nd, nw, si, so, mf, io, mem, steal plotter.XYs
+	psi := mk("pressure stall (share of the time since the previous sample some task stalled); CPU steal", "%")
+	var nd, nw, si, so, mf, steal plotter.XYs
+	io, mem := psiShares(rep.Samples)
+	for _, xys := range []plotter.XYs{io, mem} {
+		for i := range xys {
+			xys[i].X = sec(int64(xys[i].X))
+		}
+	}
 	for _, s := range rep.Samples {
 		x := sec(s.UnixNs)
 		nd = append(nd, plotter.XY{X: x, Y: float64(s.NrDirtyPages) * 4096 / (1 << 20)})
@@ -441,8 +447,6 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		si = append(si, plotter.XY{X: x, Y: float64(s.PswpIn)})
 		so = append(so, plotter.XY{X: x, Y: float64(s.PswpOut)})
 		mf = append(mf, plotter.XY{X: x, Y: float64(s.PgMajFault)})
-		io = append(io, plotter.XY{X: x, Y: float64(s.IOSomeStallUs) / 1e3})
-		mem = append(mem, plotter.XY{X: x, Y: float64(s.MemSomeStallUs) / 1e3})
 		steal = append(steal, plotter.XY{X: x, Y: s.StealPct})
 	}
 	for _, step := range []struct {
@@ -460,6 +464,30 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	alignX([]*plot.Plot{lat, dirty, swap, psi}, p99, nd)
 	return drawColumn(path, []*plot.Plot{lat, dirty, swap, psi})
 }
+
+// psiShares are the PSI "some" shares (%) of io and memory at each sample
+// (x: its UnixNs): the stall's growth (µs) over the wall time since the
+// sample before. A sample that does not record that time (a run file from
+// before it was) takes it from the previous sample's time; the first of
+// those has none and is left out.
+func psiShares(samples []runfile.Sample) (io, mem plotter.XYs) {
+	for i, s := range samples {
+		wallNs := s.IntervalNs
+		if wallNs <= 0 && i > 0 {
+			wallNs = s.UnixNs - samples[i-1].UnixNs
+		}
+		if wallNs <= 0 {
+			continue
+		}
+		x := float64(s.UnixNs)
+		io = append(io, plotter.XY{X: x, Y: stallPct(s.IOSomeStallUs, wallNs)})
+		mem = append(mem, plotter.XY{X: x, Y: stallPct(s.MemSomeStallUs, wallNs)})
+	}
+	return io, mem
+}
+
+// stallPct is a PSI total's growth (µs of stall) as a share (%) of wallNs.
+func stallPct(stallUs, wallNs int64) float64 { return 100 * float64(stallUs) * 1e3 / float64(wallNs) }
 
 // alignX gives every plot the x range the series cover.
 func alignX(plots []*plot.Plot, series ...plotter.XYs) {

@@ -327,7 +327,11 @@ type StoreCounters struct {
 // PSI avg10 (%) and stall growth (µs), the 1-minute load average and the
 // share of CPU time stolen by the hypervisor since the previous sample.
 type Sample struct {
-	UnixNs           int64   `json:"unixNs"`
+	UnixNs int64 `json:"unixNs"`
+	// IntervalNs is the wall time since the previous sample (or the
+	// sampler's start), over which the counts and stalls grew (0 in run
+	// files from before it was recorded).
+	IntervalNs       int64   `json:"intervalNs,omitempty"`
 	NrDirtyPages     int64   `json:"nrDirty"`
 	NrWritebackPages int64   `json:"nrWriteback"`
 	PswpIn           int64   `json:"pswpin"`
