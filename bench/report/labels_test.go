@@ -181,3 +181,21 @@ func TestPSIShareIsOverTheElapsedTime(t *testing.T) {
 		t.Errorf("an older run's shares %v, want one point of 25%%", io)
 	}
 }
+
+// TestConsumeSaysWhatItsSenderCPUCovers: the consume table's footnote says
+// what the sender CPU counted — the sends alone, or (an older run file)
+// until the reader had everything.
+func TestConsumeSaysWhatItsSenderCPUCovers(t *testing.T) {
+	f := baseRun()
+	c := known("consume-mmap-1024-hot-copy", "consume", "mmap", "async", 1, map[string][3]float64{"msgsPerSec": {1e6, 1e6, 1e6}})
+	c.Variant = "hot-copy"
+	f.Cells = []runfile.Cell{c}
+	var old strings.Builder
+	writeConsume(&old, f)
+	f.Cells[0].SenderCPU = runfile.SenderCPUSends
+	var now strings.Builder
+	writeConsume(&now, f)
+	if !strings.Contains(old.String(), "counted its wait for the reader too") || !strings.Contains(now.String(), "until its last send returned (not the wait for the reader)") {
+		t.Errorf("older run:\n%s\nthis harness:\n%s", old.String(), now.String())
+	}
+}

@@ -496,7 +496,17 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }),
 			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
 	}
-	b.WriteString("\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n")
+	fmt.Fprintf(b, "\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop, %s; *process CPU*: getrusage of the whole process until the reader has read everything. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n", senderCPUSpan(rows))
+}
+
+// senderCPUSpan says what the consume rows' sender CPU covers.
+func senderCPUSpan(rows []*runfile.Cell) string {
+	for _, c := range rows {
+		if c.SenderCPU != runfile.SenderCPUSends {
+			return "until the reader had read everything (this run's harness counted its wait for the reader too)"
+		}
+	}
+	return "from its first Get until its last send returned (not the wait for the reader)"
 }
 
 func writeRecovery(b *strings.Builder, f *runfile.RunFile) {

@@ -197,7 +197,12 @@ type Cell struct {
 	Durability *Durability `json:"durability,omitempty"`
 	Policy     string      `json:"policy,omitempty"`
 	Variant    string      `json:"variant,omitempty"`
-	Pressure   string      `json:"pressure"`
+	// SenderCPU says what a consume cell's CPU (cpuSecPerGiB) covers:
+	// SenderCPUSends, the sending thread from its first Get until its
+	// last send returned. Empty in older run files, whose sender CPU ran
+	// until the reader had read everything (the wait for it included).
+	SenderCPU string `json:"senderCpu,omitempty"`
+	Pressure  string `json:"pressure"`
 	// Replication is the master's role when a slave replicates the store
 	// under test (async: ASYNC_MASTER, sync: SYNC_MASTER; "": no slave);
 	// HADelayNs the one-way delay a proxy adds between the two (EMULATED:
@@ -276,6 +281,10 @@ type Durability struct {
 	// everything without a slave (mqstore cells only).
 	MachineLoss string `json:"machineLoss,omitempty"`
 }
+
+// SenderCPUSends is Cell.SenderCPU for a sender CPU that counts the
+// sends alone.
+const SenderCPUSends = "sends"
 
 // Measured reports whether a cell has figures (ok or saturated).
 func (c *Cell) Measured() bool { return c.Status == StatusOK || c.Status == StatusSaturated }
