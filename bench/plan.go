@@ -124,7 +124,7 @@ func replan(p runfile.Plan, c *Config, root bool, targets int) runfile.Plan {
 	p.Cells = n.storeCells + n.replCells + n.peerCells
 	p.Runs = int(rounds)*(p.Cells+n.floors) + n.probes
 	p.EstimatedSeconds = rounds*(float64(n.storeCells)*store+float64(n.replCells)*repl+float64(n.peerCells)*peer+float64(n.floors)*floor) +
-		float64(n.probes)*probe + float64(n.profiles)*c.ProfileDuration.Seconds() + limitSeconds(c)*float64(targets)
+		float64(n.probes)*probe + float64(n.profiles)*(c.Warmup+c.ProfileDuration).Seconds() + limitSeconds(c)*float64(targets)
 	if hasWorkload(c, WorkloadConsume) || hasWorkload(c, WorkloadRecovery) {
 		// Consume and recovery: filling their stores dominates (~300 MB/s).
 		bytes := float64(c.ConsumeBytes+c.RecoveryBytes) * float64(len(c.Backends)*len(c.Sizes)*targets)
