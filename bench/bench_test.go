@@ -461,13 +461,25 @@ func TestChooseWindow(t *testing.T) {
 	} {
 		cfg := cfg
 		c.mod(&cfg)
-		w, why := chooseWindow(&cfg, h, []runfile.Limit{dev}, "vda")
+		w, why := chooseWindow(&cfg, h, []runfile.Limit{dev}, []string{"vda"})
 		if w != c.want || !strings.Contains(why, c.whyPart) {
 			t.Errorf("%s: %v (%s), want %v (…%s…)", c.name, w, why, c.want, c.whyPart)
 		}
 	}
-	if w, why := chooseWindow(&cfg, h, nil, "vda"); w != 5*time.Second || !strings.Contains(why, "not measured") {
+	if w, why := chooseWindow(&cfg, h, nil, []string{"vda"}); w != 5*time.Second || !strings.Contains(why, "not measured") {
 		t.Errorf("no device figure: %v %s", w, why)
+	}
+	// Every target sizes it: the slowest one's rate, named in the reason.
+	hdd := dev
+	hdd.Target, hdd.Figures.MBPerSec = "hdd", dev.Figures.MBPerSec/4
+	for _, limits := range [][]runfile.Limit{{dev, hdd}, {hdd, dev}} {
+		w, why := chooseWindow(&cfg, h, limits, []string{"vda", "hdd"})
+		if w != 12*time.Second || !strings.Contains(why, "the slowest of the targets, hdd,") {
+			t.Errorf("two targets: %v (%s), want 12s sized by hdd", w, why)
+		}
+	}
+	if w, why := chooseWindow(&cfg, h, []runfile.Limit{dev}, []string{"vda", "hdd"}); w != 5*time.Second || !strings.Contains(why, "hdd was not measured") {
+		t.Errorf("one target unmeasured: %v %s", w, why)
 	}
 }
 

@@ -28,7 +28,11 @@ import (
 type loopback struct {
 	conn     *net.TCPConn
 	received atomic.Int64
-	done     chan error
+	// want is the count waitReceived waits for; the reader signals
+	// reached (buffered, one pending) when received gets there.
+	want    atomic.Int64
+	reached chan struct{}
+	done    chan error
 }
 
 func newLoopback() (*loopback, error) {
@@ -37,7 +41,7 @@ func newLoopback() (*loopback, error) {
 		return nil, fmt.Errorf("loopback: %w", err)
 	}
 	defer ln.Close()
-	l := &loopback{done: make(chan error, 1)}
+	l := &loopback{done: make(chan error, 1), reached: make(chan struct{}, 1)}
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -50,7 +54,12 @@ func newLoopback() (*loopback, error) {
 		buf := make([]byte, 1<<20)
 		for {
 			n, err := c.Read(buf)
-			l.received.Add(int64(n))
+			if l.received.Add(int64(n)) >= l.want.Load() {
+				select {
+				case l.reached <- struct{}{}:
+				default:
+				}
+			}
 			if err != nil {
 				c.Close()
 				if errors.Is(err, io.EOF) {
@@ -73,14 +82,20 @@ func newLoopback() (*loopback, error) {
 	return l, nil
 }
 
-// waitReceived waits until the reader has read n bytes in all.
+// waitReceived waits until the reader has read n bytes in all, blocked
+// (not spinning: the process's CPU is the pass's work).
 func (l *loopback) waitReceived(ctx context.Context, n int64) error {
-	deadline := time.Now().Add(time.Minute)
+	l.want.Store(n)
+	timeout := time.NewTimer(time.Minute)
+	defer timeout.Stop()
 	for l.received.Load() < n {
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("loopback reader got %d of %d bytes", l.received.Load(), n)
+		select {
+		case <-l.reached:
+		case <-ctx.Done():
+			return fmt.Errorf("loopback reader got %d of %d bytes: %w", l.received.Load(), n, ctx.Err())
+		case <-timeout.C:
+			return fmt.Errorf("loopback reader got %d of %d bytes in a minute", l.received.Load(), n)
 		}
-		runtime.Gosched()
 	}
 	return nil
 }
@@ -100,55 +115,79 @@ func processCPU() time.Duration {
 
 // consumePass reads queue 0 from offset 0 to count through Get and sends
 // every record to the loopback reader, by copy (CopyTo) or by sendfile
-// (WriteTo). It runs on a locked OS thread whose CPU time (RUSAGE_THREAD) is
-// the sender's cost.
+// (WriteTo). It runs on a locked OS thread whose CPU time (RUSAGE_THREAD)
+// until the last send returns is the sender's cost; the pass's time and
+// the process's CPU run until the reader has everything.
 func consumePass(ctx context.Context, s *engine.Store, l *loopback, count int64, sendfile bool) (runfile.Repeat, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	base := l.received.Load()
-	u0, s0 := threadCPU()
 	p0 := processCPU()
 	start := time.Now()
-	var msgs, sent int64
-	for offset := int64(0); offset < count; {
-		res, err := s.Get(ctx, consumeGroup, benchTopic, 0, offset, 1024, nil)
-		if err != nil {
-			return runfile.Repeat{}, err
-		}
-		if res.Status != engine.Found {
+	send := func() (msgs, sent int64, err error) {
+		for offset := int64(0); offset < count; {
+			res, err := s.Get(ctx, consumeGroup, benchTopic, 0, offset, 1024, nil)
+			if err != nil {
+				return msgs, sent, err
+			}
+			if res.Status != engine.Found {
+				res.Release()
+				return msgs, sent, fmt.Errorf("get at %d of %d: %s", offset, count, res.Status)
+			}
+			var n int64
+			if sendfile {
+				n, err = res.WriteTo(ctx, l.conn)
+			} else {
+				n, err = res.CopyTo(l.conn)
+			}
+			if err == nil && n != res.TotalBytes() {
+				err = fmt.Errorf("sent %d of %d bytes", n, res.TotalBytes())
+			}
+			msgs += int64(len(res.Messages))
+			sent += n
+			offset = res.NextBeginOffset
 			res.Release()
-			return runfile.Repeat{}, fmt.Errorf("get at %d of %d: %s", offset, count, res.Status)
+			if err != nil {
+				return msgs, sent, fmt.Errorf("send: %w", err)
+			}
 		}
-		var n int64
-		if sendfile {
-			n, err = res.WriteTo(ctx, l.conn)
-		} else {
-			n, err = res.CopyTo(l.conn)
-		}
-		if err == nil && n != res.TotalBytes() {
-			err = fmt.Errorf("sent %d of %d bytes", n, res.TotalBytes())
-		}
-		msgs += int64(len(res.Messages))
-		sent += n
-		offset = res.NextBeginOffset
-		res.Release()
-		if err != nil {
-			return runfile.Repeat{}, fmt.Errorf("send: %w", err)
-		}
+		return msgs, sent, nil
 	}
-	if err := l.waitReceived(ctx, base+sent); err != nil {
+	m, err := senderCPU(send, func(sent int64) error { return l.waitReceived(ctx, base+sent) }, threadCPU)
+	if err != nil {
 		return runfile.Repeat{}, err
 	}
 	elapsed := time.Since(start)
-	u1, s1 := threadCPU()
 	p1 := processCPU()
-	res := load.Result{Workload: WorkloadConsume, Messages: msgs, PayloadBytes: sent, ElapsedNs: elapsed.Nanoseconds(),
-		CPUUserNs: int64(u1 - u0), CPUSysNs: int64(s1 - s0)}
+	res := load.Result{Workload: WorkloadConsume, Messages: m.msgs, PayloadBytes: m.sent, ElapsedNs: elapsed.Nanoseconds(),
+		CPUUserNs: int64(m.user), CPUSysNs: int64(m.sys)}
 	f := runfile.Figures{MsgsPerSec: res.MsgsPerSec(), MBPerSec: res.MBPerSec(), CPUSecPerGiB: res.CPUSecPerGiB()}
-	if sent > 0 {
-		f.ProcessCPUSecPerGiB = (p1 - p0).Seconds() / (float64(sent) / (1 << 30))
+	if m.sent > 0 {
+		f.ProcessCPUSecPerGiB = (p1 - p0).Seconds() / (float64(m.sent) / (1 << 30))
 	}
 	return runfile.Repeat{Status: runfile.StatusOK, Figures: f, Result: res}, nil
+}
+
+// consumeSent is what a consume pass sent and the sending thread's CPU for it.
+type consumeSent struct {
+	msgs, sent int64
+	user, sys  time.Duration
+}
+
+// senderCPU runs send and then wait (for the reader to have what was
+// sent), and returns the CPU that threadCPU counts from send's start to
+// its end: the sender's own, not the wait for the reader.
+func senderCPU(send func() (msgs, sent int64, err error), wait func(sent int64) error, threadCPU func() (user, sys time.Duration)) (consumeSent, error) {
+	u0, s0 := threadCPU()
+	msgs, n, err := send()
+	u1, s1 := threadCPU()
+	if err != nil {
+		return consumeSent{}, err
+	}
+	if err := wait(n); err != nil {
+		return consumeSent{}, err
+	}
+	return consumeSent{msgs: msgs, sent: n, user: u1 - u0, sys: s1 - s0}, nil
 }
 
 // dropCaches makes the files under dir cold: sync, MADV_PAGEOUT on this
@@ -281,6 +320,7 @@ func (r *runner) consumeCells(ctx context.Context, t *target, backend string, si
 	}
 	for i := range cells {
 		cells[i].Options = options
+		cells[i].SenderCPU = runfile.SenderCPUSends
 		finishCell(&cells[i])
 		r.record(cells[i])
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/engine"
 )
 
 // system is one thing measured: a backend or a peer at a body size under a
@@ -502,17 +503,25 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 	}
 }
 
+// profileRepeat is the profiled run of a throughput cell in a fresh store
+// in dir: the cell's first producer count for ProfileDuration, after the
+// warm-up the measured repeats get (storeRepeat runs it before the hook,
+// which starts the profilers), with the engine's stage labels on.
+func profileRepeat(ctx context.Context, cfg *Config, dir string, sys system, hook func(*engine.Store, func())) runfile.Repeat {
+	sp := spec(cfg, "throughput", sys.size, cfg.Producers[0], 0, cfg.ProfileDuration, repeatSeed(cfg.Seed, 0))
+	store := sys.pol.Store
+	store.ProfileLabels = true // the engine labels its goroutines by stage: the CPU by stage
+	rep, _ := storeRepeat(ctx, store, dir, sys.backend, sys.pol.Flush, sp, hook)
+	return rep
+}
+
 // profile runs the throughput workload once more, unmeasured, under the
 // CPU, heap, block and mutex profilers.
 func (r *runner) profile(ctx context.Context, sys system, cell string) {
-	sp := spec(&r.cfg, "throughput", sys.size, r.cfg.Producers[0], 0, r.cfg.ProfileDuration, repeatSeed(r.cfg.Seed, 0))
-	sp.Warmup = 0
 	r.progress.step(cell+" (profiling)", 0, 1, 0)
 	var summaries []runfile.ProfileSummary
 	var perr error
-	store := sys.pol.Store
-	store.ProfileLabels = true // the engine labels its goroutines by stage: the CPU by stage
-	rep, _ := storeRepeat(ctx, store, filepath.Join(r.work, cell+"-profile"), sys.backend, sys.pol.Flush, sp, func(run func()) {
+	rep := profileRepeat(ctx, &r.cfg, filepath.Join(r.work, cell+"-profile"), sys, func(_ *engine.Store, run func()) {
 		summaries, perr = profileRun(r.profDir, cell, run)
 	})
 	switch {

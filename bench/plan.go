@@ -124,7 +124,7 @@ func replan(p runfile.Plan, c *Config, root bool, targets int) runfile.Plan {
 	p.Cells = n.storeCells + n.replCells + n.peerCells
 	p.Runs = int(rounds)*(p.Cells+n.floors) + n.probes
 	p.EstimatedSeconds = rounds*(float64(n.storeCells)*store+float64(n.replCells)*repl+float64(n.peerCells)*peer+float64(n.floors)*floor) +
-		float64(n.probes)*probe + float64(n.profiles)*c.ProfileDuration.Seconds() + limitSeconds(c)*float64(targets)
+		float64(n.probes)*probe + float64(n.profiles)*(c.Warmup+c.ProfileDuration).Seconds() + limitSeconds(c)*float64(targets)
 	if hasWorkload(c, WorkloadConsume) || hasWorkload(c, WorkloadRecovery) {
 		// Consume and recovery: filling their stores dominates (~300 MB/s).
 		bytes := float64(c.ConsumeBytes+c.RecoveryBytes) * float64(len(c.Backends)*len(c.Sizes)*targets)
@@ -178,31 +178,42 @@ func planLine(p *runfile.Plan, c *Config) string {
 // into buffers — the kernel's dirty page cache (mmap, uring, the
 // transient pool's fallback), the transient pool, uring's staging buffers
 // — faster than the device drains them, so the window is at least as long
-// as the device takes to absorb the largest of those buffers at its
-// measured sequential rate (clamped to [minWindow, maxWindow]).
-func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, target string) (time.Duration, string) {
+// as the slowest of the run's targets takes to absorb the largest of those
+// buffers at its measured sequential rate (clamped to [minWindow,
+// maxWindow]); the reason names that target.
+func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, targets []string) (time.Duration, string) {
 	if c.Duration > 0 {
 		return c.Duration, "given with --duration"
 	}
 	if !hasFlush(c, "async") {
 		return minWindow, "automatic: no async cell, and a sync acknowledgement is durable — nothing to absorb"
 	}
-	var devMBps float64
-	for _, l := range limits {
-		if l.Name == runfile.LimitDeviceSeq && l.Target == target && l.Status == runfile.StatusOK {
-			devMBps = l.MBPerSec
-		}
-	}
 	bufBytes, bufWhat := largestBuffer(c, h)
-	if devMBps <= 0 {
-		return 5 * time.Second, fmt.Sprintf("automatic: the device's rate was not measured (--no-limits or a failed probe), so 5 s; the largest buffer is %s (%s)",
-			fmtBytes(bufBytes), bufWhat)
+	slowest, devMBps := "", 0.0
+	for _, t := range targets {
+		rate := 0.0
+		for _, l := range limits {
+			if l.Name == runfile.LimitDeviceSeq && l.Target == t && l.Status == runfile.StatusOK {
+				rate = l.MBPerSec
+			}
+		}
+		if rate <= 0 {
+			return 5 * time.Second, fmt.Sprintf("automatic: the rate of %s was not measured (--no-limits or a failed probe), so 5 s; the largest buffer is %s (%s)",
+				t, fmtBytes(bufBytes), bufWhat)
+		}
+		if slowest == "" || rate < devMBps {
+			slowest, devMBps = t, rate
+		}
 	}
 	absorb := time.Duration(float64(bufBytes) / (devMBps * 1e6) * float64(time.Second))
 	w := min(max(absorb, minWindow), maxWindow)
 	w = (w + 499*time.Millisecond).Truncate(500 * time.Millisecond)
-	return w, fmt.Sprintf("automatic: the largest buffer an async cell can fill is %s (%s); the device absorbs it at %.0f MB/s in %s; window = that, within [%s, %s], rounded up to 0.5 s",
-		fmtBytes(bufBytes), bufWhat, devMBps, absorb.Round(time.Millisecond), minWindow, maxWindow)
+	device := "the device"
+	if len(targets) > 1 {
+		device = "the slowest of the targets"
+	}
+	return w, fmt.Sprintf("automatic: the largest buffer an async cell can fill is %s (%s); %s, %s, absorbs it at %.0f MB/s in %s; window = that, within [%s, %s], rounded up to 0.5 s",
+		fmtBytes(bufBytes), bufWhat, device, slowest, devMBps, absorb.Round(time.Millisecond), minWindow, maxWindow)
 }
 
 // largestBuffer is the largest amount of accepted data the run's async

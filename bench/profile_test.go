@@ -2,9 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -84,5 +87,29 @@ func TestStagesOfACPUProfile(t *testing.T) {
 	}
 	if s3, _ := SummarizeProfile(p, "cpu", 8); s3.Stages != nil {
 		t.Errorf("an unlabelled profile has stages %+v", s3.Stages)
+	}
+}
+
+// TestProfiledRunIsWarm: the profiled run gets the measured repeats'
+// warm-up before the profilers start, on the same store — the profile is
+// of the steady state, not of a cold store.
+func TestProfiledRunIsWarm(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Warmup, cfg.ProfileDuration = 30*time.Millisecond, 30*time.Millisecond
+	sys := system{backend: "mmap", size: 1024, pol: Policy{Flush: "async", Store: cfg.Store}}
+	var putsBefore uint64
+	hooked := false
+	rep := profileRepeat(context.Background(), &cfg, filepath.Join(t.TempDir(), "p"), sys, func(s *engine.Store, run func()) {
+		hooked, putsBefore = true, s.Stats().Puts
+		run()
+	})
+	if !hooked || rep.Status == runfile.StatusFailed {
+		t.Fatalf("profiled run: hooked %v, %s %s", hooked, rep.Status, rep.Reason)
+	}
+	if putsBefore == 0 {
+		t.Error("the profilers started on a store the warm-up had not written")
+	}
+	if d := rep.Result.Durability; d == nil || d.WrittenStartBytes == 0 {
+		t.Errorf("the profiled window did not follow the warm-up on the same store: %+v", d)
 	}
 }

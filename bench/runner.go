@@ -111,6 +111,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 	}
 	r.isolate = r.needsIsolation()
 	r.buildPeers(ctx)
+	r.limitsAndWindow(ctx)
 	for ti, t := range r.targets {
 		if ctx.Err() != nil {
 			break
@@ -291,25 +292,35 @@ func (r *runner) needsIsolation() bool {
 	return isRoot() && (slices.Contains(r.cfg.Pressures, PressureSwap) || slices.Contains(r.cfg.Pressures, PressureBoth))
 }
 
-// runTarget runs everything on one device: the limits, the window, then
-// each pressure (none first) with every backend (and the peers without
-// pressure), then consume and recovery (unpressured).
-func (r *runner) runTarget(ctx context.Context, ti int, t *target) {
-	r.work = t.work
-	if !r.cfg.NoLimits {
+// limitsAndWindow measures the limits on every target, then chooses the
+// window from all of them (chooseWindow: the slowest device sizes it).
+func (r *runner) limitsAndWindow(ctx context.Context) {
+	var labels []string
+	for _, t := range r.targets {
+		labels = append(labels, t.label)
+		if r.cfg.NoLimits || ctx.Err() != nil {
+			continue
+		}
+		r.work = t.work
 		before := len(r.file.Limits)
 		r.measureLimits(ctx)
 		for i := before; i < len(r.file.Limits); i++ {
 			r.file.Limits[i].Target = t.label
 		}
 	}
-	if ti == 0 {
-		r.window, r.file.Plan.WindowWhy = chooseWindow(&r.cfg, r.host, r.file.Limits, t.label)
-		r.file.Plan.WindowNs = r.window.Nanoseconds()
-		r.file.Plan = replan(r.file.Plan, &r.cfg, isRoot(), len(r.targets))
-		r.progress.replan(r.file.Plan.Runs+limitRuns(&r.cfg, len(r.targets)), r.file.Plan.EstimatedSeconds)
-		r.progress.note("mqbench: window %s: %s", r.window, r.file.Plan.WindowWhy)
-	}
+	r.window, r.file.Plan.WindowWhy = chooseWindow(&r.cfg, r.host, r.file.Limits, labels)
+	r.file.Plan.WindowNs = r.window.Nanoseconds()
+	r.file.Plan = replan(r.file.Plan, &r.cfg, isRoot(), len(r.targets))
+	r.progress.replan(r.file.Plan.Runs+limitRuns(&r.cfg, len(r.targets)), r.file.Plan.EstimatedSeconds)
+	r.progress.note("mqbench: window %s: %s", r.window, r.file.Plan.WindowWhy)
+}
+
+// runTarget runs everything on one device: each pressure (none first)
+// with every backend (and the peers without pressure), then consume and
+// recovery (unpressured). The limits and the window come first, for every
+// target (limitsAndWindow).
+func (r *runner) runTarget(ctx context.Context, ti int, t *target) {
+	r.work = t.work
 	for _, pressure := range pressureOrder(r.cfg.Pressures) {
 		if ctx.Err() != nil {
 			return

@@ -154,8 +154,11 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 // storeRepeat opens a fresh store in dir, runs spec against it with its
 // durability reported, drains it (Store.Flush), closes it (timed: closeNs)
 // and removes it. The returned options are the store's effective ones
-// (nil when Open failed).
-func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(func())) (runfile.Repeat, map[string]string) {
+// (nil when Open failed). A hook (the profiler) is handed the store and
+// the run of the window: the warm-up runs before it, on the same store
+// and messages, so what the hook sees is the window the measured repeats
+// measure, warm.
+func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(s *engine.Store, run func())) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
 	s, err := storeOpen(ctx, cfg, dir, backend, flush)
 	if err != nil {
@@ -163,19 +166,35 @@ func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush strin
 	}
 	options := optionsMap(s.Options())
 	d := &storeDurability{s: s}
-	var res load.Result
-	run := func() {
-		res = load.Run(ctx, spec, nil, d, func(worker int) load.Op {
-			g := newProducerMessages(cfg.Message, worker, spec.SizeBytes)
-			return func(ctx context.Context) error {
-				_, err := s.Put(ctx, g.next())
-				return err
-			}
-		})
+	producers := map[int]*producerMessages{} // each worker's, kept from the warm-up to the window
+	newOp := func(worker int) load.Op {
+		g := producers[worker]
+		if g == nil {
+			g = newProducerMessages(cfg.Message, worker, spec.SizeBytes)
+			producers[worker] = g
+		}
+		return func(ctx context.Context) error {
+			_, err := s.Put(ctx, g.next())
+			return err
+		}
 	}
-	if hook != nil {
-		hook(run)
-	} else {
+	var res load.Result
+	if hook != nil && spec.Warmup > 0 {
+		warm := spec
+		warm.Duration, warm.Warmup, warm.SeriesInterval = spec.Warmup, 0, 0
+		if w := load.Run(ctx, warm, nil, nil, newOp); w.Error != "" {
+			res = w
+			res.Error = "warm-up: " + w.Error
+			hook = nil
+		}
+		spec.Warmup = 0
+	}
+	run := func() { res = load.Run(ctx, spec, nil, d, newOp) }
+	switch {
+	case res.Error != "": // the warm-up failed: no window
+	case hook != nil:
+		hook(s, run)
+	default:
 		run()
 	}
 	closeStart := time.Now()

@@ -34,7 +34,7 @@ func TestSampleDeltas(t *testing.T) {
 	cur := rawSample{at: t0.Add(SampleInterval), vm: map[string]int64{"nr_dirty": 30, "nr_writeback": 4, "pswpin": 9, "pswpout": 7, "pgmajfault": 150},
 		ioSome: PSI{Avg10: 2.5, TotalUs: 51000}, memSome: PSI{TotalUs: 10}, load1: 3.5, cpu: CPUTimes{Total: 1200, Steal: 20}}
 	s := toSample(prev, cur)
-	want := Sample{UnixNs: cur.at.UnixNano(), NrDirtyPages: 30, NrWritebackPages: 4, PswpIn: 4, PswpOut: 0, PgMajFault: 50, IOSomeAvg10: 2.5, IOSomeStallUs: 50000,
+	want := Sample{UnixNs: cur.at.UnixNano(), IntervalNs: SampleInterval.Nanoseconds(), NrDirtyPages: 30, NrWritebackPages: 4, PswpIn: 4, PswpOut: 0, PgMajFault: 50, IOSomeAvg10: 2.5, IOSomeStallUs: 50000,
 		MemSomeStallUs: 10, Load1: 3.5, StealPct: 5}
 	if s != want {
 		t.Fatalf("got %+v\nwant %+v", s, want)

@@ -179,7 +179,7 @@ func readRaw(files ProcFiles) (rawSample, error) {
 // toSample turns cur into a Sample, counters as the growth since prev.
 func toSample(prev, cur rawSample) Sample {
 	d := func(k string) int64 { return cur.vm[k] - prev.vm[k] }
-	return Sample{UnixNs: cur.at.UnixNano(), NrDirtyPages: cur.vm["nr_dirty"], NrWritebackPages: cur.vm["nr_writeback"],
+	return Sample{UnixNs: cur.at.UnixNano(), IntervalNs: cur.at.Sub(prev.at).Nanoseconds(), NrDirtyPages: cur.vm["nr_dirty"], NrWritebackPages: cur.vm["nr_writeback"],
 		PswpIn: d("pswpin"), PswpOut: d("pswpout"), PgMajFault: d("pgmajfault"),
 		IOSomeAvg10: cur.ioSome.Avg10, IOFullAvg10: cur.ioFull.Avg10, MemSomeAvg10: cur.memSome.Avg10, MemFullAvg10: cur.memFull.Avg10,
 		IOSomeStallUs: cur.ioSome.TotalUs - prev.ioSome.TotalUs, IOFullStallUs: cur.ioFull.TotalUs - prev.ioFull.TotalUs,

@@ -132,15 +132,20 @@ func ratioOf(kind string, c *runfile.Cell, against, fig string, ref runfile.Inte
 	return ratioIv(kind, c.Name, against, fig, c.Interval(fig), ref, note)
 }
 
+// ratioIv is iv ÷ ref: the ratio of the medians and the widest the
+// intervals allow. A denominator that is zero or missing gives no ratio
+// (never 0×, Inf or NaN): Missing says why.
 func ratioIv(kind, cell, against, fig string, iv, ref runfile.Interval, note string) runfile.Ratio {
-	div := func(a, b float64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return a / b
+	r := runfile.Ratio{Kind: kind, Cell: cell, Against: against, Figure: fig, Note: note}
+	switch {
+	case !(ref.Median > 0):
+		r.Missing = fmt.Sprintf("no ratio: %s's %s is 0", against, fig)
+	case !(ref.Lo > 0):
+		r.Missing = fmt.Sprintf("no ratio: %s's %s interval reaches 0", against, fig)
+	default:
+		r.Median, r.Low, r.High = iv.Median/ref.Median, iv.Lo/ref.Hi, iv.Hi/ref.Lo
 	}
-	return runfile.Ratio{Kind: kind, Cell: cell, Against: against, Figure: fig, Note: note,
-		Median: div(iv.Median, ref.Median), Low: div(iv.Lo, ref.Hi), High: div(iv.Hi, ref.Lo)}
+	return r
 }
 
 // ratios relates comparable cells (ok, not generator-bound) to the limits
@@ -244,8 +249,7 @@ func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 			if cs != exact || ps != exact {
 				continue // a bound on either side: no ratio to state
 			}
-			out = append(out, runfile.Ratio{Kind: "peer", Cell: c.Name, Against: p.Name, Figure: fig, Median: civ.Median / piv.Median,
-				Low: civ.Lo / piv.Hi, High: civ.Hi / piv.Lo, Note: fmt.Sprintf("merged tails, both at %.0f msgs/s; lower: mqstore faster", c.RatePerSec)})
+			out = append(out, ratioIv("peer", c.Name, p.Name, fig, civ, piv, fmt.Sprintf("merged tails, both at %.0f msgs/s; lower: mqstore faster", c.RatePerSec)))
 		}
 	}
 	return out
@@ -737,6 +741,9 @@ func gate(p, base *runfile.Cell) (verdict string, r runfile.Ratio, figure string
 	piv, ps := ruleFigure(p, figure)
 	biv, bs := ruleFigure(base, figure)
 	r = ratioIv("pressure", p.Name, base.Name, figure, piv, biv, "")
+	if r.Missing != "" {
+		return "undetermined", r, figure
+	}
 	ratioAtLeast := (ps == exact || ps == atLeast) && (bs == exact || bs == atMost)
 	ratioAtMost := (ps == exact || ps == atMost) && (bs == exact || bs == atLeast)
 	above := r.Low > PressureBar
@@ -810,6 +817,9 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 			}
 			verdict, r, figure := gate(p, base)
 			ratio := withRange(r.Median, r.Low, r.High, fmtFloat)
+			if r.Missing != "" {
+				ratio = "— (" + r.Missing + ")"
+			}
 			switch verdict {
 			case "exclude":
 				cd.excluded = fmt.Sprintf("%s under %s is %s× its unpressured %s (above %d× at the run's confidence)",

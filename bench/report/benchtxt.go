@@ -64,7 +64,7 @@ func writeCellLines(b *strings.Builder, c *runfile.Cell, withTarget bool) {
 		fmt.Fprintf(b, "# %s saturated (not comparable): %s\n", c.Name, strings.Join(c.Saturation, " | "))
 		return
 	case c.GeneratorBound:
-		fmt.Fprintf(b, "# %s generator-bound (p99.9 below 3x the floor's %dns, service p99.9 within it): not comparable\n", c.Name, c.FloorP999Ns)
+		fmt.Fprintf(b, "# %s generator-bound (p99.9 below %gx the floor's %dns, service p99.9 within it): not comparable\n", c.Name, float64(runfile.GeneratorBoundFactor), c.FloorP999Ns)
 		return
 	}
 	name := benchName(c, withTarget)

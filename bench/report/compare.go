@@ -28,6 +28,10 @@ func pointKey(c *runfile.Cell) string {
 		c.Target, c.Producers, c.TwinOf, c.Replication, c.HADelayNs, msg)
 }
 
+// rateTolerance: two open-loop cells are compared only when their offered
+// rates differ by at most this share of the higher.
+const rateTolerance = 0.01
+
 // Compare renders two runs side by side: every cell present in both (open-
 // loop cells matched by system and rate: cells whose target rates differ by
 // more than 1 % are "not comparable"), each figure as A and B median
@@ -54,8 +58,8 @@ func Compare(a, b *runfile.RunFile) string {
 		name := ca.Name
 		if ca.RatePerSec > 0 || cb.RatePerSec > 0 {
 			name = fmt.Sprintf("%s (A at %s/s, B at %s/s)", ca.Name, fmtCount(ca.RatePerSec), fmtCount(cb.RatePerSec))
-			if math.Abs(cb.RatePerSec-ca.RatePerSec) > 0.01*math.Max(ca.RatePerSec, cb.RatePerSec) {
-				fmt.Fprintf(&s, "| %s | | | | | not comparable: the offered rates differ by more than 1 %% |\n", name)
+			if math.Abs(cb.RatePerSec-ca.RatePerSec) > rateTolerance*math.Max(ca.RatePerSec, cb.RatePerSec) {
+				fmt.Fprintf(&s, "| %s | | | | | not comparable: the offered rates differ by more than %s |\n", name, pctText(rateTolerance))
 				continue
 			}
 		}

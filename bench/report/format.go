@@ -94,8 +94,15 @@ func figFormat(figure string) func(float64) string {
 
 // ratioRange shows a ratio and the widest the intervals allow: "1.2× [1.1×–1.3×]".
 func ratioRange(r runfile.Ratio) string {
+	if r.Missing != "" {
+		return "—"
+	}
 	return withRange(r.Median, r.Low, r.High, func(x float64) string { return fmtFloat(x) + "×" })
 }
+
+// pctText writes a share that a rule uses as its threshold as a
+// percentage: 0.1 is "10 %".
+func pctText(share float64) string { return fmt.Sprintf("%.3g %%", 100*share) }
 
 func fmtPct(x float64) string {
 	switch a := math.Abs(100 * x); {

@@ -152,6 +152,9 @@ func versus(c, ref *runfile.Cell, figure string) (text, note string) {
 		return "— (no durable bytes in the window)", ""
 	}
 	r := ratioOf("peer", c, ref.Name, figure, ref.Interval(figure), "")
+	if r.Missing != "" {
+		return "— (" + r.Missing + ")", ""
+	}
 	text = ratioRange(r)
 	if !runfile.Separated(c.Interval(figure), ref.Interval(figure)) {
 		text += " no significant difference"

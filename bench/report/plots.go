@@ -191,22 +191,23 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
 }
 
-// latencyRatePlot draws each system's p99.9 against the rate it achieved,
-// one point per rung (saturated rungs at their achieved rate, their p99.9
-// a lower bound), with the floor.
-func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
-	p := newPlot(fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)", flush), "achieved msgs/s (log)", "p99.9 (log)")
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, usTicks()
-	series := map[string]plotter.XYs{}
-	saturated := plotter.XYs{}
-	var order []string
+// ratePoint is one rung of the p99.9-against-rate plot: the achieved
+// rate, the p99.9 of the merged histogram of every measured repeat (the
+// figure the tables show) and the lowest and highest p99.9 of a single
+// repeat (the whisker).
+type ratePoint struct{ x, y, lo, hi float64 }
+
+// rateCurves are the points of the p99.9-against-rate plot: each system's
+// unsaturated rungs (in order of first appearance), the saturated rungs
+// (their p99.9 a lower bound) and the floor's.
+func rateCurves(f *runfile.RunFile, flush string) (order []string, series map[string][]ratePoint, saturated, floor []ratePoint) {
+	series = map[string][]ratePoint{}
 	for _, c := range unpressured(f, "latency", flush) {
 		if c.TwinOf != "" {
 			continue
 		}
 		name := sizedLabel(f, c)
-		pt := plotter.XY{X: math.Max(c.MsgsPerSec, 1), Y: us(float64(c.P999Ns))}
+		pt := tailPoint(math.Max(c.MsgsPerSec, 1), c.Tail, c.P999Ns)
 		if c.Status == runfile.StatusSaturated {
 			saturated = append(saturated, pt)
 			continue
@@ -216,32 +217,81 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		}
 		series[name] = append(series[name], pt)
 	}
-	var floor plotter.XYs
 	for _, fl := range f.Floors {
 		if fl.Pressure == "none" && fl.Status == runfile.StatusOK {
-			floor = append(floor, plotter.XY{X: fl.RatePerSec, Y: us(float64(fl.P999Ns))})
+			floor = append(floor, tailPoint(fl.RatePerSec, fl.Tail, fl.P999Ns))
 		}
 	}
+	for _, xys := range series {
+		sort.Slice(xys, func(a, b int) bool { return xys[a].x < xys[b].x })
+	}
+	sort.Slice(floor, func(a, b int) bool { return floor[a].x < floor[b].x })
+	return order, series, saturated, floor
+}
+
+// tailPoint is the merged tail's p99.9 at x (µs) with its range over the
+// repeats; the median of the repeats' without a tail (a run file without
+// histograms).
+func tailPoint(x float64, t *runfile.Tail, medianNs int64) ratePoint {
+	y := us(float64(tailNs(t, "p999Ns", medianNs)))
+	pt := ratePoint{x: x, y: y, lo: y, hi: y}
+	if p := t.Point("p999Ns"); p != nil {
+		pt.lo, pt.hi = us(float64(p.RepeatMinNs)), us(float64(p.RepeatMaxNs))
+	}
+	return pt
+}
+
+// xys and whiskers turn rate points into what gonum draws.
+func xys(pts []ratePoint) plotter.XYs {
+	return mapped(pts, func(p ratePoint) plotter.XY { return plotter.XY{X: p.x, Y: p.y} })
+}
+
+func whiskers(pts []ratePoint) (*plotter.YErrorBars, error) {
+	errs := mapped(pts, func(p ratePoint) struct{ Low, High float64 } {
+		return struct{ Low, High float64 }{math.Max(p.y-p.lo, 0), math.Max(p.hi-p.y, 0)}
+	})
+	return plotter.NewYErrorBars(struct {
+		plotter.XYs
+		plotter.YErrors
+	}{xys(pts), plotter.YErrors(errs)})
+}
+
+// latencyRatePlotTitle says what the p99.9-against-rate plot shows.
+func latencyRatePlotTitle(flush string) string {
+	return fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)\n"+
+		"p99.9 of the merged repeats, as in the tables; whiskers: the lowest and highest repeat's", flush)
+}
+
+// latencyRatePlot draws each system's p99.9 against the rate it achieved,
+// one point per rung (saturated rungs at their achieved rate, their p99.9
+// a lower bound), with the floor.
+func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
+	p := newPlot(latencyRatePlotTitle(flush), "achieved msgs/s (log)", "p99.9 (log)")
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, usTicks()
+	order, series, saturated, floor := rateCurves(f, flush)
 	for i, name := range order {
-		xys := series[name]
-		sort.Slice(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
-		line, pts, err := plotter.NewLinePoints(xys)
+		line, pts, err := plotter.NewLinePoints(xys(series[name]))
 		if err != nil {
 			return err
 		}
 		styleLine(line, i)
 		pts.Color = line.Color
-		p.Add(line, pts)
+		w, err := whiskers(series[name])
+		if err != nil {
+			return err
+		}
+		w.Color = line.Color
+		p.Add(line, pts, w)
 		p.Legend.Add(name, line, pts)
 	}
-	sort.Slice(floor, func(a, b int) bool { return floor[a].X < floor[b].X })
-	if err := addLine(p, "floor (no-op) p99.9", floor, func(l *plotter.Line) {
+	if err := addLine(p, "floor (no-op) p99.9", xys(floor), func(l *plotter.Line) {
 		l.Color, l.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
 	}); err != nil {
 		return err
 	}
 	if len(saturated) > 0 {
-		sc, err := plotter.NewScatter(saturated)
+		sc, err := plotter.NewScatter(xys(saturated))
 		if err != nil {
 			return err
 		}
@@ -382,8 +432,14 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	}
 	dirty := mk("page cache: dirty and under writeback", "MiB")
 	swap := mk("swap-ins, swap-outs, major faults per 100 ms", "pages / faults")
-	psi := mk("pressure stall (share of the 100 ms some task stalled); CPU steal", "%")
-	var nd, nw, si, so, mf, io, mem, steal plotter.XYs
+	psi := mk("pressure stall (share of the time since the previous sample some task stalled); CPU steal", "%")
+	var nd, nw, si, so, mf, steal plotter.XYs
+	io, mem := psiShares(rep.Samples)
+	for _, xys := range []plotter.XYs{io, mem} {
+		for i := range xys {
+			xys[i].X = sec(int64(xys[i].X))
+		}
+	}
 	for _, s := range rep.Samples {
 		x := sec(s.UnixNs)
 		nd = append(nd, plotter.XY{X: x, Y: float64(s.NrDirtyPages) * 4096 / (1 << 20)})
@@ -391,8 +447,6 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		si = append(si, plotter.XY{X: x, Y: float64(s.PswpIn)})
 		so = append(so, plotter.XY{X: x, Y: float64(s.PswpOut)})
 		mf = append(mf, plotter.XY{X: x, Y: float64(s.PgMajFault)})
-		io = append(io, plotter.XY{X: x, Y: float64(s.IOSomeStallUs) / 1e3})
-		mem = append(mem, plotter.XY{X: x, Y: float64(s.MemSomeStallUs) / 1e3})
 		steal = append(steal, plotter.XY{X: x, Y: s.StealPct})
 	}
 	for _, step := range []struct {
@@ -410,6 +464,30 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	alignX([]*plot.Plot{lat, dirty, swap, psi}, p99, nd)
 	return drawColumn(path, []*plot.Plot{lat, dirty, swap, psi})
 }
+
+// psiShares are the PSI "some" shares (%) of io and memory at each sample
+// (x: its UnixNs): the stall's growth (µs) over the wall time since the
+// sample before. A sample that does not record that time (a run file from
+// before it was) takes it from the previous sample's time; the first of
+// those has none and is left out.
+func psiShares(samples []runfile.Sample) (io, mem plotter.XYs) {
+	for i, s := range samples {
+		wallNs := s.IntervalNs
+		if wallNs <= 0 && i > 0 {
+			wallNs = s.UnixNs - samples[i-1].UnixNs
+		}
+		if wallNs <= 0 {
+			continue
+		}
+		x := float64(s.UnixNs)
+		io = append(io, plotter.XY{X: x, Y: stallPct(s.IOSomeStallUs, wallNs)})
+		mem = append(mem, plotter.XY{X: x, Y: stallPct(s.MemSomeStallUs, wallNs)})
+	}
+	return io, mem
+}
+
+// stallPct is a PSI total's growth (µs of stall) as a share (%) of wallNs.
+func stallPct(stallUs, wallNs int64) float64 { return 100 * float64(stallUs) * 1e3 / float64(wallNs) }
 
 // alignX gives every plot the x range the series cover.
 func alignX(plots []*plot.Plot, series ...plotter.XYs) {

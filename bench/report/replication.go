@@ -217,6 +217,9 @@ func namedRatio(base, c *runfile.Cell, figure string) string {
 		return "not compared: " + strings.Join(why, ", ")
 	}
 	r := ratioOf("replication", c, base.Name, figure, base.Interval(figure), "")
+	if r.Missing != "" {
+		return "— (" + r.Missing + ")"
+	}
 	text := ratioRange(r)
 	if !runfile.Separated(base.Interval(figure), c.Interval(figure)) {
 		return text + " — no significant difference"

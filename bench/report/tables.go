@@ -158,11 +158,11 @@ func sustainedText(c *runfile.Cell) string {
 	straddles := c.CILevel > 0 && c.CILow.BacklogShare <= load.SustainedBacklogShare && c.CIHigh.BacklogShare > load.SustainedBacklogShare
 	switch {
 	case *c.Sustained && straddles:
-		return "yes (median; its interval straddles 10 %)"
+		return "yes (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
 	case *c.Sustained:
 		return "yes"
 	case straddles:
-		return "**no** (median; its interval straddles 10 %)"
+		return "**no** (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
 	}
 	return "**no**"
 }
@@ -250,14 +250,15 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 		if c.SustainableRatePerSec > 0 {
 			sustainable = fmtCount(c.SustainableRatePerSec)
 			if s := f.SearchOf(c); s != nil && !s.Narrowed() {
-				sustainable = "≥ " + sustainable + " (saturated at " + fmtCount(s.SaturatedAtPerSec) + "; the probes ran out before 10 %)"
+				sustainable = "≥ " + sustainable + " (saturated at " + fmtCount(s.SaturatedAtPerSec) + "; the probes ran out before " + pctText(runfile.SearchResolution-1) + ")"
 			}
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush,
 			fmtCount(c.RatePerSec), statusText(c, " † generator-bound"), fig(c, "msgsPerSec", fmtCount), tailCount(c), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"),
 			tailText(c, "maxNs"), floor, serviceText(c), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
 	}
-	b.WriteString("\nPercentiles come from the merged histogram of every measured repeat (*samples* in all), each with the number of samples above it and the range of the same percentile over the repeats; one with fewer than 10 samples above it is a bound (≥) that no rule decides on. *unstarted*: the worst repeat's share of arrivals never started by the window's end + a tenth (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below 3× the floor's and the service-time p99.9 within the floor's — the load generator's tail, which bounds the store's from above. *saturated* cells show lower bounds (≥).\n\n")
+	fmt.Fprintf(b, "\nPercentiles come from the merged histogram of every measured repeat (*samples* in all), each with the number of samples above it and the range of the same percentile over the repeats; one with fewer than %d samples above it is a bound (≥) that no rule decides on. *unstarted*: the worst repeat's share of arrivals never started by the deadline: the window's end plus a tenth of the window (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below %s× the floor's and the service-time p99.9 within the floor's — the load generator's tail, which bounds the store's from above. *saturated* cells show lower bounds (≥).\n\n",
+		runfile.MinSamplesAbove, fmtFloat(runfile.GeneratorBoundFactor))
 	for _, c := range rows {
 		if c.Status == runfile.StatusSaturated {
 			fmt.Fprintf(b, "- `%s` saturated: %s\n", c.Name, strings.Join(c.Saturation, " | "))
@@ -314,7 +315,7 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		if s.SustainableRatePerSec > 0 {
 			sus = fmtCount(s.SustainableRatePerSec)
 			if !s.Narrowed() {
-				sus = "≥ " + sus + " (not narrowed to 10 %)"
+				sus = "≥ " + sus + " (not narrowed to " + pctText(runfile.SearchResolution-1) + ")"
 			}
 		}
 		if s.Reason != "" {
@@ -329,7 +330,8 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		}
 		t.row(name+" "+runfile.SizeLabel(s.Size)+" "+s.Flush, sus, sat, inFlight, strings.Join(probes, ", "))
 	}
-	b.WriteString("\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ 10 % of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within 10 %. With W requests in flight of mean service time S the open loop offers at most W ÷ S (Little's law): a saturated probe that achieved at least 90 % of that is *in-flight bound* — the generator's limit, not the system's.\n\n")
+	fmt.Fprintf(b, "\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ %s of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within %s. With W requests in flight of mean service time S the open loop offers at most W ÷ S (Little's law): a saturated probe that achieved at least %s of that is *in-flight bound* — the generator's limit, not the system's.\n\n",
+		pctText(load.SustainedBacklogShare), pctText(runfile.SearchResolution-1), pctText(runfile.InFlightBoundShare))
 }
 
 func writeFloors(b *strings.Builder, f *runfile.RunFile) {
@@ -494,7 +496,17 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }),
 			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
 	}
-	b.WriteString("\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n")
+	fmt.Fprintf(b, "\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop, %s; *process CPU*: getrusage of the whole process until the reader has read everything. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n", senderCPUSpan(rows))
+}
+
+// senderCPUSpan says what the consume rows' sender CPU covers.
+func senderCPUSpan(rows []*runfile.Cell) string {
+	for _, c := range rows {
+		if c.SenderCPU != runfile.SenderCPUSends {
+			return "until the reader had read everything (this run's harness counted its wait for the reader too)"
+		}
+	}
+	return "from its first Get until its last send returned (not the wait for the reader)"
 }
 
 func writeRecovery(b *strings.Builder, f *runfile.RunFile) {
@@ -615,7 +627,7 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		fmt.Fprintf(b, "### %s\n\n", titles[kind])
 		t := newTable(b, "cell", "against", "figure", "ratio>", "note")
 		for _, r := range rows {
-			t.row(r.Cell, r.Against, r.Figure, ratioRange(r), r.Note)
+			t.row(r.Cell, r.Against, r.Figure, ratioRange(r), strings.Join(slices.DeleteFunc([]string{r.Note, r.Missing}, func(s string) bool { return s == "" }), " — "))
 		}
 		b.WriteString("\n")
 	}

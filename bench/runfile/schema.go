@@ -197,7 +197,12 @@ type Cell struct {
 	Durability *Durability `json:"durability,omitempty"`
 	Policy     string      `json:"policy,omitempty"`
 	Variant    string      `json:"variant,omitempty"`
-	Pressure   string      `json:"pressure"`
+	// SenderCPU says what a consume cell's CPU (cpuSecPerGiB) covers:
+	// SenderCPUSends, the sending thread from its first Get until its
+	// last send returned. Empty in older run files, whose sender CPU ran
+	// until the reader had read everything (the wait for it included).
+	SenderCPU string `json:"senderCpu,omitempty"`
+	Pressure  string `json:"pressure"`
 	// Replication is the master's role when a slave replicates the store
 	// under test (async: ASYNC_MASTER, sync: SYNC_MASTER; "": no slave);
 	// HADelayNs the one-way delay a proxy adds between the two (EMULATED:
@@ -277,6 +282,10 @@ type Durability struct {
 	MachineLoss string `json:"machineLoss,omitempty"`
 }
 
+// SenderCPUSends is Cell.SenderCPU for a sender CPU that counts the
+// sends alone.
+const SenderCPUSends = "sends"
+
 // Measured reports whether a cell has figures (ok or saturated).
 func (c *Cell) Measured() bool { return c.Status == StatusOK || c.Status == StatusSaturated }
 
@@ -327,7 +336,11 @@ type StoreCounters struct {
 // PSI avg10 (%) and stall growth (µs), the 1-minute load average and the
 // share of CPU time stolen by the hypervisor since the previous sample.
 type Sample struct {
-	UnixNs           int64   `json:"unixNs"`
+	UnixNs int64 `json:"unixNs"`
+	// IntervalNs is the wall time since the previous sample (or the
+	// sampler's start), over which the counts and stalls grew (0 in run
+	// files from before it was recorded).
+	IntervalNs       int64   `json:"intervalNs,omitempty"`
 	NrDirtyPages     int64   `json:"nrDirty"`
 	NrWritebackPages int64   `json:"nrWriteback"`
 	PswpIn           int64   `json:"pswpin"`
@@ -546,6 +559,9 @@ type Ratio struct {
 	Low     float64 `json:"low"`
 	High    float64 `json:"high"`
 	Note    string  `json:"note,omitempty"`
+	// Missing says why there is no ratio (a denominator that is zero or
+	// missing); Median, Low and High are then 0 and mean nothing.
+	Missing string `json:"missing,omitempty"`
 }
 
 // Comparison is one figure of two cells with the verdict a rank test over
