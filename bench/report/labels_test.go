@@ -199,3 +199,17 @@ func TestConsumeSaysWhatItsSenderCPUCovers(t *testing.T) {
 		t.Errorf("older run:\n%s\nthis harness:\n%s", old.String(), now.String())
 	}
 }
+
+// TestSwapRateIsPerSecondOfWallTime: the pressure evidence gives swap
+// traffic per second of the samples' own wall time, not per sample.
+func TestSwapRateIsPerSecondOfWallTime(t *testing.T) {
+	ms := int64(1e6)
+	c := runfile.Cell{Repeats: []runfile.Repeat{{Index: 1, Status: runfile.StatusOK, Samples: []runfile.Sample{
+		{UnixNs: 1000 * ms, IntervalNs: 250 * ms, PswpIn: 100, PswpOut: 50},
+		{UnixNs: 1250 * ms, IntervalNs: 250 * ms, PswpIn: 50},
+		{UnixNs: 1750 * ms, PswpOut: 100}, // no interval: 500 ms since the one before
+	}}}}
+	if got := meansOf(&c).swapPerSec; math.Abs(got-300) > 1e-9 { // 300 pages over 1 s
+		t.Fatalf("swap %v pages/s, want 300", got)
+	}
+}

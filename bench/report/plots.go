@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -420,7 +421,11 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		p.Add(plotter.NewGrid())
 		return p
 	}
-	lat := mk(fmt.Sprintf("%s, repeat %d: latency per 100 ms (from the intended start)", c.Name, rep.Index), "latency (log)")
+	per := "interval"
+	if len(rep.Result.Series) > 0 {
+		per = time.Duration(rep.Result.Series[0].IntervalNs).String()
+	}
+	lat := mk(fmt.Sprintf("%s, repeat %d: latency per %s (from the intended start)", c.Name, rep.Index, per), "latency (log)")
 	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, msTicks()
 	var p99, mx plotter.XYs
 	for _, s := range rep.Result.Series {
@@ -431,7 +436,7 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		}
 	}
 	dirty := mk("page cache: dirty and under writeback", "MiB")
-	swap := mk("swap-ins, swap-outs, major faults per 100 ms", "pages / faults")
+	swap := mk("swap-ins, swap-outs, major faults per second (over the time since the previous sample)", "pages / faults per s")
 	psi := mk("pressure stall (share of the time since the previous sample some task stalled); CPU steal", "%")
 	var nd, nw, si, so, mf, steal plotter.XYs
 	io, mem := psiShares(rep.Samples)
@@ -440,13 +445,15 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 			xys[i].X = sec(int64(xys[i].X))
 		}
 	}
-	for _, s := range rep.Samples {
+	for i, s := range rep.Samples {
 		x := sec(s.UnixNs)
 		nd = append(nd, plotter.XY{X: x, Y: float64(s.NrDirtyPages) * 4096 / (1 << 20)})
 		nw = append(nw, plotter.XY{X: x, Y: float64(s.NrWritebackPages) * 4096 / (1 << 20)})
-		si = append(si, plotter.XY{X: x, Y: float64(s.PswpIn)})
-		so = append(so, plotter.XY{X: x, Y: float64(s.PswpOut)})
-		mf = append(mf, plotter.XY{X: x, Y: float64(s.PgMajFault)})
+		if wall := float64(sampleWallNs(rep.Samples, i)) / 1e9; wall > 0 {
+			si = append(si, plotter.XY{X: x, Y: float64(s.PswpIn) / wall})
+			so = append(so, plotter.XY{X: x, Y: float64(s.PswpOut) / wall})
+			mf = append(mf, plotter.XY{X: x, Y: float64(s.PgMajFault) / wall})
+		}
 		steal = append(steal, plotter.XY{X: x, Y: s.StealPct})
 	}
 	for _, step := range []struct {
@@ -472,10 +479,7 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 // those has none and is left out.
 func psiShares(samples []runfile.Sample) (io, mem plotter.XYs) {
 	for i, s := range samples {
-		wallNs := s.IntervalNs
-		if wallNs <= 0 && i > 0 {
-			wallNs = s.UnixNs - samples[i-1].UnixNs
-		}
+		wallNs := sampleWallNs(samples, i)
 		if wallNs <= 0 {
 			continue
 		}
@@ -484,6 +488,19 @@ func psiShares(samples []runfile.Sample) (io, mem plotter.XYs) {
 		mem = append(mem, plotter.XY{X: x, Y: stallPct(s.MemSomeStallUs, wallNs)})
 	}
 	return io, mem
+}
+
+// sampleWallNs is the wall time over which sample i's counts and stalls
+// grew: its IntervalNs, or for a run file from before that was recorded the
+// time since the sample before (0 for the first: unknown).
+func sampleWallNs(samples []runfile.Sample, i int) int64 {
+	if ns := samples[i].IntervalNs; ns > 0 {
+		return ns
+	}
+	if i > 0 {
+		return samples[i].UnixNs - samples[i-1].UnixNs
+	}
+	return 0
 }
 
 // stallPct is a PSI total's growth (µs of stall) as a share (%) of wallNs.

@@ -637,27 +637,35 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 // pressure is the cell's own stalls — the pressure cannot show in it.
 const PSISaturated = 50.0
 
-// sampleMeans are the means of a cell's system samples over its measured
-// repeats.
+// sampleMeans are the means of a cell's system samples; swapPerSec is its
+// swap traffic (pages in and out) per second of the samples whose wall time
+// is known.
 type sampleMeans struct {
-	n                                  int
-	dirtyPages, swapPages, ioSome, mem float64
+	n                                   int
+	dirtyPages, swapPerSec, ioSome, mem float64
 }
 
 func meansOf(c *runfile.Cell) sampleMeans {
 	var m sampleMeans
+	var swapped, wallNs float64
 	for _, r := range c.MeasuredRepeats() {
-		for _, s := range r.Samples {
+		for i, s := range r.Samples {
 			m.n++
 			m.dirtyPages += float64(s.NrDirtyPages + s.NrWritebackPages)
-			m.swapPages += float64(s.PswpIn + s.PswpOut)
+			if ns := sampleWallNs(r.Samples, i); ns > 0 {
+				swapped += float64(s.PswpIn + s.PswpOut)
+				wallNs += float64(ns)
+			}
 			m.ioSome += s.IOSomeAvg10
 			m.mem += s.MemSomeAvg10
 		}
 	}
 	if m.n > 0 {
 		k := float64(m.n)
-		m.dirtyPages, m.swapPages, m.ioSome, m.mem = m.dirtyPages/k, m.swapPages/k, m.ioSome/k, m.mem/k
+		m.dirtyPages, m.ioSome, m.mem = m.dirtyPages/k, m.ioSome/k, m.mem/k
+	}
+	if wallNs > 0 {
+		m.swapPerSec = swapped / (wallNs / 1e9)
 	}
 	return m
 }
@@ -674,7 +682,7 @@ func pressureEvidence(base, p *runfile.Cell) string {
 	}
 	out := []string{fmt.Sprintf("dirty+writeback %s → %s pages", fmtCount(b.dirtyPages), fmtCount(q.dirtyPages))}
 	if p.Pressure == "swap" {
-		out = append(out, fmt.Sprintf("swap in+out %s → %s pages/100 ms", fmtFloat(b.swapPages), fmtFloat(q.swapPages)))
+		out = append(out, fmt.Sprintf("swap in+out %s → %s pages/s", fmtFloat(b.swapPerSec), fmtFloat(q.swapPerSec)))
 		out = append(out, psiEvidence("memory some", b.mem, q.mem))
 	} else {
 		out = append(out, psiEvidence("io some", b.ioSome, q.ioSome))
