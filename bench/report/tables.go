@@ -26,12 +26,7 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 	if c.Pressure != "" && c.Pressure != "none" {
 		l += " · pressure " + c.Pressure
 	}
-	if c.Replication != "" {
-		l += " + " + roleName(c.Replication) + " slave"
-		if c.HADelayNs > 0 {
-			l += " (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
-		}
-	}
+	l += slaveText(c)
 	if c.TwinOf != "" {
 		l += " (A/A twin)"
 	}
@@ -41,6 +36,17 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 		l += " @" + c.Target
 	}
 	return l
+}
+
+// slaveText names a replicated cell's slave ("" without one).
+func slaveText(c *runfile.Cell) string {
+	if c.Replication == "" {
+		return ""
+	}
+	if c.HADelayNs > 0 {
+		return " + " + roleName(c.Replication) + " slave (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
+	}
+	return " + " + roleName(c.Replication) + " slave"
 }
 
 // messageNote says what the store cells put when it is not the bare body
@@ -68,7 +74,6 @@ func cellsOf(f *runfile.RunFile, workload string, peers bool) []*runfile.Cell {
 	return slices.DeleteFunc(cells, func(c *runfile.Cell) bool { return c.Workload != workload || !c.Measured() })
 }
 
-// fig shows a figure of a cell as median [interval].
 func fig(c *runfile.Cell, name string, f func(float64) string) string {
 	return ci(c.Interval(name), f)
 }
@@ -76,8 +81,12 @@ func fig(c *runfile.Cell, name string, f func(float64) string) string {
 // latencyFig shows a latency percentile of a cell; a saturated cell's as
 // "≥ x" (every percentile of a growing queue is a lower bound).
 func latencyFig(c *runfile.Cell, name string) string {
-	s := fig(c, name, fmtNsF)
-	if c.Status == runfile.StatusSaturated {
+	return orMore(c.Status == runfile.StatusSaturated, fig(c, name, fmtNsF))
+}
+
+// orMore marks s as a lower bound when bound is set.
+func orMore(bound bool, s string) string {
+	if bound {
 		return "≥ " + s
 	}
 	return s
@@ -96,13 +105,9 @@ func tailText(c *runfile.Cell, name string) string {
 	if name == "maxNs" {
 		return fmt.Sprintf("%s (repeats %s)", fmtNs(p.ValueNs), spread)
 	}
-	if p.Bound || c.Status == runfile.StatusSaturated {
-		return fmt.Sprintf("≥ %s (%d above; repeats %s)", fmtNs(p.ValueNs), p.Above, spread)
-	}
-	return fmt.Sprintf("%s (%d above; repeats %s)", fmtNs(p.ValueNs), p.Above, spread)
+	return fmt.Sprintf("%s (%d above; repeats %s)", orMore(p.Bound || c.Status == runfile.StatusSaturated, fmtNs(p.ValueNs)), p.Above, spread)
 }
 
-// tailCount is the number of samples in a cell's merged tail.
 func tailCount(c *runfile.Cell) string {
 	if c.Tail == nil {
 		return "—"
@@ -155,16 +160,14 @@ func sustainedText(c *runfile.Cell) string {
 	// The verdict is the median repeat's; say so when the interval of the
 	// backlog share straddles the bar (the recommendation calls such a cell
 	// undetermined).
-	straddles := c.CILevel > 0 && c.CILow.BacklogShare <= load.SustainedBacklogShare && c.CIHigh.BacklogShare > load.SustainedBacklogShare
-	switch {
-	case *c.Sustained && straddles:
-		return "yes (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
-	case *c.Sustained:
-		return "yes"
-	case straddles:
-		return "**no** (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
+	straddles := ""
+	if c.CILevel > 0 && c.CILow.BacklogShare <= load.SustainedBacklogShare && c.CIHigh.BacklogShare > load.SustainedBacklogShare {
+		straddles = " (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
 	}
-	return "**no**"
+	if *c.Sustained {
+		return "yes" + straddles
+	}
+	return "**no**" + straddles
 }
 
 func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
@@ -198,7 +201,6 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
 }
 
-// ratioText is the cell's ratio of a kind, "—" without one.
 func ratioText(f *runfile.RunFile, kind string, c *runfile.Cell) string {
 	for _, r := range f.Ratios {
 		if r.Kind == kind && r.Cell == c.Name {
@@ -228,7 +230,6 @@ func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
 	}
 }
 
-// roleName is a replication value's master role.
 func roleName(repl string) string {
 	return orDefault(map[string]string{"sync": "SYNC_MASTER", "async": "ASYNC_MASTER"}[repl], repl)
 }
@@ -267,7 +268,6 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n")
 }
 
-// statusText is a cell's status, marked when it is generator-bound.
 func statusText(c *runfile.Cell, mark string) string {
 	if c.GeneratorBound {
 		return c.Status + mark
@@ -281,10 +281,7 @@ func serviceText(c *runfile.Cell) string {
 	if p == nil {
 		return "—"
 	}
-	if p.Bound {
-		return "≥ " + fmtNs(p.ValueNs)
-	}
-	return fmtNs(p.ValueNs)
+	return orMore(p.Bound, fmtNs(p.ValueNs))
 }
 
 func writeSearches(b *strings.Builder, f *runfile.RunFile) {
@@ -390,11 +387,8 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 				name += ", " + c.Version
 			}
 			name += ")"
-		} else if c.Replication != "" {
-			name += " + " + roleName(c.Replication) + " slave"
-			if c.HADelayNs > 0 {
-				name += " (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
-			}
+		} else {
+			name += slaveText(c)
 		}
 		d := c.Durability
 		row := []string{name, c.Flush, d.Ack, d.ProcessCrash, d.PowerLoss}
