@@ -90,12 +90,9 @@ var percentileTicks = plot.ConstantTicks{
 	{Value: 1e3, Label: "99.9%"}, {Value: 1e4, Label: "99.99%"}, {Value: 1e5, Label: "99.999%"}, {Value: 1e6, Label: "99.9999%"},
 }
 
-func usTicks() logTicks {
-	return logTicks{format: func(v float64) string { return fmtNs(int64(v * 1e3)) }}
-}
-
-func msTicks() logTicks {
-	return logTicks{format: func(v float64) string { return fmtNs(int64(v * 1e6)) }}
+// nsTicks label an axis in units of nsPer nanoseconds as durations.
+func nsTicks(nsPer float64) logTicks {
+	return logTicks{format: func(v float64) string { return fmtNs(int64(v * nsPer)) }}
 }
 
 // newPlot is a plot with its title and axis labels, the legend top left.
@@ -142,7 +139,7 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 	p := newPlot(fmt.Sprintf("Latency by percentile, flush=%s at %s msgs/s (open loop, from the intended start; measured repeats merged)", flush, fmtCount(rate)),
 		"percentile", "latency (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = percentileTicks, usTicks()
+	p.X.Tick.Marker, p.Y.Tick.Marker = percentileTicks, nsTicks(1e3)
 	i := 0
 	add := func(name string, h *load.Histogram) error {
 		var xys plotter.XYs
@@ -242,19 +239,16 @@ func tailPoint(x float64, t *runfile.Tail, medianNs int64) ratePoint {
 	return pt
 }
 
-// xys and whiskers turn rate points into what gonum draws.
 func xys(pts []ratePoint) plotter.XYs {
 	return mapped(pts, func(p ratePoint) plotter.XY { return plotter.XY{X: p.x, Y: p.y} })
 }
 
-func whiskers(pts []ratePoint) (*plotter.YErrorBars, error) {
-	errs := mapped(pts, func(p ratePoint) struct{ Low, High float64 } {
-		return struct{ Low, High float64 }{math.Max(p.y-p.lo, 0), math.Max(p.hi-p.y, 0)}
-	})
+// errorBars are whiskers of errs about the points xys.
+func errorBars(xys plotter.XYs, errs plotter.YErrors) (*plotter.YErrorBars, error) {
 	return plotter.NewYErrorBars(struct {
 		plotter.XYs
 		plotter.YErrors
-	}{xys(pts), plotter.YErrors(errs)})
+	}{xys, errs})
 }
 
 // latencyRatePlotTitle says what the p99.9-against-rate plot shows.
@@ -269,7 +263,7 @@ func latencyRatePlotTitle(flush string) string {
 func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 	p := newPlot(latencyRatePlotTitle(flush), "achieved msgs/s (log)", "p99.9 (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, usTicks()
+	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, nsTicks(1e3)
 	order, series, saturated, floor := rateCurves(f, flush)
 	for i, name := range order {
 		line, pts, err := plotter.NewLinePoints(xys(series[name]))
@@ -278,7 +272,9 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		}
 		styleLine(line, i)
 		pts.Color = line.Color
-		w, err := whiskers(series[name])
+		w, err := errorBars(xys(series[name]), mapped(series[name], func(p ratePoint) struct{ Low, High float64 } {
+			return struct{ Low, High float64 }{math.Max(p.y-p.lo, 0), math.Max(p.hi-p.y, 0)}
+		}))
 		if err != nil {
 			return err
 		}
@@ -348,20 +344,13 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 		bars.Color, bars.XMin = plotutil.Color(k), shift
 		p.Add(bars)
 		p.Legend.Add(map[string]string{"writtenMBps": "accepted", "durableMBps": "durable"}[figure], bars)
-		whiskers, err := plotter.NewYErrorBars(struct {
-			plotter.XYs
-			plotter.YErrors
-		}{xys, errs})
+		whiskers, err := errorBars(xys, errs)
 		if err != nil {
 			return err
 		}
 		p.Add(whiskers)
 	}
-	labels := make([]string, len(names))
-	for i, name := range names {
-		labels[i] = throughputBarLabel(name, best[name])
-	}
-	p.NominalX(labels...)
+	p.NominalX(mapped(names, func(n string) string { return throughputBarLabel(n, best[n]) })...)
 	return p.Save(vg.Length(max(9, len(names)))*vg.Inch, 5*vg.Inch, path)
 }
 
@@ -426,7 +415,7 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		per = time.Duration(rep.Result.Series[0].IntervalNs).String()
 	}
 	lat := mk(fmt.Sprintf("%s, repeat %d: latency per %s (from the intended start)", c.Name, rep.Index, per), "latency (log)")
-	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, msTicks()
+	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, nsTicks(1e6)
 	var p99, mx plotter.XYs
 	for _, s := range rep.Result.Series {
 		if s.Count > 0 {
@@ -547,7 +536,7 @@ func drawColumn(path string, column []*plot.Plot) error {
 func paretoPlot(path string, s sweepSeries) error {
 	tail, _, _ := strings.Cut(s.tail, " (")
 	p := newPlot("Flush-policy sweep, "+s.key+" (triangles: the Pareto front)", "durable msgs/s", orDefault(tail, "p99.9")+", ms (log)")
-	p.Y.Scale, p.Y.Tick.Marker, p.Legend.Left = plot.LogScale{}, msTicks(), false
+	p.Y.Scale, p.Y.Tick.Marker, p.Legend.Left = plot.LogScale{}, nsTicks(1e6), false
 	p.Add(plotter.NewGrid())
 	var all, front, ends plotter.XYs
 	var labels []string
