@@ -111,12 +111,7 @@ func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell,
 		t.row(row...)
 	}
 	b.WriteString("\n")
-	for _, n := range notes {
-		fmt.Fprintf(b, "- %s\n", n)
-	}
-	if len(notes) > 0 {
-		b.WriteString("\n")
-	}
+	writeList(b, "", notes)
 }
 
 // refAsyncMeasured reports whether pebble-wal's async durability shows in

@@ -151,12 +151,7 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 		verdicts = append(verdicts, writeNamedPoint(t, f, p)...)
 	}
 	b.WriteString("\n")
-	for _, v := range verdicts {
-		fmt.Fprintf(b, "- %s\n", v)
-	}
-	if len(verdicts) > 0 {
-		b.WriteString("\n")
-	}
+	writeList(b, "", verdicts)
 }
 
 // writeNamedPoint is the four configurations' rows at one point; it

@@ -190,7 +190,7 @@ func writeTables(b *strings.Builder, f *runfile.RunFile) {
 	writeFailures(b, f)
 	writeLimits(b, f)
 	writeRatios(b, f)
-	writeNotes(b, f)
+	writeList(b, "## Notes\n\n", f.Notes)
 }
 
 func writePlotsSection(b *strings.Builder, f *runfile.RunFile) {
@@ -301,27 +301,23 @@ func fmtTotal(v int64, unit string) string {
 }
 
 func writeSystemChanges(b *strings.Builder, f *runfile.RunFile) {
-	if len(f.SystemChanges) == 0 {
-		return
-	}
-	b.WriteString("## System changes\n\n")
-	for _, c := range f.SystemChanges {
-		state := "undone"
-		if !c.Undone {
-			state = "**NOT undone** (" + c.UndoError + ") — run `mqbench cleanup`"
+	writeList(b, "## System changes\n\n", mapped(f.SystemChanges, func(c runfile.SystemChange) string {
+		if c.Undone {
+			return c.What + ": undone"
 		}
-		fmt.Fprintf(b, "- %s: %s\n", c.What, state)
-	}
-	b.WriteString("\n")
+		return c.What + ": **NOT undone** (" + c.UndoError + ") — run `mqbench cleanup`"
+	}))
 }
 
-func writeNotes(b *strings.Builder, f *runfile.RunFile) {
-	if len(f.Notes) == 0 {
+// writeList writes head and items as a list, then a blank line; nothing
+// without items.
+func writeList(b *strings.Builder, head string, items []string) {
+	if len(items) == 0 {
 		return
 	}
-	b.WriteString("## Notes\n\n")
-	for _, n := range f.Notes {
-		fmt.Fprintf(b, "- %s\n", n)
+	b.WriteString(head)
+	for _, it := range items {
+		b.WriteString("- " + it + "\n")
 	}
 	b.WriteString("\n")
 }

@@ -525,22 +525,15 @@ func writeFailures(b *strings.Builder, f *runfile.RunFile) {
 	var lines []string
 	for _, c := range allCells(f) {
 		if !c.Measured() {
-			lines = append(lines, fmt.Sprintf("- `%s`: **%s** — %s\n", c.Name, c.Status, oneLine(c.Reason)))
+			lines = append(lines, fmt.Sprintf("`%s`: **%s** — %s", c.Name, c.Status, oneLine(c.Reason)))
 		}
 	}
 	for _, l := range f.Limits {
 		if l.Status != runfile.StatusOK {
-			lines = append(lines, fmt.Sprintf("- limit `%s`: **%s** — %s\n", l.Name, l.Status, oneLine(l.Reason)))
+			lines = append(lines, fmt.Sprintf("limit `%s`: **%s** — %s", l.Name, l.Status, oneLine(l.Reason)))
 		}
 	}
-	if len(lines) == 0 {
-		return
-	}
-	b.WriteString("## Failed, skipped or interrupted (no figures)\n\n")
-	for _, l := range lines {
-		b.WriteString(l)
-	}
-	b.WriteString("\n")
+	writeList(b, "## Failed, skipped or interrupted (no figures)\n\n", lines)
 }
 
 // limitLabel names a limit, with its target when it is emulated or the
