@@ -8,7 +8,6 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// compareFigures are the figures compare shows per workload.
 var compareFigures = map[string][]string{
 	"throughput": {"msgsPerSec", "durableMBps", "p99Ns", "cpuSecPerGiB", "replLagP99Ns"},
 	"latency":    {"p50Ns", "p99Ns", "p999Ns"},
@@ -105,7 +104,6 @@ func Compare(a, b *runfile.RunFile) string {
 	return s.String()
 }
 
-// closestRate is the unmatched cell of cs whose rate is nearest rate.
 func closestRate(cs []*runfile.Cell, rate float64, matched map[*runfile.Cell]bool) *runfile.Cell {
 	var best *runfile.Cell
 	for _, c := range cs {
@@ -146,7 +144,6 @@ func limitKey(l *runfile.Limit) string {
 	return k
 }
 
-// higherIsBetter says which way a figure improves.
 func higherIsBetter(figure string) bool {
 	return figure == "msgsPerSec" || figure == "mbPerSec" || figure == "durableMBps" || figure == "writtenMBps" || figure == "timeToDurableMBps"
 }

@@ -133,7 +133,6 @@ func refAsyncMeasured(b *strings.Builder, ref map[string]*runfile.Cell) bool {
 	return false
 }
 
-// versus is c ÷ ref for figure, or why there is no ratio.
 func versus(c, ref *runfile.Cell, figure string) (text, note string) {
 	switch {
 	case !c.Measured() || !ref.Measured():

@@ -30,7 +30,6 @@ func unpressured(f *runfile.RunFile, workload, flush string) []*runfile.Cell {
 	})
 }
 
-// spectrumRates are the rates with a latency cell of flush.
 func spectrumRates(f *runfile.RunFile, flush string) []float64 {
 	var rates []float64
 	for _, c := range unpressured(f, "latency", flush) {
@@ -95,7 +94,6 @@ func nsTicks(nsPer float64) logTicks {
 	return logTicks{format: func(v float64) string { return fmtNs(int64(v * nsPer)) }}
 }
 
-// newPlot is a plot with its title and axis labels, the legend top left.
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
@@ -243,7 +241,6 @@ func xys(pts []ratePoint) plotter.XYs {
 	return mapped(pts, func(p ratePoint) plotter.XY { return plotter.XY{X: p.x, Y: p.y} })
 }
 
-// errorBars are whiskers of errs about the points xys.
 func errorBars(xys plotter.XYs, errs plotter.YErrors) (*plotter.YErrorBars, error) {
 	return plotter.NewYErrorBars(struct {
 		plotter.XYs
@@ -251,7 +248,6 @@ func errorBars(xys plotter.XYs, errs plotter.YErrors) (*plotter.YErrorBars, erro
 	}{xys, errs})
 }
 
-// latencyRatePlotTitle says what the p99.9-against-rate plot shows.
 func latencyRatePlotTitle(flush string) string {
 	return fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)\n"+
 		"p99.9 of the merged repeats, as in the tables; whiskers: the lowest and highest repeat's", flush)
@@ -492,10 +488,8 @@ func sampleWallNs(samples []runfile.Sample, i int) int64 {
 	return 0
 }
 
-// stallPct is a PSI total's growth (µs of stall) as a share (%) of wallNs.
 func stallPct(stallUs, wallNs int64) float64 { return 100 * float64(stallUs) * 1e3 / float64(wallNs) }
 
-// alignX gives every plot the x range the series cover.
 func alignX(plots []*plot.Plot, series ...plotter.XYs) {
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	for _, xys := range series {
@@ -510,7 +504,6 @@ func alignX(plots []*plot.Plot, series ...plotter.XYs) {
 	}
 }
 
-// drawColumn draws the plots one above the other into a PNG at path.
 func drawColumn(path string, column []*plot.Plot) error {
 	plots := make([][]*plot.Plot, len(column))
 	for i, p := range column {

@@ -15,7 +15,6 @@ import (
 // SYNC_MASTER and ASYNC_FLUSH + ASYNC_MASTER — at the same producers and at
 // the same offered rates.
 
-// replicaConfig is one of the named configurations.
 type replicaConfig struct {
 	name, flush, repl string
 	seed              bool // the seed's recommendation
@@ -28,7 +27,6 @@ var namedConfigs = []replicaConfig{
 	{name: "ASYNC_FLUSH + ASYNC_MASTER", flush: "async", repl: "async"},
 }
 
-// delayText labels an EMULATED network delay.
 func delayText(ns int64) string {
 	if ns <= 0 {
 		return "loopback"

@@ -116,7 +116,6 @@ func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
 	}
 }
 
-// replicationAxis describes the run's replication axis ("" without one).
 func replicationAxis(f *runfile.RunFile) string {
 	var roles []string
 	for _, r := range f.Config.Replication {
@@ -170,7 +169,6 @@ func SummaryTables(f *runfile.RunFile) string {
 	return b.String()
 }
 
-// writeTables is everything after the first screen and the run's context.
 func writeTables(b *strings.Builder, f *runfile.RunFile) {
 	writeAA(b, f)
 	writeThroughput(b, f)
@@ -322,12 +320,10 @@ func writeList(b *strings.Builder, head string, items []string) {
 	b.WriteString("\n")
 }
 
-// join formats each of xs and joins them with sep.
 func join[T any](xs []T, f func(T) string, sep string) string {
 	return strings.Join(mapped(xs, f), sep)
 }
 
-// mapped is f of each of xs.
 func mapped[T, U any](xs []T, f func(T) U) []U {
 	out := make([]U, len(xs))
 	for i, x := range xs {

@@ -38,7 +38,6 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 	return l
 }
 
-// slaveText names a replicated cell's slave ("" without one).
 func slaveText(c *runfile.Cell) string {
 	if c.Replication == "" {
 		return ""
@@ -84,7 +83,6 @@ func latencyFig(c *runfile.Cell, name string) string {
 	return orMore(c.Status == runfile.StatusSaturated, fig(c, name, fmtNsF))
 }
 
-// orMore marks s as a lower bound when bound is set.
 func orMore(bound bool, s string) string {
 	if bound {
 		return "≥ " + s
@@ -275,7 +273,6 @@ func statusText(c *runfile.Cell, mark string) string {
 	return c.Status
 }
 
-// serviceText is an open-loop cell's merged service-time p99.9.
 func serviceText(c *runfile.Cell) string {
 	p := c.ServiceTail.Point("p999Ns")
 	if p == nil {
@@ -493,7 +490,6 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop, %s; *process CPU*: getrusage of the whole process until the reader has read everything. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n", senderCPUSpan(rows))
 }
 
-// senderCPUSpan says what the consume rows' sender CPU covers.
 func senderCPUSpan(rows []*runfile.Cell) string {
 	for _, c := range rows {
 		if c.SenderCPU != runfile.SenderCPUSends {
