@@ -145,18 +145,27 @@ func versus(c, ref *runfile.Cell, figure string) (text, note string) {
 	case figure == "durableMBps" && (c.DurableMBps <= 0 || ref.DurableMBps <= 0):
 		return "— (no durable bytes in the window)", ""
 	}
-	r := ratioOf("peer", c, ref.Name, figure, ref.Interval(figure), "")
+	text, r, separated := cellRatio("peer", c, ref, figure)
 	if r.Missing != "" {
-		return "— (" + r.Missing + ")", ""
+		return text, ""
 	}
-	text = ratioRange(r)
-	if !runfile.Separated(c.Interval(figure), ref.Interval(figure)) {
+	if !separated {
 		text += " no significant difference"
 	}
 	if figure == "durableMBps" && (sustainedNo(c) || sustainedNo(ref)) {
 		text += " (" + strings.Join(notSustained(c, ref), ", ") + " not sustained)"
 	}
 	return text, ""
+}
+
+// cellRatio is c's figure ÷ ref's as a table shows it ("— (why)" without
+// a ratio), the ratio, and whether the two intervals separate.
+func cellRatio(kind string, c, ref *runfile.Cell, figure string) (string, runfile.Ratio, bool) {
+	r := ratioOf(kind, c, ref.Name, figure, ref.Interval(figure), "")
+	if r.Missing != "" {
+		return "— (" + r.Missing + ")", r, false
+	}
+	return ratioRange(r), r, runfile.Separated(c.Interval(figure), ref.Interval(figure))
 }
 
 func mechanismOf(c *runfile.Cell) string {

@@ -211,12 +211,11 @@ func namedRatio(base, c *runfile.Cell, figure string) string {
 		}
 		return "not compared: " + strings.Join(why, ", ")
 	}
-	r := ratioOf("replication", c, base.Name, figure, base.Interval(figure), "")
-	if r.Missing != "" {
-		return "— (" + r.Missing + ")"
-	}
-	text := ratioRange(r)
-	if !runfile.Separated(base.Interval(figure), c.Interval(figure)) {
+	text, r, separated := cellRatio("replication", c, base, figure)
+	switch {
+	case r.Missing != "":
+		return text
+	case !separated:
 		return text + " — no significant difference"
 	}
 	better := r.Median > 1

@@ -208,23 +208,21 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 	}
 	b.WriteString("## Profiles (top functions by flat share; an extra unmeasured run of each throughput cell)\n\n")
 	fmt.Fprintf(b, "Files: `%s/%s/<cell>.{cpu,heap,block,mutex}.pprof` — open with `go tool pprof -top FILE` (see profiles/README.md).\n\n", f.Config.ProfilesRoot, f.ID)
-	cells := map[string][]runfile.ProfileSummary{}
-	var order []string
+	var cells []string
 	for _, p := range f.Profiles {
-		if _, ok := cells[p.Cell]; !ok {
-			order = append(order, p.Cell)
-		}
-		cells[p.Cell] = append(cells[p.Cell], p)
+		cells = appendNew(cells, p.Cell)
 	}
-	for _, cell := range order {
+	for _, cell := range cells {
 		fmt.Fprintf(b, "### %s\n\n", cell)
-		for _, p := range cells[cell] {
-			if p.Error != "" {
+		for _, p := range f.Profiles {
+			switch {
+			case p.Cell != cell:
+			case p.Error != "":
 				fmt.Fprintf(b, "- %s: %s\n", p.Kind, oneLine(p.Error))
-				continue
+			default:
+				tops := join(p.Top[:min(5, len(p.Top))], func(t runfile.FunctionCost) string { return fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct) }, ", ")
+				fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), tops)
 			}
-			tops := join(p.Top[:min(5, len(p.Top))], func(t runfile.FunctionCost) string { return fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct) }, ", ")
-			fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), tops)
 		}
 		b.WriteString("\n")
 	}

@@ -348,19 +348,14 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 // mqstore's rows are its backends' own statements (their registrations'
 // Durability, with this run's options), the peers' their own.
 func writeDurability(b *strings.Builder, f *runfile.RunFile) {
-	type row struct {
-		name, flush, repl string
-		delay             int64
-		peer              bool
-	}
-	seen := map[row]bool{}
+	seen := map[string]bool{}
 	var rows []*runfile.Cell
 	machine := false
 	for _, c := range allCells(f) {
 		if c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery" {
 			continue
 		}
-		k := row{c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer}
+		k := fmt.Sprintf("%s|%s|%s|%d|%v", c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer)
 		if !seen[k] {
 			seen[k] = true
 			rows = append(rows, c)
