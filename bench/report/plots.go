@@ -138,49 +138,43 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 		"percentile", "latency (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = percentileTicks, nsTicks(1e3)
-	i := 0
-	add := func(name string, h *load.Histogram) error {
-		var xys plotter.XYs
-		for _, pt := range h.Spectrum(5) {
-			if pt.Percentile < 100 {
-				xys = append(xys, plotter.XY{X: 1 / (1 - pt.Percentile/100), Y: us(float64(pt.ValueNs))})
-			}
-		}
-		if len(xys) == 0 {
-			return nil
-		}
-		i++
-		return addLine(p, name, xys, func(l *plotter.Line) { styleLine(l, i-1) })
-	}
+	var names []string
+	var hists []*load.Histogram
 	for _, c := range unpressured(f, "latency", flush) {
-		if c.RatePerSec != rate {
-			continue
-		}
-		if h := c.MergedHistogram(); h != nil {
+		if h := c.MergedHistogram(); c.RatePerSec == rate && h != nil {
 			name := sizedLabel(f, c)
 			if c.Status == runfile.StatusSaturated {
 				name += " (saturated)"
 			} else if c.GeneratorBound {
 				name += " (generator-bound)"
 			}
-			if err := add(name, h); err != nil {
-				return err
-			}
+			names, hists = append(names, name), append(hists, h)
 		}
 	}
 	for _, fl := range f.Floors {
-		if fl.RatePerSec == rate && fl.Pressure == "none" {
-			var hs []*load.Histogram
-			for _, r := range fl.Repeats {
-				if !r.Warm && r.Result.Latency != nil {
-					hs = append(hs, r.Result.Latency)
-				}
+		var hs []*load.Histogram
+		for _, r := range fl.Repeats {
+			if fl.RatePerSec == rate && fl.Pressure == "none" && !r.Warm && r.Result.Latency != nil {
+				hs = append(hs, r.Result.Latency)
 			}
-			if len(hs) > 0 {
-				if err := add("floor (no-op)", load.Merged(hs...)); err != nil {
-					return err
-				}
+		}
+		if len(hs) > 0 {
+			names, hists = append(names, "floor (no-op)"), append(hists, load.Merged(hs...))
+		}
+	}
+	i := 0
+	for k, h := range hists {
+		var xys plotter.XYs
+		for _, pt := range h.Spectrum(5) {
+			if pt.Percentile < 100 {
+				xys = append(xys, plotter.XY{X: 1 / (1 - pt.Percentile/100), Y: us(float64(pt.ValueNs))})
 			}
+		}
+		if len(xys) > 0 {
+			if err := addLine(p, names[k], xys, func(l *plotter.Line) { styleLine(l, i) }); err != nil {
+				return err
+			}
+			i++
 		}
 	}
 	p.Add(plotter.NewGrid())
