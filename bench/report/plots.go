@@ -389,8 +389,9 @@ func firstMeasured(c *runfile.Cell) *runfile.Repeat {
 func timeSeriesPlot(path string, c *runfile.Cell) error {
 	rep := firstMeasured(c)
 	var t0 int64
+	per := "interval"
 	if len(rep.Result.Series) > 0 {
-		t0 = rep.Result.Series[0].StartUnixNs
+		t0, per = rep.Result.Series[0].StartUnixNs, time.Duration(rep.Result.Series[0].IntervalNs).String()
 	} else if len(rep.Samples) > 0 {
 		t0 = rep.Samples[0].UnixNs
 	}
@@ -399,10 +400,6 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		p := newPlot(title, "seconds into the measured window", ylabel)
 		p.Add(plotter.NewGrid())
 		return p
-	}
-	per := "interval"
-	if len(rep.Result.Series) > 0 {
-		per = time.Duration(rep.Result.Series[0].IntervalNs).String()
 	}
 	lat := mk(fmt.Sprintf("%s, repeat %d: latency per %s (from the intended start)", c.Name, rep.Index, per), "latency (log)")
 	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, nsTicks(1e6)
@@ -525,11 +522,9 @@ func paretoPlot(path string, s sweepSeries) error {
 	p := newPlot("Flush-policy sweep, "+s.key+" (triangles: the Pareto front)", "durable msgs/s", orDefault(tail, "p99.9")+", ms (log)")
 	p.Y.Scale, p.Y.Tick.Marker, p.Legend.Left = plot.LogScale{}, nsTicks(1e6), false
 	p.Add(plotter.NewGrid())
-	var all, front, ends plotter.XYs
+	all := plotter.XYs(mapped(s.points, func(pt ParetoPoint) plotter.XY { return plotter.XY{X: pt.Thr.Median, Y: ms(pt.P999.Median)} }))
+	var front, ends plotter.XYs
 	var labels []string
-	for _, pt := range s.points {
-		all = append(all, plotter.XY{X: pt.Thr.Median, Y: ms(pt.P999.Median)})
-	}
 	fastest, lowest := -1, -1
 	for _, i := range s.front {
 		front = append(front, all[i])
