@@ -352,11 +352,7 @@ func aaComparisons(f *runfile.RunFile) []runfile.Comparison {
 	cells := allCells(f)
 	thresholds := benchmath.Thresholds{CompareAlpha: aaAlpha}
 	values := func(c *runfile.Cell, fig string) []float64 {
-		var xs []float64
-		for _, r := range c.MeasuredRepeats() {
-			xs = append(xs, r.Figures.Figure(fig))
-		}
-		return xs
+		return mapped(c.MeasuredRepeats(), func(r *runfile.Repeat) float64 { return r.Figures.Figure(fig) })
 	}
 	for _, twin := range cells {
 		if twin.TwinOf == "" {
