@@ -348,14 +348,19 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 // mqstore's rows are its backends' own statements (their registrations'
 // Durability, with this run's options), the peers' their own.
 func writeDurability(b *strings.Builder, f *runfile.RunFile) {
-	seen := map[string]bool{}
+	type key struct {
+		backend, flush, repl string
+		delay                int64
+		peer                 bool
+	}
+	seen := map[key]bool{}
 	var rows []*runfile.Cell
 	machine := false
 	for _, c := range allCells(f) {
 		if c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery" {
 			continue
 		}
-		k := fmt.Sprintf("%s|%s|%s|%d|%v", c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer)
+		k := key{c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer}
 		if !seen[k] {
 			seen[k] = true
 			rows = append(rows, c)
