@@ -39,8 +39,7 @@ func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 	if len(systems) == 0 {
 		return
 	}
-	producers := slices.Clone(f.Config.Producers)
-	slices.Sort(producers)
+	producers := slices.Sorted(slices.Values(f.Config.Producers))
 	b.WriteString("## Against pebble's WAL (each system ÷ `pebble-wal`, same producers, same run)\n\n")
 	b.WriteString("`pebble-wal` is pebble's write-ahead log alone — record.LogWriter with group-committed SyncRecord, the strongest Go append-only log with group commit we know — the row to read \"sync\" against. Each entry is the ratio of the medians with the widest ratio the two intervals allow; \"no significant difference\" where the intervals overlap.\n\n")
 	if n := messageNote(f); n != "" {

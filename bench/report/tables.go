@@ -484,11 +484,14 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 			resident = fmtPct(c.ResidentFraction)
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant,
-			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }),
+			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", fmtGBps),
 			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
 	}
 	fmt.Fprintf(b, "\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop, %s; *process CPU*: getrusage of the whole process until the reader has read everything. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n", senderCPUSpan(rows))
 }
+
+// fmtGBps shows MB/s as GB/s.
+func fmtGBps(mbps float64) string { return fmtFloat(mbps / 1e3) }
 
 func senderCPUSpan(rows []*runfile.Cell) string {
 	for _, c := range rows {
@@ -512,7 +515,7 @@ func writeRecovery(b *strings.Builder, f *runfile.RunFile) {
 			scanned = c.Repeats[0].Result.PayloadBytes
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant, fmt.Sprintf("%.0f MB", float64(scanned)/1e6),
-			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }))
+			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", fmtGBps))
 	}
 	b.WriteString("\nA child process fills the store (async) and is killed with SIGKILL holding it; engine.Open then recovers it. MB/s counts the CommitLog bytes recovery scanned.\n\n")
 }
