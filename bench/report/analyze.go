@@ -74,7 +74,6 @@ func markGeneratorBound(f *runfile.RunFile) {
 	}
 }
 
-// ptrs yields a pointer to each element of s, in order.
 func ptrs[T any](s []T) iter.Seq[*T] {
 	return func(yield func(*T) bool) {
 		for i := range s {
@@ -85,7 +84,6 @@ func ptrs[T any](s []T) iter.Seq[*T] {
 	}
 }
 
-// appendNew appends v to s unless s holds it already.
 func appendNew[T comparable](s []T, v T) []T {
 	if slices.Contains(s, v) {
 		return s
@@ -109,8 +107,6 @@ func samePoint(a, b *runfile.Cell) bool {
 		a.Replication == b.Replication && a.HADelayNs == b.HADelayNs && a.TwinOf == "" && b.TwinOf == ""
 }
 
-// warmedSegments reports whether an mmap cell appended into pre-touched
-// segments.
 func warmedSegments(c *runfile.Cell) bool { return c.Options["WarmSegments"] == "true" }
 
 // mapsPages: the backend appends into the file's own pages (write-through,
@@ -179,7 +175,6 @@ func findLimit(f *runfile.RunFile, name string, size int, target string) *runfil
 // commit's limit.
 func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	var out []runfile.Ratio
-	// add relates c's figure to the named limit's (size 0: any body size).
 	add := func(kind, name string, size int, fig, limitFig, note string) {
 		if l := findLimit(f, name, size, c.Target); l != nil {
 			out = append(out, ratioOf(kind, c, l.Name, fig, l.Interval(limitFig), note))
@@ -217,7 +212,6 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	return out
 }
 
-// peerRatios relates a cell to the peers' cells at its point.
 func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	var out []runfile.Ratio
 	for _, p := range f.Peers {
@@ -255,7 +249,6 @@ func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	return out
 }
 
-// pressureRatios relate each cell under pressure to its unpressured twin.
 func pressureRatios(f *runfile.RunFile) []runfile.Ratio {
 	var out []runfile.Ratio
 	for c := range ptrs(f.Cells) {
@@ -343,14 +336,12 @@ func notSustained(cs ...*runfile.Cell) []string {
 	return out
 }
 
-// aaFigures are the figures the A/A check compares per workload.
 var aaFigures = map[string][]string{
 	"throughput": {"msgsPerSec", "durableMBps", "p99Ns"},
 	"latency":    {"p50Ns", "p99Ns", "p999Ns"},
 	"e2e":        {"p50Ns", "p99Ns", "p999Ns"},
 }
 
-// aaAlpha is the A/A test's significance level.
 const aaAlpha = 0.05
 
 // aaComparisons compares each A/A twin with the cell it repeats, figure by
@@ -361,11 +352,7 @@ func aaComparisons(f *runfile.RunFile) []runfile.Comparison {
 	cells := allCells(f)
 	thresholds := benchmath.Thresholds{CompareAlpha: aaAlpha}
 	values := func(c *runfile.Cell, fig string) []float64 {
-		var xs []float64
-		for _, r := range c.MeasuredRepeats() {
-			xs = append(xs, r.Figures.Figure(fig))
-		}
-		return xs
+		return mapped(c.MeasuredRepeats(), func(r *runfile.Repeat) float64 { return r.Figures.Figure(fig) })
 	}
 	for _, twin := range cells {
 		if twin.TwinOf == "" {
@@ -416,8 +403,6 @@ type candidate struct {
 	pressureOnly bool
 }
 
-// sustainUndetermined is the undetermined reason of a candidate whose
-// backlog interval straddles the bar.
 const sustainUndetermined = "whether it sustains is undetermined"
 
 // recommendations picks, per target and size and for async, sync and any
@@ -666,7 +651,6 @@ func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*ca
 	}
 }
 
-// ciWords says what the interval after a median is.
 func ciWords(level float64) string {
 	if level == 0 {
 		return "one measured repeat: no interval, nothing can be called different"
@@ -756,7 +740,6 @@ func gate(p, base *runfile.Cell) (verdict string, r runfile.Ratio, figure string
 	return "undetermined", r, figure
 }
 
-// figureName is a percentile's name in text.
 func figureName(name string) string {
 	return map[string]string{"p50Ns": "p50", "p90Ns": "p90", "p99Ns": "p99", "p999Ns": "p99.9", "p9999Ns": "p99.99", "maxNs": "max"}[name]
 }

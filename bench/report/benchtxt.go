@@ -107,7 +107,6 @@ func benchName(c *runfile.Cell, withTarget bool) string {
 	return name
 }
 
-// repeatValues are one measured repeat's iteration count and values.
 func repeatValues(workload string, r *runfile.Repeat) (int64, valueList) {
 	f := &r.Figures
 	var v valueList
@@ -162,7 +161,6 @@ func (v *valueList) add(x float64, unit string) {
 	*v = append(*v, strconv.FormatFloat(x, 'g', 6, 64)+" "+unit)
 }
 
-// figs adds figures of f by name, each followed by its unit.
 func (v *valueList) figs(f *runfile.Figures, nameUnits ...string) {
 	for i := 0; i < len(nameUnits); i += 2 {
 		v.add(f.Figure(nameUnits[i]), nameUnits[i+1])

@@ -8,7 +8,6 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// compareFigures are the figures compare shows per workload.
 var compareFigures = map[string][]string{
 	"throughput": {"msgsPerSec", "durableMBps", "p99Ns", "cpuSecPerGiB", "replLagP99Ns"},
 	"latency":    {"p50Ns", "p99Ns", "p999Ns"},
@@ -41,7 +40,7 @@ func Compare(a, b *runfile.RunFile) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "A: %s (commit %s, %d measured repeats, %s)\nB: %s (commit %s, %d measured repeats, %s)\n\n", a.ID, shortCommit(a.Machine.Commit), a.Config.Repeat,
 		ciLevelText(a.Config.Repeat), b.ID, shortCommit(b.Machine.Commit), b.Config.Repeat, ciLevelText(b.Config.Repeat))
-	s.WriteString("| cell | figure | A | B | B ÷ A | verdict |\n|---|---|---:|---:|---:|---|\n")
+	t := newTable(&s, "cell", "figure", "A>", "B>", "B ÷ A>", "verdict")
 	byKey := map[string][]*runfile.Cell{}
 	for _, c := range allCells(b) {
 		byKey[pointKey(c)] = append(byKey[pointKey(c)], c)
@@ -71,12 +70,12 @@ func Compare(a, b *runfile.RunFile) string {
 			if ca.Figures.Figure(figName) == 0 && cb.Figures.Figure(figName) == 0 {
 				continue
 			}
-			s.WriteString(compareRow(name, figName, ca.Interval(figName), cb.Interval(figName)))
+			compareRow(t, name, figName, ca.Interval(figName), cb.Interval(figName))
 		}
 	}
 	limits := map[string]*runfile.Limit{}
-	for i := range b.Limits {
-		limits[limitKey(&b.Limits[i])] = &b.Limits[i]
+	for l := range ptrs(b.Limits) {
+		limits[limitKey(l)] = l
 	}
 	for la := range ptrs(a.Limits) {
 		lb, ok := limits[limitKey(la)]
@@ -87,7 +86,7 @@ func Compare(a, b *runfile.RunFile) string {
 		if la.P50Ns > 0 {
 			figName = "p50Ns"
 		}
-		s.WriteString(compareRow("limit "+limitKey(la), figName, la.Interval(figName), lb.Interval(figName)))
+		compareRow(t, "limit "+limitKey(la), figName, la.Interval(figName), lb.Interval(figName))
 	}
 	s.WriteString("\nA verdict names a difference only when the two confidence intervals of the median do not overlap; otherwise there is no significant difference between the runs. For a rank test on the repeats: `benchstat A/bench.txt B/bench.txt` (bench.txt has one line per measured repeat).\n")
 	if len(onlyA) > 0 {
@@ -105,7 +104,6 @@ func Compare(a, b *runfile.RunFile) string {
 	return s.String()
 }
 
-// closestRate is the unmatched cell of cs whose rate is nearest rate.
 func closestRate(cs []*runfile.Cell, rate float64, matched map[*runfile.Cell]bool) *runfile.Cell {
 	var best *runfile.Cell
 	for _, c := range cs {
@@ -146,12 +144,11 @@ func limitKey(l *runfile.Limit) string {
 	return k
 }
 
-// higherIsBetter says which way a figure improves.
 func higherIsBetter(figure string) bool {
 	return figure == "msgsPerSec" || figure == "mbPerSec" || figure == "durableMBps" || figure == "writtenMBps" || figure == "timeToDurableMBps"
 }
 
-func compareRow(name, figure string, a, b runfile.Interval) string {
+func compareRow(t table, name, figure string, a, b runfile.Interval) {
 	f := figFormat(figure)
 	ratio := "—"
 	if a.Median != 0 {
@@ -162,5 +159,5 @@ func compareRow(name, figure string, a, b runfile.Interval) string {
 		better := (b.Median > a.Median) == higherIsBetter(figure)
 		verdict = map[bool]string{true: "B better", false: "B worse"}[better] + " (intervals separate)"
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s |\n", name, figure, ci(a, f), ci(b, f), ratio, verdict)
+	t.row(name, figure, ci(a, f), ci(b, f), ratio, verdict)
 }

@@ -39,8 +39,7 @@ func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 	if len(systems) == 0 {
 		return
 	}
-	producers := slices.Clone(f.Config.Producers)
-	slices.Sort(producers)
+	producers := slices.Sorted(slices.Values(f.Config.Producers))
 	b.WriteString("## Against pebble's WAL (each system ÷ `pebble-wal`, same producers, same run)\n\n")
 	b.WriteString("`pebble-wal` is pebble's write-ahead log alone — record.LogWriter with group-committed SyncRecord, the strongest Go append-only log with group commit we know — the row to read \"sync\" against. Each entry is the ratio of the medians with the widest ratio the two intervals allow; \"no significant difference\" where the intervals overlap.\n\n")
 	if n := messageNote(f); n != "" {
@@ -111,12 +110,7 @@ func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell,
 		t.row(row...)
 	}
 	b.WriteString("\n")
-	for _, n := range notes {
-		fmt.Fprintf(b, "- %s\n", n)
-	}
-	if len(notes) > 0 {
-		b.WriteString("\n")
-	}
+	writeList(b, "", notes)
 }
 
 // refAsyncMeasured reports whether pebble-wal's async durability shows in
@@ -138,7 +132,6 @@ func refAsyncMeasured(b *strings.Builder, ref map[string]*runfile.Cell) bool {
 	return false
 }
 
-// versus is c ÷ ref for figure, or why there is no ratio.
 func versus(c, ref *runfile.Cell, figure string) (text, note string) {
 	switch {
 	case !c.Measured() || !ref.Measured():
@@ -151,18 +144,27 @@ func versus(c, ref *runfile.Cell, figure string) (text, note string) {
 	case figure == "durableMBps" && (c.DurableMBps <= 0 || ref.DurableMBps <= 0):
 		return "— (no durable bytes in the window)", ""
 	}
-	r := ratioOf("peer", c, ref.Name, figure, ref.Interval(figure), "")
+	text, r, separated := cellRatio("peer", c, ref, figure)
 	if r.Missing != "" {
-		return "— (" + r.Missing + ")", ""
+		return text, ""
 	}
-	text = ratioRange(r)
-	if !runfile.Separated(c.Interval(figure), ref.Interval(figure)) {
+	if !separated {
 		text += " no significant difference"
 	}
 	if figure == "durableMBps" && (sustainedNo(c) || sustainedNo(ref)) {
 		text += " (" + strings.Join(notSustained(c, ref), ", ") + " not sustained)"
 	}
 	return text, ""
+}
+
+// cellRatio is c's figure ÷ ref's as a table shows it ("— (why)" without
+// a ratio), the ratio, and whether the two intervals separate.
+func cellRatio(kind string, c, ref *runfile.Cell, figure string) (string, runfile.Ratio, bool) {
+	r := ratioOf(kind, c, ref.Name, figure, ref.Interval(figure), "")
+	if r.Missing != "" {
+		return "— (" + r.Missing + ")", r, false
+	}
+	return ratioRange(r), r, runfile.Separated(c.Interval(figure), ref.Interval(figure))
 }
 
 func mechanismOf(c *runfile.Cell) string {

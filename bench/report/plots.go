@@ -30,7 +30,6 @@ func unpressured(f *runfile.RunFile, workload, flush string) []*runfile.Cell {
 	})
 }
 
-// spectrumRates are the rates with a latency cell of flush.
 func spectrumRates(f *runfile.RunFile, flush string) []float64 {
 	var rates []float64
 	for _, c := range unpressured(f, "latency", flush) {
@@ -90,15 +89,11 @@ var percentileTicks = plot.ConstantTicks{
 	{Value: 1e3, Label: "99.9%"}, {Value: 1e4, Label: "99.99%"}, {Value: 1e5, Label: "99.999%"}, {Value: 1e6, Label: "99.9999%"},
 }
 
-func usTicks() logTicks {
-	return logTicks{format: func(v float64) string { return fmtNs(int64(v * 1e3)) }}
+// nsTicks label an axis in units of nsPer nanoseconds as durations.
+func nsTicks(nsPer float64) logTicks {
+	return logTicks{format: func(v float64) string { return fmtNs(int64(v * nsPer)) }}
 }
 
-func msTicks() logTicks {
-	return logTicks{format: func(v float64) string { return fmtNs(int64(v * 1e6)) }}
-}
-
-// newPlot is a plot with its title and axis labels, the legend top left.
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
@@ -142,50 +137,44 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 	p := newPlot(fmt.Sprintf("Latency by percentile, flush=%s at %s msgs/s (open loop, from the intended start; measured repeats merged)", flush, fmtCount(rate)),
 		"percentile", "latency (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = percentileTicks, usTicks()
-	i := 0
-	add := func(name string, h *load.Histogram) error {
-		var xys plotter.XYs
-		for _, pt := range h.Spectrum(5) {
-			if pt.Percentile < 100 {
-				xys = append(xys, plotter.XY{X: 1 / (1 - pt.Percentile/100), Y: us(float64(pt.ValueNs))})
-			}
-		}
-		if len(xys) == 0 {
-			return nil
-		}
-		i++
-		return addLine(p, name, xys, func(l *plotter.Line) { styleLine(l, i-1) })
-	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = percentileTicks, nsTicks(1e3)
+	var names []string
+	var hists []*load.Histogram
 	for _, c := range unpressured(f, "latency", flush) {
-		if c.RatePerSec != rate {
-			continue
-		}
-		if h := c.MergedHistogram(); h != nil {
+		if h := c.MergedHistogram(); c.RatePerSec == rate && h != nil {
 			name := sizedLabel(f, c)
 			if c.Status == runfile.StatusSaturated {
 				name += " (saturated)"
 			} else if c.GeneratorBound {
 				name += " (generator-bound)"
 			}
-			if err := add(name, h); err != nil {
-				return err
-			}
+			names, hists = append(names, name), append(hists, h)
 		}
 	}
 	for _, fl := range f.Floors {
-		if fl.RatePerSec == rate && fl.Pressure == "none" {
-			var hs []*load.Histogram
-			for _, r := range fl.Repeats {
-				if !r.Warm && r.Result.Latency != nil {
-					hs = append(hs, r.Result.Latency)
-				}
+		var hs []*load.Histogram
+		for _, r := range fl.Repeats {
+			if fl.RatePerSec == rate && fl.Pressure == "none" && !r.Warm && r.Result.Latency != nil {
+				hs = append(hs, r.Result.Latency)
 			}
-			if len(hs) > 0 {
-				if err := add("floor (no-op)", load.Merged(hs...)); err != nil {
-					return err
-				}
+		}
+		if len(hs) > 0 {
+			names, hists = append(names, "floor (no-op)"), append(hists, load.Merged(hs...))
+		}
+	}
+	i := 0
+	for k, h := range hists {
+		var xys plotter.XYs
+		for _, pt := range h.Spectrum(5) {
+			if pt.Percentile < 100 {
+				xys = append(xys, plotter.XY{X: 1 / (1 - pt.Percentile/100), Y: us(float64(pt.ValueNs))})
 			}
+		}
+		if len(xys) > 0 {
+			if err := addLine(p, names[k], xys, func(l *plotter.Line) { styleLine(l, i) }); err != nil {
+				return err
+			}
+			i++
 		}
 	}
 	p.Add(plotter.NewGrid())
@@ -242,22 +231,17 @@ func tailPoint(x float64, t *runfile.Tail, medianNs int64) ratePoint {
 	return pt
 }
 
-// xys and whiskers turn rate points into what gonum draws.
 func xys(pts []ratePoint) plotter.XYs {
 	return mapped(pts, func(p ratePoint) plotter.XY { return plotter.XY{X: p.x, Y: p.y} })
 }
 
-func whiskers(pts []ratePoint) (*plotter.YErrorBars, error) {
-	errs := mapped(pts, func(p ratePoint) struct{ Low, High float64 } {
-		return struct{ Low, High float64 }{math.Max(p.y-p.lo, 0), math.Max(p.hi-p.y, 0)}
-	})
+func errorBars(xys plotter.XYs, errs plotter.YErrors) (*plotter.YErrorBars, error) {
 	return plotter.NewYErrorBars(struct {
 		plotter.XYs
 		plotter.YErrors
-	}{xys(pts), plotter.YErrors(errs)})
+	}{xys, errs})
 }
 
-// latencyRatePlotTitle says what the p99.9-against-rate plot shows.
 func latencyRatePlotTitle(flush string) string {
 	return fmt.Sprintf("p99.9 against throughput, flush=%s (open loop; × = saturated, a lower bound)\n"+
 		"p99.9 of the merged repeats, as in the tables; whiskers: the lowest and highest repeat's", flush)
@@ -269,7 +253,7 @@ func latencyRatePlotTitle(flush string) string {
 func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 	p := newPlot(latencyRatePlotTitle(flush), "achieved msgs/s (log)", "p99.9 (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, usTicks()
+	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{format: fmtCount}, nsTicks(1e3)
 	order, series, saturated, floor := rateCurves(f, flush)
 	for i, name := range order {
 		line, pts, err := plotter.NewLinePoints(xys(series[name]))
@@ -278,7 +262,9 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		}
 		styleLine(line, i)
 		pts.Color = line.Color
-		w, err := whiskers(series[name])
+		w, err := errorBars(xys(series[name]), mapped(series[name], func(p ratePoint) struct{ Low, High float64 } {
+			return struct{ Low, High float64 }{math.Max(p.y-p.lo, 0), math.Max(p.hi-p.y, 0)}
+		}))
 		if err != nil {
 			return err
 		}
@@ -348,20 +334,13 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 		bars.Color, bars.XMin = plotutil.Color(k), shift
 		p.Add(bars)
 		p.Legend.Add(map[string]string{"writtenMBps": "accepted", "durableMBps": "durable"}[figure], bars)
-		whiskers, err := plotter.NewYErrorBars(struct {
-			plotter.XYs
-			plotter.YErrors
-		}{xys, errs})
+		whiskers, err := errorBars(xys, errs)
 		if err != nil {
 			return err
 		}
 		p.Add(whiskers)
 	}
-	labels := make([]string, len(names))
-	for i, name := range names {
-		labels[i] = throughputBarLabel(name, best[name])
-	}
-	p.NominalX(labels...)
+	p.NominalX(mapped(names, func(n string) string { return throughputBarLabel(n, best[n]) })...)
 	return p.Save(vg.Length(max(9, len(names)))*vg.Inch, 5*vg.Inch, path)
 }
 
@@ -410,8 +389,9 @@ func firstMeasured(c *runfile.Cell) *runfile.Repeat {
 func timeSeriesPlot(path string, c *runfile.Cell) error {
 	rep := firstMeasured(c)
 	var t0 int64
+	per := "interval"
 	if len(rep.Result.Series) > 0 {
-		t0 = rep.Result.Series[0].StartUnixNs
+		t0, per = rep.Result.Series[0].StartUnixNs, time.Duration(rep.Result.Series[0].IntervalNs).String()
 	} else if len(rep.Samples) > 0 {
 		t0 = rep.Samples[0].UnixNs
 	}
@@ -421,12 +401,8 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 		p.Add(plotter.NewGrid())
 		return p
 	}
-	per := "interval"
-	if len(rep.Result.Series) > 0 {
-		per = time.Duration(rep.Result.Series[0].IntervalNs).String()
-	}
 	lat := mk(fmt.Sprintf("%s, repeat %d: latency per %s (from the intended start)", c.Name, rep.Index, per), "latency (log)")
-	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, msTicks()
+	lat.Y.Scale, lat.Y.Tick.Marker = plot.LogScale{}, nsTicks(1e6)
 	var p99, mx plotter.XYs
 	for _, s := range rep.Result.Series {
 		if s.Count > 0 {
@@ -503,10 +479,8 @@ func sampleWallNs(samples []runfile.Sample, i int) int64 {
 	return 0
 }
 
-// stallPct is a PSI total's growth (µs of stall) as a share (%) of wallNs.
 func stallPct(stallUs, wallNs int64) float64 { return 100 * float64(stallUs) * 1e3 / float64(wallNs) }
 
-// alignX gives every plot the x range the series cover.
 func alignX(plots []*plot.Plot, series ...plotter.XYs) {
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	for _, xys := range series {
@@ -521,7 +495,6 @@ func alignX(plots []*plot.Plot, series ...plotter.XYs) {
 	}
 }
 
-// drawColumn draws the plots one above the other into a PNG at path.
 func drawColumn(path string, column []*plot.Plot) error {
 	plots := make([][]*plot.Plot, len(column))
 	for i, p := range column {
@@ -547,13 +520,11 @@ func drawColumn(path string, column []*plot.Plot) error {
 func paretoPlot(path string, s sweepSeries) error {
 	tail, _, _ := strings.Cut(s.tail, " (")
 	p := newPlot("Flush-policy sweep, "+s.key+" (triangles: the Pareto front)", "durable msgs/s", orDefault(tail, "p99.9")+", ms (log)")
-	p.Y.Scale, p.Y.Tick.Marker, p.Legend.Left = plot.LogScale{}, msTicks(), false
+	p.Y.Scale, p.Y.Tick.Marker, p.Legend.Left = plot.LogScale{}, nsTicks(1e6), false
 	p.Add(plotter.NewGrid())
-	var all, front, ends plotter.XYs
+	all := plotter.XYs(mapped(s.points, func(pt ParetoPoint) plotter.XY { return plotter.XY{X: pt.Thr.Median, Y: ms(pt.P999.Median)} }))
+	var front, ends plotter.XYs
 	var labels []string
-	for _, pt := range s.points {
-		all = append(all, plotter.XY{X: pt.Thr.Median, Y: ms(pt.P999.Median)})
-	}
 	fastest, lowest := -1, -1
 	for _, i := range s.front {
 		front = append(front, all[i])

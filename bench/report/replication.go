@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -14,7 +15,6 @@ import (
 // SYNC_MASTER and ASYNC_FLUSH + ASYNC_MASTER — at the same producers and at
 // the same offered rates.
 
-// replicaConfig is one of the named configurations.
 type replicaConfig struct {
 	name, flush, repl string
 	seed              bool // the seed's recommendation
@@ -27,7 +27,6 @@ var namedConfigs = []replicaConfig{
 	{name: "ASYNC_FLUSH + ASYNC_MASTER", flush: "async", repl: "async"},
 }
 
-// delayText labels an EMULATED network delay.
 func delayText(ns int64) string {
 	if ns <= 0 {
 		return "loopback"
@@ -54,23 +53,24 @@ func writeReplication(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("## Replication (master and slave, RocketMQ's classic HA)\n\n")
 	fmt.Fprintf(b, "The store under test is the master; its slave runs in a process of its own (an mqbench worker over package ha), in its own directory%s, with the same backend and flush mode. Master to slave: %s.\n\n",
 		map[bool]string{true: " (" + f.Config.SlaveDir + ", --slave-dir)", false: " beside the master's"}[f.Config.SlaveDir != ""], delayText(f.Config.HADelay.Nanoseconds()))
-	if len(thr) > 0 {
-		t := newTable(b, append([]string{"backend", "size>", "flush", "master role", "producers>", "msgs/s>", "durable MB/s>", "p50>", "p99>", "p99.9>"}, replHeads...)...)
-		for _, c := range thr {
-			t.row(append([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmt.Sprint(c.Producers), fig(c, "msgsPerSec", fmtCount),
-				fig(c, "durableMBps", fmtFloat), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
+	// A table of each workload: the point's columns between the cell's
+	// and the lag and slave columns.
+	table := func(cells []*runfile.Cell, heads []string, point func(c *runfile.Cell) []string) {
+		if len(cells) == 0 {
+			return
+		}
+		t := newTable(b, slices.Concat([]string{"backend", "size>", "flush", "master role"}, heads, []string{"p50>", "p99>", "p99.9>"}, replHeads)...)
+		for _, c := range cells {
+			t.row(slices.Concat([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication)}, point(c),
+				[]string{tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c))...)
 		}
 		b.WriteString("\n")
 	}
-	if len(lat) > 0 {
-		sort.SliceStable(lat, func(i, j int) bool { return lat[i].RatePerSec < lat[j].RatePerSec })
-		t := newTable(b, append([]string{"backend", "size>", "flush", "master role", "rate>", "status", "p50>", "p99>", "p99.9>"}, replHeads...)...)
-		for _, c := range lat {
-			t.row(append([]string{c.Backend, runfile.SizeLabel(c.SizeBytes), c.Flush, roleName(c.Replication), fmtCount(c.RatePerSec), statusText(c, " †"),
-				tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns")}, replFigs(c)...)...)
-		}
-		b.WriteString("\n")
-	}
+	table(thr, []string{"producers>", "msgs/s>", "durable MB/s>"}, func(c *runfile.Cell) []string {
+		return []string{fmt.Sprint(c.Producers), fig(c, "msgsPerSec", fmtCount), fig(c, "durableMBps", fmtFloat)}
+	})
+	sort.SliceStable(lat, func(i, j int) bool { return lat[i].RatePerSec < lat[j].RatePerSec })
+	table(lat, []string{"rate>", "status"}, func(c *runfile.Cell) []string { return []string{fmtCount(c.RatePerSec), statusText(c, " †")} })
 	b.WriteString("*lag*: for every record acknowledged to a producer in the window, the time from its Put's start (its append) to the first slave acknowledgement covering its end — with SYNC_MASTER the Put waited for it, so the lag is part of the Put's latency; *lag bytes*: how far the slave's acknowledged offset was behind the record's end when its Put returned (0 with SYNC_MASTER: acknowledged bytes a loss of the master at that moment would lose). *unacked*: records the slave had not acknowledged by the end of the catch-up after the window (their lag is counted up to it: a lower bound). *slave durable MB/s*: the slave's own flushed offset over the window, read from its process at the window's edges. The master sends only committed bytes: a buffered backend's commit interval is part of an ASYNC_MASTER's lag.\n\n")
 	writeNamedComparison(b, f)
 }
@@ -151,12 +151,7 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 		verdicts = append(verdicts, writeNamedPoint(t, f, p)...)
 	}
 	b.WriteString("\n")
-	for _, v := range verdicts {
-		fmt.Fprintf(b, "- %s\n", v)
-	}
-	if len(verdicts) > 0 {
-		b.WriteString("\n")
-	}
+	writeList(b, "", verdicts)
 }
 
 // writeNamedPoint is the four configurations' rows at one point; it
@@ -170,12 +165,12 @@ func writeNamedPoint(t table, f *runfile.RunFile, p namedPoint) (verdicts []stri
 	base := namedCell(f, p, namedConfigs[0])
 	for _, rc := range namedConfigs {
 		c := namedCell(f, p, rc)
-		if c == nil {
-			fmt.Fprintf(t.b, "| %s %s | %s | %s | not in this run | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name)
-			continue
-		}
-		if !c.Measured() {
-			fmt.Fprintf(t.b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, c.Status)
+		if c == nil || !c.Measured() {
+			status := "not in this run"
+			if c != nil {
+				status = c.Status
+			}
+			fmt.Fprintf(t.b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, status)
 			continue
 		}
 		ratio, lag, loss := "—", "—", "—"
@@ -216,12 +211,11 @@ func namedRatio(base, c *runfile.Cell, figure string) string {
 		}
 		return "not compared: " + strings.Join(why, ", ")
 	}
-	r := ratioOf("replication", c, base.Name, figure, base.Interval(figure), "")
-	if r.Missing != "" {
-		return "— (" + r.Missing + ")"
-	}
-	text := ratioRange(r)
-	if !runfile.Separated(base.Interval(figure), c.Interval(figure)) {
+	text, r, separated := cellRatio("replication", c, base, figure)
+	switch {
+	case r.Missing != "":
+		return text
+	case !separated:
 		return text + " — no significant difference"
 	}
 	better := r.Median > 1

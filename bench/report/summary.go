@@ -116,7 +116,6 @@ func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
 	}
 }
 
-// replicationAxis describes the run's replication axis ("" without one).
 func replicationAxis(f *runfile.RunFile) string {
 	var roles []string
 	for _, r := range f.Config.Replication {
@@ -170,7 +169,6 @@ func SummaryTables(f *runfile.RunFile) string {
 	return b.String()
 }
 
-// writeTables is everything after the first screen and the run's context.
 func writeTables(b *strings.Builder, f *runfile.RunFile) {
 	writeAA(b, f)
 	writeThroughput(b, f)
@@ -190,7 +188,7 @@ func writeTables(b *strings.Builder, f *runfile.RunFile) {
 	writeFailures(b, f)
 	writeLimits(b, f)
 	writeRatios(b, f)
-	writeNotes(b, f)
+	writeList(b, "## Notes\n\n", f.Notes)
 }
 
 func writePlotsSection(b *strings.Builder, f *runfile.RunFile) {
@@ -210,23 +208,21 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 	}
 	b.WriteString("## Profiles (top functions by flat share; an extra unmeasured run of each throughput cell)\n\n")
 	fmt.Fprintf(b, "Files: `%s/%s/<cell>.{cpu,heap,block,mutex}.pprof` — open with `go tool pprof -top FILE` (see profiles/README.md).\n\n", f.Config.ProfilesRoot, f.ID)
-	cells := map[string][]runfile.ProfileSummary{}
-	var order []string
+	var cells []string
 	for _, p := range f.Profiles {
-		if _, ok := cells[p.Cell]; !ok {
-			order = append(order, p.Cell)
-		}
-		cells[p.Cell] = append(cells[p.Cell], p)
+		cells = appendNew(cells, p.Cell)
 	}
-	for _, cell := range order {
+	for _, cell := range cells {
 		fmt.Fprintf(b, "### %s\n\n", cell)
-		for _, p := range cells[cell] {
-			if p.Error != "" {
+		for _, p := range f.Profiles {
+			switch {
+			case p.Cell != cell:
+			case p.Error != "":
 				fmt.Fprintf(b, "- %s: %s\n", p.Kind, oneLine(p.Error))
-				continue
+			default:
+				tops := join(p.Top[:min(5, len(p.Top))], func(t runfile.FunctionCost) string { return fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct) }, ", ")
+				fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), tops)
 			}
-			tops := join(p.Top[:min(5, len(p.Top))], func(t runfile.FunctionCost) string { return fmt.Sprintf("%s %.1f%%", shortFunc(t.Function), t.FlatPct) }, ", ")
-			fmt.Fprintf(b, "- %s (%s, total %s): %s\n", p.Kind, p.SampleType, fmtTotal(p.Total, p.Unit), tops)
 		}
 		b.WriteString("\n")
 	}
@@ -301,37 +297,31 @@ func fmtTotal(v int64, unit string) string {
 }
 
 func writeSystemChanges(b *strings.Builder, f *runfile.RunFile) {
-	if len(f.SystemChanges) == 0 {
-		return
-	}
-	b.WriteString("## System changes\n\n")
-	for _, c := range f.SystemChanges {
-		state := "undone"
-		if !c.Undone {
-			state = "**NOT undone** (" + c.UndoError + ") — run `mqbench cleanup`"
+	writeList(b, "## System changes\n\n", mapped(f.SystemChanges, func(c runfile.SystemChange) string {
+		if c.Undone {
+			return c.What + ": undone"
 		}
-		fmt.Fprintf(b, "- %s: %s\n", c.What, state)
-	}
-	b.WriteString("\n")
+		return c.What + ": **NOT undone** (" + c.UndoError + ") — run `mqbench cleanup`"
+	}))
 }
 
-func writeNotes(b *strings.Builder, f *runfile.RunFile) {
-	if len(f.Notes) == 0 {
+// writeList writes head and items as a list, then a blank line; nothing
+// without items.
+func writeList(b *strings.Builder, head string, items []string) {
+	if len(items) == 0 {
 		return
 	}
-	b.WriteString("## Notes\n\n")
-	for _, n := range f.Notes {
-		fmt.Fprintf(b, "- %s\n", n)
+	b.WriteString(head)
+	for _, it := range items {
+		b.WriteString("- " + it + "\n")
 	}
 	b.WriteString("\n")
 }
 
-// join formats each of xs and joins them with sep.
 func join[T any](xs []T, f func(T) string, sep string) string {
 	return strings.Join(mapped(xs, f), sep)
 }
 
-// mapped is f of each of xs.
 func mapped[T, U any](xs []T, f func(T) U) []U {
 	out := make([]U, len(xs))
 	for i, x := range xs {

@@ -148,7 +148,6 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 	return out
 }
 
-// durableMsgs is a throughput cell's msgs/s scaled by durable ÷ written.
 func durableMsgs(c *runfile.Cell) runfile.Interval {
 	iv := c.Interval("msgsPerSec")
 	if c.WrittenMBps > 0 && c.DurableMBps < c.WrittenMBps {

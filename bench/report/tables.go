@@ -26,12 +26,7 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 	if c.Pressure != "" && c.Pressure != "none" {
 		l += " · pressure " + c.Pressure
 	}
-	if c.Replication != "" {
-		l += " + " + roleName(c.Replication) + " slave"
-		if c.HADelayNs > 0 {
-			l += " (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
-		}
-	}
+	l += slaveText(c)
 	if c.TwinOf != "" {
 		l += " (A/A twin)"
 	}
@@ -41,6 +36,16 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 		l += " @" + c.Target
 	}
 	return l
+}
+
+func slaveText(c *runfile.Cell) string {
+	if c.Replication == "" {
+		return ""
+	}
+	if c.HADelayNs > 0 {
+		return " + " + roleName(c.Replication) + " slave (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
+	}
+	return " + " + roleName(c.Replication) + " slave"
 }
 
 // messageNote says what the store cells put when it is not the bare body
@@ -68,7 +73,6 @@ func cellsOf(f *runfile.RunFile, workload string, peers bool) []*runfile.Cell {
 	return slices.DeleteFunc(cells, func(c *runfile.Cell) bool { return c.Workload != workload || !c.Measured() })
 }
 
-// fig shows a figure of a cell as median [interval].
 func fig(c *runfile.Cell, name string, f func(float64) string) string {
 	return ci(c.Interval(name), f)
 }
@@ -76,8 +80,11 @@ func fig(c *runfile.Cell, name string, f func(float64) string) string {
 // latencyFig shows a latency percentile of a cell; a saturated cell's as
 // "≥ x" (every percentile of a growing queue is a lower bound).
 func latencyFig(c *runfile.Cell, name string) string {
-	s := fig(c, name, fmtNsF)
-	if c.Status == runfile.StatusSaturated {
+	return orMore(c.Status == runfile.StatusSaturated, fig(c, name, fmtNsF))
+}
+
+func orMore(bound bool, s string) string {
+	if bound {
 		return "≥ " + s
 	}
 	return s
@@ -96,13 +103,9 @@ func tailText(c *runfile.Cell, name string) string {
 	if name == "maxNs" {
 		return fmt.Sprintf("%s (repeats %s)", fmtNs(p.ValueNs), spread)
 	}
-	if p.Bound || c.Status == runfile.StatusSaturated {
-		return fmt.Sprintf("≥ %s (%d above; repeats %s)", fmtNs(p.ValueNs), p.Above, spread)
-	}
-	return fmt.Sprintf("%s (%d above; repeats %s)", fmtNs(p.ValueNs), p.Above, spread)
+	return fmt.Sprintf("%s (%d above; repeats %s)", orMore(p.Bound || c.Status == runfile.StatusSaturated, fmtNs(p.ValueNs)), p.Above, spread)
 }
 
-// tailCount is the number of samples in a cell's merged tail.
 func tailCount(c *runfile.Cell) string {
 	if c.Tail == nil {
 		return "—"
@@ -155,16 +158,14 @@ func sustainedText(c *runfile.Cell) string {
 	// The verdict is the median repeat's; say so when the interval of the
 	// backlog share straddles the bar (the recommendation calls such a cell
 	// undetermined).
-	straddles := c.CILevel > 0 && c.CILow.BacklogShare <= load.SustainedBacklogShare && c.CIHigh.BacklogShare > load.SustainedBacklogShare
-	switch {
-	case *c.Sustained && straddles:
-		return "yes (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
-	case *c.Sustained:
-		return "yes"
-	case straddles:
-		return "**no** (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
+	straddles := ""
+	if c.CILevel > 0 && c.CILow.BacklogShare <= load.SustainedBacklogShare && c.CIHigh.BacklogShare > load.SustainedBacklogShare {
+		straddles = " (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
 	}
-	return "**no**"
+	if *c.Sustained {
+		return "yes" + straddles
+	}
+	return "**no**" + straddles
 }
 
 func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
@@ -198,7 +199,6 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
 }
 
-// ratioText is the cell's ratio of a kind, "—" without one.
 func ratioText(f *runfile.RunFile, kind string, c *runfile.Cell) string {
 	for _, r := range f.Ratios {
 		if r.Kind == kind && r.Cell == c.Name {
@@ -228,7 +228,6 @@ func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
 	}
 }
 
-// roleName is a replication value's master role.
 func roleName(repl string) string {
 	return orDefault(map[string]string{"sync": "SYNC_MASTER", "async": "ASYNC_MASTER"}[repl], repl)
 }
@@ -267,7 +266,6 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n")
 }
 
-// statusText is a cell's status, marked when it is generator-bound.
 func statusText(c *runfile.Cell, mark string) string {
 	if c.GeneratorBound {
 		return c.Status + mark
@@ -275,16 +273,12 @@ func statusText(c *runfile.Cell, mark string) string {
 	return c.Status
 }
 
-// serviceText is an open-loop cell's merged service-time p99.9.
 func serviceText(c *runfile.Cell) string {
 	p := c.ServiceTail.Point("p999Ns")
 	if p == nil {
 		return "—"
 	}
-	if p.Bound {
-		return "≥ " + fmtNs(p.ValueNs)
-	}
-	return fmtNs(p.ValueNs)
+	return orMore(p.Bound, fmtNs(p.ValueNs))
 }
 
 func writeSearches(b *strings.Builder, f *runfile.RunFile) {
@@ -354,19 +348,19 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 // mqstore's rows are its backends' own statements (their registrations'
 // Durability, with this run's options), the peers' their own.
 func writeDurability(b *strings.Builder, f *runfile.RunFile) {
-	type row struct {
-		name, flush, repl string
-		delay             int64
-		peer              bool
+	type key struct {
+		backend, flush, repl string
+		delay                int64
+		peer                 bool
 	}
-	seen := map[row]bool{}
+	seen := map[key]bool{}
 	var rows []*runfile.Cell
 	machine := false
 	for _, c := range allCells(f) {
 		if c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery" {
 			continue
 		}
-		k := row{c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer}
+		k := key{c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer}
 		if !seen[k] {
 			seen[k] = true
 			rows = append(rows, c)
@@ -390,11 +384,8 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 				name += ", " + c.Version
 			}
 			name += ")"
-		} else if c.Replication != "" {
-			name += " + " + roleName(c.Replication) + " slave"
-			if c.HADelayNs > 0 {
-				name += " (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
-			}
+		} else {
+			name += slaveText(c)
 		}
 		d := c.Durability
 		row := []string{name, c.Flush, d.Ack, d.ProcessCrash, d.PowerLoss}
@@ -493,13 +484,15 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 			resident = fmtPct(c.ResidentFraction)
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant,
-			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }),
+			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", fmtGBps),
 			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
 	}
 	fmt.Fprintf(b, "\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop, %s; *process CPU*: getrusage of the whole process until the reader has read everything. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n", senderCPUSpan(rows))
 }
 
-// senderCPUSpan says what the consume rows' sender CPU covers.
+// fmtGBps shows MB/s as GB/s.
+func fmtGBps(mbps float64) string { return fmtFloat(mbps / 1e3) }
+
 func senderCPUSpan(rows []*runfile.Cell) string {
 	for _, c := range rows {
 		if c.SenderCPU != runfile.SenderCPUSends {
@@ -522,7 +515,7 @@ func writeRecovery(b *strings.Builder, f *runfile.RunFile) {
 			scanned = c.Repeats[0].Result.PayloadBytes
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant, fmt.Sprintf("%.0f MB", float64(scanned)/1e6),
-			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", func(x float64) string { return fmtFloat(x / 1e3) }))
+			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", fmtGBps))
 	}
 	b.WriteString("\nA child process fills the store (async) and is killed with SIGKILL holding it; engine.Open then recovers it. MB/s counts the CommitLog bytes recovery scanned.\n\n")
 }
@@ -531,22 +524,15 @@ func writeFailures(b *strings.Builder, f *runfile.RunFile) {
 	var lines []string
 	for _, c := range allCells(f) {
 		if !c.Measured() {
-			lines = append(lines, fmt.Sprintf("- `%s`: **%s** — %s\n", c.Name, c.Status, oneLine(c.Reason)))
+			lines = append(lines, fmt.Sprintf("`%s`: **%s** — %s", c.Name, c.Status, oneLine(c.Reason)))
 		}
 	}
 	for _, l := range f.Limits {
 		if l.Status != runfile.StatusOK {
-			lines = append(lines, fmt.Sprintf("- limit `%s`: **%s** — %s\n", l.Name, l.Status, oneLine(l.Reason)))
+			lines = append(lines, fmt.Sprintf("limit `%s`: **%s** — %s", l.Name, l.Status, oneLine(l.Reason)))
 		}
 	}
-	if len(lines) == 0 {
-		return
-	}
-	b.WriteString("## Failed, skipped or interrupted (no figures)\n\n")
-	for _, l := range lines {
-		b.WriteString(l)
-	}
-	b.WriteString("\n")
+	writeList(b, "## Failed, skipped or interrupted (no figures)\n\n", lines)
 }
 
 // limitLabel names a limit, with its target when it is emulated or the
