@@ -326,7 +326,11 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 			if workload == WorkloadE2E {
 				return failedRepeat(fmt.Errorf("e2e is not built for replicated cells"))
 			}
-			rep, options = r.replicatedRepeat(ctx, storeCfg, dir, sys, sp)
+			slaveDir := dir + "-slave" // beside the master's, or in the --slave-dir work directory
+			if r.slaveWork != "" {
+				slaveDir = filepath.Join(r.slaveWork, filepath.Base(dir)+"-slave")
+			}
+			rep, options = runReplicatedRepeat(ctx, storeCfg, dir, slaveDir, sys, sp)
 		case r.isolate:
 			rep, options = workerStoreRepeat(ctx, storeCfg, dir, sys.backend, sys.pol.Flush, workload, sp, ph.env.cgroups())
 		case workload == WorkloadE2E:

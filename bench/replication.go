@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -36,21 +35,17 @@ import (
 // path. --ha-delay puts internal/tcpproxy between the two: a one-way delay
 // in each direction, an EMULATED network (both ends run on this machine).
 
-// Worker kind of the slave.
-const workerSlave = "slave"
-
-// slaveConnectTimeout bounds how long a repeat waits for its slave to
-// connect and report.
-const slaveConnectTimeout = 30 * time.Second
-
-// slaveAnswerTimeout bounds how long the harness waits for one answer of
-// the slave process.
-const slaveAnswerTimeout = 30 * time.Second
-
-// minCatchUp is the least time the harness waits after the window for the
-// slave to acknowledge what the master wrote (twice the window when that
-// is longer); records it has not acknowledged by then are "unacked".
-const minCatchUp = 10 * time.Second
+const (
+	workerSlave = "slave" // the slave's worker kind
+	// slaveConnectTimeout bounds how long a repeat waits for its slave to
+	// connect and report; slaveAnswerTimeout one answer of the slave process.
+	slaveConnectTimeout = 30 * time.Second
+	slaveAnswerTimeout  = 30 * time.Second
+	// minCatchUp is the least time the harness waits after the window for
+	// the slave to acknowledge what the master wrote (twice the window when
+	// that is longer); records it has not acknowledged by then are "unacked".
+	minCatchUp = 10 * time.Second
+)
 
 // slaveCommand is what the harness sends the slave worker, one JSON value
 // per request; closing its stdin stops it.
@@ -581,14 +576,4 @@ func (d *replDurability) slaveEdges(rr *runfile.ReplicationResult) {
 	rr.SlaveElapsedNs = b.UnixNs - a.UnixNs
 	rr.FlushSlaveTimeouts = d.repl[1].FlushSlaveTimeouts - d.repl[0].FlushSlaveTimeouts
 	rr.SlaveNotAvailable = d.repl[1].SlaveNotAvailable - d.repl[0].SlaveNotAvailable
-}
-
-// replicatedRepeat runs a replicated repeat with the slave's directory
-// beside the master's, or in the --slave-dir work directory.
-func (r *runner) replicatedRepeat(ctx context.Context, store StoreConfig, dir string, sys system, sp load.Spec) (runfile.Repeat, map[string]string) {
-	slaveDir := dir + "-slave"
-	if r.slaveWork != "" {
-		slaveDir = filepath.Join(r.slaveWork, filepath.Base(dir)+"-slave")
-	}
-	return runReplicatedRepeat(ctx, store, dir, slaveDir, sys, sp)
 }

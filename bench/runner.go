@@ -151,11 +151,8 @@ func newRunner(cfg Config, o RunOptions) *runner {
 	m := host.DescribeMachine(hc)
 	started := time.Now()
 	id := started.Format("20060102-150405") + "-" + runfile.SafeName(m.Host)
-	r := &runner{cfg: cfg, host: hc, prober: o.Prober, runDir: filepath.Join(cfg.Out, id), profDir: filepath.Join(cfg.ProfilesRoot, id),
+	r := &runner{cfg: cfg, host: hc, prober: cmp.Or[DeviceProber](o.Prober, BuiltinProber{}), runDir: filepath.Join(cfg.Out, id), profDir: filepath.Join(cfg.ProfilesRoot, id),
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x726f756e64)), caps: map[string]float64{}, rungs: map[string][]float64{}}
-	if r.prober == nil {
-		r.prober = BuiltinProber{}
-	}
 	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, ID: id, Command: o.CommandLine, StartedAt: started, Machine: m,
 		Devices: []runfile.Device{}, Config: cfg, Cells: []runfile.Cell{}, Peers: []runfile.Cell{}, Floors: []runfile.Floor{},
 		Limits: []runfile.Limit{}, Searches: []runfile.RateSearch{}, Ratios: []runfile.Ratio{}, AA: []runfile.Comparison{},
