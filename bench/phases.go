@@ -33,7 +33,6 @@ func (s system) key(t *target) string {
 	return fmt.Sprintf("%v|%s|%d|%s|%s|%s|%s|%v", s.peer, s.backend, s.size, s.pol.Flush, s.pol.Name, s.replicationLabel(), s.delay, t.label)
 }
 
-// replicated reports whether the system has a slave.
 func (s system) replicated() bool { return s.repl != "" && s.repl != ReplicationNone }
 
 // replicationLabel is the cell's Replication: "" without a slave.

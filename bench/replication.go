@@ -181,7 +181,6 @@ func startSlave(ctx context.Context, store StoreConfig, dir, backend, flush, mas
 	return p, nil
 }
 
-// answer waits for the slave's next answer.
 func (p *slaveProc) answer() (slaveStatus, error) {
 	select {
 	case a, ok := <-p.answers:
@@ -194,7 +193,6 @@ func (p *slaveProc) answer() (slaveStatus, error) {
 	}
 }
 
-// status asks the slave where it is.
 func (p *slaveProc) status() (slaveStatus, error) {
 	if err := p.enc.Encode(slaveCommand{Cmd: "status"}); err != nil {
 		return slaveStatus{}, fmt.Errorf("ask the slave: %w", err)
@@ -300,7 +298,6 @@ func newLagTracker(workers int) *lagTracker {
 // now is the tracker's clock (monotonic ns).
 func (t *lagTracker) now() int64 { return int64(time.Since(t.base)) }
 
-// mark records worker's acknowledged Put.
 func (t *lagTracker) mark(worker int, m putMark) {
 	w := &t.workers[worker]
 	w.seen++
@@ -355,7 +352,6 @@ func (t *lagTracker) lastAck(off int64) {
 	}
 }
 
-// marks returns every worker's marks.
 func (t *lagTracker) allMarks() []putMark {
 	var out []putMark
 	for i := range t.workers {

@@ -36,7 +36,6 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 
-// storeOpen is engine.Open with a cell's options.
 func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {
 	opts, err := storeOptions(store, backend, flush)
 	if err != nil {
