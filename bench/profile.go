@@ -119,22 +119,17 @@ func writeDelta(path string, before, after *profile.Profile) error {
 var sampleTypes = map[string]string{"cpu": "cpu", "heap": "alloc_space", "block": "delay", "mutex": "delay"}
 
 func summarizeFile(cell, kind, path string) runfile.ProfileSummary {
-	s := runfile.ProfileSummary{Cell: cell, Kind: kind, File: path}
+	var sum runfile.ProfileSummary
 	f, err := os.Open(path)
-	if err != nil {
-		s.Error = err.Error()
-		return s
+	if err == nil {
+		defer f.Close()
+		var p *profile.Profile
+		if p, err = profile.Parse(f); err == nil {
+			sum, err = SummarizeProfile(p, sampleTypes[kind], profileTopN)
+		}
 	}
-	defer f.Close()
-	p, err := profile.Parse(f)
 	if err != nil {
-		s.Error = err.Error()
-		return s
-	}
-	sum, err := SummarizeProfile(p, sampleTypes[kind], profileTopN)
-	if err != nil {
-		s.Error = err.Error()
-		return s
+		sum = runfile.ProfileSummary{Error: err.Error()}
 	}
 	sum.Cell, sum.Kind, sum.File = cell, kind, path
 	return sum

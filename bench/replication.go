@@ -91,15 +91,13 @@ func slaveWorker(ctx context.Context, req workerRequest, dec *json.Decoder, out 
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- sl.Run(rctx) }()
+	runDone := make(chan error, 1) // Run's error, then closed
+	go func() { runDone <- sl.Run(rctx); close(runDone) }()
 	var runErr error
-	ran := false
 	status := func() slaveStatus {
-		if !ran {
+		if runErr == nil {
 			select {
 			case runErr = <-runDone:
-				ran = true
 			default:
 			}
 		}
@@ -124,9 +122,8 @@ func slaveWorker(ctx context.Context, req workerRequest, dec *json.Decoder, out 
 		}
 	}
 	cancel()
-	if !ran {
+	if runErr == nil {
 		runErr = <-runDone
-		ran = true
 	}
 	final := status()
 	final.Final = true
