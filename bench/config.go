@@ -106,7 +106,6 @@ func hasFlush(c *Config, mode string) bool {
 	return slices.Contains(c.Flushes, mode) || slices.ContainsFunc(c.Policies, func(p Policy) bool { return p.Flush == mode })
 }
 
-// hasOpenLoop reports whether the run has open-loop workloads.
 func hasOpenLoop(c *Config) bool {
 	return hasWorkload(c, string(load.Latency)) || hasWorkload(c, WorkloadE2E)
 }
@@ -303,7 +302,6 @@ func EffectiveInFlight(c *Config) int {
 	return max(MinAutoInFlight, InFlightPerProducer*p)
 }
 
-// spec returns the load spec of one cell's repeat.
 func spec(c *Config, workload string, sizeBytes, producers int, rate float64, window time.Duration, seed uint64) load.Spec {
 	if workload == WorkloadE2E {
 		workload = string(load.Latency) // e2e's producers are the open loop

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -20,10 +21,7 @@ func MeasureDevice(ctx context.Context, cfg Config, o RunOptions) (*runfile.RunF
 	}
 	defer os.RemoveAll(work)
 	hc := hostctl.Default()
-	r := &runner{cfg: cfg, host: hc, work: work, prober: o.Prober}
-	if r.prober == nil {
-		r.prober = BuiltinProber{}
-	}
+	r := &runner{cfg: cfg, host: hc, work: work, prober: cmp.Or[DeviceProber](o.Prober, BuiltinProber{})}
 	dev := host.DescribeDevice(cfg.Dir)
 	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, Machine: host.DescribeMachine(hc), Devices: []runfile.Device{dev}, Config: cfg}
 	r.progress = newProgress(o.Progress, o.Terminal, limitRuns(&cfg, 1), limitSeconds(&cfg))

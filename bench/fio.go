@@ -58,7 +58,6 @@ func parseFio(out []byte) (*fioOutput, error) {
 	return &o, nil
 }
 
-// fioSeqFigures: sequential write bandwidth.
 func fioSeqFigures(o *fioOutput) runfile.Figures {
 	w := o.Jobs[0].Write
 	return runfile.Figures{MBPerSec: w.BWBytes / 1e6, MsgsPerSec: w.IOPS}

@@ -62,7 +62,6 @@ func moduleDir(dir, module string, rel ...string) (string, error) {
 	}
 }
 
-// interopModuleDir finds the interop module above dir.
 func interopModuleDir(dir string) (string, error) {
 	d, err := moduleDir(dir, "github.com/mqstore/mqstore/interop", "interop")
 	if err != nil {
@@ -71,7 +70,6 @@ func interopModuleDir(dir string) (string, error) {
 	return d, nil
 }
 
-// goBuild builds pkg of the module in moduleDir into out.
 func goBuild(ctx context.Context, moduleDir, out, pkg string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 	cmd.Dir = moduleDir

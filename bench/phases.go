@@ -33,7 +33,6 @@ func (s system) key(t *target) string {
 	return fmt.Sprintf("%v|%s|%d|%s|%s|%s|%s|%v", s.peer, s.backend, s.size, s.pol.Flush, s.pol.Name, s.replicationLabel(), s.delay, t.label)
 }
 
-// replicated reports whether the system has a slave.
 func (s system) replicated() bool { return s.repl != "" && s.repl != ReplicationNone }
 
 // replicationLabel is the cell's Replication: "" without a slave.
@@ -326,7 +325,11 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 			if workload == WorkloadE2E {
 				return failedRepeat(fmt.Errorf("e2e is not built for replicated cells"))
 			}
-			rep, options = r.replicatedRepeat(ctx, storeCfg, dir, sys, sp)
+			slaveDir := dir + "-slave" // beside the master's, or in the --slave-dir work directory
+			if r.slaveWork != "" {
+				slaveDir = filepath.Join(r.slaveWork, filepath.Base(dir)+"-slave")
+			}
+			rep, options = runReplicatedRepeat(ctx, storeCfg, dir, slaveDir, sys, sp)
 		case r.isolate:
 			rep, options = workerStoreRepeat(ctx, storeCfg, dir, sys.backend, sys.pol.Flush, workload, sp, ph.env.cgroups())
 		case workload == WorkloadE2E:

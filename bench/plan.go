@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,27 +37,27 @@ type planCounts struct {
 
 func countPlan(c *Config, root bool, targets int) planCounts {
 	var n planCounts
+	plain, replicated := 0, 0 // per backend policy: the system without a slave, and the replicated ones (without pressure only)
+	for _, repl := range replications(c) {
+		if repl == ReplicationNone {
+			plain = 1
+		} else {
+			replicated++
+		}
+	}
 	for ti := 0; ti < targets; ti++ {
 		for _, pressure := range c.Pressures {
 			if pressure != PressureNone && !root {
 				continue
 			}
-			thr, open := runsUnder(c, "throughput", pressure), 0
+			thr, open, slaves := runsUnder(c, "throughput", pressure), 0, 0
 			for _, w := range []string{"latency", WorkloadE2E} {
 				if runsUnder(c, w, pressure) {
 					open++
 				}
 			}
-			slaves, plain := 0, 0 // replicated systems per backend policy (without pressure only), and the one without a slave
-			if slices.Contains(replications(c), ReplicationNone) {
-				plain = 1
-			}
 			if pressure == PressureNone {
-				for _, repl := range replications(c) {
-					if repl != ReplicationNone {
-						slaves++
-					}
-				}
+				slaves = replicated
 			}
 			for _, b := range c.Backends {
 				pols := len(policiesFor(c, b)) * len(c.Sizes)
@@ -86,7 +85,7 @@ func countPlan(c *Config, root bool, targets int) planCounts {
 					n.peerCells += peers * len(c.Rates)
 					n.probes += peers * c.SearchProbes
 				}
-				if c.AA && ti == 0 && slices.Contains(replications(c), ReplicationNone) { // the twin is of a cell without a slave
+				if c.AA && ti == 0 && plain == 1 { // the twin is of a cell without a slave
 					n.storeCells++
 				}
 			}
@@ -114,17 +113,16 @@ func plan(c *Config, root bool, targets int) runfile.Plan {
 // replan recomputes the plan's counts and estimate with its window.
 func replan(p runfile.Plan, c *Config, root bool, targets int) runfile.Plan {
 	n := countPlan(c, root, targets)
-	window := time.Duration(p.WindowNs)
 	rounds := float64(c.Repeat + 1)
-	store := (c.Warmup + window + storeRunOverhead).Seconds()
-	repl := (c.Warmup + window + replRunOverhead).Seconds()
-	peer := (c.Warmup + window + peerRunOverhead).Seconds()
-	floor := (c.Warmup + window + floorRunOverhead).Seconds()
-	probe := (c.Warmup + c.SearchDuration + storeRunOverhead).Seconds()
+	// runs is the time of count runs of a window plus overhead each.
+	runs := func(count int, window, overhead time.Duration) float64 {
+		return float64(count) * (c.Warmup + window + overhead).Seconds()
+	}
+	w := time.Duration(p.WindowNs)
 	p.Cells = n.storeCells + n.replCells + n.peerCells
 	p.Runs = int(rounds)*(p.Cells+n.floors) + n.probes
-	p.EstimatedSeconds = rounds*(float64(n.storeCells)*store+float64(n.replCells)*repl+float64(n.peerCells)*peer+float64(n.floors)*floor) +
-		float64(n.probes)*probe + float64(n.profiles)*(c.Warmup+c.ProfileDuration).Seconds() + limitSeconds(c)*float64(targets)
+	p.EstimatedSeconds = rounds*(runs(n.storeCells, w, storeRunOverhead)+runs(n.replCells, w, replRunOverhead)+runs(n.peerCells, w, peerRunOverhead)+runs(n.floors, w, floorRunOverhead)) +
+		runs(n.probes, c.SearchDuration, storeRunOverhead) + runs(n.profiles, c.ProfileDuration, 0) + limitSeconds(c)*float64(targets)
 	if hasWorkload(c, WorkloadConsume) || hasWorkload(c, WorkloadRecovery) {
 		// Consume and recovery: filling their stores dominates (~300 MB/s).
 		bytes := float64(c.ConsumeBytes+c.RecoveryBytes) * float64(len(c.Backends)*len(c.Sizes)*targets)

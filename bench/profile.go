@@ -16,7 +16,8 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
-// ProfileKinds are the profiles taken of each profiled cell.
+// ProfileKinds are the profiles taken of each profiled cell: the CPU
+// profile, then the cumulative ones (ProfileKinds[1:]).
 var ProfileKinds = []string{"cpu", "heap", "block", "mutex"}
 
 // profileTopN is how many functions a summary keeps.
@@ -41,7 +42,7 @@ func profileRun(dir, cell string, fn func()) ([]runfile.ProfileSummary, error) {
 	runtime.SetMutexProfileFraction(mutexProfileFraction)
 	defer runtime.SetBlockProfileRate(0)
 	defer runtime.SetMutexProfileFraction(0)
-	for _, kind := range []string{"heap", "block", "mutex"} {
+	for _, kind := range ProfileKinds[1:] {
 		p, err := snapshot(kind)
 		if err != nil {
 			return nil, err
@@ -64,7 +65,7 @@ func profileRun(dir, cell string, fn func()) ([]runfile.ProfileSummary, error) {
 	}
 	var out []runfile.ProfileSummary
 	out = append(out, summarizeFile(cell, "cpu", cpuPath))
-	for _, kind := range []string{"heap", "block", "mutex"} {
+	for _, kind := range ProfileKinds[1:] {
 		path := filepath.Join(dir, cell+"."+kind+".pprof")
 		after, err := snapshot(kind)
 		if err == nil {
@@ -118,22 +119,17 @@ func writeDelta(path string, before, after *profile.Profile) error {
 var sampleTypes = map[string]string{"cpu": "cpu", "heap": "alloc_space", "block": "delay", "mutex": "delay"}
 
 func summarizeFile(cell, kind, path string) runfile.ProfileSummary {
-	s := runfile.ProfileSummary{Cell: cell, Kind: kind, File: path}
+	var sum runfile.ProfileSummary
 	f, err := os.Open(path)
-	if err != nil {
-		s.Error = err.Error()
-		return s
+	if err == nil {
+		defer f.Close()
+		var p *profile.Profile
+		if p, err = profile.Parse(f); err == nil {
+			sum, err = SummarizeProfile(p, sampleTypes[kind], profileTopN)
+		}
 	}
-	defer f.Close()
-	p, err := profile.Parse(f)
 	if err != nil {
-		s.Error = err.Error()
-		return s
-	}
-	sum, err := SummarizeProfile(p, sampleTypes[kind], profileTopN)
-	if err != nil {
-		s.Error = err.Error()
-		return s
+		sum = runfile.ProfileSummary{Error: err.Error()}
 	}
 	sum.Cell, sum.Kind, sum.File = cell, kind, path
 	return sum

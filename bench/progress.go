@@ -102,7 +102,6 @@ func (p *progress) step(label string, i, n int, rate float64) {
 	}
 }
 
-// advance counts finished runs.
 func (p *progress) advance(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -154,7 +153,6 @@ func (p *progress) roundDone(round, rounds, cells int) {
 	fmt.Fprintf(p.w, "[%d/%d] %s of %d cells done (%s)\n", p.done, p.total, what, cells, time.Since(p.started).Round(time.Second))
 }
 
-// note prints a message on its own line.
 func (p *progress) note(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -36,21 +35,17 @@ import (
 // path. --ha-delay puts internal/tcpproxy between the two: a one-way delay
 // in each direction, an EMULATED network (both ends run on this machine).
 
-// Worker kind of the slave.
-const workerSlave = "slave"
-
-// slaveConnectTimeout bounds how long a repeat waits for its slave to
-// connect and report.
-const slaveConnectTimeout = 30 * time.Second
-
-// slaveAnswerTimeout bounds how long the harness waits for one answer of
-// the slave process.
-const slaveAnswerTimeout = 30 * time.Second
-
-// minCatchUp is the least time the harness waits after the window for the
-// slave to acknowledge what the master wrote (twice the window when that
-// is longer); records it has not acknowledged by then are "unacked".
-const minCatchUp = 10 * time.Second
+const (
+	workerSlave = "slave" // the slave's worker kind
+	// slaveConnectTimeout bounds how long a repeat waits for its slave to
+	// connect and report; slaveAnswerTimeout one answer of the slave process.
+	slaveConnectTimeout = 30 * time.Second
+	slaveAnswerTimeout  = 30 * time.Second
+	// minCatchUp is the least time the harness waits after the window for
+	// the slave to acknowledge what the master wrote (twice the window when
+	// that is longer); records it has not acknowledged by then are "unacked".
+	minCatchUp = 10 * time.Second
+)
 
 // slaveCommand is what the harness sends the slave worker, one JSON value
 // per request; closing its stdin stops it.
@@ -96,15 +91,13 @@ func slaveWorker(ctx context.Context, req workerRequest, dec *json.Decoder, out 
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- sl.Run(rctx) }()
+	runDone := make(chan error, 1) // Run's error, then closed
+	go func() { runDone <- sl.Run(rctx); close(runDone) }()
 	var runErr error
-	ran := false
 	status := func() slaveStatus {
-		if !ran {
+		if runErr == nil {
 			select {
 			case runErr = <-runDone:
-				ran = true
 			default:
 			}
 		}
@@ -129,9 +122,8 @@ func slaveWorker(ctx context.Context, req workerRequest, dec *json.Decoder, out 
 		}
 	}
 	cancel()
-	if !ran {
+	if runErr == nil {
 		runErr = <-runDone
-		ran = true
 	}
 	final := status()
 	final.Final = true
@@ -186,7 +178,6 @@ func startSlave(ctx context.Context, store StoreConfig, dir, backend, flush, mas
 	return p, nil
 }
 
-// answer waits for the slave's next answer.
 func (p *slaveProc) answer() (slaveStatus, error) {
 	select {
 	case a, ok := <-p.answers:
@@ -199,7 +190,6 @@ func (p *slaveProc) answer() (slaveStatus, error) {
 	}
 }
 
-// status asks the slave where it is.
 func (p *slaveProc) status() (slaveStatus, error) {
 	if err := p.enc.Encode(slaveCommand{Cmd: "status"}); err != nil {
 		return slaveStatus{}, fmt.Errorf("ask the slave: %w", err)
@@ -305,7 +295,6 @@ func newLagTracker(workers int) *lagTracker {
 // now is the tracker's clock (monotonic ns).
 func (t *lagTracker) now() int64 { return int64(time.Since(t.base)) }
 
-// mark records worker's acknowledged Put.
 func (t *lagTracker) mark(worker int, m putMark) {
 	w := &t.workers[worker]
 	w.seen++
@@ -360,7 +349,6 @@ func (t *lagTracker) lastAck(off int64) {
 	}
 }
 
-// marks returns every worker's marks.
 func (t *lagTracker) allMarks() []putMark {
 	var out []putMark
 	for i := range t.workers {
@@ -581,14 +569,4 @@ func (d *replDurability) slaveEdges(rr *runfile.ReplicationResult) {
 	rr.SlaveElapsedNs = b.UnixNs - a.UnixNs
 	rr.FlushSlaveTimeouts = d.repl[1].FlushSlaveTimeouts - d.repl[0].FlushSlaveTimeouts
 	rr.SlaveNotAvailable = d.repl[1].SlaveNotAvailable - d.repl[0].SlaveNotAvailable
-}
-
-// replicatedRepeat runs a replicated repeat with the slave's directory
-// beside the master's, or in the --slave-dir work directory.
-func (r *runner) replicatedRepeat(ctx context.Context, store StoreConfig, dir string, sys system, sp load.Spec) (runfile.Repeat, map[string]string) {
-	slaveDir := dir + "-slave"
-	if r.slaveWork != "" {
-		slaveDir = filepath.Join(r.slaveWork, filepath.Base(dir)+"-slave")
-	}
-	return runReplicatedRepeat(ctx, store, dir, slaveDir, sys, sp)
 }

@@ -92,7 +92,8 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 	r.progress = newProgress(o.Progress, o.Terminal, r.file.Plan.Runs+limitRuns(&cfg, len(cfg.TargetDirs())+len(cfg.Emulate)), r.file.Plan.EstimatedSeconds)
 	defer r.progress.close()
 	r.progress.note("mqbench: %s", planLine(&r.file.Plan, &cfg))
-	if r.needsSystemChanges() && isRoot() {
+	// Emulation and pressure change the system: journal it.
+	if (len(cfg.Emulate) > 0 || slices.ContainsFunc(cfg.Pressures, func(p string) bool { return p != PressureNone })) && isRoot() {
 		if err := r.openJournal(); err != nil {
 			return nil, "", err
 		}
@@ -109,7 +110,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 		r.note("open loop: %d requests in flight (--inflight 0: %d × the largest producer count, at least %d) — with W in flight of mean service time S the open loop offers at most W ÷ S, so a rate search reaches twice the best closed loop before the generator limits it",
 			r.cfg.InFlight, InFlightPerProducer, MinAutoInFlight)
 	}
-	r.isolate = r.needsIsolation()
+	r.isolate = isRoot() && (slices.Contains(r.cfg.Pressures, PressureSwap) || slices.Contains(r.cfg.Pressures, PressureBoth))
 	r.buildPeers(ctx)
 	r.limitsAndWindow(ctx)
 	for ti, t := range r.targets {
@@ -151,11 +152,8 @@ func newRunner(cfg Config, o RunOptions) *runner {
 	m := host.DescribeMachine(hc)
 	started := time.Now()
 	id := started.Format("20060102-150405") + "-" + runfile.SafeName(m.Host)
-	r := &runner{cfg: cfg, host: hc, prober: o.Prober, runDir: filepath.Join(cfg.Out, id), profDir: filepath.Join(cfg.ProfilesRoot, id),
+	r := &runner{cfg: cfg, host: hc, prober: cmp.Or[DeviceProber](o.Prober, BuiltinProber{}), runDir: filepath.Join(cfg.Out, id), profDir: filepath.Join(cfg.ProfilesRoot, id),
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x726f756e64)), caps: map[string]float64{}, rungs: map[string][]float64{}}
-	if r.prober == nil {
-		r.prober = BuiltinProber{}
-	}
 	r.file = &runfile.RunFile{Schema: runfile.SchemaVersion, ID: id, Command: o.CommandLine, StartedAt: started, Machine: m,
 		Devices: []runfile.Device{}, Config: cfg, Cells: []runfile.Cell{}, Peers: []runfile.Cell{}, Floors: []runfile.Floor{},
 		Limits: []runfile.Limit{}, Searches: []runfile.RateSearch{}, Ratios: []runfile.Ratio{}, AA: []runfile.Comparison{},
@@ -282,14 +280,6 @@ func (r *runner) note(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	r.file.Notes = append(r.file.Notes, msg)
 	r.progress.note("mqbench: %s", msg)
-}
-
-func (r *runner) needsSystemChanges() bool {
-	return len(r.cfg.Emulate) > 0 || slices.ContainsFunc(r.cfg.Pressures, func(p string) bool { return p != PressureNone })
-}
-
-func (r *runner) needsIsolation() bool {
-	return isRoot() && (slices.Contains(r.cfg.Pressures, PressureSwap) || slices.Contains(r.cfg.Pressures, PressureBoth))
 }
 
 // limitsAndWindow measures the limits on every target, then chooses the

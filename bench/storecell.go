@@ -36,7 +36,6 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 
-// storeOpen is engine.Open with a cell's options.
 func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {
 	opts, err := storeOptions(store, backend, flush)
 	if err != nil {
@@ -51,8 +50,9 @@ func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush strin
 
 // backendOptions are the options a cell's backend runs with, and where
 // they come from ("" for the backend's own defaults): --backend-options
-// for that backend when given, else mqbench's tuned settings
-// (tunedBackendOptions).
+// for that backend when given, else mqbench's tuned settings — the options
+// its registration's Tuned names for the flush mode (nil Tuned: the
+// backend's defaults, no reason given).
 func backendOptions(s StoreConfig, backend, flush string) (any, string, error) {
 	if js, ok := s.BackendOptions[backend]; ok {
 		o, err := engine.DecodeBackendOptions(backend, []byte(js))
@@ -61,23 +61,15 @@ func backendOptions(s StoreConfig, backend, flush string) (any, string, error) {
 		}
 		return o, "given with --backend-options", nil
 	}
-	o, why := tunedBackendOptions(backend, flush)
-	return o, why, nil
-}
-
-// tunedBackendOptions is what mqbench runs a backend with when it is not
-// told otherwise, and why: the options its registration's Tuned names for
-// the flush mode (nil Tuned: the backend's defaults, no reason given).
-func tunedBackendOptions(backend, flush string) (any, string) {
 	reg, err := mappedfile.Registered().Lookup(backend)
 	if err != nil || reg.Tuned == nil {
-		return nil, ""
+		return nil, "", nil
 	}
 	o, why := reg.Tuned(mappedfile.Config{SyncFlush: flush == "sync"})
 	if why != "" {
 		why = "mqbench's choice: " + why
 	}
-	return o, why
+	return o, why, nil
 }
 
 // optionsMap records the effective engine options of an open store: every

@@ -193,7 +193,6 @@ func (w *worker) kill() {
 	_ = w.cmd.Wait()
 }
 
-// waitLine waits for one line on the worker's stdout.
 func (w *worker) waitLine() (string, error) {
 	line, err := bufio.NewReader(w.stdout).ReadString('\n')
 	if err != nil {

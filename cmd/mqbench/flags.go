@@ -24,8 +24,7 @@ type command struct {
 }
 
 func newCommand(name, synopsis, about string) *command {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	return &command{fs: fs, synopsis: synopsis, about: about}
+	return &command{fs: flag.NewFlagSet(name, flag.ContinueOnError), synopsis: synopsis, about: about}
 }
 
 // parse parses args (which must leave exactly positional arguments).

@@ -86,7 +86,6 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	return err
 }
 
-// register registers the flags of run (or sweep) over cfg.
 func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) {
 	// The matrix's axes and the devices.
 	fs.Var(strsFlag(&cfg.Backends), "backends", "backends, comma-separated (mem is allowed when named)")
@@ -159,7 +158,6 @@ func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) 
 	fs.String("config", "", "a JSON file of the configuration (the \"config\" object of a run.json: field names as there, durations in ns); flags given beside it override it")
 }
 
-// apply sets cfg from the parsed flags.
 func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 	cfg.AA, cfg.Profile = !*m.noAA, !*m.noProfile
 	if len(m.dirs) > 0 {
