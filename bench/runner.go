@@ -121,6 +121,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) (f *runfile.RunFile, dir
 	}
 	r.progress.finish()
 	r.file.FinishedAt = time.Now()
+	r.file.ElapsedNs = int64(r.file.FinishedAt.Sub(r.file.StartedAt)) // both carry the monotonic clock here
 	r.file.Machine.LoadAvgEnd = host.LoadAvg()
 	r.file.Interrupted = ctx.Err() != nil
 	for _, t := range r.targets {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -211,5 +212,20 @@ func TestSwapRateIsPerSecondOfWallTime(t *testing.T) {
 	}}}}
 	if got := meansOf(&c).swapPerSec; math.Abs(got-300) > 1e-9 { // 300 pages over 1 s
 		t.Fatalf("swap %v pages/s, want 300", got)
+	}
+}
+
+// TestTookIsTheMonotonicElapsed: the summary's "took" is the run's own
+// monotonic measure when recorded, not the wall clock's difference (which a
+// clock step moves).
+func TestTookIsTheMonotonicElapsed(t *testing.T) {
+	start := time.Date(2026, 12, 4, 1, 44, 38, 0, time.UTC)
+	f := &runfile.RunFile{StartedAt: start, FinishedAt: start.Add(235 * time.Second), ElapsedNs: int64(230 * time.Second)}
+	if got := runTook(f); got != 230*time.Second {
+		t.Fatalf("took %v, want the recorded 3m50s", got)
+	}
+	f.ElapsedNs = 0
+	if got := runTook(f); got != 235*time.Second {
+		t.Fatalf("took %v for an older run file, want the wall clock's 3m55s", got)
 	}
 }

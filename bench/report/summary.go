@@ -66,7 +66,7 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 			fmt.Fprintf(b, "  - %s\n", d.Note)
 		}
 	}
-	fmt.Fprintf(b, "- started %s, took %s (estimated %s)", f.StartedAt.Format(time.RFC3339), f.FinishedAt.Sub(f.StartedAt).Round(time.Second),
+	fmt.Fprintf(b, "- started %s, took %s (estimated %s)", f.StartedAt.Format(time.RFC3339), runTook(f).Round(time.Second),
 		(time.Duration(f.Plan.EstimatedSeconds) * time.Second).Round(time.Second))
 	if f.Interrupted {
 		b.WriteString(" — **interrupted (Ctrl-C): only the cells that finished are shown**")
@@ -396,4 +396,13 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 		writeSweepQuote(b, f, lastSize)
 	}
 	b.WriteString("\nWhy, and every figure behind it: the sections below (the rule in full: run.json's recommendations, docs/harness.md).\n\n")
+}
+
+// runTook is how long the run took: its monotonic ElapsedNs, or for a run
+// file from before that was recorded the wall clock's FinishedAt − StartedAt.
+func runTook(f *runfile.RunFile) time.Duration {
+	if f.ElapsedNs > 0 {
+		return time.Duration(f.ElapsedNs)
+	}
+	return f.FinishedAt.Sub(f.StartedAt)
 }

@@ -26,16 +26,20 @@ const (
 
 // RunFile is run.json.
 type RunFile struct {
-	Schema      int       `json:"schema"`
-	ID          string    `json:"id"`
-	Command     string    `json:"command"`
-	StartedAt   time.Time `json:"startedAt"`
-	FinishedAt  time.Time `json:"finishedAt"`
-	Interrupted bool      `json:"interrupted,omitempty"`
-	Machine     Machine   `json:"machine"`
-	Devices     []Device  `json:"devices"`
-	Config      Config    `json:"config"`
-	Plan        Plan      `json:"plan"`
+	Schema     int       `json:"schema"`
+	ID         string    `json:"id"`
+	Command    string    `json:"command"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
+	// ElapsedNs is how long the run took by the monotonic clock: the wall
+	// clock may be stepped during a run (a VM's clock is resynced), so
+	// FinishedAt − StartedAt may differ from it (0 in older run files).
+	ElapsedNs   int64    `json:"elapsedNs,omitempty"`
+	Interrupted bool     `json:"interrupted,omitempty"`
+	Machine     Machine  `json:"machine"`
+	Devices     []Device `json:"devices"`
+	Config      Config   `json:"config"`
+	Plan        Plan     `json:"plan"`
 	// Cells are mqstore's; Peers the same workloads on other stores.
 	Cells []Cell `json:"cells"`
 	Peers []Cell `json:"peers"`
