@@ -47,18 +47,13 @@ func TagsCode(tags string) int64 {
 // |JavaHashCode(key)|, and 0 when that is still negative (math.MinInt32).
 func IndexKeyHash(key string) int32 { return indexHash(JavaHashCode(key)) }
 
-// IndexKeyHashOf is IndexKeyHash(topic + "#" + key) without building the
-// key; topic is a valid topic name (ASCII, ValidateTopic).
-func IndexKeyHashOf(topic, key string) int32 {
-	return IndexKeyHashIn(IndexKeyPrefix(topic), key)
-}
-
 // IndexKeyPrefix is the hash of topic + "#" that IndexKeyHashIn continues:
-// a record's keys share it.
+// a record's keys share it. topic is a valid topic name (ASCII,
+// ValidateTopic).
 func IndexKeyPrefix(topic string) int32 { return 31*JavaHashCode(topic) + '#' }
 
-// IndexKeyHashIn is IndexKeyHashOf(topic, key) for prefix =
-// IndexKeyPrefix(topic).
+// IndexKeyHashIn is IndexKeyHash(topic + "#" + key) without building the
+// key, for prefix = IndexKeyPrefix(topic).
 func IndexKeyHashIn(prefix int32, key string) int32 {
 	return indexHash(JavaHashCodeAppend(prefix, key))
 }

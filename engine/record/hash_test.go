@@ -97,14 +97,14 @@ func TestIndexKeyHash(t *testing.T) {
 	}
 }
 
-// TestIndexKeyHashOf: hashing "topic#" and the key in turn is hashing the
+// TestIndexKeyHashIn: hashing "topic#" and the key in turn is hashing the
 // built key, for ASCII, multi-byte, astral and invalid UTF-8 keys.
-func TestIndexKeyHashOf(t *testing.T) {
+func TestIndexKeyHashIn(t *testing.T) {
 	keys := []string{"", "key1", "ORDER-000001", "ключ", "鍵🔑", "\xff\xfe", "a\xe4\xb8", "🔑" + strings.Repeat("x", 100)}
 	for _, topic := range []string{"TopicTest", "t", "%RETRY%group_1|a-b"} {
 		for _, key := range keys {
-			if got, want := IndexKeyHashOf(topic, key), IndexKeyHash(topic+"#"+key); got != want {
-				t.Errorf("IndexKeyHashOf(%q, %+q) = %d, IndexKeyHash of the built key %d", topic, key, got, want)
+			if got, want := IndexKeyHashIn(IndexKeyPrefix(topic), key), IndexKeyHash(topic+"#"+key); got != want {
+				t.Errorf("IndexKeyHashIn(IndexKeyPrefix(%q), %+q) = %d, IndexKeyHash of the built key %d", topic, key, got, want)
 			}
 		}
 	}

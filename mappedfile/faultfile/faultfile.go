@@ -300,33 +300,36 @@ func (f *faultyFile) Truncate(ctx context.Context, validEnd int64) error {
 // WriteAt forwards to the wrapped file when it is a mappedfile.Overwriter; it counts
 // as an append for fault injection.
 func (f *faultyFile) WriteAt(p []byte, filePos int64) (int, error) {
-	ow, ok := f.MappedFile.(mappedfile.Overwriter)
-	if !ok {
-		return 0, fmt.Errorf("%s: overwrite: %w", f.Path(), mappedfile.ErrUnsupported)
-	}
-	if err := f.sticky(); err != nil {
+	ow, err := f.beginOverwrite(filePos, len(p))
+	if err != nil {
 		return 0, err
-	}
-	if err := inject(context.Background(), f.faults, OpAppend, f.Path(), f.FromOffset()+filePos+int64(len(p))); err != nil {
-		return 0, f.fail(fmt.Errorf("%s: overwrite: %w", f.Path(), err))
 	}
 	return ow.WriteAt(p, filePos)
 }
 
-// SwapAt forwards to the wrapped file when it is a mappedfile.Overwriter; it
-// counts as an append for fault injection, as WriteAt does.
+// SwapAt forwards to the wrapped file as WriteAt does.
 func (f *faultyFile) SwapAt(p, old []byte, filePos int64) error {
-	ow, ok := f.MappedFile.(mappedfile.Overwriter)
-	if !ok {
-		return fmt.Errorf("%s: overwrite: %w", f.Path(), mappedfile.ErrUnsupported)
-	}
-	if err := f.sticky(); err != nil {
+	ow, err := f.beginOverwrite(filePos, len(p))
+	if err != nil {
 		return err
 	}
-	if err := inject(context.Background(), f.faults, OpAppend, f.Path(), f.FromOffset()+filePos+int64(len(p))); err != nil {
-		return f.fail(fmt.Errorf("%s: overwrite: %w", f.Path(), err))
-	}
 	return ow.SwapAt(p, old, filePos)
+}
+
+// beginOverwrite returns the wrapped file's Overwriter for an overwrite of
+// n bytes at filePos, after the sticky error and the append faults.
+func (f *faultyFile) beginOverwrite(filePos int64, n int) (mappedfile.Overwriter, error) {
+	ow, ok := f.MappedFile.(mappedfile.Overwriter)
+	if !ok {
+		return nil, fmt.Errorf("%s: overwrite: %w", f.Path(), mappedfile.ErrUnsupported)
+	}
+	if err := f.sticky(); err != nil {
+		return nil, err
+	}
+	if err := inject(context.Background(), f.faults, OpAppend, f.Path(), f.FromOffset()+filePos+int64(n)); err != nil {
+		return nil, f.fail(fmt.Errorf("%s: overwrite: %w", f.Path(), err))
+	}
+	return ow, nil
 }
 
 // Unwrap returns the wrapped file.
