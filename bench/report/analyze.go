@@ -91,6 +91,17 @@ func appendNew[T comparable](s []T, v T) []T {
 	return append(s, v)
 }
 
+// firstByKey keeps the first of xs for each key, in order.
+func firstByKey[T any, K comparable](xs []T, key func(T) K) []T {
+	seen := map[K]bool{}
+	return slices.DeleteFunc(slices.Clone(xs), func(x T) bool {
+		k := key(x)
+		dup := seen[k]
+		seen[k] = true
+		return dup
+	})
+}
+
 // allCells is every cell, mqstore's then the peers'.
 func allCells(f *runfile.RunFile) []*runfile.Cell {
 	var out []*runfile.Cell

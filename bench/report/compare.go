@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -92,14 +93,9 @@ func Compare(a, b *runfile.RunFile) string {
 	if len(onlyA) > 0 {
 		fmt.Fprintf(&s, "\nOnly in A: %s\n", strings.Join(onlyA, ", "))
 	}
-	var onlyB []string
-	for _, c := range allCells(b) {
-		if !matched[c] {
-			onlyB = append(onlyB, c.Name)
-		}
-	}
+	onlyB := slices.DeleteFunc(allCells(b), func(c *runfile.Cell) bool { return matched[c] })
 	if len(onlyB) > 0 {
-		fmt.Fprintf(&s, "Only in B: %s\n", strings.Join(onlyB, ", "))
+		fmt.Fprintf(&s, "Only in B: %s\n", join(onlyB, func(c *runfile.Cell) string { return c.Name }, ", "))
 	}
 	return s.String()
 }
@@ -150,10 +146,7 @@ func higherIsBetter(figure string) bool {
 
 func compareRow(t table, name, figure string, a, b runfile.Interval) {
 	f := figFormat(figure)
-	ratio := "—"
-	if a.Median != 0 {
-		ratio = fmtFloat(b.Median/a.Median) + "×"
-	}
+	ratio := orDash(a.Median != 0, fmtFloat(b.Median/a.Median)+"×")
 	verdict := "no significant difference"
 	if runfile.Separated(a, b) {
 		better := (b.Median > a.Median) == higherIsBetter(figure)

@@ -114,6 +114,14 @@ func fmtPct(x float64) string {
 	return fmt.Sprintf("%.2g%%", 100*x)
 }
 
+// orDash is s when ok, else "—" (no figure).
+func orDash(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return "—"
+}
+
 func shortCommit(c string) string {
 	if len(c) >= 12 && !strings.Contains(c, " ") {
 		return c[:12]

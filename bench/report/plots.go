@@ -358,20 +358,18 @@ func throughputBarLabel(name string, c *runfile.Cell) string {
 // under pressure, and its unpressured twin.
 func pressurePlotCells(f *runfile.RunFile) []*runfile.Cell {
 	var out []*runfile.Cell
-	seen := map[string]bool{}
 	for c := range ptrs(f.Cells) {
 		if c.Workload != "latency" || c.Pressure == "none" || !c.Measured() || len(firstMeasured(c).Samples) == 0 {
 			continue
 		}
 		for b := range ptrs(f.Cells) {
-			if b.Pressure == "none" && samePoint(c, b) && b.Measured() && !seen[b.Name] && len(firstMeasured(b).Samples) > 0 {
-				seen[b.Name] = true
+			if b.Pressure == "none" && samePoint(c, b) && b.Measured() && len(firstMeasured(b).Samples) > 0 {
 				out = append(out, b)
 			}
 		}
 		out = append(out, c)
 	}
-	return out
+	return firstByKey(out, func(c *runfile.Cell) string { return c.Name })
 }
 
 func firstMeasured(c *runfile.Cell) *runfile.Repeat {

@@ -111,17 +111,12 @@ func namedCell(f *runfile.RunFile, p namedPoint, rc replicaConfig) *runfile.Cell
 // per backend: closed-loop points first, by producers, then by rate.
 func namedPoints(f *runfile.RunFile) []namedPoint {
 	var points []namedPoint
-	seen := map[namedPoint]bool{}
 	for c := range ptrs(f.Cells) {
-		if c.Replication != "sync" || c.Flush != "async" || (c.Workload != "throughput" && c.Workload != "latency") {
-			continue
-		}
-		p := namedPoint{backend: c.Backend, target: c.Target, size: c.SizeBytes, producers: c.Producers, rate: c.RatePerSec}
-		if !seen[p] {
-			seen[p] = true
-			points = append(points, p)
+		if c.Replication == "sync" && c.Flush == "async" && (c.Workload == "throughput" || c.Workload == "latency") {
+			points = append(points, namedPoint{backend: c.Backend, target: c.Target, size: c.SizeBytes, producers: c.Producers, rate: c.RatePerSec})
 		}
 	}
+	points = firstByKey(points, func(p namedPoint) namedPoint { return p })
 	sort.SliceStable(points, func(i, j int) bool {
 		a, c := points[i], points[j]
 		if a.backend != c.backend {
@@ -173,10 +168,8 @@ func writeNamedPoint(t table, f *runfile.RunFile, p namedPoint) (verdicts []stri
 			fmt.Fprintf(t.b, "| %s %s | %s | %s | %s | | | | | | | |\n", p.backend, runfile.SizeLabel(p.size), where, rc.name, status)
 			continue
 		}
-		ratio, lag, loss := "—", "—", "—"
-		if rc.repl != "" {
-			lag = fig(c, "replLagP50Ns", fmtNsF) + " / " + fig(c, "replLagP99Ns", fmtNsF)
-		}
+		ratio, loss := "—", "—"
+		lag := orDash(rc.repl != "", fig(c, "replLagP50Ns", fmtNsF)+" / "+fig(c, "replLagP99Ns", fmtNsF))
 		if c.Durability != nil {
 			loss = orDefault(c.Durability.MachineLoss, "—")
 		}

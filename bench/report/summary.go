@@ -96,13 +96,8 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 // the store's segment pre-writing when the engine reports it.
 func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
 	type key struct{ backend, flush string }
-	seen := map[key]bool{}
-	for _, c := range f.Cells {
-		k := key{c.Backend, c.Flush}
-		if seen[k] || c.Options == nil {
-			continue
-		}
-		seen[k] = true
+	withOptions := slices.DeleteFunc(allCells(f)[:len(f.Cells)], func(c *runfile.Cell) bool { return c.Options == nil })
+	for _, c := range firstByKey(withOptions, func(c *runfile.Cell) key { return key{c.Backend, c.Flush} }) {
 		var parts []string
 		if c.Tuning != "" {
 			parts = append(parts, fmt.Sprintf("%s (options `%s`)", c.Tuning, c.Options["BackendOptions"]))

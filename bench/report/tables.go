@@ -39,10 +39,10 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 }
 
 func slaveText(c *runfile.Cell) string {
-	if c.Replication == "" {
+	switch {
+	case c.Replication == "":
 		return ""
-	}
-	if c.HADelayNs > 0 {
+	case c.HADelayNs > 0:
 		return " + " + roleName(c.Replication) + " slave (EMULATED " + fmtNs(c.HADelayNs) + " one-way)"
 	}
 	return " + " + roleName(c.Replication) + " slave"
@@ -184,10 +184,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		case c.Sustained != nil:
 			durable, backlog, drain, ttd = fig(c, "durableMBps", fmtFloat), fig(c, "backlogBytes", fmtBytes), fig(c, "drainNs", fmtNsF), fig(c, "timeToDurableMBps", fmtFloat)
 		}
-		perCommit := "—"
-		if c.MsgsPerGroupCommit > 0 && c.Flush == "sync" {
-			perCommit = fig(c, "msgsPerGroupCommit", fmtFloat)
-		}
+		perCommit := orDash(c.MsgsPerGroupCommit > 0 && c.Flush == "sync", fig(c, "msgsPerGroupCommit", fmtFloat))
 		accepted := fig(c, "writtenMBps", fmtFloat)
 		if c.WrittenMBps == 0 {
 			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
@@ -213,16 +210,8 @@ func ratioText(f *runfile.RunFile, kind string, c *runfile.Cell) string {
 // of what they report, not a failure to keep up: they get no sustained
 // verdict, and their own statement says what they do in between.
 func writeAtDrainOnly(b *strings.Builder, f *runfile.RunFile) {
-	seen := map[string]bool{}
-	for _, c := range allCells(f) {
-		if !c.DurableAtDrainOnly || !c.Measured() {
-			continue
-		}
-		k := c.Backend + "|" + c.Flush
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
+	drained := slices.DeleteFunc(allCells(f), func(c *runfile.Cell) bool { return !c.DurableAtDrainOnly || !c.Measured() })
+	for _, c := range firstByKey(drained, func(c *runfile.Cell) string { return c.Backend + "|" + c.Flush }) {
 		fmt.Fprintf(b, "‡ **%s (%s)** reported durable bytes only when drained: its durable position did not move during any window, and Drain made everything durable. That is an accounting limit of the peer — the harness cannot observe when (or whether) it syncs in between — **not the peer failing to keep up**, so the row has no durable MB/s and no sustained verdict (neither \"not sustained\" nor a recommendation is drawn from it). Its own statement: \"%s\".\n\n",
 			c.Backend, c.Flush, mechanismOf(c))
 	}
@@ -242,10 +231,7 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 	t := newTable(b, "backend", "size>", "flush", "rate>", "status", "achieved msgs/s>", "samples>", "p50>", "p99>", "p99.9>", "max>", "floor p99.9>",
 		"service p99.9>", "unstarted>", "sustained", "sustainable rate>")
 	for _, c := range rows {
-		floor, sustainable := "—", "—"
-		if c.FloorP999Ns > 0 {
-			floor = fmtNs(c.FloorP999Ns)
-		}
+		floor, sustainable := orDash(c.FloorP999Ns > 0, fmtNs(c.FloorP999Ns)), "—"
 		if c.SustainableRatePerSec > 0 {
 			sustainable = fmtCount(c.SustainableRatePerSec)
 			if s := f.SearchOf(c); s != nil && !s.Narrowed() {
@@ -302,10 +288,7 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		if s.Peer {
 			name += " (peer)"
 		}
-		sat, sus := "—", "none found"
-		if s.SaturatedAtPerSec > 0 {
-			sat = fmtCount(s.SaturatedAtPerSec)
-		}
+		sus := "none found"
 		if s.SustainableRatePerSec > 0 {
 			sus = fmtCount(s.SustainableRatePerSec)
 			if !s.Narrowed() {
@@ -318,11 +301,8 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		if bound {
 			sus += " — the generator's in flight, not the system, limited a probe: a lower bound of the system's"
 		}
-		inFlight := "—"
-		if s.InFlight > 0 {
-			inFlight = fmt.Sprint(s.InFlight)
-		}
-		t.row(name+" "+runfile.SizeLabel(s.Size)+" "+s.Flush, sus, sat, inFlight, strings.Join(probes, ", "))
+		t.row(name+" "+runfile.SizeLabel(s.Size)+" "+s.Flush, sus, orDash(s.SaturatedAtPerSec > 0, fmtCount(s.SaturatedAtPerSec)),
+			orDash(s.InFlight > 0, fmt.Sprint(s.InFlight)), strings.Join(probes, ", "))
 	}
 	fmt.Fprintf(b, "\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ %s of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within %s. With W requests in flight of mean service time S the open loop offers at most W ÷ S (Little's law): a saturated probe that achieved at least %s of that is *in-flight bound* — the generator's limit, not the system's.\n\n",
 		pctText(load.SustainedBacklogShare), pctText(runfile.SearchResolution-1), pctText(runfile.InFlightBoundShare))
@@ -353,23 +333,13 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 		delay                int64
 		peer                 bool
 	}
-	seen := map[key]bool{}
-	var rows []*runfile.Cell
-	machine := false
-	for _, c := range allCells(f) {
-		if c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery" {
-			continue
-		}
-		k := key{c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer}
-		if !seen[k] {
-			seen[k] = true
-			rows = append(rows, c)
-			machine = machine || c.Replication != ""
-		}
-	}
+	rows := firstByKey(slices.DeleteFunc(allCells(f), func(c *runfile.Cell) bool {
+		return c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery"
+	}), func(c *runfile.Cell) key { return key{c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer} })
 	if len(rows) == 0 {
 		return
 	}
+	machine := slices.ContainsFunc(rows, func(c *runfile.Cell) bool { return c.Replication != "" })
 	b.WriteString("## Durability: what an acknowledgement means\n\n")
 	heads := []string{"system", "flush", "ack is sent", "a process crash loses", "a power loss loses"}
 	if machine {
@@ -479,13 +449,9 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "## Consume (catch-up read of a %s CommitLog through the ConsumeQueue, one queue, to a loopback TCP reader)\n\n", runfile.SizeLabel(int(f.Config.ConsumeBytes)))
 	t := newTable(b, "backend", "size>", "variant", "msgs/s>", "GB/s>", "sender CPU s/GiB>", "process CPU s/GiB>", "resident after drop>")
 	for _, c := range rows {
-		resident := "—"
-		if strings.HasPrefix(c.Variant, "cold") {
-			resident = fmtPct(c.ResidentFraction)
-		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant,
 			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", fmtGBps),
-			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), resident)
+			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), orDash(strings.HasPrefix(c.Variant, "cold"), fmtPct(c.ResidentFraction)))
 	}
 	fmt.Fprintf(b, "\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop, %s; *process CPU*: getrusage of the whole process until the reader has read everything. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n", senderCPUSpan(rows))
 }
@@ -562,20 +528,12 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("## Limits (same run, same directory, no engine)\n\n")
 	t := newTable(b, "limit", "tool", "block/record>", "MB/s>", "ops/s>", "p50>", "p99>", "p99.9>")
 	for _, l := range ok {
-		lat := func(name string) string {
-			if l.Figures.Figure(name) == 0 {
-				return "—"
-			}
-			return ci(l.Interval(name), fmtNsF)
-		}
+		lat := func(name string) string { return orDash(l.Figures.Figure(name) != 0, ci(l.Interval(name), fmtNsF)) }
 		size := runfile.SizeLabel(l.SizeBytes)
 		if l.Name == runfile.LimitMemcpy {
 			size = l.Params["recordBytes"] + " B record (" + runfile.SizeLabel(l.SizeBytes) + " body)"
 		}
-		mbps := "—" // a limit that writes nothing has no bandwidth
-		if l.MBPerSec > 0 {
-			mbps = ci(l.Interval("mbPerSec"), fmtFloat)
-		}
+		mbps := orDash(l.MBPerSec > 0, ci(l.Interval("mbPerSec"), fmtFloat)) // a limit that writes nothing has no bandwidth
 		t.row(limitLabel(f, l), l.Tool, size, mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
 	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
@@ -668,8 +626,7 @@ func pressureEvidence(base, p *runfile.Cell) string {
 	}
 	out := []string{fmt.Sprintf("dirty+writeback %s → %s pages", fmtCount(b.dirtyPages), fmtCount(q.dirtyPages))}
 	if p.Pressure == "swap" {
-		out = append(out, fmt.Sprintf("swap in+out %s → %s pages/s", fmtFloat(b.swapPerSec), fmtFloat(q.swapPerSec)))
-		out = append(out, psiEvidence("memory some", b.mem, q.mem))
+		out = append(out, fmt.Sprintf("swap in+out %s → %s pages/s", fmtFloat(b.swapPerSec), fmtFloat(q.swapPerSec)), psiEvidence("memory some", b.mem, q.mem))
 	} else {
 		out = append(out, psiEvidence("io some", b.ioSome, q.ioSome))
 	}
