@@ -102,6 +102,9 @@ func firstByKey[T any, K comparable](xs []T, key func(T) K) []T {
 	})
 }
 
+// distinct is xs without repeats, in order.
+func distinct[T comparable](xs []T) []T { return firstByKey(xs, func(x T) T { return x }) }
+
 // allCells is every cell, mqstore's then the peers'.
 func allCells(f *runfile.RunFile) []*runfile.Cell {
 	var out []*runfile.Cell

@@ -27,15 +27,10 @@ func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 	if len(ref) == 0 {
 		return
 	}
-	var systems []*runfile.Cell
-	for _, c := range allCells(f) {
-		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || c.Replication != "" || c.Policy != "" || c.Backend == refPeer {
-			continue
-		}
-		if ref[versusKey(c)] != nil {
-			systems = append(systems, c)
-		}
-	}
+	systems := slices.DeleteFunc(allCells(f), func(c *runfile.Cell) bool {
+		return c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || c.Replication != "" || c.Policy != "" || c.Backend == refPeer ||
+			ref[versusKey(c)] == nil
+	})
 	if len(systems) == 0 {
 		return
 	}

@@ -31,10 +31,7 @@ func unpressured(f *runfile.RunFile, workload, flush string) []*runfile.Cell {
 }
 
 func spectrumRates(f *runfile.RunFile, flush string) []float64 {
-	var rates []float64
-	for _, c := range unpressured(f, "latency", flush) {
-		rates = appendNew(rates, c.RatePerSec)
-	}
+	rates := distinct(mapped(unpressured(f, "latency", flush), func(c *runfile.Cell) float64 { return c.RatePerSec }))
 	sort.Float64s(rates)
 	return rates
 }

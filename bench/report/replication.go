@@ -35,18 +35,10 @@ func delayText(ns int64) string {
 }
 
 func writeReplication(b *strings.Builder, f *runfile.RunFile) {
-	var thr, lat []*runfile.Cell
-	for c := range ptrs(f.Cells) {
-		if c.Replication == "" || !c.Measured() {
-			continue
-		}
-		switch c.Workload {
-		case "throughput":
-			thr = append(thr, c)
-		case "latency":
-			lat = append(lat, c)
-		}
+	replicated := func(workload string) []*runfile.Cell {
+		return slices.DeleteFunc(cellsOf(f, workload, false), func(c *runfile.Cell) bool { return c.Replication == "" })
 	}
+	thr, lat := replicated("throughput"), replicated("latency")
 	if len(thr)+len(lat) == 0 {
 		return
 	}
@@ -116,7 +108,7 @@ func namedPoints(f *runfile.RunFile) []namedPoint {
 			points = append(points, namedPoint{backend: c.Backend, target: c.Target, size: c.SizeBytes, producers: c.Producers, rate: c.RatePerSec})
 		}
 	}
-	points = firstByKey(points, func(p namedPoint) namedPoint { return p })
+	points = distinct(points)
 	sort.SliceStable(points, func(i, j int) bool {
 		a, c := points[i], points[j]
 		if a.backend != c.backend {

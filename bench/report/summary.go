@@ -165,24 +165,13 @@ func SummaryTables(f *runfile.RunFile) string {
 }
 
 func writeTables(b *strings.Builder, f *runfile.RunFile) {
-	writeAA(b, f)
-	writeThroughput(b, f)
-	writeAtDrainOnly(b, f)
-	writeVersusPebbleWAL(b, f)
-	writeStageCPU(b, f)
-	writeLatency(b, f)
-	writeReplication(b, f)
-	writeSearches(b, f)
-	writeFloors(b, f)
-	writeDurability(b, f)
-	writePressure(b, f)
-	writeE2E(b, f)
-	writeConsume(b, f)
-	writeRecovery(b, f)
-	writeSweep(b, f)
-	writeFailures(b, f)
-	writeLimits(b, f)
-	writeRatios(b, f)
+	for _, write := range []func(*strings.Builder, *runfile.RunFile){
+		writeAA, writeThroughput, writeAtDrainOnly, writeVersusPebbleWAL, writeStageCPU, writeLatency,
+		writeReplication, writeSearches, writeFloors, writeDurability, writePressure, writeE2E,
+		writeConsume, writeRecovery, writeSweep, writeFailures, writeLimits, writeRatios,
+	} {
+		write(b, f)
+	}
 	writeList(b, "## Notes\n\n", f.Notes)
 }
 
@@ -203,11 +192,7 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 	}
 	b.WriteString("## Profiles (top functions by flat share; an extra unmeasured run of each throughput cell)\n\n")
 	fmt.Fprintf(b, "Files: `%s/%s/<cell>.{cpu,heap,block,mutex}.pprof` — open with `go tool pprof -top FILE` (see profiles/README.md).\n\n", f.Config.ProfilesRoot, f.ID)
-	var cells []string
-	for _, p := range f.Profiles {
-		cells = appendNew(cells, p.Cell)
-	}
-	for _, cell := range cells {
+	for _, cell := range distinct(mapped(f.Profiles, func(p runfile.ProfileSummary) string { return p.Cell })) {
 		fmt.Fprintf(b, "### %s\n\n", cell)
 		for _, p := range f.Profiles {
 			switch {

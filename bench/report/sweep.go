@@ -75,36 +75,26 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 	if len(f.Config.Policies) == 0 {
 		return nil
 	}
-	byKey := map[string]*sweepSeries{}
-	var order []string
-	thr := map[string]*runfile.Cell{}
-	lat := map[string]*runfile.Cell{}
-	for c := range ptrs(f.Cells) {
-		if c.Policy == "" || c.Status != runfile.StatusOK || c.TwinOf != "" {
-			continue
-		}
-		k := fmt.Sprintf("%s %s %s pressure=%s", c.Backend, runfile.SizeLabel(c.SizeBytes), c.Target, c.Pressure)
-		pk := k + "|" + c.Policy
-		switch c.Workload {
-		case "throughput":
-			if prev := thr[pk]; prev == nil || c.DurableMBps > prev.DurableMBps {
-				thr[pk] = c
-			}
-		case "latency":
-			if prev := lat[pk]; prev == nil || c.RatePerSec < prev.RatePerSec {
-				lat[pk] = c
-			}
-		default:
-			continue
-		}
-		if _, ok := byKey[k]; !ok {
-			byKey[k] = &sweepSeries{key: k, cell: c}
-			order = append(order, k)
+	key := func(c *runfile.Cell) string {
+		return fmt.Sprintf("%s %s %s pressure=%s", c.Backend, runfile.SizeLabel(c.SizeBytes), c.Target, c.Pressure)
+	}
+	swept := slices.DeleteFunc(allCells(f)[:len(f.Cells)], func(c *runfile.Cell) bool {
+		return c.Policy == "" || c.Status != runfile.StatusOK || c.TwinOf != "" || (c.Workload != "throughput" && c.Workload != "latency")
+	})
+	// Each policy's throughput cell with the most durable MB/s, and its
+	// latency cell at the lowest rate.
+	thr, lat := map[string]*runfile.Cell{}, map[string]*runfile.Cell{}
+	for _, c := range swept {
+		switch pk := key(c) + "|" + c.Policy; {
+		case c.Workload == "throughput" && (thr[pk] == nil || c.DurableMBps > thr[pk].DurableMBps):
+			thr[pk] = c
+		case c.Workload == "latency" && (lat[pk] == nil || c.RatePerSec < lat[pk].RatePerSec):
+			lat[pk] = c
 		}
 	}
 	var out []sweepSeries
-	for _, k := range order {
-		s := byKey[k]
+	for _, first := range firstByKey(swept, key) {
+		s, k := sweepSeries{key: key(first), cell: first}, key(first)
 		var ts, ls []*runfile.Cell
 		for _, p := range f.Config.Policies {
 			t := thr[k+"|"+p.Name]
@@ -143,7 +133,7 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 			s.tail = fmt.Sprintf(mode, fmtCount(ls[0].RatePerSec))
 		}
 		s.front = ParetoFront(s.points)
-		out = append(out, *s)
+		out = append(out, s)
 	}
 	return out
 }
@@ -167,11 +157,7 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 		fmt.Fprintf(b, "### %s\n\np99.9: %s.\n\n", s.key, s.tail)
 		t := newTable(b, "policy", "durable msgs/s>", "p99.9>", "front")
 		for i, p := range s.points {
-			star := ""
-			if slices.Contains(s.front, i) {
-				star = "★"
-			}
-			t.row(p.Label, ci(p.Thr, fmtCount), ci(p.P999, fmtNsF), star)
+			t.row(p.Label, ci(p.Thr, fmtCount), ci(p.P999, fmtNsF), map[bool]string{true: "★"}[slices.Contains(s.front, i)])
 		}
 		names := join(s.front, func(i int) string { return "`" + s.points[i].Label + "`" }, ", ")
 		fmt.Fprintf(b, "\nPareto front, slowest to fastest: %s. A policy leaves the front only when another is better on both figures and measurably so on one (intervals separate); front points whose intervals overlap are not distinguished by this run.\n\n", names)
