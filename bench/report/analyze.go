@@ -107,11 +107,7 @@ func distinct[T comparable](xs []T) []T { return firstByKey(xs, func(x T) T { re
 
 // allCells is every cell, mqstore's then the peers'.
 func allCells(f *runfile.RunFile) []*runfile.Cell {
-	var out []*runfile.Cell
-	for _, cells := range [][]runfile.Cell{f.Cells, f.Peers} {
-		out = slices.AppendSeq(out, ptrs(cells))
-	}
-	return out
+	return slices.AppendSeq(slices.Collect(ptrs(f.Cells)), ptrs(f.Peers))
 }
 
 // samePoint reports whether two cells differ only in pressure (and name).
@@ -341,13 +337,8 @@ func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell) (runfile.Interval, st
 func sustainedNo(c *runfile.Cell) bool { return c.Sustained != nil && !*c.Sustained }
 
 func notSustained(cs ...*runfile.Cell) []string {
-	var out []string
-	for _, c := range cs {
-		if sustainedNo(c) {
-			out = append(out, c.Backend)
-		}
-	}
-	return out
+	cs = slices.DeleteFunc(cs, func(c *runfile.Cell) bool { return !sustainedNo(c) })
+	return mapped(cs, func(c *runfile.Cell) string { return c.Backend })
 }
 
 var aaFigures = map[string][]string{
@@ -521,8 +512,7 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 	top := ok[0]
 	rec.Cell, rec.Interval = top.thr.Name, durableIv(top)
 	var tied []*candidate
-	var next *candidate
-	var fallback *candidate // the best that is fully determined, when the top is not
+	var next, fallback *candidate // fallback: the best that is fully determined, when the top is not
 	for _, cd := range ok[1:] {
 		switch {
 		case !runfile.Separated(rec.Interval, durableIv(cd)):
@@ -620,11 +610,8 @@ func setAsideDominated(ok []*candidate) (kept []*candidate, dominated []string) 
 // describe is a candidate with its durable MB/s interval (and what is
 // undetermined about it).
 func describe(cd *candidate) string {
-	iv := durableIv(cd)
-	if len(cd.undetermined) > 0 {
-		return fmt.Sprintf("%s (%s; %s)", cd.label, ci(iv, fmtFloat), strings.Join(cd.undetermined, "; "))
-	}
-	return fmt.Sprintf("%s (%s)", cd.label, ci(iv, fmtFloat))
+	parts := append([]string{ci(durableIv(cd), fmtFloat)}, cd.undetermined...)
+	return fmt.Sprintf("%s (%s)", cd.label, strings.Join(parts, "; "))
 }
 
 // writeRecommendation sets rec's pick, ties and text from the ranked

@@ -107,19 +107,23 @@ func sizedLabel(f *runfile.RunFile, c *runfile.Cell) string {
 func us(ns float64) float64 { return math.Max(ns/1e3, 0.001) }
 func ms(ns float64) float64 { return math.Max(ns/1e6, 1e-3) }
 
-// addLine adds a line through xys to p, styled by style and named in the
-// legend; nothing when xys is empty.
-func addLine(p *plot.Plot, name string, xys plotter.XYs, style func(*plotter.Line)) error {
+// addXYs adds a line or scatter (newT: plotter.NewLine or NewScatter)
+// through xys to p, styled by style and named in the legend; nothing when
+// xys is empty.
+func addXYs[T interface {
+	plot.Plotter
+	plot.Thumbnailer
+}](p *plot.Plot, name string, xys plotter.XYs, newT func(plotter.XYer) (T, error), style func(T)) error {
 	if len(xys) == 0 {
 		return nil
 	}
-	line, err := plotter.NewLine(xys)
+	t, err := newT(xys)
 	if err != nil {
 		return err
 	}
-	style(line)
-	p.Add(line)
-	p.Legend.Add(name, line)
+	style(t)
+	p.Add(t)
+	p.Legend.Add(name, t)
 	return nil
 }
 
@@ -168,7 +172,7 @@ func spectrumPlot(path string, f *runfile.RunFile, flush string, rate float64) e
 			}
 		}
 		if len(xys) > 0 {
-			if err := addLine(p, names[k], xys, func(l *plotter.Line) { styleLine(l, i) }); err != nil {
+			if err := addXYs(p, names[k], xys, plotter.NewLine, func(l *plotter.Line) { styleLine(l, i) }); err != nil {
 				return err
 			}
 			i++
@@ -269,19 +273,15 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 		p.Add(line, pts, w)
 		p.Legend.Add(name, line, pts)
 	}
-	if err := addLine(p, "floor (no-op) p99.9", xys(floor), func(l *plotter.Line) {
+	if err := addXYs(p, "floor (no-op) p99.9", xys(floor), plotter.NewLine, func(l *plotter.Line) {
 		l.Color, l.Dashes = color.Gray{Y: 110}, []vg.Length{vg.Points(4), vg.Points(3)}
 	}); err != nil {
 		return err
 	}
-	if len(saturated) > 0 {
-		sc, err := plotter.NewScatter(xys(saturated))
-		if err != nil {
-			return err
-		}
+	if err := addXYs(p, "saturated", xys(saturated), plotter.NewScatter, func(sc *plotter.Scatter) {
 		sc.Shape, sc.Color = draw.CrossGlyph{}, color.Black
-		p.Add(sc)
-		p.Legend.Add("saturated", sc)
+	}); err != nil {
+		return err
 	}
 	p.Add(plotter.NewGrid())
 	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
@@ -290,18 +290,12 @@ func latencyRatePlot(path string, f *runfile.RunFile, flush string) error {
 // throughputPlot draws each system's accepted and durable MB/s (best
 // producer count), with their intervals.
 func throughputPlot(path string, f *runfile.RunFile, flush string) error {
+	cells := slices.DeleteFunc(unpressured(f, "throughput", flush), func(c *runfile.Cell) bool { return c.TwinOf != "" })
+	names := distinct(mapped(cells, func(c *runfile.Cell) string { return sizedLabel(f, c) }))
 	best := map[string]*runfile.Cell{}
-	var names []string
-	for _, c := range unpressured(f, "throughput", flush) {
-		if c.TwinOf != "" {
-			continue
-		}
-		name := sizedLabel(f, c)
-		if prev, ok := best[name]; !ok || c.DurableMBps > prev.DurableMBps || (c.DurableMBps == prev.DurableMBps && c.MBPerSec > prev.MBPerSec) {
-			if !ok {
-				names = append(names, name)
-			}
-			best[name] = c
+	for _, c := range cells {
+		if prev := best[sizedLabel(f, c)]; prev == nil || c.DurableMBps > prev.DurableMBps || (c.DurableMBps == prev.DurableMBps && c.MBPerSec > prev.MBPerSec) {
+			best[sizedLabel(f, c)] = c
 		}
 	}
 	p := newPlot(fmt.Sprintf("Throughput, flush=%s (closed loop, best producer count; median, whiskers the interval)", flush), "", "MB/s (records)")
@@ -435,7 +429,7 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	}{{lat, "p99", 0, p99}, {lat, "max", 1, mx}, {dirty, "nr_dirty", 0, nd}, {dirty, "nr_writeback", 1, nw},
 		{swap, "pswpin", 0, si}, {swap, "pswpout", 1, so}, {swap, "pgmajfault", 2, mf}, {psi, "io some", 0, io}, {psi, "memory some", 1, mem},
 		{psi, "CPU steal", 2, steal}} {
-		if err := addLine(step.p, step.name, step.xys, func(l *plotter.Line) { l.Color, l.Width = plotutil.Color(step.i), vg.Points(1.2) }); err != nil {
+		if err := addXYs(step.p, step.name, step.xys, plotter.NewLine, func(l *plotter.Line) { l.Color, l.Width = plotutil.Color(step.i), vg.Points(1.2) }); err != nil {
 			return err
 		}
 	}
@@ -536,21 +530,15 @@ func paretoPlot(path string, s sweepSeries) error {
 			labels = append(labels, s.points[i].Label)
 		}
 	}
-	sc, err := plotter.NewScatter(all)
-	if err != nil {
+	if err := addXYs(p, "policy", all, plotter.NewScatter, func(sc *plotter.Scatter) { sc.Color = color.Gray{Y: 120} }); err != nil {
 		return err
 	}
-	sc.Color = color.Gray{Y: 120}
-	p.Add(sc)
-	p.Legend.Add("policy", sc)
-	if len(front) > 0 {
-		pts, err := plotter.NewScatter(front)
-		if err != nil {
-			return err
-		}
+	if err := addXYs(p, "on the Pareto front", front, plotter.NewScatter, func(pts *plotter.Scatter) {
 		pts.Color, pts.Shape, pts.Radius = plotutil.Color(0), draw.PyramidGlyph{}, vg.Points(4)
-		p.Add(pts)
-		p.Legend.Add("on the Pareto front", pts)
+	}); err != nil {
+		return err
+	}
+	if len(front) > 0 {
 		if lbl, err := plotter.NewLabels(plotter.XYLabels{XYs: ends, Labels: labels}); err == nil {
 			p.Add(lbl)
 		}

@@ -259,12 +259,7 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\nThe engine labels its goroutines by stage (pprof label `" + runfile.StageLabel + "`, engine.Options.ProfileLabels, set for the profiled runs only): *append* a producer inside Put before it waits, *wait* a producer waiting for durability, then the commit, flush, dispatch, pre-write and replication services; *other* is every sample without the label — the harness (load generator, clocks, histograms) and the Go runtime. A stage's µs/msg is its share of the profile's samples × the profiled run's CPU per message (getrusage; the profile's own samples when the run has none): run.json `profiles[].stages`.\n\n")
 }
 
-func shortFunc(name string) string {
-	if i := strings.LastIndex(name, "/"); i >= 0 {
-		return name[i+1:]
-	}
-	return name
-}
+func shortFunc(name string) string { return name[strings.LastIndex(name, "/")+1:] }
 
 func fmtTotal(v int64, unit string) string {
 	switch unit {

@@ -197,10 +197,8 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 }
 
 func ratioText(f *runfile.RunFile, kind string, c *runfile.Cell) string {
-	for _, r := range f.Ratios {
-		if r.Kind == kind && r.Cell == c.Name {
-			return ratioRange(r)
-		}
+	if i := slices.IndexFunc(f.Ratios, func(r runfile.Ratio) bool { return r.Kind == kind && r.Cell == c.Name }); i >= 0 {
+		return ratioRange(f.Ratios[i])
 	}
 	return "—"
 }
