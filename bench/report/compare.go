@@ -63,7 +63,7 @@ func Compare(a, b *runfile.RunFile) string {
 				continue
 			}
 		}
-		if why := notComparable(ca, "A", cb, "B"); why != "" {
+		if why := notComparable([]string{"A", "B"}, " is ", "", ca, cb); why != "" {
 			fmt.Fprintf(&s, "| %s | | %s | %s | | not compared: %s |\n", name, ca.Status, cb.Status, why)
 			continue
 		}
@@ -113,20 +113,19 @@ func closestRate(cs []*runfile.Cell, rate float64, matched map[*runfile.Cell]boo
 	return best
 }
 
-// notComparable says why two cells get no verdict ("" when they do).
-func notComparable(a *runfile.Cell, an string, b *runfile.Cell, bn string) string {
+// notComparable names each cell that gets no verdict — not measured,
+// saturated or generator-bound (genMark after that) — as "name" + is +
+// why ("" when every cell gets one).
+func notComparable(names []string, is, genMark string, cells ...*runfile.Cell) string {
 	var why []string
-	for _, x := range []struct {
-		c    *runfile.Cell
-		name string
-	}{{a, an}, {b, bn}} {
+	for i, c := range cells {
 		switch {
-		case !x.c.Measured():
-			why = append(why, fmt.Sprintf("%s is %s", x.name, x.c.Status))
-		case x.c.Status == runfile.StatusSaturated:
-			why = append(why, x.name+" is saturated")
-		case x.c.GeneratorBound:
-			why = append(why, x.name+" is generator-bound")
+		case !c.Measured():
+			why = append(why, names[i]+is+c.Status)
+		case c.Status == runfile.StatusSaturated:
+			why = append(why, names[i]+is+"saturated")
+		case c.GeneratorBound:
+			why = append(why, names[i]+is+"generator-bound"+genMark)
 		}
 	}
 	return strings.Join(why, ", ")

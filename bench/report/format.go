@@ -151,11 +151,7 @@ func newTable(b *strings.Builder, heads ...string) table {
 	for _, h := range heads {
 		name, right := strings.CutSuffix(h, ">")
 		head += " " + name + " |"
-		if right {
-			sep += "---:|"
-		} else {
-			sep += "---|"
-		}
+		sep += map[bool]string{true: "---:|", false: "---|"}[right]
 	}
 	b.WriteString(head + "\n" + sep + "\n")
 	return table{b: b, n: len(heads)}

@@ -182,19 +182,7 @@ func writeNamedPoint(t table, f *runfile.RunFile, p namedPoint) (verdicts []stri
 // allow and the verdict they support.
 func namedRatio(base, c *runfile.Cell, figure string) string {
 	if !base.Comparable() || !c.Comparable() {
-		var why []string
-		for _, x := range []struct {
-			who string
-			c   *runfile.Cell
-		}{{"SYNC_FLUSH alone", base}, {"this one", c}} {
-			switch {
-			case x.c.Status == runfile.StatusSaturated:
-				why = append(why, x.who+" saturated")
-			case x.c.GeneratorBound:
-				why = append(why, x.who+" generator-bound †")
-			}
-		}
-		return "not compared: " + strings.Join(why, ", ")
+		return "not compared: " + notComparable([]string{"SYNC_FLUSH alone", "this one"}, " ", " †", base, c)
 	}
 	text, r, separated := cellRatio("replication", c, base, figure)
 	switch {

@@ -112,15 +112,12 @@ func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
 }
 
 func replicationAxis(f *runfile.RunFile) string {
-	var roles []string
-	for _, r := range f.Config.Replication {
-		switch r {
-		case "none":
-			roles = append(roles, "no slave")
-		default:
-			roles = append(roles, roleName(r))
+	roles := mapped(f.Config.Replication, func(r string) string {
+		if r == "none" {
+			return "no slave"
 		}
-	}
+		return roleName(r)
+	})
 	if len(roles) == 0 || (len(roles) == 1 && roles[0] == "no slave") {
 		return ""
 	}
@@ -240,10 +237,7 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	heads := append([]string{"cell"}, mapped(stages, func(st string) string { return st + ">" })...)
 	t := newTable(b, append(heads, "total>")...)
 	us := func(v, pct float64, known bool) string {
-		if !known {
-			return fmt.Sprintf("— (%s%%)", fmtFloat(pct))
-		}
-		return fmt.Sprintf("%s (%s%%)", fmtFloat(v), fmtFloat(pct))
+		return fmt.Sprintf("%s (%s%%)", orDash(known, fmtFloat(v)), fmtFloat(pct))
 	}
 	for _, p := range rows {
 		row := []string{p.Cell}
