@@ -432,10 +432,7 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || volatile(c.Backend) || c.Replication != "" {
 			continue // a replicated configuration is compared in its own section, not picked here
 		}
-		label := c.Backend + " " + c.Flush
-		if c.Policy != "" {
-			label = c.Backend + " " + c.Policy
-		}
+		label := c.Backend + " " + orDefault(c.Policy, c.Flush)
 		k := key{c.Target, c.SizeBytes}
 		id := fmt.Sprintf("%s|%d|%s", c.Target, c.SizeBytes, label)
 		cd := &candidate{label: label, thr: c}

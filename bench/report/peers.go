@@ -48,9 +48,8 @@ func writeVersusPebbleWAL(b *strings.Builder, f *runfile.RunFile) {
 // versusRow is one row of a ÷ pebble-wal table: a system at a body size
 // on a target.
 type versusRow struct {
-	name         string
+	name, target string
 	size         int
-	target, peer string
 }
 
 func versusKey(c *runfile.Cell) string {
@@ -66,10 +65,7 @@ func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell,
 		if c.Flush != flush {
 			continue
 		}
-		k := versusRow{name: c.Backend, size: c.SizeBytes, target: c.Target}
-		if c.Peer {
-			k.peer = " (peer)"
-		}
+		k := versusRow{name: c.Backend + peerMark(c.Peer), size: c.SizeBytes, target: c.Target}
 		if cells[k] == nil {
 			cells[k] = map[int]*runfile.Cell{}
 			rows = append(rows, k)
@@ -91,7 +87,7 @@ func writeVersusTable(b *strings.Builder, flush string, systems []*runfile.Cell,
 	t := newTable(b, append([]string{"system", "size>"}, columns...)...)
 	var notes []string
 	for _, k := range rows {
-		row := []string{k.name + k.peer, runfile.SizeLabel(k.size)}
+		row := []string{k.name, runfile.SizeLabel(k.size)}
 		for _, p := range producers {
 			text := "—"
 			if c := cells[k][p]; c != nil {

@@ -87,14 +87,11 @@ type namedPoint struct {
 // the run).
 func namedCell(f *runfile.RunFile, p namedPoint, rc replicaConfig) *runfile.Cell {
 	for c := range ptrs(f.Cells) {
-		if c.Backend != p.backend || c.Target != p.target || c.SizeBytes != p.size || c.Producers != p.producers || c.RatePerSec != p.rate ||
-			c.Flush != rc.flush || c.Replication != rc.repl || c.Pressure != "none" || c.Policy != "" || c.TwinOf != "" {
-			continue
+		if c.Backend == p.backend && c.Target == p.target && c.SizeBytes == p.size && c.Producers == p.producers && c.RatePerSec == p.rate &&
+			c.Flush == rc.flush && c.Replication == rc.repl && c.Pressure == "none" && c.Policy == "" && c.TwinOf == "" &&
+			(rc.repl == "" || c.HADelayNs == f.Config.HADelay.Nanoseconds()) {
+			return c
 		}
-		if rc.repl != "" && c.HADelayNs != f.Config.HADelay.Nanoseconds() {
-			continue
-		}
-		return c
 	}
 	return nil
 }
@@ -195,8 +192,5 @@ func namedRatio(base, c *runfile.Cell, figure string) string {
 	if strings.HasSuffix(figure, "Ns") {
 		better = r.Median < 1
 	}
-	if better {
-		return text + " — significantly better"
-	}
-	return text + " — significantly worse"
+	return text + map[bool]string{true: " — significantly better", false: " — significantly worse"}[better]
 }

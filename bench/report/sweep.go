@@ -206,12 +206,7 @@ func LoadSweepReference(dir string) (*runfile.SweepReference, error) {
 	// policies, which the async ones would push off a joint front.
 	for _, s := range series {
 		for _, flush := range []string{"sync", "async"} {
-			var pts []ParetoPoint
-			for _, p := range s.points {
-				if flushOf[p.Label] == flush {
-					pts = append(pts, p)
-				}
-			}
+			pts := slices.DeleteFunc(slices.Clone(s.points), func(p ParetoPoint) bool { return flushOf[p.Label] != flush })
 			if len(pts) == 0 {
 				continue
 			}

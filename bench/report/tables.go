@@ -13,10 +13,7 @@ import (
 // label names a cell's system in tables: backend (peer), policy, pressure,
 // target, A/A.
 func label(f *runfile.RunFile, c *runfile.Cell) string {
-	l := c.Backend
-	if c.Peer {
-		l += " (peer)"
-	}
+	l := c.Backend + peerMark(c.Peer)
 	if c.Policy != "" {
 		l += " [" + c.Policy + "]"
 	}
@@ -37,6 +34,8 @@ func label(f *runfile.RunFile, c *runfile.Cell) string {
 	}
 	return l
 }
+
+func peerMark(peer bool) string { return map[bool]string{true: " (peer)"}[peer] }
 
 func slaveText(c *runfile.Cell) string {
 	switch {
@@ -282,10 +281,6 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 			}
 			probes = append(probes, txt)
 		}
-		name := s.Backend
-		if s.Peer {
-			name += " (peer)"
-		}
 		sus := "none found"
 		if s.SustainableRatePerSec > 0 {
 			sus = fmtCount(s.SustainableRatePerSec)
@@ -299,7 +294,7 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		if bound {
 			sus += " — the generator's in flight, not the system, limited a probe: a lower bound of the system's"
 		}
-		t.row(name+" "+runfile.SizeLabel(s.Size)+" "+s.Flush, sus, orDash(s.SaturatedAtPerSec > 0, fmtCount(s.SaturatedAtPerSec)),
+		t.row(s.Backend+peerMark(s.Peer)+" "+runfile.SizeLabel(s.Size)+" "+s.Flush, sus, orDash(s.SaturatedAtPerSec > 0, fmtCount(s.SaturatedAtPerSec)),
 			orDash(s.InFlight > 0, fmt.Sprint(s.InFlight)), strings.Join(probes, ", "))
 	}
 	fmt.Fprintf(b, "\nSustained means the open loop kept its schedule and, for a system that reports durability, kept what it accepted durable (backlog ≤ %s of what it wrote): a probe that only filled buffers is *not sustained*. The ladder's rungs count as probes: the search starts between the highest rung sustained and the lowest not, tries just below what a failed probe achieved durably, and bisects to within %s. With W requests in flight of mean service time S the open loop offers at most W ÷ S (Little's law): a saturated probe that achieved at least %s of that is *in-flight bound* — the generator's limit, not the system's.\n\n",
