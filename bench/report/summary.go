@@ -40,10 +40,7 @@ func Summary(f *runfile.RunFile) string {
 
 func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	m, c := f.Machine, f.Config
-	dirty := ""
-	if m.CommitDirty {
-		dirty = " (with uncommitted changes)"
-	}
+	dirty := map[bool]string{true: " (with uncommitted changes)"}[m.CommitDirty]
 	fmt.Fprintf(b, "- machine: %s, %d CPUs (%s), %.1f GiB RAM, %s %s, kernel %s, %s, GOMAXPROCS %d, GOGC %s, clocksource %s, commit %s%s (%s)\n",
 		m.Host, m.CPUs, m.CPUModel, float64(m.MemTotalBytes)/(1<<30), m.OS, m.Arch, m.Kernel, m.GoVersion, m.GOMAXPROCS, orDefault(m.GOGC, "default"),
 		m.Clocksource, shortCommit(m.Commit), dirty, m.CommitSource)
