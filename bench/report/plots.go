@@ -294,8 +294,9 @@ func throughputPlot(path string, f *runfile.RunFile, flush string) error {
 	names := distinct(mapped(cells, func(c *runfile.Cell) string { return sizedLabel(f, c) }))
 	best := map[string]*runfile.Cell{}
 	for _, c := range cells {
-		if prev := best[sizedLabel(f, c)]; prev == nil || c.DurableMBps > prev.DurableMBps || (c.DurableMBps == prev.DurableMBps && c.MBPerSec > prev.MBPerSec) {
-			best[sizedLabel(f, c)] = c
+		name := sizedLabel(f, c)
+		if prev := best[name]; prev == nil || c.DurableMBps > prev.DurableMBps || (c.DurableMBps == prev.DurableMBps && c.MBPerSec > prev.MBPerSec) {
+			best[name] = c
 		}
 	}
 	p := newPlot(fmt.Sprintf("Throughput, flush=%s (closed loop, best producer count; median, whiskers the interval)", flush), "", "MB/s (records)")
@@ -429,7 +430,8 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 	}{{lat, "p99", 0, p99}, {lat, "max", 1, mx}, {dirty, "nr_dirty", 0, nd}, {dirty, "nr_writeback", 1, nw},
 		{swap, "pswpin", 0, si}, {swap, "pswpout", 1, so}, {swap, "pgmajfault", 2, mf}, {psi, "io some", 0, io}, {psi, "memory some", 1, mem},
 		{psi, "CPU steal", 2, steal}} {
-		if err := addXYs(step.p, step.name, step.xys, plotter.NewLine, func(l *plotter.Line) { l.Color, l.Width = plotutil.Color(step.i), vg.Points(1.2) }); err != nil {
+		style := func(l *plotter.Line) { l.Color, l.Width = plotutil.Color(step.i), vg.Points(1.2) }
+		if err := addXYs(step.p, step.name, step.xys, plotter.NewLine, style); err != nil {
 			return err
 		}
 	}

@@ -161,10 +161,7 @@ func sustainedText(c *runfile.Cell) string {
 	if c.CILevel > 0 && c.CILow.BacklogShare <= load.SustainedBacklogShare && c.CIHigh.BacklogShare > load.SustainedBacklogShare {
 		straddles = " (median; its interval straddles " + pctText(load.SustainedBacklogShare) + ")"
 	}
-	if *c.Sustained {
-		return "yes" + straddles
-	}
-	return "**no**" + straddles
+	return map[bool]string{true: "yes", false: "**no**"}[*c.Sustained] + straddles
 }
 
 func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
@@ -444,7 +441,8 @@ func writeConsume(b *strings.Builder, f *runfile.RunFile) {
 	for _, c := range rows {
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant,
 			fig(c, "msgsPerSec", fmtCount), fig(c, "mbPerSec", fmtGBps),
-			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat), orDash(strings.HasPrefix(c.Variant, "cold"), fmtPct(c.ResidentFraction)))
+			fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "processCpuSecPerGiB", fmtFloat),
+			orDash(strings.HasPrefix(c.Variant, "cold"), fmtPct(c.ResidentFraction)))
 	}
 	fmt.Fprintf(b, "\nGet (up to 1024 messages, 256 KiB) then GetResult.CopyTo (read, write) or GetResult.WriteTo (sendfile per contiguous range) into a loopback TCP connection whose reader discards. *sender CPU*: getrusage(RUSAGE_THREAD) of the locked OS thread running the loop, %s; *process CPU*: getrusage of the whole process until the reader has read everything. hot: after an unmeasured pass; cold: MADV_PAGEOUT of the store's mappings then drop_caches (root, --cold-reads).\n\n", senderCPUSpan(rows))
 }
@@ -619,7 +617,8 @@ func pressureEvidence(base, p *runfile.Cell) string {
 	}
 	out := []string{fmt.Sprintf("dirty+writeback %s → %s pages", fmtCount(b.dirtyPages), fmtCount(q.dirtyPages))}
 	if p.Pressure == "swap" {
-		out = append(out, fmt.Sprintf("swap in+out %s → %s pages/s", fmtFloat(b.swapPerSec), fmtFloat(q.swapPerSec)), psiEvidence("memory some", b.mem, q.mem))
+		out = append(out, fmt.Sprintf("swap in+out %s → %s pages/s", fmtFloat(b.swapPerSec), fmtFloat(q.swapPerSec)),
+			psiEvidence("memory some", b.mem, q.mem))
 	} else {
 		out = append(out, psiEvidence("io some", b.ioSome, q.ioSome))
 	}
