@@ -262,11 +262,8 @@ func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 func pressureRatios(f *runfile.RunFile) []runfile.Ratio {
 	var out []runfile.Ratio
 	for c := range ptrs(f.Cells) {
-		if !c.Measured() || c.Pressure == "none" || c.Variant != "" {
-			continue
-		}
 		for b := range ptrs(f.Cells) {
-			if !b.Measured() || b.Pressure != "none" || !samePoint(c, b) {
+			if !c.Measured() || c.Pressure == "none" || c.Variant != "" || !b.Measured() || b.Pressure != "none" || !samePoint(c, b) {
 				continue
 			}
 			switch {
@@ -360,11 +357,8 @@ func aaComparisons(f *runfile.RunFile) []runfile.Comparison {
 		return mapped(c.MeasuredRepeats(), func(r *runfile.Repeat) float64 { return r.Figures.Figure(fig) })
 	}
 	for _, twin := range cells {
-		if twin.TwinOf == "" {
-			continue
-		}
 		for _, a := range cells {
-			if a.Name != twin.TwinOf || !a.Measured() || !twin.Measured() {
+			if twin.TwinOf == "" || a.Name != twin.TwinOf || !a.Measured() || !twin.Measured() {
 				continue
 			}
 			for _, fig := range aaFigures[a.Workload] {
@@ -588,18 +582,14 @@ func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candida
 // measurable cost), saying so.
 func setAsideDominated(ok []*candidate) (kept []*candidate, dominated []string) {
 	for _, cd := range ok {
-		by := ""
-		for _, s := range ok {
-			if cd.thr.Flush == "async" && s.thr.Flush == "sync" && !(runfile.Separated(durableIv(cd), durableIv(s)) && cd.thr.DurableMBps > s.thr.DurableMBps) {
-				by = s.label
-				break
-			}
-		}
-		if by != "" {
-			dominated = append(dominated, fmt.Sprintf("%s (no faster than %s, which acknowledges only what is durable)", cd.label, by))
+		by := slices.IndexFunc(ok, func(s *candidate) bool {
+			return cd.thr.Flush == "async" && s.thr.Flush == "sync" && !(runfile.Separated(durableIv(cd), durableIv(s)) && cd.thr.DurableMBps > s.thr.DurableMBps)
+		})
+		if by < 0 {
+			kept = append(kept, cd)
 			continue
 		}
-		kept = append(kept, cd)
+		dominated = append(dominated, fmt.Sprintf("%s (no faster than %s, which acknowledges only what is durable)", cd.label, ok[by].label))
 	}
 	return kept, dominated
 }
