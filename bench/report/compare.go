@@ -83,10 +83,7 @@ func Compare(a, b *runfile.RunFile) string {
 		if !ok || la.Status != runfile.StatusOK || lb.Status != runfile.StatusOK {
 			continue
 		}
-		figName := "mbPerSec"
-		if la.P50Ns > 0 {
-			figName = "p50Ns"
-		}
+		figName := map[bool]string{true: "p50Ns", false: "mbPerSec"}[la.P50Ns > 0]
 		compareRow(t, "limit "+limitKey(la), figName, la.Interval(figName), lb.Interval(figName))
 	}
 	s.WriteString("\nA verdict names a difference only when the two confidence intervals of the median do not overlap; otherwise there is no significant difference between the runs. For a rank test on the repeats: `benchstat A/bench.txt B/bench.txt` (bench.txt has one line per measured repeat).\n")

@@ -487,10 +487,7 @@ func alignX(plots []*plot.Plot, series ...plotter.XYs) {
 }
 
 func drawColumn(path string, column []*plot.Plot) error {
-	plots := make([][]*plot.Plot, len(column))
-	for i, p := range column {
-		plots[i] = []*plot.Plot{p}
-	}
+	plots := mapped(column, func(p *plot.Plot) []*plot.Plot { return []*plot.Plot{p} })
 	img := vgimg.New(9*vg.Inch, 11*vg.Inch)
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4)}

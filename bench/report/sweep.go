@@ -33,14 +33,8 @@ func dominates(q, p ParetoPoint) bool {
 func ParetoFront(pts []ParetoPoint) []int {
 	var front []int
 	for i, p := range pts {
-		dominated := false
-		for j, q := range pts {
-			if i != j && dominates(q, p) {
-				dominated = true
-				break
-			}
-		}
-		if !dominated {
+		// No point dominates itself: it is better than itself on neither figure.
+		if !slices.ContainsFunc(pts, func(q ParetoPoint) bool { return dominates(q, p) }) {
 			front = append(front, i)
 		}
 	}
