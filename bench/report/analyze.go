@@ -753,14 +753,12 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 		cd.undetermined = append(cd.undetermined, sustainUndetermined)
 	}
 	for _, d := range f.Devices {
-		if d.Label != c.Target || !d.Emulated {
-			continue
-		}
-		if !d.ModelsSeeks {
+		switch {
+		case d.Label != c.Target || !d.Emulated:
+		case !d.ModelsSeeks:
 			cd.excluded = "on an emulated device that models no seek or rotation (a bandwidth and IOPS limit): its figures do not stand for a rotating disk"
 			return
-		}
-		if !d.BufferedWritebackThrottled && c.Flush == "async" {
+		case !d.BufferedWritebackThrottled && c.Flush == "async":
 			cd.excluded = "async on an emulated device whose throttle does not reach the kernel's writeback"
 			return
 		}
@@ -818,8 +816,5 @@ func whyBound(cs ...*runfile.Cell) string {
 			out = append(out, c.Pressure+" generator-bound (its tail an upper bound)")
 		}
 	}
-	if len(out) == 0 {
-		return "too few samples above the percentile"
-	}
-	return strings.Join(out, ", ")
+	return orDefault(strings.Join(out, ", "), "too few samples above the percentile")
 }

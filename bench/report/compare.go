@@ -100,10 +100,7 @@ func Compare(a, b *runfile.RunFile) string {
 func closestRate(cs []*runfile.Cell, rate float64, matched map[*runfile.Cell]bool) *runfile.Cell {
 	var best *runfile.Cell
 	for _, c := range cs {
-		if matched[c] {
-			continue
-		}
-		if best == nil || math.Abs(c.RatePerSec-rate) < math.Abs(best.RatePerSec-rate) {
+		if !matched[c] && (best == nil || math.Abs(c.RatePerSec-rate) < math.Abs(best.RatePerSec-rate)) {
 			best = c
 		}
 	}

@@ -446,13 +446,10 @@ func timeSeriesPlot(path string, c *runfile.Cell) error {
 // those has none and is left out.
 func psiShares(samples []runfile.Sample) (io, mem plotter.XYs) {
 	for i, s := range samples {
-		wallNs := sampleWallNs(samples, i)
-		if wallNs <= 0 {
-			continue
+		if wallNs := sampleWallNs(samples, i); wallNs > 0 {
+			io = append(io, plotter.XY{X: float64(s.UnixNs), Y: stallPct(s.IOSomeStallUs, wallNs)})
+			mem = append(mem, plotter.XY{X: float64(s.UnixNs), Y: stallPct(s.MemSomeStallUs, wallNs)})
 		}
-		x := float64(s.UnixNs)
-		io = append(io, plotter.XY{X: x, Y: stallPct(s.IOSomeStallUs, wallNs)})
-		mem = append(mem, plotter.XY{X: x, Y: stallPct(s.MemSomeStallUs, wallNs)})
 	}
 	return io, mem
 }
