@@ -22,34 +22,19 @@ type system struct {
 	peer    bool
 	size    int
 	pol     Policy
-	// repl is the replication axis' value (none, async, sync): with a
-	// slave, the store under test is its master; delay the EMULATED
-	// one-way network delay between them.
+	// repl is the replication axis' value with a slave (async, sync; ""
+	// without one, the cell's Replication): the store under test is the
+	// slave's master; delay the EMULATED one-way network delay between
+	// them (0 without a slave).
 	repl  string
 	delay time.Duration
 }
 
 func (s system) key(t *target) string {
-	return fmt.Sprintf("%v|%s|%d|%s|%s|%s|%s|%v", s.peer, s.backend, s.size, s.pol.Flush, s.pol.Name, s.replicationLabel(), s.delay, t.label)
+	return fmt.Sprintf("%v|%s|%d|%s|%s|%s|%s|%v", s.peer, s.backend, s.size, s.pol.Flush, s.pol.Name, s.repl, s.delay, t.label)
 }
 
-func (s system) replicated() bool { return s.repl != "" && s.repl != ReplicationNone }
-
-// replicationLabel is the cell's Replication: "" without a slave.
-func (s system) replicationLabel() string {
-	if !s.replicated() {
-		return ""
-	}
-	return s.repl
-}
-
-// haDelay is the EMULATED one-way delay between master and slave.
-func (s system) haDelay() time.Duration {
-	if !s.replicated() {
-		return 0
-	}
-	return s.delay
-}
+func (s system) replicated() bool { return s.repl != "" }
 
 // systems lists what a pressure phase measures: every backend × size ×
 // policy × replication (without pressure; under pressure only the cells
@@ -63,7 +48,11 @@ func (r *runner) systems(t *target, pressure string) []system {
 					if repl != ReplicationNone && pressure != PressureNone {
 						continue
 					}
-					out = append(out, system{backend: b, size: size, pol: pol, repl: repl, delay: r.cfg.HADelay})
+					sys := system{backend: b, size: size, pol: pol}
+					if repl != ReplicationNone {
+						sys.repl, sys.delay = repl, r.cfg.HADelay
+					}
+					out = append(out, sys)
 				}
 			}
 		}
@@ -100,7 +89,7 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 	if !sys.peer {
 		c.Message = messageKind(sys.pol.Store.Message)
 		c.RecordBytes = recordBytes(c.Message, sys.size)
-		c.Replication, c.HADelayNs = sys.replicationLabel(), sys.haDelay().Nanoseconds()
+		c.Replication, c.HADelayNs = sys.repl, sys.delay.Nanoseconds()
 		c.Durability = cellDurability(sys, nil)
 		_, c.Tuning, _ = backendOptions(sys.pol.Store, sys.backend, sys.pol.Flush)
 	}

@@ -149,13 +149,19 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 		return runfile.ProfileSummary{}, fmt.Errorf("profile has no %q samples", sampleType)
 	}
 	s := runfile.ProfileSummary{SampleType: sampleType, Unit: p.SampleType[idx].Unit}
-	flat, cum := map[string]int64{}, map[string]int64{}
+	flat, cum, stages := map[string]int64{}, map[string]int64{}, map[string]int64{}
+	labelled := false
 	for _, sample := range p.Sample {
 		v := sample.Value[idx]
 		if v <= 0 {
 			continue
 		}
 		s.Total += v
+		stage := runfile.StageOther
+		if vs := sample.Label[runfile.StageLabel]; len(vs) > 0 {
+			stage, labelled = vs[0], true
+		}
+		stages[stage] += v
 		seen := map[string]bool{}
 		for i, loc := range sample.Location {
 			for j, line := range loc.Line {
@@ -184,33 +190,20 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 		}
 		s.Top = append(s.Top, fc)
 	}
-	if sampleType == "cpu" {
-		s.Stages = stageCosts(p, idx, s.Total)
+	if sampleType == "cpu" && labelled {
+		s.Stages = stageCosts(stages, s.Total)
 	}
 	return s, nil
 }
 
-// stageCosts splits the value of p's sample type idx (of total) by the
-// engine's stage label (runfile.StageLabel): the stages in
+// stageCosts splits a CPU profile's total by the engine's stage label
+// (runfile.StageLabel; by is the value of each stage): the stages in
 // runfile.StageOrder, then any other value of the label, then
-// runfile.StageOther for the samples without it. Nil when no sample
-// carries the label (a store run without engine.Options.ProfileLabels):
-// there is nothing to split.
-func stageCosts(p *profile.Profile, idx int, total int64) []runfile.StageCost {
-	by := map[string]int64{}
-	labelled := false
-	for _, sample := range p.Sample {
-		v := sample.Value[idx]
-		if v <= 0 {
-			continue
-		}
-		stage := runfile.StageOther
-		if vs := sample.Label[runfile.StageLabel]; len(vs) > 0 {
-			stage, labelled = vs[0], true
-		}
-		by[stage] += v
-	}
-	if !labelled || total <= 0 {
+// runfile.StageOther for the samples without it. It is called only when a
+// sample carries the label: a store run without
+// engine.Options.ProfileLabels has nothing to split.
+func stageCosts(by map[string]int64, total int64) []runfile.StageCost {
+	if total <= 0 {
 		return nil
 	}
 	order := slices.Clone(runfile.StageOrder)

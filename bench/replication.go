@@ -449,7 +449,7 @@ func (ms *masterSide) open(ctx context.Context, store StoreConfig, dir string, s
 	}
 	ms.closers = append(ms.closers, ms.m.Close)
 	ms.addr = ms.m.Addr().String()
-	if d := sys.haDelay(); d > 0 {
+	if d := sys.delay; d > 0 {
 		p, err := tcpproxy.New("127.0.0.1:0", ms.addr, tcpproxy.Options{Delay: d})
 		if err != nil {
 			return opts, options, err
@@ -506,7 +506,7 @@ func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir s
 	<-watched
 	tr.lastAck(s.ReplicatedOffset())
 	rr := computeLag(tr.allMarks(), tr.acks, tr.winStart, tr.winEnd, min(deadline, tr.now()))
-	rr.Role, rr.SlaveBackend, rr.SlaveFlush, rr.SlaveDir, rr.HADelayNs = opts.Role.String(), sys.backend, sys.pol.Flush, slaveDir, sys.haDelay().Nanoseconds()
+	rr.Role, rr.SlaveBackend, rr.SlaveFlush, rr.SlaveDir, rr.HADelayNs = opts.Role.String(), sys.backend, sys.pol.Flush, slaveDir, sys.delay.Nanoseconds()
 	d.slaveEdges(&rr)
 	_, stopErr := slave.stop()
 	closeMaster := ms.close() // the master, the proxy, then the store (Close timed with them)

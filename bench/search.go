@@ -80,7 +80,7 @@ func (r *runner) searchStart(ph *phaseEnv, sys system, s *runfile.RateSearch) ([
 	for i := range *all {
 		c := &(*all)[i]
 		if c.Workload != "latency" || c.Backend != sys.backend || c.SizeBytes != sys.size || c.Flush != sys.pol.Flush ||
-			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" || c.Replication != sys.replicationLabel() {
+			c.Policy != sys.pol.Name || c.Target != ph.t.label || c.Pressure != ph.pressure || c.TwinOf != "" || c.Replication != sys.repl {
 			continue
 		}
 		cells = append(cells, c)
