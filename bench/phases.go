@@ -39,18 +39,18 @@ func (s system) replicated() bool { return s.repl != "" }
 // systems lists what a pressure phase measures: every backend × size ×
 // policy × replication (without pressure; under pressure only the cells
 // without a slave), and the peers × size × flush without pressure.
-func (r *runner) systems(t *target, pressure string) []system {
+func systems(c *Config, pressure string) []system {
 	var out []system
-	for _, b := range r.cfg.Backends {
-		for _, size := range r.cfg.Sizes {
-			for _, pol := range policiesFor(&r.cfg, b) {
-				for _, repl := range replications(&r.cfg) {
+	for _, b := range c.Backends {
+		for _, size := range c.Sizes {
+			for _, pol := range policiesFor(c, b) {
+				for _, repl := range replications(c) {
 					if repl != ReplicationNone && pressure != PressureNone {
 						continue
 					}
 					sys := system{backend: b, size: size, pol: pol}
 					if repl != ReplicationNone {
-						sys.repl, sys.delay = repl, r.cfg.HADelay
+						sys.repl, sys.delay = repl, c.HADelay
 					}
 					out = append(out, sys)
 				}
@@ -58,9 +58,9 @@ func (r *runner) systems(t *target, pressure string) []system {
 		}
 	}
 	if pressure == PressureNone {
-		for _, p := range r.cfg.Peers {
-			for _, size := range r.cfg.Sizes {
-				for _, f := range r.cfg.Flushes {
+		for _, p := range c.Peers {
+			for _, size := range c.Sizes {
+				for _, f := range c.Flushes {
 					out = append(out, system{backend: p, peer: true, size: size, pol: Policy{Flush: f}})
 				}
 			}
@@ -340,7 +340,7 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 // durable ÷ written when it did not keep up.
 func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	var jobs []*job
-	for _, sys := range r.systems(ph.t, ph.pressure) {
+	for _, sys := range systems(&r.cfg, ph.pressure) {
 		for _, p := range r.cfg.Producers {
 			c := r.loadCell(sys, "throughput", ph.pressure, ph.t, p, 0)
 			jobs = append(jobs, &job{cell: c, sys: sys, run: r.runJob(ph, sys, "throughput", p, 0)})
@@ -457,7 +457,7 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 	var jobs []*job
 	var groups []system
 	withPeers := false
-	for _, sys := range r.systems(ph.t, ph.pressure) {
+	for _, sys := range systems(&r.cfg, ph.pressure) {
 		rungs := r.rungsFor(ph, sys, r.cfg.Rates)
 		withPeers = withPeers || (sys.peer && len(rungs) > 0)
 		// The search runs for the systems without a slave (a replicated

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,57 +38,52 @@ type planCounts struct {
 
 func countPlan(c *Config, root bool, targets int) planCounts {
 	var n planCounts
-	plain, replicated := 0, 0 // per backend policy: the system without a slave, and the replicated ones (without pressure only)
-	for _, repl := range replications(c) {
-		if repl == ReplicationNone {
-			plain = 1
-		} else {
-			replicated++
-		}
-	}
 	for ti := 0; ti < targets; ti++ {
 		for _, pressure := range c.Pressures {
 			if pressure != PressureNone && !root {
 				continue
 			}
-			thr, open, slaves := runsUnder(c, "throughput", pressure), 0, 0
+			thr, open := runsUnder(c, "throughput", pressure), 0
 			for _, w := range []string{"latency", WorkloadE2E} {
 				if runsUnder(c, w, pressure) {
 					open++
 				}
 			}
-			if pressure == PressureNone {
-				slaves = replicated
+			for _, sys := range systems(c, pressure) {
+				switch {
+				case sys.peer:
+					if thr {
+						n.peerCells += len(c.Producers)
+					}
+					if hasWorkload(c, "latency") {
+						n.peerCells += len(c.Rates)
+						n.probes += c.SearchProbes
+					}
+				case sys.replicated(): // without pressure only
+					if thr {
+						n.replCells += len(c.Producers)
+					}
+					if runsUnder(c, "latency", pressure) {
+						n.replCells += len(c.Rates)
+					}
+				default:
+					if thr {
+						n.storeCells += len(c.Producers)
+					}
+					n.storeCells += len(c.Rates) * open
+					if pressure == PressureNone && hasWorkload(c, "latency") {
+						n.probes += c.SearchProbes
+					}
+				}
 			}
-			for _, b := range c.Backends {
-				pols := len(policiesFor(c, b)) * len(c.Sizes)
-				if thr {
-					n.storeCells += pols * plain * len(c.Producers)
-					n.replCells += pols * slaves * len(c.Producers)
-				}
-				n.storeCells += pols * plain * len(c.Rates) * open
-				if runsUnder(c, "latency", pressure) {
-					n.replCells += pols * slaves * len(c.Rates)
-				}
-				if pressure == PressureNone && hasWorkload(c, "latency") {
-					n.probes += pols * plain * c.SearchProbes
-				}
-				if pressure == PressureNone && ti == 0 && thr && c.Profile && len(c.Policies) == 0 {
-					n.profiles += pols
+			if pressure == PressureNone && ti == 0 && thr && c.Profile && len(c.Policies) == 0 {
+				for _, b := range c.Backends {
+					n.profiles += len(policiesFor(c, b)) * len(c.Sizes)
 				}
 			}
-			if pressure == PressureNone {
-				peers := len(c.Peers) * len(c.Sizes) * len(c.Flushes)
-				if thr {
-					n.peerCells += peers * len(c.Producers)
-				}
-				if hasWorkload(c, "latency") {
-					n.peerCells += peers * len(c.Rates)
-					n.probes += peers * c.SearchProbes
-				}
-				if c.AA && ti == 0 && plain == 1 { // the twin is of a cell without a slave
-					n.storeCells++
-				}
+			// The twin is of a cell without a slave.
+			if pressure == PressureNone && c.AA && ti == 0 && slices.Contains(replications(c), ReplicationNone) {
+				n.storeCells++
 			}
 			if open > 0 {
 				n.floors += len(c.Rates)

@@ -368,7 +368,7 @@ func (r *runner) skipPressure(t *target, pressure string, err error) {
 		c.Status, c.Reason = runfile.StatusSkipped, err.Error()
 		r.record(c)
 	}
-	for _, sys := range r.systems(t, pressure) {
+	for _, sys := range systems(&r.cfg, pressure) {
 		if runsUnder(&r.cfg, "throughput", pressure) {
 			for _, p := range r.cfg.Producers {
 				skip(r.loadCell(sys, "throughput", pressure, t, p, 0))
