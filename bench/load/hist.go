@@ -26,8 +26,10 @@ type Histogram struct {
 }
 
 // NewHistogram returns an empty histogram with the package's range.
-func NewHistogram() *Histogram {
-	return &Histogram{h: hdrhistogram.New(HistogramLowestNs, HistogramHighestNs, HistogramSigFigures)}
+func NewHistogram() *Histogram { return newHistogram(HistogramSigFigures) }
+
+func newHistogram(sigFigures int) *Histogram {
+	return &Histogram{h: hdrhistogram.New(HistogramLowestNs, HistogramHighestNs, sigFigures)}
 }
 
 // seriesSigFigures is the resolution of a time series' per-interval
@@ -37,10 +39,6 @@ func NewHistogram() *Histogram {
 // 256-producer second allocated half a GB, and merging them cost as much
 // CPU as the messages); at 2 digits, 30 KB.
 const seriesSigFigures = 2
-
-func newSeriesHistogram() *Histogram {
-	return &Histogram{h: hdrhistogram.New(HistogramLowestNs, HistogramHighestNs, seriesSigFigures)}
-}
 
 // Record adds one duration, clamped into the histogram's range (a negative
 // duration, impossible with a monotonic clock, counts as 1 ns; anything above

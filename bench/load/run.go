@@ -118,15 +118,6 @@ var (
 	mergeWorkers = merge
 )
 
-// workersDone folds the workers into a phase whose CPU is the difference of
-// the process's CPU at its start (user0, sys0) and now, read before merging.
-func workersDone(ws []*worker, start, end time.Time, user0, sys0 time.Duration) phase {
-	user, sys := cpuNow()
-	p := mergeWorkers(ws, start, end)
-	p.cpuUser, p.cpuSys = user-user0, sys-sys0
-	return p
-}
-
 // firstError keeps the first error of a phase and cancels it.
 type firstError struct {
 	once   sync.Once
@@ -219,43 +210,54 @@ func merge(ws []*worker, start, end time.Time) phase {
 	return p
 }
 
-func closedPhase(parent context.Context, clock Clock, ops []TimedOp, d, interval time.Duration) (phase, error) {
+// runWorkers runs loop on one goroutine per worker, all from one start
+// with the window ending d later, until every loop has returned; the first
+// error a loop sets cancels the others. The phase's CPU is the difference
+// of the process's CPU at the start and when the last loop returned, read
+// before the workers are merged.
+func runWorkers(parent context.Context, clock Clock, n int, open bool, d, interval time.Duration,
+	loop func(ctx context.Context, i int, w *worker, start, end time.Time, fail *firstError)) (phase, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	fail := &firstError{cancel: cancel}
 	user0, sys0 := cpuNow()
 	start := clock.Now()
 	end := start.Add(d)
-	ws := make([]*worker, len(ops))
+	ws := make([]*worker, n)
 	var wg sync.WaitGroup
-	for i, op := range ops {
-		ws[i] = newWorker(false, start, interval)
-		wg.Add(1)
-		go func(w *worker) {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				begin := clock.Now()
-				if !begin.Before(end) {
-					return
-				}
-				if err := op(ctx, begin); err != nil {
-					fail.set(err)
-					return
-				}
-				done := clock.Now()
-				w.service.Record(done.Sub(begin))
-				w.series.record(done, done.Sub(begin))
-				w.messages++
-				w.lastDone = done
-			}
-		}(ws[i])
+	for i := range ws {
+		ws[i] = newWorker(open, start, interval)
+		wg.Go(func() { loop(ctx, i, ws[i], start, end, fail) })
 	}
 	wg.Wait()
-	p := workersDone(ws, start, end, user0, sys0)
+	user, sys := cpuNow()
+	p := mergeWorkers(ws, start, end)
+	p.cpuUser, p.cpuSys = user-user0, sys-sys0
 	if fail.err == nil && parent.Err() != nil {
 		fail.err = parent.Err()
 	}
 	return p, fail.err
+}
+
+func closedPhase(parent context.Context, clock Clock, ops []TimedOp, d, interval time.Duration) (phase, error) {
+	loop := func(ctx context.Context, i int, w *worker, _, end time.Time, fail *firstError) {
+		for ctx.Err() == nil {
+			begin := clock.Now()
+			if !begin.Before(end) {
+				return
+			}
+			if err := ops[i](ctx, begin); err != nil {
+				fail.set(err)
+				return
+			}
+			done := clock.Now()
+			w.service.Record(done.Sub(begin))
+			w.series.record(done, done.Sub(begin))
+			w.messages++
+			w.lastDone = done
+		}
+	}
+	return runWorkers(parent, clock, len(ops), false, d, interval, loop)
 }
 
 // openPhase is the open loop, wrk2's design: worker w owns its own share of
@@ -267,40 +269,24 @@ func closedPhase(parent context.Context, clock Clock, ops []TimedOp, d, interval
 // end + spec.Grace) are recorded at (deadline − intended): every arrival of
 // the window is either served or recorded.
 func openPhase(parent context.Context, spec Spec, clock Clock, ops []TimedOp) (phase, error) {
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	fail := &firstError{cancel: cancel}
-	user0, sys0 := cpuNow()
-	start := clock.Now()
-	end := start.Add(spec.Duration)
-	deadline := end.Add(spec.Grace())
-	ws := make([]*worker, len(ops))
-	var wg sync.WaitGroup
-	for i, op := range ops {
-		sched, err := NewWorkerSchedule(spec.Arrival, spec.RatePerSec, spec.Seed, i, len(ops))
-		if err != nil {
+	scheds := make([]*Schedule, len(ops))
+	for i := range ops {
+		var err error
+		if scheds[i], err = NewWorkerSchedule(spec.Arrival, spec.RatePerSec, spec.Seed, i, len(ops)); err != nil {
 			return phase{}, err
 		}
-		ws[i] = newWorker(true, start, spec.SeriesInterval)
-		wg.Add(1)
-		go func(w *worker) {
-			defer wg.Done()
-			sleep := clock.SleepUntil
-			if _, real := clock.(RealClock); real {
-				if s, err := newPreciseSleeper(); err == nil {
-					defer s.Close()
-					sleep = s.SleepUntil
-				}
+	}
+	loop := func(ctx context.Context, i int, w *worker, start, end time.Time, fail *firstError) {
+		sleep := clock.SleepUntil
+		if _, real := clock.(RealClock); real {
+			if s, err := newPreciseSleeper(); err == nil {
+				defer s.Close()
+				sleep = s.SleepUntil
 			}
-			w.runOpen(ctx, clock, sleep, sched, op, start, end, deadline, fail)
-		}(ws[i])
+		}
+		w.runOpen(ctx, clock, sleep, scheds[i], ops[i], start, end, end.Add(spec.Grace()), fail)
 	}
-	wg.Wait()
-	p := workersDone(ws, start, end, user0, sys0)
-	if fail.err == nil && parent.Err() != nil {
-		fail.err = parent.Err()
-	}
-	return p, fail.err
+	return runWorkers(parent, clock, len(ops), true, spec.Duration, spec.SeriesInterval, loop)
 }
 
 // runOpen is one open-loop worker.

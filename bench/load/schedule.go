@@ -106,27 +106,31 @@ func (RealClock) Now() time.Time { return time.Now() }
 
 // SleepUntil sleeps until t.
 func (RealClock) SleepUntil(ctx context.Context, t time.Time) {
-	for ctx.Err() == nil {
-		left := time.Until(t)
-		if left <= 0 {
-			return
-		}
-		if left < spinBelow {
-			spinUntil(t)
-			return
-		}
+	sleepUntil(ctx, t, func(left time.Duration) {
 		timer := time.NewTimer(left)
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
 		}
-	}
+	})
 }
 
-// spinUntil yields until t (a few microseconds at most).
-func spinUntil(t time.Time) {
-	for time.Now().Before(t) {
-		runtime.Gosched()
+// sleepUntil returns when t has come or ctx is done: it waits with wait
+// (which may return early) while more than spinBelow is left, then spins,
+// yielding, for the last few microseconds.
+func sleepUntil(ctx context.Context, t time.Time, wait func(left time.Duration)) {
+	for ctx.Err() == nil {
+		left := time.Until(t)
+		if left <= 0 {
+			return
+		}
+		if left < spinBelow {
+			for time.Now().Before(t) {
+				runtime.Gosched()
+			}
+			return
+		}
+		wait(left)
 	}
 }

@@ -35,15 +35,12 @@ func (s *series) record(done time.Time, d time.Duration) {
 	if s == nil {
 		return
 	}
-	i := int(done.Sub(s.start) / s.interval)
-	if i < 0 {
-		i = 0
-	}
-	for len(s.hs) <= i {
-		s.hs = append(s.hs, nil)
+	i := max(int(done.Sub(s.start)/s.interval), 0)
+	if i >= len(s.hs) {
+		s.hs = append(s.hs, make([]*Histogram, i+1-len(s.hs))...)
 	}
 	if s.hs[i] == nil {
-		s.hs[i] = newSeriesHistogram()
+		s.hs[i] = newHistogram(seriesSigFigures)
 	}
 	s.hs[i].Record(d)
 }
@@ -60,7 +57,7 @@ func mergeSeries(ss []*series) []SeriesPoint {
 		start, interval = s.start, s.interval
 		for i, h := range s.hs {
 			for len(merged) <= i {
-				merged = append(merged, newSeriesHistogram())
+				merged = append(merged, newHistogram(seriesSigFigures))
 			}
 			merged[i].Merge(h)
 		}

@@ -31,25 +31,17 @@ func newPreciseSleeper() (sleeper, error) {
 const maxTimerWait = 50 * time.Millisecond
 
 func (s *timerfdSleeper) SleepUntil(ctx context.Context, t time.Time) {
-	for ctx.Err() == nil {
-		left := time.Until(t)
-		if left <= 0 {
-			return
-		}
-		if left < spinBelow {
-			spinUntil(t)
-			return
-		}
+	sleepUntil(ctx, t, func(left time.Duration) {
 		wait := min(left, maxTimerWait)
 		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(wait.Nanoseconds())}
 		if err := unix.TimerfdSettime(int(s.file.Fd()), 0, &spec, nil); err != nil {
 			time.Sleep(wait) // cannot happen with a valid fd; degrade, do not fail the run
-			continue
+			return
 		}
 		if _, err := s.file.Read(s.buf[:]); err != nil {
 			time.Sleep(wait)
 		}
-	}
+	})
 }
 
 func (s *timerfdSleeper) Close() error { return s.file.Close() }

@@ -3,7 +3,6 @@ package runfile
 import (
 	"math"
 	"slices"
-	"sort"
 
 	"golang.org/x/perf/benchmath"
 )
@@ -18,8 +17,7 @@ func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
-	s := slices.Clone(xs)
-	sort.Float64s(s)
+	s := slices.Sorted(slices.Values(xs))
 	n := len(s)
 	if n%2 == 1 {
 		return s[n/2]

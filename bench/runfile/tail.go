@@ -2,6 +2,7 @@ package runfile
 
 import (
 	"math"
+	"slices"
 
 	"github.com/aclements/go-moremath/stats"
 
@@ -53,12 +54,7 @@ type TailPoint struct {
 // skipped) and summarizes the merged distribution. It returns nil when
 // nothing was recorded.
 func TailOf(hs []*load.Histogram) *Tail {
-	var kept []*load.Histogram
-	for _, h := range hs {
-		if h != nil && h.Count() > 0 {
-			kept = append(kept, h)
-		}
-	}
+	kept := slices.DeleteFunc(slices.Clone(hs), func(h *load.Histogram) bool { return h == nil || h.Count() == 0 })
 	if len(kept) == 0 {
 		return nil
 	}
@@ -77,9 +73,12 @@ func TailOf(hs []*load.Histogram) *Tail {
 		qs = append(qs, tq.Q)
 	}
 	values := m.Quantiles(ranks)
-	perRepeat := make([][]int64, len(kept))
-	for i, h := range kept {
-		perRepeat[i] = h.Quantiles(qs)
+	// perPoint[i] is point i's value in each repeat.
+	perPoint := make([][]int64, len(TailQuantiles))
+	for _, h := range kept {
+		for i, v := range h.Quantiles(qs) {
+			perPoint[i] = append(perPoint[i], v)
+		}
 	}
 	mx := m.Max()
 	for i, tq := range TailQuantiles {
@@ -93,13 +92,7 @@ func TailOf(hs []*load.Histogram) *Tail {
 			// the largest sample.
 			p.Bound = p.Above < MinSamplesAbove || int64(cis[i].HiOrder) > n
 		}
-		for r := range kept {
-			v := perRepeat[r][i]
-			if r == 0 || v < p.RepeatMinNs {
-				p.RepeatMinNs = v
-			}
-			p.RepeatMaxNs = max(p.RepeatMaxNs, v)
-		}
+		p.RepeatMinNs, p.RepeatMaxNs = slices.Min(perPoint[i]), slices.Max(perPoint[i])
 		t.Points = append(t.Points, p)
 	}
 	return t
@@ -165,13 +158,8 @@ func (fl *Floor) SetTail() {
 // MergedHistogram merges the histograms the cell's percentiles come from
 // (as Tail's) over its measured repeats; nil when it has none.
 func (c *Cell) MergedHistogram() *load.Histogram {
-	var hs []*load.Histogram
 	lat, _ := tailHistograms(c.Workload, c.MeasuredRepeats())
-	for _, h := range lat {
-		if h != nil {
-			hs = append(hs, h)
-		}
-	}
+	hs := slices.DeleteFunc(lat, func(h *load.Histogram) bool { return h == nil })
 	if len(hs) == 0 {
 		return nil
 	}
