@@ -94,15 +94,13 @@ func (r *Result) setError(ctx context.Context, err error) {
 }
 
 type phase struct {
-	start    time.Time
-	messages int64
-	elapsed  time.Duration
+	start                         time.Time
+	messages, arrivals, unstarted int64
+	elapsed                       time.Duration
 	// open loop, from the start: the latest intended start of an arrival
 	// that was started, and the latest actual start
 	lastIntended, lastStart time.Duration
-	service, latency        *Histogram
-	lag                     *Histogram
-	arrivals, unstarted     int64
+	service, latency, lag   *Histogram
 	quarters                []Percentiles
 	series                  []SeriesPoint
 	// cpuUser and cpuSys are the process's CPU from the phase's start to
@@ -141,16 +139,11 @@ const quarters = 4
 
 // worker is one goroutine's private counters and histograms.
 type worker struct {
-	messages            int64
-	arrivals, unstarted int64
-	lastDone            time.Time
-	lastIntended        time.Time
-	lastStart           time.Time
-	service             *Histogram
-	latency             *Histogram
-	lag                 *Histogram
-	quarter             [quarters]*Histogram
-	series              *series
+	messages, arrivals, unstarted     int64
+	lastDone, lastIntended, lastStart time.Time
+	service, latency, lag             *Histogram
+	quarter                           [quarters]*Histogram
+	series                            *series
 }
 
 func newWorker(open bool, start time.Time, interval time.Duration) *worker {
@@ -167,27 +160,22 @@ func newWorker(open bool, start time.Time, interval time.Duration) *worker {
 // merge folds the workers into a phase: histograms merged, the window ending
 // at the last completion (or at end, whichever is later).
 func merge(ws []*worker, start, end time.Time) phase {
-	p := phase{start: start, service: NewHistogram()}
+	// all is an unstarted worker that collects the others' histograms.
+	all := newWorker(len(ws) > 0 && ws[0].latency != nil, start, 0)
+	p := phase{start: start, service: all.service, latency: all.latency, lag: all.lag}
 	last := end
 	ss := make([]*series, 0, len(ws))
-	var qs [quarters]*Histogram
 	for _, w := range ws {
 		ss = append(ss, w.series)
 		p.messages += w.messages
 		p.arrivals += w.arrivals
 		p.unstarted += w.unstarted
 		p.service.Merge(w.service)
-		if w.latency != nil {
-			if p.latency == nil {
-				p.latency, p.lag = NewHistogram(), NewHistogram()
-				for i := range qs {
-					qs[i] = NewHistogram()
-				}
-			}
+		if p.latency != nil {
 			p.latency.Merge(w.latency)
 			p.lag.Merge(w.lag)
-			for i := range qs {
-				qs[i].Merge(w.quarter[i])
+			for i, q := range all.quarter {
+				q.Merge(w.quarter[i])
 			}
 		}
 		if w.lastDone.After(last) {
@@ -199,7 +187,7 @@ func merge(ws []*worker, start, end time.Time) phase {
 		}
 	}
 	if p.latency != nil {
-		for _, q := range qs {
+		for _, q := range all.quarter {
 			p.quarters = append(p.quarters, q.Percentiles())
 		}
 	}
@@ -314,14 +302,12 @@ func (w *worker) runOpen(ctx context.Context, clock Clock, sleep func(context.Co
 		if !now.Before(deadline) {
 			// Too late to start: this arrival and every later one of this
 			// worker's share are recorded at the deadline.
-			w.recordUnstarted(deadline.Sub(intended), quarterOf(intended))
 			for {
-				next := start.Add(sched.Next())
-				if !next.Before(end) {
+				w.recordUnstarted(deadline.Sub(intended), quarterOf(intended))
+				if intended = start.Add(sched.Next()); !intended.Before(end) {
 					return
 				}
 				w.arrivals++
-				w.recordUnstarted(deadline.Sub(next), quarterOf(next))
 			}
 		}
 		w.lastIntended, w.lastStart = intended, now

@@ -53,21 +53,17 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("spec: duration %v: want > 0", s.Duration)
 	case s.Warmup < 0:
 		return fmt.Errorf("spec: warmup %v is negative", s.Warmup)
+	case s.Workload != Throughput && s.Workload != Latency:
+		return fmt.Errorf("spec: workload %q: want throughput or latency", s.Workload)
+	case s.Workload == Throughput && s.Producers <= 0:
+		return fmt.Errorf("spec: %d producers: want > 0", s.Producers)
+	case s.Workload == Latency && s.InFlight <= 0:
+		return fmt.Errorf("spec: %d in flight: want > 0", s.InFlight)
 	}
-	switch s.Workload {
-	case Throughput:
-		if s.Producers <= 0 {
-			return fmt.Errorf("spec: %d producers: want > 0", s.Producers)
-		}
-	case Latency:
-		if s.InFlight <= 0 {
-			return fmt.Errorf("spec: %d in flight: want > 0", s.InFlight)
-		}
+	if s.Workload == Latency {
 		if _, err := NewSchedule(s.Arrival, s.RatePerSec, s.Seed); err != nil {
 			return fmt.Errorf("spec: %w", err)
 		}
-	default:
-		return fmt.Errorf("spec: workload %q: want throughput or latency", s.Workload)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package runfile
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
@@ -778,17 +779,11 @@ type ReplicationResult struct {
 // WAL syncs only when asked). For a peer, "not sustained" would then
 // condemn an accounting limit, not a failure to keep up.
 func DurableOnlyAtDrain(measured []*Repeat) bool {
-	if len(measured) == 0 {
-		return false
-	}
-	for _, rep := range measured {
+	return len(measured) > 0 && !slices.ContainsFunc(measured, func(rep *Repeat) bool {
 		d := rep.Result.Durability
-		if d == nil || d.DrainError != "" || d.DurableEndBytes != d.DurableStartBytes || d.WrittenBytes() <= 0 ||
-			d.DurableAfterDrainBytes < d.WrittenEndBytes {
-			return false
-		}
-	}
-	return true
+		return d == nil || d.DrainError != "" || d.DurableEndBytes != d.DurableStartBytes || d.WrittenBytes() <= 0 ||
+			d.DurableAfterDrainBytes < d.WrittenEndBytes
+	})
 }
 
 // MeasuredRepeats are a cell's measured repeats with figures (ok or
