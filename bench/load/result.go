@@ -118,10 +118,10 @@ func (d *DurabilityResult) Check() error {
 func (r *Result) Failed() bool { return r.Error != "" || r.Interrupted || r.Messages == 0 }
 
 // MsgsPerSec is the completed messages per second of the window.
-func (r *Result) MsgsPerSec() float64 { return perSec(float64(r.Messages), r.ElapsedNs) }
+func (r *Result) MsgsPerSec() float64 { return PerSec(float64(r.Messages), r.ElapsedNs) }
 
 // MBPerSec is payload (body) megabytes (10^6) per second.
-func (r *Result) MBPerSec() float64 { return perSec(float64(r.PayloadBytes)/1e6, r.ElapsedNs) }
+func (r *Result) MBPerSec() float64 { return PerSec(float64(r.PayloadBytes)/1e6, r.ElapsedNs) }
 
 // KeptShare is how much of its schedule an open-loop run kept: the share
 // of arrivals it started, times how early it was done starting them (the
@@ -141,7 +141,7 @@ func (r *Result) KeptShare() float64 {
 // OfferedPerSec is the arrivals scheduled in the window per second of it:
 // the rate the open loop really offered (a Poisson schedule's count
 // differs from the nominal rate by chance).
-func (r *Result) OfferedPerSec() float64 { return perSec(float64(r.Arrivals), r.WindowNs) }
+func (r *Result) OfferedPerSec() float64 { return PerSec(float64(r.Arrivals), r.WindowNs) }
 
 // CPUSecPerGiB is process CPU seconds (user+system) per GiB of payload.
 func (r *Result) CPUSecPerGiB() float64 {
@@ -159,7 +159,8 @@ func (r *Result) AllocsPerMsg() float64 {
 	return float64(r.Mallocs) / float64(r.Messages)
 }
 
-func perSec(v float64, ns int64) float64 {
+// PerSec is v per second of ns nanoseconds (0 for no time).
+func PerSec(v float64, ns int64) float64 {
 	if ns <= 0 {
 		return 0
 	}

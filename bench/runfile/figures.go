@@ -96,7 +96,7 @@ func (f *Figures) AddReplication(r *ReplicationResult) {
 	if r.Records > 0 {
 		f.ReplUnackedFraction = float64(r.Unacked) / float64(r.Records)
 	}
-	f.SlaveDurableMBps = perSec(float64(r.SlaveFlushedEnd-r.SlaveFlushedStart)/1e6, r.SlaveElapsedNs)
+	f.SlaveDurableMBps = load.PerSec(float64(r.SlaveFlushedEnd-r.SlaveFlushedStart)/1e6, r.SlaveElapsedNs)
 }
 
 // FiguresOf turns one load result (and the store's counters over its
@@ -123,33 +123,26 @@ func FiguresOf(r *load.Result, store *StoreCounters) Figures {
 	}
 	if r.Workload == "e2e" {
 		lat = r.Delivery
-		f.MsgsPerSec = perSec(float64(r.Delivered), r.WindowNs)
+		f.MsgsPerSec = load.PerSec(float64(r.Delivered), r.WindowNs)
 	}
 	if lat != nil {
 		p := lat.Percentiles()
 		f.P50Ns, f.P90Ns, f.P99Ns, f.P999Ns, f.P9999Ns, f.MaxNs = p.P50Ns, p.P90Ns, p.P99Ns, p.P999Ns, p.P9999Ns, p.MaxNs
 	}
 	if d := r.Durability; d != nil {
-		f.WrittenMBps = perSec(float64(d.WrittenBytes())/1e6, r.ElapsedNs)
-		f.DurableMBps = perSec(float64(d.DurableBytes())/1e6, r.ElapsedNs)
+		f.WrittenMBps = load.PerSec(float64(d.WrittenBytes())/1e6, r.ElapsedNs)
+		f.DurableMBps = load.PerSec(float64(d.DurableBytes())/1e6, r.ElapsedNs)
 		f.BacklogBytes = float64(d.BacklogBytes())
 		if w := d.WrittenBytes(); w > 0 {
 			f.BacklogShare = float64(d.BacklogBytes()) / float64(w)
 		}
 		f.DrainNs = d.DrainNs
-		f.TimeToDurableMBps = perSec(float64(d.WrittenBytes())/1e6, r.ElapsedNs+d.DrainNs)
+		f.TimeToDurableMBps = load.PerSec(float64(d.WrittenBytes())/1e6, r.ElapsedNs+d.DrainNs)
 	}
 	if store != nil && store.Flushes > 0 {
 		f.MsgsPerGroupCommit = float64(store.Puts) / float64(store.Flushes)
 	}
 	return f
-}
-
-func perSec(v float64, ns int64) float64 {
-	if ns <= 0 {
-		return 0
-	}
-	return v / (float64(ns) / 1e9)
 }
 
 // figureIndex maps each figure's JSON name to its field of Figures (every
