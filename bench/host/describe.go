@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,12 +33,8 @@ func DescribeMachine(h hostctl.Host) Machine {
 	if kb, err := strconv.ParseInt(strings.Fields(ProcField("/proc/meminfo", "MemTotal") + " 0")[0], 10, 64); err == nil {
 		m.MemTotalBytes = kb << 10
 	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
-		m.Clocksource = strings.TrimSpace(string(b))
-	}
+	m.Kernel = readTrimmed("/proc/sys/kernel/osrelease")
+	m.Clocksource = readTrimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	for _, name := range vmSettings {
 		if v, err := h.ReadSysctl(name); err == nil {
 			m.VM[name] = v
@@ -52,11 +47,17 @@ func DescribeMachine(h hostctl.Host) Machine {
 
 // LoadAvg is /proc/loadavg's three averages.
 func LoadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+	if f := strings.Fields(readTrimmed("/proc/loadavg")); len(f) >= 3 {
 		return strings.Join(f[:3], " ")
 	}
 	return ""
+}
+
+// readTrimmed is a small file's content without the surrounding space, ""
+// when it cannot be read.
+func readTrimmed(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
 }
 
 // commit is the build's VCS revision (vcs.revision, vcs.modified), or the
@@ -89,14 +90,9 @@ func commit() (rev string, dirty bool, source string) {
 
 // ProcField returns the value of the first "key: value" line of a /proc file.
 func ProcField(path, key string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
+	b, _ := os.ReadFile(path)
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, ":")
 		if ok && strings.TrimSpace(k) == key {
 			return strings.TrimSpace(v)
 		}
@@ -123,10 +119,7 @@ func DescribeDevice(dir string) Device {
 		sys = filepath.Dir(sys) // a partition: the queue is its disk's
 	}
 	d.Device = filepath.Base(sys)
-	read := func(rel string) string {
-		b, _ := os.ReadFile(filepath.Join(sys, rel))
-		return strings.TrimSpace(string(b))
-	}
+	read := func(rel string) string { return readTrimmed(filepath.Join(sys, rel)) }
 	d.Model = read("device/model")
 	if r := read("queue/rotational"); r != "" {
 		rot := r == "1"
@@ -171,15 +164,10 @@ func deviceKind(name, driver string, rotational *bool) string {
 // mountOf returns the source, file system type and mount options of the
 // mount holding path.
 func mountOf(path string) (source, fsType, options string) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", "", ""
-	}
-	defer f.Close()
+	b, _ := os.ReadFile("/proc/self/mountinfo")
 	best := -1
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
+	for line := range strings.Lines(string(b)) {
+		pre, post, ok := strings.Cut(line, " - ")
 		fields, tail := strings.Fields(pre), strings.Fields(post)
 		if !ok || len(fields) < 6 || len(tail) < 2 {
 			continue

@@ -2,6 +2,7 @@ package host
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -148,30 +149,25 @@ func ParseLoadAvg(b []byte) (float64, error) {
 
 func readRaw(files ProcFiles) (rawSample, error) {
 	s := rawSample{at: time.Now()}
-	f, err := os.Open(files.Vmstat)
-	if err != nil {
-		return s, err
+	b, err := os.ReadFile(files.Vmstat)
+	if err == nil {
+		s.vm, err = ParseVmstat(bytes.NewReader(b))
 	}
-	s.vm, err = ParseVmstat(f)
-	f.Close()
 	if err != nil {
 		return s, err
 	}
 	// PSI may be absent (kernel without CONFIG_PSI or psi=0): zeros then.
-	if f, err := os.Open(files.PressureIO); err == nil {
-		s.ioSome, s.ioFull, _ = ParsePressure(f)
-		f.Close()
+	if b, err := os.ReadFile(files.PressureIO); err == nil {
+		s.ioSome, s.ioFull, _ = ParsePressure(bytes.NewReader(b))
 	}
-	if f, err := os.Open(files.PressureMemory); err == nil {
-		s.memSome, s.memFull, _ = ParsePressure(f)
-		f.Close()
+	if b, err := os.ReadFile(files.PressureMemory); err == nil {
+		s.memSome, s.memFull, _ = ParsePressure(bytes.NewReader(b))
 	}
 	if b, err := os.ReadFile(files.LoadAvg); err == nil {
 		s.load1, _ = ParseLoadAvg(b)
 	}
-	if f, err := os.Open(files.Stat); err == nil {
-		s.cpu, _ = ParseProcStat(f)
-		f.Close()
+	if b, err := os.ReadFile(files.Stat); err == nil {
+		s.cpu, _ = ParseProcStat(bytes.NewReader(b))
 	}
 	return s, nil
 }
@@ -212,9 +208,7 @@ func StartSampler(files ProcFiles, interval time.Duration) *Sampler {
 		close(s.stop)
 		return s
 	}
-	s.done.Add(1)
-	go func() {
-		defer s.done.Done()
+	s.done.Go(func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -233,7 +227,7 @@ func StartSampler(files ProcFiles, interval time.Duration) *Sampler {
 			}
 			s.mu.Unlock()
 		}
-	}()
+	})
 	return s
 }
 
