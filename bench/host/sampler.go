@@ -56,20 +56,16 @@ func ParsePressure(r io.Reader) (some, full PSI, err error) {
 			continue
 		}
 		var p PSI
+		avgs := map[string]*float64{"avg10": &p.Avg10, "avg60": &p.Avg60, "avg300": &p.Avg300}
 		for _, kv := range f[1:] {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok {
 				return some, full, fmt.Errorf("pressure line %q", sc.Text())
 			}
 			var perr error
-			switch k {
-			case "avg10":
-				p.Avg10, perr = strconv.ParseFloat(v, 64)
-			case "avg60":
-				p.Avg60, perr = strconv.ParseFloat(v, 64)
-			case "avg300":
-				p.Avg300, perr = strconv.ParseFloat(v, 64)
-			case "total":
+			if avg := avgs[k]; avg != nil {
+				*avg, perr = strconv.ParseFloat(v, 64)
+			} else if k == "total" {
 				p.TotalUs, perr = strconv.ParseInt(v, 10, 64)
 			}
 			if perr != nil {
