@@ -14,19 +14,13 @@ import (
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
-// Machine describes where a run ran (runfile.Machine).
-type Machine = runfile.Machine
-
-// Device describes a target's block device (runfile.Device).
-type Device = runfile.Device
-
 // vmSettings are the sysctls recorded at the start of every run.
 var vmSettings = []string{"vm.dirty_bytes", "vm.dirty_background_bytes", "vm.dirty_ratio", "vm.dirty_background_ratio",
 	"vm.dirty_expire_centisecs", "vm.dirty_writeback_centisecs", "vm.swappiness"}
 
 // DescribeMachine collects the machine's description as it is now.
-func DescribeMachine(h hostctl.Host) Machine {
-	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+func DescribeMachine(h hostctl.Host) runfile.Machine {
+	m := runfile.Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC"), VM: map[string]string{}}
 	m.Host, _ = os.Hostname()
 	m.CPUModel = ProcField("/proc/cpuinfo", "model name")
@@ -102,9 +96,9 @@ func ProcField(path, key string) string {
 
 // DescribeDevice describes the device holding dir (best effort: fields it
 // cannot read stay empty).
-func DescribeDevice(dir string) Device {
+func DescribeDevice(dir string) runfile.Device {
 	abs, _ := filepath.Abs(dir)
-	d := Device{Dir: abs}
+	d := runfile.Device{Dir: abs}
 	d.MountSource, d.FSType, d.MountOptions = mountOf(abs)
 	var st syscall.Stat_t
 	if err := syscall.Stat(abs, &st); err != nil {
@@ -122,16 +116,14 @@ func DescribeDevice(dir string) Device {
 	read := func(rel string) string { return readTrimmed(filepath.Join(sys, rel)) }
 	d.Model = read("device/model")
 	if r := read("queue/rotational"); r != "" {
-		rot := r == "1"
-		d.Rotational = &rot
+		d.Rotational = new(r == "1")
 	}
 	d.Scheduler = read("queue/scheduler")
 	d.LogicalBlockBytes, _ = strconv.Atoi(read("queue/logical_block_size"))
 	d.PhysicalBlockBytes, _ = strconv.Atoi(read("queue/physical_block_size"))
 	d.WriteCache = read("queue/write_cache")
 	if f := read("queue/fua"); f != "" {
-		fua := f == "1"
-		d.FUA = &fua
+		d.FUA = new(f == "1")
 	}
 	driver, _ := filepath.EvalSymlinks(filepath.Join(sys, "device", "driver"))
 	d.Kind = deviceKind(d.Device, filepath.Base(driver), d.Rotational)

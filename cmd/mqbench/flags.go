@@ -61,16 +61,6 @@ func (c *command) fullUsage(w io.Writer) {
 	c.fs.SetOutput(io.Discard)
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // value is a flag that sets a configuration field in place, so its
 // default is whatever the field holds when it is registered (the
 // defaults, or a --config file's value). The zero value's String is "",
@@ -96,11 +86,15 @@ func (f value[T]) Set(s string) error {
 	return err
 }
 
-// listFlag is a comma-separated list flag of elements parse reads.
+// listFlag is a comma-separated list flag of elements parse reads; empty
+// elements are skipped.
 func listFlag[T any](v *[]T, parse func(string) (T, error)) value[[]T] {
 	return value[[]T]{v, func(s string) ([]T, error) {
 		var out []T
-		for _, p := range splitList(s) {
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
 			x, err := parse(p)
 			if err != nil {
 				return nil, err

@@ -65,9 +65,6 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	if err := m.apply(&cfg, sweep); err != nil {
 		return c.bad(stderr, "%v", err)
 	}
-	if err := bench.Validate(&cfg); err != nil {
-		return c.bad(stderr, "%v", err)
-	}
 	opts := progressOptions(stderr)
 	if m.sweepFrom != "" {
 		ref, err := report.LoadSweepReference(m.sweepFrom)
@@ -158,6 +155,7 @@ func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) 
 	fs.String("config", "", "a JSON file of the configuration (the \"config\" object of a run.json: field names as there, durations in ns); flags given beside it override it")
 }
 
+// apply sets what the flags read after parsing give, then validates cfg.
 func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 	cfg.AA, cfg.Profile = !*m.noAA, !*m.noProfile
 	if len(m.dirs) > 0 {
@@ -187,7 +185,7 @@ func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 		}
 		cfg.Policies = pols
 	}
-	return nil
+	return bench.Validate(cfg)
 }
 
 func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -210,10 +208,10 @@ func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
-	if cfg.Store.SegmentSizeBytes%4096 != 0 {
+	switch {
+	case cfg.Store.SegmentSizeBytes%4096 != 0:
 		return c.bad(stderr, "--segment-size %d: want a multiple of 4096", cfg.Store.SegmentSizeBytes)
-	}
-	if cfg.Dir == "" || cfg.Repeat < 1 || cfg.SyncProbeCount < 1 {
+	case cfg.Dir == "" || cfg.Repeat < 1 || cfg.SyncProbeCount < 1:
 		return c.bad(stderr, "--dir is required; --repeat and --sync-probes must be ≥ 1")
 	}
 	if err := bench.Validate(&cfg); err != nil {
