@@ -189,8 +189,7 @@ func stealPct(prev, cur CPUTimes) float64 {
 // Sampler samples the system every interval until Stop.
 type Sampler struct {
 	stop    chan struct{}
-	done    sync.WaitGroup
-	mu      sync.Mutex
+	done    sync.WaitGroup // Stop reads samples and err after it
 	samples []Sample
 	err     error
 }
@@ -214,14 +213,12 @@ func StartSampler(files ProcFiles, interval time.Duration) *Sampler {
 			case <-t.C:
 			}
 			cur, err := readRaw(files)
-			s.mu.Lock()
 			if err != nil {
 				s.err = err
 			} else {
 				s.samples = append(s.samples, toSample(prev, cur))
 				prev = cur
 			}
-			s.mu.Unlock()
 		}
 	})
 	return s
@@ -235,7 +232,5 @@ func (s *Sampler) Stop() ([]Sample, error) {
 		close(s.stop)
 	}
 	s.done.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return s.samples, s.err
 }

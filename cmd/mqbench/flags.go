@@ -188,13 +188,10 @@ func windowFlag(v *time.Duration) value[time.Duration] {
 }
 
 // multiFlag is a repeatable string flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string { return strings.Join(*m, " ") }
-
-func (m *multiFlag) Set(s string) error {
-	*m = append(*m, s)
-	return nil
+func multiFlag(v *[]string) value[[]string] {
+	return value[[]string]{v, func(s string) ([]string, error) {
+		return append(*v, s), nil
+	}, func(xs []string) string { return strings.Join(xs, " ") }}
 }
 
 // leastPagesFlag is --flush-least-pages and --commit-least-pages: a page

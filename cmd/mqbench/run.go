@@ -30,7 +30,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // matrixFlags are the flags of run and sweep read after parsing: the
 // repeatable flags and the negations.
 type matrixFlags struct {
-	dirs, vary, backendOpts multiFlag
+	dirs, vary, backendOpts []string
 	noAA, noProfile, quiet  *bool
 	sweepFrom               string
 }
@@ -94,7 +94,7 @@ func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) 
 	fs.Var(strsFlag(&cfg.PressureWorkloads), "pressure-workloads", "workloads run under a pressure other than none (empty: all of --workloads)")
 	fs.Var(intsFlag(&cfg.Producers, "producers"), "producers", "closed-loop producer counts, comma-separated: one throughput cell each")
 	fs.Var(ratesFlag(&cfg.Rates), "rates", "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
-	fs.Var(&m.dirs, "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
+	fs.Var(multiFlag(&m.dirs), "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
 	fs.Var(strsFlag(&cfg.Emulate), "emulate", "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
 
 	// The emulation, workload, pressure and loop settings.
@@ -110,7 +110,7 @@ func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) 
 	fs.Var(bytesFlag(&cfg.SwapNeighbourBytes), "swap-neighbour-bytes", "anonymous memory the swap neighbour keeps touching")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "where the state file of system changes is kept (mqbench cleanup reads it)")
 	if sweep {
-		fs.Var(&m.vary, "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
+		fs.Var(multiFlag(&m.vary), "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
 	}
 	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers, each owning its share of the schedule (requests in flight at most); 0: 2 × the largest --producers, at least 64, so a rate search finds the store's limit, not the generator's")
 	fs.Var(windowFlag(&cfg.Duration), "duration", "measured window of each repeat, or auto: long enough for the device to absorb the largest buffer an async cell can fill (see summary.md)")
@@ -150,7 +150,7 @@ func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) 
 	fs.Var(strsFlag(&cfg.Replication), "replication", "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
 	fs.StringVar(&cfg.SlaveDir, "slave-dir", cfg.SlaveDir, "where the slaves' stores go (another device; default: beside the master's, in --dir)")
 	fs.DurationVar(&cfg.HADelay, "ha-delay", cfg.HADelay, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
-	fs.Var(&m.backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
+	fs.Var(multiFlag(&m.backendOpts), "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
 	m.quiet = fs.Bool("quiet", false, "do not print the summary tables at the end")
 	fs.String("config", "", "a JSON file of the configuration (the \"config\" object of a run.json: field names as there, durations in ns); flags given beside it override it")
 }
@@ -175,7 +175,7 @@ func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 		return errors.New("--lock-segments locks warmed segments: add --warm-segments")
 	}
 	if sweep {
-		grid := []string(m.vary)
+		grid := m.vary
 		if len(grid) == 0 {
 			grid = bench.DefaultSweepGrid()
 		}
