@@ -3,6 +3,7 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -79,13 +80,10 @@ func ParsePressure(r io.Reader) (some, full PSI, err error) {
 			full = p
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return some, full, err
+	if err = sc.Err(); err == nil && !seen {
+		err = fmt.Errorf("pressure: no \"some\" line")
 	}
-	if !seen {
-		return some, full, fmt.Errorf("pressure: no \"some\" line")
-	}
-	return some, full, nil
+	return some, full, err
 }
 
 // rawSample is what one read of the /proc files gives.
@@ -188,7 +186,7 @@ func stealPct(prev, cur CPUTimes) float64 {
 
 // Sampler samples the system every interval until Stop.
 type Sampler struct {
-	stop    chan struct{}
+	stop    context.CancelFunc
 	done    sync.WaitGroup // Stop reads samples and err after it
 	samples []Sample
 	err     error
@@ -196,11 +194,11 @@ type Sampler struct {
 
 // StartSampler starts sampling files every interval.
 func StartSampler(files ProcFiles, interval time.Duration) *Sampler {
-	s := &Sampler{stop: make(chan struct{})}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Sampler{stop: stop}
 	prev, err := readRaw(files)
 	if err != nil {
 		s.err = err
-		close(s.stop)
 		return s
 	}
 	s.done.Go(func() {
@@ -208,7 +206,7 @@ func StartSampler(files ProcFiles, interval time.Duration) *Sampler {
 		defer t.Stop()
 		for {
 			select {
-			case <-s.stop:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
@@ -226,11 +224,7 @@ func StartSampler(files ProcFiles, interval time.Duration) *Sampler {
 
 // Stop ends the sampling and returns the samples (and the first error).
 func (s *Sampler) Stop() ([]Sample, error) {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
+	s.stop()
 	s.done.Wait()
 	return s.samples, s.err
 }

@@ -19,12 +19,11 @@ import (
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runMatrix(ctx, "run", args, stdout, stderr)
-}
-
-func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runMatrix(ctx, "sweep", args, stdout, stderr)
+// matrix is the run or the sweep command (runMatrix).
+func matrix(name string) func(context.Context, []string, io.Writer, io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return runMatrix(ctx, name, args, stdout, stderr)
+	}
 }
 
 // matrixFlags are the flags of run and sweep read after parsing: the
