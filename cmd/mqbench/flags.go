@@ -31,8 +31,7 @@ func newCommand(name, synopsis, about string) *command {
 func (c *command) parse(args []string, stderr io.Writer, positional int) error {
 	c.fs.SetOutput(io.Discard)
 	c.fs.Usage = func() {}
-	err := c.fs.Parse(args)
-	switch {
+	switch err := c.fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
 		c.fullUsage(stderr)
 		return err
