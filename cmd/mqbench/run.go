@@ -297,11 +297,11 @@ func configArg(args []string) string {
 		if a == "--" {
 			break
 		}
-		for _, p := range []string{"--config", "-config"} {
-			if v, ok := strings.CutPrefix(a, p+"="); ok {
+		if name, v, ok := strings.Cut(a, "="); name == "--config" || name == "-config" {
+			if ok {
 				return v
 			}
-			if a == p && i+1 < len(args) {
+			if i+1 < len(args) {
 				return args[i+1]
 			}
 		}
