@@ -2,6 +2,7 @@ package device
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -151,9 +152,6 @@ func createProbeFile(dir string, size int64, extraFlags int) (*os.File, error) {
 func fillRandom(b []byte) {
 	rng := rand.New(rand.NewPCG(0x6d71, 0x73746f7265))
 	for i := 0; i+8 <= len(b); i += 8 {
-		v := rng.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(v >> (8 * j))
-		}
+		binary.LittleEndian.PutUint64(b[i:], rng.Uint64())
 	}
 }

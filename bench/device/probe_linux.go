@@ -56,12 +56,11 @@ func SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockByt
 	w := &seqWriter{ring: ring, fd: int32(f.Fd()), buf: buf, op: op, block: blockBytes, tickets: make([]uring.Ticket, depth), inFlight: make([]bool, depth)}
 	start := time.Now()
 	w.run(ctx, int(totalBytes/int64(blockBytes)))
-	written, firstErr := w.written, w.firstErr
-	elapsed := time.Since(start)
-	if firstErr != nil {
-		return Result{Bytes: written, Duration: elapsed}, fmt.Errorf("%w (in %s)", firstErr, dir)
+	r := Result{Bytes: w.written, Duration: time.Since(start)}
+	if w.firstErr != nil {
+		return r, fmt.Errorf("%w (in %s)", w.firstErr, dir)
 	}
-	return Result{Bytes: written, Duration: elapsed}, nil
+	return r, nil
 }
 
 // seqWriter keeps one request of block bytes in flight per slot of buf,
@@ -180,11 +179,7 @@ func SyncWrites(ctx context.Context, dir string, p SyncProbe) (SyncResult, error
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range p.InFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lat[w], errs[w] = syncWriter(ctx, fd, block, int64(w)*region, per)
-		}()
+		wg.Go(func() { lat[w], errs[w] = syncWriter(ctx, fd, block, int64(w)*region, per) })
 	}
 	wg.Wait()
 	return SyncResult{Latencies: slices.Concat(lat...), Elapsed: time.Since(start)}, errors.Join(errs...)

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,31 +14,21 @@ import (
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
-// Machine describes where a run ran (runfile.Machine).
-type Machine = runfile.Machine
-
-// Device describes a target's block device (runfile.Device).
-type Device = runfile.Device
-
 // vmSettings are the sysctls recorded at the start of every run.
 var vmSettings = []string{"vm.dirty_bytes", "vm.dirty_background_bytes", "vm.dirty_ratio", "vm.dirty_background_ratio",
 	"vm.dirty_expire_centisecs", "vm.dirty_writeback_centisecs", "vm.swappiness"}
 
 // DescribeMachine collects the machine's description as it is now.
-func DescribeMachine(h hostctl.Host) Machine {
-	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+func DescribeMachine(h hostctl.Host) runfile.Machine {
+	m := runfile.Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: os.Getenv("GOGC"), VM: map[string]string{}}
 	m.Host, _ = os.Hostname()
 	m.CPUModel = ProcField("/proc/cpuinfo", "model name")
 	if kb, err := strconv.ParseInt(strings.Fields(ProcField("/proc/meminfo", "MemTotal") + " 0")[0], 10, 64); err == nil {
 		m.MemTotalBytes = kb << 10
 	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
-		m.Clocksource = strings.TrimSpace(string(b))
-	}
+	m.Kernel = readTrimmed("/proc/sys/kernel/osrelease")
+	m.Clocksource = readTrimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	for _, name := range vmSettings {
 		if v, err := h.ReadSysctl(name); err == nil {
 			m.VM[name] = v
@@ -52,11 +41,17 @@ func DescribeMachine(h hostctl.Host) Machine {
 
 // LoadAvg is /proc/loadavg's three averages.
 func LoadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+	if f := strings.Fields(readTrimmed("/proc/loadavg")); len(f) >= 3 {
 		return strings.Join(f[:3], " ")
 	}
 	return ""
+}
+
+// readTrimmed is a small file's content without the surrounding space, ""
+// when it cannot be read.
+func readTrimmed(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
 }
 
 // commit is the build's VCS revision (vcs.revision, vcs.modified), or the
@@ -89,14 +84,9 @@ func commit() (rev string, dirty bool, source string) {
 
 // ProcField returns the value of the first "key: value" line of a /proc file.
 func ProcField(path, key string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
+	b, _ := os.ReadFile(path)
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, ":")
 		if ok && strings.TrimSpace(k) == key {
 			return strings.TrimSpace(v)
 		}
@@ -106,9 +96,9 @@ func ProcField(path, key string) string {
 
 // DescribeDevice describes the device holding dir (best effort: fields it
 // cannot read stay empty).
-func DescribeDevice(dir string) Device {
+func DescribeDevice(dir string) runfile.Device {
 	abs, _ := filepath.Abs(dir)
-	d := Device{Dir: abs}
+	d := runfile.Device{Dir: abs}
 	d.MountSource, d.FSType, d.MountOptions = mountOf(abs)
 	var st syscall.Stat_t
 	if err := syscall.Stat(abs, &st); err != nil {
@@ -123,22 +113,17 @@ func DescribeDevice(dir string) Device {
 		sys = filepath.Dir(sys) // a partition: the queue is its disk's
 	}
 	d.Device = filepath.Base(sys)
-	read := func(rel string) string {
-		b, _ := os.ReadFile(filepath.Join(sys, rel))
-		return strings.TrimSpace(string(b))
-	}
+	read := func(rel string) string { return readTrimmed(filepath.Join(sys, rel)) }
 	d.Model = read("device/model")
 	if r := read("queue/rotational"); r != "" {
-		rot := r == "1"
-		d.Rotational = &rot
+		d.Rotational = new(r == "1")
 	}
 	d.Scheduler = read("queue/scheduler")
 	d.LogicalBlockBytes, _ = strconv.Atoi(read("queue/logical_block_size"))
 	d.PhysicalBlockBytes, _ = strconv.Atoi(read("queue/physical_block_size"))
 	d.WriteCache = read("queue/write_cache")
 	if f := read("queue/fua"); f != "" {
-		fua := f == "1"
-		d.FUA = &fua
+		d.FUA = new(f == "1")
 	}
 	driver, _ := filepath.EvalSymlinks(filepath.Join(sys, "device", "driver"))
 	d.Kind = deviceKind(d.Device, filepath.Base(driver), d.Rotational)
@@ -171,15 +156,10 @@ func deviceKind(name, driver string, rotational *bool) string {
 // mountOf returns the source, file system type and mount options of the
 // mount holding path.
 func mountOf(path string) (source, fsType, options string) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", "", ""
-	}
-	defer f.Close()
+	b, _ := os.ReadFile("/proc/self/mountinfo")
 	best := -1
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
+	for line := range strings.Lines(string(b)) {
+		pre, post, ok := strings.Cut(line, " - ")
 		fields, tail := strings.Fields(pre), strings.Fields(post)
 		if !ok || len(fields) < 6 || len(tail) < 2 {
 			continue

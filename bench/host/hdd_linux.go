@@ -30,12 +30,11 @@ const hddDaemonNice = -5
 // journal j; base is the device dir is on. It returns the mounted
 // directory's description and its teardown.
 func EmulateHDD(ctx context.Context, dir string, imageBytes int64, j *hostctl.Journal, base runfile.Device, note func(format string, args ...any)) (runfile.Device, func() error, error) {
-	nice := hddDaemonNice
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return runfile.Device{}, nil, err
 	}
 	model := hddfs.DefaultModel()
-	m, err := hddfs.Setup(ctx, hddfs.Config{Dir: dir, SizeBytes: imageBytes, Model: model, Journal: j, DaemonNice: &nice})
+	m, err := hddfs.Setup(ctx, hddfs.Config{Dir: dir, SizeBytes: imageBytes, Model: model, Journal: j, DaemonNice: new(hddDaemonNice)})
 	if err != nil {
 		return runfile.Device{}, nil, err
 	}

@@ -2,6 +2,8 @@ package host
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -55,20 +57,16 @@ func ParsePressure(r io.Reader) (some, full PSI, err error) {
 			continue
 		}
 		var p PSI
+		avgs := map[string]*float64{"avg10": &p.Avg10, "avg60": &p.Avg60, "avg300": &p.Avg300}
 		for _, kv := range f[1:] {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok {
 				return some, full, fmt.Errorf("pressure line %q", sc.Text())
 			}
 			var perr error
-			switch k {
-			case "avg10":
-				p.Avg10, perr = strconv.ParseFloat(v, 64)
-			case "avg60":
-				p.Avg60, perr = strconv.ParseFloat(v, 64)
-			case "avg300":
-				p.Avg300, perr = strconv.ParseFloat(v, 64)
-			case "total":
+			if avg := avgs[k]; avg != nil {
+				*avg, perr = strconv.ParseFloat(v, 64)
+			} else if k == "total" {
 				p.TotalUs, perr = strconv.ParseInt(v, 10, 64)
 			}
 			if perr != nil {
@@ -82,13 +80,10 @@ func ParsePressure(r io.Reader) (some, full PSI, err error) {
 			full = p
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return some, full, err
+	if err = sc.Err(); err == nil && !seen {
+		err = fmt.Errorf("pressure: no \"some\" line")
 	}
-	if !seen {
-		return some, full, fmt.Errorf("pressure: no \"some\" line")
-	}
-	return some, full, nil
+	return some, full, err
 }
 
 // rawSample is what one read of the /proc files gives.
@@ -148,30 +143,25 @@ func ParseLoadAvg(b []byte) (float64, error) {
 
 func readRaw(files ProcFiles) (rawSample, error) {
 	s := rawSample{at: time.Now()}
-	f, err := os.Open(files.Vmstat)
-	if err != nil {
-		return s, err
+	b, err := os.ReadFile(files.Vmstat)
+	if err == nil {
+		s.vm, err = ParseVmstat(bytes.NewReader(b))
 	}
-	s.vm, err = ParseVmstat(f)
-	f.Close()
 	if err != nil {
 		return s, err
 	}
 	// PSI may be absent (kernel without CONFIG_PSI or psi=0): zeros then.
-	if f, err := os.Open(files.PressureIO); err == nil {
-		s.ioSome, s.ioFull, _ = ParsePressure(f)
-		f.Close()
+	if b, err := os.ReadFile(files.PressureIO); err == nil {
+		s.ioSome, s.ioFull, _ = ParsePressure(bytes.NewReader(b))
 	}
-	if f, err := os.Open(files.PressureMemory); err == nil {
-		s.memSome, s.memFull, _ = ParsePressure(f)
-		f.Close()
+	if b, err := os.ReadFile(files.PressureMemory); err == nil {
+		s.memSome, s.memFull, _ = ParsePressure(bytes.NewReader(b))
 	}
 	if b, err := os.ReadFile(files.LoadAvg); err == nil {
 		s.load1, _ = ParseLoadAvg(b)
 	}
-	if f, err := os.Open(files.Stat); err == nil {
-		s.cpu, _ = ParseProcStat(f)
-		f.Close()
+	if b, err := os.ReadFile(files.Stat); err == nil {
+		s.cpu, _ = ParseProcStat(bytes.NewReader(b))
 	}
 	return s, nil
 }
@@ -196,56 +186,45 @@ func stealPct(prev, cur CPUTimes) float64 {
 
 // Sampler samples the system every interval until Stop.
 type Sampler struct {
-	stop    chan struct{}
-	done    sync.WaitGroup
-	mu      sync.Mutex
+	stop    context.CancelFunc
+	done    sync.WaitGroup // Stop reads samples and err after it
 	samples []Sample
 	err     error
 }
 
 // StartSampler starts sampling files every interval.
 func StartSampler(files ProcFiles, interval time.Duration) *Sampler {
-	s := &Sampler{stop: make(chan struct{})}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Sampler{stop: stop}
 	prev, err := readRaw(files)
 	if err != nil {
 		s.err = err
-		close(s.stop)
 		return s
 	}
-	s.done.Add(1)
-	go func() {
-		defer s.done.Done()
+	s.done.Go(func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-s.stop:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
 			cur, err := readRaw(files)
-			s.mu.Lock()
 			if err != nil {
 				s.err = err
 			} else {
 				s.samples = append(s.samples, toSample(prev, cur))
 				prev = cur
 			}
-			s.mu.Unlock()
 		}
-	}()
+	})
 	return s
 }
 
 // Stop ends the sampling and returns the samples (and the first error).
 func (s *Sampler) Stop() ([]Sample, error) {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
+	s.stop()
 	s.done.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return s.samples, s.err
 }

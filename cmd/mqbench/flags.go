@@ -31,8 +31,7 @@ func newCommand(name, synopsis, about string) *command {
 func (c *command) parse(args []string, stderr io.Writer, positional int) error {
 	c.fs.SetOutput(io.Discard)
 	c.fs.Usage = func() {}
-	err := c.fs.Parse(args)
-	switch {
+	switch err := c.fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
 		c.fullUsage(stderr)
 		return err
@@ -61,96 +60,101 @@ func (c *command) fullUsage(w io.Writer) {
 	c.fs.SetOutput(io.Discard)
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+// value is a flag that sets a configuration field in place, so its
+// default is whatever the field holds when it is registered (the
+// defaults, or a --config file's value). The zero value's String is "",
+// which flag.PrintDefaults takes for "no default to show".
+type value[T any] struct {
+	v      *T
+	parse  func(string) (T, error)
+	format func(T) string
 }
 
-// listFlag is a comma-separated list flag that sets a configuration field
-// in place, so its default is whatever the field holds when it is
-// registered (the defaults, or a --config file's value).
-type listFlag[T any] struct {
-	v     *[]T
-	parse func(string) (T, error)
-}
-
-func (f listFlag[T]) String() string {
+func (f value[T]) String() string {
 	if f.v == nil {
 		return ""
 	}
-	var s []string
-	for _, x := range *f.v {
-		s = append(s, fmt.Sprint(x))
-	}
-	return strings.Join(s, ",")
+	return f.format(*f.v)
 }
 
-func (f listFlag[T]) Set(s string) error {
-	var out []T
-	for _, p := range splitList(s) {
-		x, err := f.parse(p)
-		if err != nil {
-			return err
+func (f value[T]) Set(s string) error {
+	x, err := f.parse(s)
+	if err == nil {
+		*f.v = x
+	}
+	return err
+}
+
+// listFlag is a comma-separated list flag of elements parse reads; empty
+// elements are skipped.
+func listFlag[T any](v *[]T, parse func(string) (T, error)) value[[]T] {
+	return value[[]T]{v, func(s string) ([]T, error) {
+		var out []T
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			x, err := parse(p)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, x)
 		}
-		out = append(out, x)
-	}
-	*f.v = out
-	return nil
+		return out, nil
+	}, func(xs []T) string {
+		var s []string
+		for _, x := range xs {
+			s = append(s, fmt.Sprint(x))
+		}
+		return strings.Join(s, ",")
+	}}
 }
 
-func strsFlag(v *[]string) listFlag[string] {
-	return listFlag[string]{v, func(s string) (string, error) { return s, nil }}
+func strsFlag(v *[]string) value[[]string] {
+	return listFlag(v, func(s string) (string, error) { return s, nil })
 }
 
-func sizesFlag(v *[]int) listFlag[int] {
-	return listFlag[int]{v, func(s string) (int, error) { n, err := parseBytes(s); return int(n), err }}
+func sizesFlag(v *[]int) value[[]int] {
+	return listFlag(v, func(s string) (int, error) { n, err := parseBytes(s); return int(n), err })
 }
 
-func intsFlag(v *[]int, what string) listFlag[int] {
-	return listFlag[int]{v, func(s string) (int, error) {
+func intsFlag(v *[]int, what string) value[[]int] {
+	return listFlag(v, func(s string) (int, error) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
 			return 0, fmt.Errorf("%s %q: want positive integers, comma-separated", what, s)
 		}
 		return n, nil
-	}}
+	})
 }
 
 // ratesFlag reads msgs/s rates: 1000, 50k, 1.5M.
-func ratesFlag(v *[]float64) listFlag[float64] {
-	return listFlag[float64]{v, func(p string) (float64, error) {
-		t, mult := strings.ToLower(p), 1.0
-		switch {
-		case strings.HasSuffix(t, "k"):
-			t, mult = strings.TrimSuffix(t, "k"), 1e3
-		case strings.HasSuffix(t, "m"):
-			t, mult = strings.TrimSuffix(t, "m"), 1e6
-		}
+func ratesFlag(v *[]float64) value[[]float64] {
+	return listFlag(v, func(p string) (float64, error) {
+		t, mult := cutUnit(strings.ToLower(p), "km", 1e3, 1e6)
 		v, err := strconv.ParseFloat(t, 64)
 		if err != nil || !(v > 0) {
 			return 0, fmt.Errorf("rate %q: want a positive msgs/s (1000, 50k, 1.5M)", p)
 		}
 		return v * mult, nil
-	}}
+	})
+}
+
+// cutUnit splits t into its number and the multiplier of its unit: the
+// i-th letter of units multiplies by mults[i]; no unit, by 1.
+func cutUnit[N int64 | float64](t, units string, mults ...N) (string, N) {
+	for i := range len(units) {
+		if n, ok := strings.CutSuffix(t, units[i:i+1]); ok {
+			return n, mults[i]
+		}
+	}
+	return t, 1
 }
 
 // parseBytes reads 1024, 4k/4KiB, 1m/1MiB, 1g/1GiB.
 func parseBytes(s string) (int64, error) {
 	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(s), "ib"), "b")
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(t, "k"):
-		mult, t = 1<<10, strings.TrimSuffix(t, "k")
-	case strings.HasSuffix(t, "m"):
-		mult, t = 1<<20, strings.TrimSuffix(t, "m")
-	case strings.HasSuffix(t, "g"):
-		mult, t = 1<<30, strings.TrimSuffix(t, "g")
-	}
+	t, mult := cutUnit[int64](t, "kmg", 1<<10, 1<<20, 1<<30)
 	n, err := strconv.ParseInt(t, 10, 64)
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("size %q: want a positive number of bytes (1024, 4k, 1MiB)", s)
@@ -158,80 +162,57 @@ func parseBytes(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// bytesFlag is a flag.Value of a byte count.
-type bytesFlag struct{ v *int64 }
-
-func (b bytesFlag) String() string {
-	if b.v == nil {
-		return ""
-	}
-	return strconv.FormatInt(*b.v, 10)
+// bytesFlag is a byte count.
+func bytesFlag(v *int64) value[int64] {
+	return value[int64]{v, parseBytes, func(n int64) string { return strconv.FormatInt(n, 10) }}
 }
 
-func (b bytesFlag) Set(s string) error {
-	n, err := parseBytes(s)
-	if err == nil {
-		*b.v = n
-	}
-	return err
-}
-
-// windowFlag is --duration: a duration, or "auto" (0).
-type windowFlag struct{ v *time.Duration }
-
-func (w windowFlag) String() string {
-	if w.v == nil || *w.v == 0 {
-		return "auto"
-	}
-	return w.v.String()
-}
-
-func (w windowFlag) Set(s string) error {
-	if s == "auto" {
-		*w.v = 0
-		return nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return fmt.Errorf("duration %q: want a positive duration (1500ms, 3s) or auto", s)
-	}
-	*w.v = d
-	return nil
+// windowFlag is --duration: a duration, or "auto" (0, shown as no default).
+func windowFlag(v *time.Duration) value[time.Duration] {
+	return value[time.Duration]{v, func(s string) (time.Duration, error) {
+		if s == "auto" {
+			return 0, nil
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return 0, fmt.Errorf("duration %q: want a positive duration (1500ms, 3s) or auto", s)
+		}
+		return d, nil
+	}, func(d time.Duration) string {
+		if d == 0 {
+			return ""
+		}
+		return d.String()
+	}}
 }
 
 // multiFlag is a repeatable string flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string { return strings.Join(*m, " ") }
-
-func (m *multiFlag) Set(s string) error {
-	*m = append(*m, s)
-	return nil
+func multiFlag(v *[]string) value[[]string] {
+	return value[[]string]{v, func(s string) ([]string, error) {
+		return append(*v, s), nil
+	}, func(xs []string) string { return strings.Join(xs, " ") }}
 }
 
 // leastPagesFlag is --flush-least-pages and --commit-least-pages: a page
 // count, 0 for whatever is pending (engine.LeastPagesAny); unset, the
 // engine's default (4).
-type leastPagesFlag struct{ v *int }
-
-func (f leastPagesFlag) String() string {
-	switch {
-	case f.v == nil || *f.v == 0:
-		return ""
-	case *f.v == engine.LeastPagesAny:
-		return "0"
-	}
-	return strconv.Itoa(*f.v)
-}
-
-func (f leastPagesFlag) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return fmt.Errorf("%q: want a page count ≥ 0 (0: whatever is pending)", s)
-	}
-	if n == 0 {
-		n = engine.LeastPagesAny
-	}
-	*f.v = n
-	return nil
+func leastPagesFlag(v *int) value[int] {
+	return value[int]{v, func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q: want a page count ≥ 0 (0: whatever is pending)", s)
+		}
+		if n == 0 {
+			n = engine.LeastPagesAny
+		}
+		return n, nil
+	}, func(n int) string {
+		switch n {
+		case 0:
+			return ""
+		case engine.LeastPagesAny:
+			return "0"
+		}
+		return strconv.Itoa(n)
+	}}
 }

@@ -19,18 +19,17 @@ import (
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runMatrix(ctx, "run", args, stdout, stderr)
-}
-
-func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runMatrix(ctx, "sweep", args, stdout, stderr)
+// matrix is the run or the sweep command (runMatrix).
+func matrix(name string) func(context.Context, []string, io.Writer, io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return runMatrix(ctx, name, args, stdout, stderr)
+	}
 }
 
 // matrixFlags are the flags of run and sweep read after parsing: the
 // repeatable flags and the negations.
 type matrixFlags struct {
-	dirs, vary, backendOpts multiFlag
+	dirs, vary, backendOpts []string
 	noAA, noProfile, quiet  *bool
 	sweepFrom               string
 }
@@ -65,9 +64,6 @@ func runMatrix(ctx context.Context, name string, args []string, stdout, stderr i
 	if err := m.apply(&cfg, sweep); err != nil {
 		return c.bad(stderr, "%v", err)
 	}
-	if err := bench.Validate(&cfg); err != nil {
-		return c.bad(stderr, "%v", err)
-	}
 	opts := progressOptions(stderr)
 	if m.sweepFrom != "" {
 		ref, err := report.LoadSweepReference(m.sweepFrom)
@@ -97,26 +93,26 @@ func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) 
 	fs.Var(strsFlag(&cfg.PressureWorkloads), "pressure-workloads", "workloads run under a pressure other than none (empty: all of --workloads)")
 	fs.Var(intsFlag(&cfg.Producers, "producers"), "producers", "closed-loop producer counts, comma-separated: one throughput cell each")
 	fs.Var(ratesFlag(&cfg.Rates), "rates", "open-loop rates in msgs/s shared by every backend and peer (50k, 1.5M accepted); rungs above a system's sustained rate but the first are skipped")
-	fs.Var(&m.dirs, "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
+	fs.Var(multiFlag(&m.dirs), "dir", "target directory (repeatable: one device each); a temporary directory is made inside each (default .)")
 	fs.Var(strsFlag(&cfg.Emulate), "emulate", "emulated devices to add: hdd (loop-device ext4 throttled with blkio to a 7200 rpm disk; root)")
 
 	// The emulation, workload, pressure and loop settings.
-	fs.Var(bytesFlag{&cfg.EmulateImageBytes}, "emulate-bytes", "size of the emulated disk's (sparse) image")
-	fs.Var(bytesFlag{&cfg.ConsumeBytes}, "consume-bytes", "CommitLog the consume workload writes and reads back")
-	fs.Var(bytesFlag{&cfg.RecoveryBytes}, "recovery-bytes", "CommitLog size a recovery cell reopens after SIGKILL")
+	fs.Var(bytesFlag(&cfg.EmulateImageBytes), "emulate-bytes", "size of the emulated disk's (sparse) image")
+	fs.Var(bytesFlag(&cfg.ConsumeBytes), "consume-bytes", "CommitLog the consume workload writes and reads back")
+	fs.Var(bytesFlag(&cfg.RecoveryBytes), "recovery-bytes", "CommitLog size a recovery cell reopens after SIGKILL")
 	fs.BoolVar(&cfg.ColdReads, "cold-reads", cfg.ColdReads, "add the cold consume and recovery variants (root: they drop the page cache)")
-	fs.Var(bytesFlag{&cfg.DirtyBytes}, "dirty-bytes", "vm.dirty_bytes during dirty pressure")
-	fs.Var(bytesFlag{&cfg.DirtyBackgroundBytes}, "dirty-background-bytes", "vm.dirty_background_bytes during dirty pressure")
-	fs.Var(bytesFlag{&cfg.DirtyFileBytes}, "dirty-file-bytes", "file the dirty neighbour overwrites")
-	fs.Var(bytesFlag{&cfg.SwapFileBytes}, "swap-file-bytes", "swapfile made when no swap is on")
-	fs.Var(bytesFlag{&cfg.SwapLimitBytes}, "swap-limit", "memory cgroup limit of the store (and the neighbour) under swap pressure")
-	fs.Var(bytesFlag{&cfg.SwapNeighbourBytes}, "swap-neighbour-bytes", "anonymous memory the swap neighbour keeps touching")
+	fs.Var(bytesFlag(&cfg.DirtyBytes), "dirty-bytes", "vm.dirty_bytes during dirty pressure")
+	fs.Var(bytesFlag(&cfg.DirtyBackgroundBytes), "dirty-background-bytes", "vm.dirty_background_bytes during dirty pressure")
+	fs.Var(bytesFlag(&cfg.DirtyFileBytes), "dirty-file-bytes", "file the dirty neighbour overwrites")
+	fs.Var(bytesFlag(&cfg.SwapFileBytes), "swap-file-bytes", "swapfile made when no swap is on")
+	fs.Var(bytesFlag(&cfg.SwapLimitBytes), "swap-limit", "memory cgroup limit of the store (and the neighbour) under swap pressure")
+	fs.Var(bytesFlag(&cfg.SwapNeighbourBytes), "swap-neighbour-bytes", "anonymous memory the swap neighbour keeps touching")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "where the state file of system changes is kept (mqbench cleanup reads it)")
 	if sweep {
-		fs.Var(&m.vary, "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
+		fs.Var(multiFlag(&m.vary), "vary", "an option and its values, repeatable: flush=async,sync flush-interval=100ms,500ms flush-least-pages=0,4 commit-interval=… commit-least-pages=… sync-flush-timeout=… flush-thorough-interval=… (default grid: "+strings.Join(bench.DefaultSweepGrid(), " ")+")")
 	}
 	fs.IntVar(&cfg.InFlight, "inflight", cfg.InFlight, "open-loop workers, each owning its share of the schedule (requests in flight at most); 0: 2 × the largest --producers, at least 64, so a rate search finds the store's limit, not the generator's")
-	fs.Var(windowFlag{&cfg.Duration}, "duration", "measured window of each repeat, or auto: long enough for the device to absorb the largest buffer an async cell can fill (see summary.md)")
+	fs.Var(windowFlag(&cfg.Duration), "duration", "measured window of each repeat, or auto: long enough for the device to absorb the largest buffer an async cell can fill (see summary.md)")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured warm-up before each repeat's window")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each cell (one more, unmeasured, runs first); ≥ 5 for intervals at ~94 %, ≥ 6 for 95 %")
 	fs.StringVar(&cfg.Arrival, "arrival", cfg.Arrival, "open-loop arrivals: constant or poisson")
@@ -134,30 +130,31 @@ func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) 
 	m.noProfile = fs.Bool("no-profile", !cfg.Profile, "skip the profiled extra run of each throughput cell")
 	fs.DurationVar(&cfg.ProfileDuration, "profile-duration", cfg.ProfileDuration, "length of each profiled run")
 	fs.BoolVar(&cfg.NoLimits, "no-limits", cfg.NoLimits, "skip the memcpy and fault ceilings, device probes and fio")
-	fs.Var(bytesFlag{&cfg.MemcpyBytes}, "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
+	fs.Var(bytesFlag(&cfg.MemcpyBytes), "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
 	fs.DurationVar(&cfg.MemcpyDuration, "memcpy-duration", cfg.MemcpyDuration, "least time of each memcpy-ceiling repeat")
-	fs.Var(bytesFlag{&cfg.FaultBytes}, "fault-bytes", "fresh file the page-fault ceiling touches")
-	fs.Var(bytesFlag{&cfg.DeviceProbeBytes}, "probe-bytes", "bytes written by the O_DIRECT device probe and fio")
+	fs.Var(bytesFlag(&cfg.FaultBytes), "fault-bytes", "fresh file the page-fault ceiling touches")
+	fs.Var(bytesFlag(&cfg.DeviceProbeBytes), "probe-bytes", "bytes written by the O_DIRECT device probe and fio")
 	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat")
 	fs.StringVar(&cfg.PeerCommand, "peer-cmd", cfg.PeerCommand, "a built mqpeer binary (default: build it from bench/peers)")
 	fs.StringVar(&cfg.Store.Message, "message", cfg.Store.Message, "what the store cells' producers put: bare (the body alone, what the peers write) or rocketmq (a RocketMQ producer's message: TAGS, two KEYS and a UNIQ_KEY unique per message, WAIT, CLUSTER, a user property)")
-	fs.Var(bytesFlag{&cfg.Store.SegmentSizeBytes}, "segment-size", "CommitLog segment size")
+	fs.Var(bytesFlag(&cfg.Store.SegmentSizeBytes), "segment-size", "CommitLog segment size")
 	fs.DurationVar(&cfg.Store.FlushInterval, "flush-interval", cfg.Store.FlushInterval, "async flush interval (0: engine default 500ms)")
-	fs.Var(leastPagesFlag{&cfg.Store.FlushLeastPages}, "flush-least-pages", "async flush least pages (0: whatever is pending)")
+	fs.Var(leastPagesFlag(&cfg.Store.FlushLeastPages), "flush-least-pages", "async flush least pages (0: whatever is pending)")
 	fs.DurationVar(&cfg.Store.FlushThoroughInterval, "flush-thorough-interval", cfg.Store.FlushThoroughInterval, "async thorough flush interval (0: engine default 10s)")
 	fs.DurationVar(&cfg.Store.SyncFlushTimeout, "sync-flush-timeout", cfg.Store.SyncFlushTimeout, "group-commit timeout (0: engine default 5s)")
 	fs.DurationVar(&cfg.Store.CommitInterval, "commit-interval", cfg.Store.CommitInterval, "commit interval of buffered backends (0: engine default 200ms)")
-	fs.Var(leastPagesFlag{&cfg.Store.CommitLeastPages}, "commit-least-pages", "commit least pages (0: whatever is pending)")
+	fs.Var(leastPagesFlag(&cfg.Store.CommitLeastPages), "commit-least-pages", "commit least pages (0: whatever is pending)")
 	fs.BoolVar(&cfg.Store.WarmSegments, "warm-segments", cfg.Store.WarmSegments, "pre-touch new segments in the allocation service (RocketMQ's warmMapedFileEnable)")
 	fs.BoolVar(&cfg.Store.LockSegments, "lock-segments", cfg.Store.LockSegments, "mlock warmed segments (with --warm-segments)")
 	fs.Var(strsFlag(&cfg.Replication), "replication", "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
 	fs.StringVar(&cfg.SlaveDir, "slave-dir", cfg.SlaveDir, "where the slaves' stores go (another device; default: beside the master's, in --dir)")
 	fs.DurationVar(&cfg.HADelay, "ha-delay", cfg.HADelay, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
-	fs.Var(&m.backendOpts, "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
+	fs.Var(multiFlag(&m.backendOpts), "backend-options", "a backend's own options as JSON, repeatable: uring-direct='{\"SyncMethod\":1}' (default: each backend's own defaults; recorded per cell)")
 	m.quiet = fs.Bool("quiet", false, "do not print the summary tables at the end")
 	fs.String("config", "", "a JSON file of the configuration (the \"config\" object of a run.json: field names as there, durations in ns); flags given beside it override it")
 }
 
+// apply sets what the flags read after parsing give, then validates cfg.
 func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 	cfg.AA, cfg.Profile = !*m.noAA, !*m.noProfile
 	if len(m.dirs) > 0 {
@@ -177,7 +174,7 @@ func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 		return errors.New("--lock-segments locks warmed segments: add --warm-segments")
 	}
 	if sweep {
-		grid := []string(m.vary)
+		grid := m.vary
 		if len(grid) == 0 {
 			grid = bench.DefaultSweepGrid()
 		}
@@ -187,7 +184,7 @@ func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 		}
 		cfg.Policies = pols
 	}
-	return nil
+	return bench.Validate(cfg)
 }
 
 func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -201,19 +198,19 @@ func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(intsFlag(&cfg.Producers, "producers"), "producers", "records per write of the group-commit limit (the producer counts it bounds), comma-separated")
 	fs.StringVar(&cfg.Store.Message, "message", cfg.Store.Message, "the message whose records the memcpy ceiling and the group-commit limit write: bare or rocketmq")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each probe")
-	fs.Var(bytesFlag{&cfg.MemcpyBytes}, "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
+	fs.Var(bytesFlag(&cfg.MemcpyBytes), "memcpy-bytes", "pre-populated mapping the memcpy ceiling copies into")
 	fs.DurationVar(&cfg.MemcpyDuration, "memcpy-duration", cfg.MemcpyDuration, "least time of each memcpy-ceiling repeat")
-	fs.Var(bytesFlag{&cfg.FaultBytes}, "fault-bytes", "fresh file the page-fault ceiling touches")
-	fs.Var(bytesFlag{&cfg.DeviceProbeBytes}, "probe-bytes", "bytes written by the O_DIRECT probe and fio")
+	fs.Var(bytesFlag(&cfg.FaultBytes), "fault-bytes", "fresh file the page-fault ceiling touches")
+	fs.Var(bytesFlag(&cfg.DeviceProbeBytes), "probe-bytes", "bytes written by the O_DIRECT probe and fio")
 	fs.IntVar(&cfg.SyncProbeCount, "sync-probes", cfg.SyncProbeCount, "4 KiB write+fdatasync samples per repeat (on a fallocated and on a pre-written file)")
-	fs.Var(bytesFlag{&cfg.Store.SegmentSizeBytes}, "segment-size", "the segment the creation probes make (fallocated, and pre-written)")
+	fs.Var(bytesFlag(&cfg.Store.SegmentSizeBytes), "segment-size", "the segment the creation probes make (fallocated, and pre-written)")
 	if err := c.parse(args, stderr, 0); err != nil {
 		return err
 	}
-	if cfg.Store.SegmentSizeBytes%4096 != 0 {
+	switch {
+	case cfg.Store.SegmentSizeBytes%4096 != 0:
 		return c.bad(stderr, "--segment-size %d: want a multiple of 4096", cfg.Store.SegmentSizeBytes)
-	}
-	if cfg.Dir == "" || cfg.Repeat < 1 || cfg.SyncProbeCount < 1 {
+	case cfg.Dir == "" || cfg.Repeat < 1 || cfg.SyncProbeCount < 1:
 		return c.bad(stderr, "--dir is required; --repeat and --sync-probes must be ≥ 1")
 	}
 	if err := bench.Validate(&cfg); err != nil {
@@ -300,11 +297,11 @@ func configArg(args []string) string {
 		if a == "--" {
 			break
 		}
-		for _, p := range []string{"--config", "-config"} {
-			if v, ok := strings.CutPrefix(a, p+"="); ok {
+		if name, v, ok := strings.Cut(a, "="); name == "--config" || name == "-config" {
+			if ok {
 				return v
 			}
-			if a == p && i+1 < len(args) {
+			if i+1 < len(args) {
 				return args[i+1]
 			}
 		}
