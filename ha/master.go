@@ -194,9 +194,9 @@ func (m *Master) accept() {
 		}
 		if n := len(m.conns); n >= m.opts.MaxConnections {
 			m.mu.Unlock()
+			m.refused.Add(1) // before the close: a peer that sees it closed sees it counted
 			c.Close()
 			cancel()
-			m.refused.Add(1)
 			m.peerLog.Log(slog.LevelWarn, "ha master: connection refused: MaxConnections reached", slog.String("peer", sc.addr),
 				slog.Int("connections", n))
 			continue
