@@ -212,7 +212,9 @@ func StartSampler(files ProcFiles, interval time.Duration) *Sampler {
 			}
 			cur, err := readRaw(files)
 			if err != nil {
-				s.err = err
+				if s.err == nil {
+					s.err = err
+				}
 			} else {
 				s.samples = append(s.samples, toSample(prev, cur))
 				prev = cur

@@ -262,8 +262,11 @@ func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 func pressureRatios(f *runfile.RunFile) []runfile.Ratio {
 	var out []runfile.Ratio
 	for c := range ptrs(f.Cells) {
+		if !c.Measured() || c.Pressure == "none" || c.Variant != "" {
+			continue
+		}
 		for b := range ptrs(f.Cells) {
-			if !c.Measured() || c.Pressure == "none" || c.Variant != "" || !b.Measured() || b.Pressure != "none" || !samePoint(c, b) {
+			if !b.Measured() || b.Pressure != "none" || !samePoint(c, b) {
 				continue
 			}
 			switch {
@@ -357,8 +360,11 @@ func aaComparisons(f *runfile.RunFile) []runfile.Comparison {
 		return mapped(c.MeasuredRepeats(), func(r *runfile.Repeat) float64 { return r.Figures.Figure(fig) })
 	}
 	for _, twin := range cells {
+		if twin.TwinOf == "" || !twin.Measured() {
+			continue
+		}
 		for _, a := range cells {
-			if twin.TwinOf == "" || a.Name != twin.TwinOf || !a.Measured() || !twin.Measured() {
+			if a.Name != twin.TwinOf || !a.Measured() {
 				continue
 			}
 			for _, fig := range aaFigures[a.Workload] {

@@ -93,7 +93,7 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 // the store's segment pre-writing when the engine reports it.
 func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
 	type key struct{ backend, flush string }
-	withOptions := slices.DeleteFunc(allCells(f)[:len(f.Cells)], func(c *runfile.Cell) bool { return c.Options == nil })
+	withOptions := slices.DeleteFunc(slices.Collect(ptrs(f.Cells)), func(c *runfile.Cell) bool { return c.Options == nil })
 	for _, c := range firstByKey(withOptions, func(c *runfile.Cell) key { return key{c.Backend, c.Flush} }) {
 		var parts []string
 		if c.Tuning != "" {

@@ -72,7 +72,7 @@ func sweepOf(f *runfile.RunFile) []sweepSeries {
 	key := func(c *runfile.Cell) string {
 		return fmt.Sprintf("%s %s %s pressure=%s", c.Backend, runfile.SizeLabel(c.SizeBytes), c.Target, c.Pressure)
 	}
-	swept := slices.DeleteFunc(allCells(f)[:len(f.Cells)], func(c *runfile.Cell) bool {
+	swept := slices.DeleteFunc(slices.Collect(ptrs(f.Cells)), func(c *runfile.Cell) bool {
 		return c.Policy == "" || c.Status != runfile.StatusOK || c.TwinOf != "" || (c.Workload != "throughput" && c.Workload != "latency")
 	})
 	// Each policy's throughput cell with the most durable MB/s, and its
