@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,12 +77,17 @@ func newPool(opts Options) (*pool, error) {
 	}
 	totalBytes := int64(opts.PoolSize) * opts.SegmentSizeBytes
 	for i := 0; i < opts.PoolSize; i++ {
-		data, err := segfile.MapAnonymous(opts.SegmentSizeBytes)
+		// In transparent huge pages where the kernel gives them: appends
+		// walk through the whole buffer, and each new 4 KiB page would be a
+		// TLB miss (see segfile.MapAnonymousHuge).
+		page := int64(os.Getpagesize())
+		data, err := segfile.MapAnonymousHuge(0, (opts.SegmentSizeBytes+page-1)/page*page)
 		if err != nil {
 			p.releaseAll()
 			return nil, fmt.Errorf("transientpool: allocate buffer %d of %d (%d bytes each, %d in all): %w",
 				i+1, opts.PoolSize, opts.SegmentSizeBytes, totalBytes, err)
 		}
+		data = data[:opts.SegmentSizeBytes:opts.SegmentSizeBytes]
 		buf := &poolBuffer{data: data, index: i}
 		p.buffers = append(p.buffers, buf)
 		if p.locked {
@@ -197,7 +203,7 @@ func (p *pool) releaseAll() error {
 			buf.locked = false
 			p.bytesLocked.Add(-int64(len(buf.data)))
 		}
-		if err := segfile.Unmap(buf.data); err != nil {
+		if err := segfile.UnmapHuge(buf.data); err != nil {
 			errs = append(errs, fmt.Errorf("transientpool: buffer %d: %w", buf.index, err))
 		}
 		buf.data = nil

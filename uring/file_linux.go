@@ -35,7 +35,8 @@ type lease struct {
 // # Where the bytes are
 //
 // Appends encode in place into the lease's staging ring at position mod
-// ringBytes (the mirror after the ring keeps a wrapping append contiguous).
+// ringBytes (an append that wraps round the ring's end is encoded aside and
+// copied in two pieces).
 // The ring holds the segment's bytes from fileReadable to wrote, and keeps
 // those below until the appender comes round to them; readers copy from
 // the ring whatever it still holds (for uring-direct the file's pages are
@@ -140,10 +141,24 @@ func (f *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
 	// cleared first.
 	f.reserved.Swap(max(end, f.reserved.Load()))
 	off := wrote % ringBytes
-	dst := l.buf.ring[off : off+int64(n) : off+int64(n)]
-	if err := enc.EncodeAt(dst, wrote); err != nil {
-		clear(dst)
-		return 0, fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)
+	if off+int64(n) <= ringBytes {
+		dst := l.buf.ring[off : off+int64(n) : off+int64(n)]
+		if err := enc.EncodeAt(dst, wrote); err != nil {
+			clear(dst)
+			return 0, fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)
+		}
+	} else {
+		// The append wraps: encode it aside, then copy the two pieces.
+		tmp := l.buf.wrapBuffer(n)
+		err := enc.EncodeAt(tmp, wrote)
+		if err != nil {
+			clear(tmp)
+		}
+		k := copy(l.buf.ring[off:], tmp)
+		copy(l.buf.ring, tmp[k:])
+		if err != nil {
+			return 0, fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)
+		}
 	}
 	f.PublishWrote(end)
 	return wrote, nil
@@ -232,8 +247,7 @@ type writeResult struct {
 }
 
 // ringPieces appends to dst the memory of segment range [from, to) in the
-// ring, split where it wraps (the registered span does not include the
-// mirror).
+// ring, split where it wraps.
 func ringPieces(dst [][]byte, ring []byte, ringBytes, from, to int64) [][]byte {
 	off := from % ringBytes
 	n := to - from
@@ -633,7 +647,9 @@ func (f *file) read(dst []byte, filePos int64) error {
 			continue
 		}
 		off := filePos % l.buf.ringBytes
-		copy(dst, l.buf.ring[off:off+int64(len(dst))])
+		if k := copy(dst, l.buf.ring[off:]); k < len(dst) {
+			copy(dst[k:], l.buf.ring) // wrapped round the ring's end
+		}
 		lapped := f.lapped(l, filePos)
 		l.refs.Release()
 		if !lapped {

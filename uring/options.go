@@ -199,6 +199,10 @@ type StagingInfo struct {
 	NotRegistered string // why not, when Registered is false
 	MemlockLimit  int64  // RLIMIT_MEMLOCK when the backend started (-1: unlimited, 0: unknown)
 	PinnedBytes   int64  // bytes the kernel pinned for registered buffers
+	// HugeBytes is how many bytes of the mapped rings are backed by
+	// transparent huge pages (0 where the kernel gives none: its THP
+	// setting is "never", or it has no THP).
+	HugeBytes int64
 }
 
 // StagingReporter is implemented by the backends NewBackend returns.

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/segfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,71 +18,65 @@ var pageSize = int64(os.Getpagesize())
 
 // stagingBuffer is the off-heap memory one segment appends into while it is
 // written: a ring of ringBytes holding the segment's bytes that are not yet
-// readable from the file, followed by a mirror of itself (the same pages
-// mapped again right after), so any range of up to ringBytes starting in
-// the ring is contiguous in memory — an append is encoded in place even
-// where it wraps. Before the ring sit a bounce page (the zero-padded tail
-// block of an O_DIRECT commit) and an iovec page (the iovec arrays of
-// vectored writes). Layout, each piece page aligned:
+// readable from the file. Before the ring sit a bounce page (the
+// zero-padded tail block of an O_DIRECT commit) and an iovec page (the
+// iovec arrays of vectored writes). Layout, each piece page aligned, the
+// ring on a huge-page boundary:
 //
-//	[bounce][iovecs][ring ……………][mirror ……………]
+//	[bounce][iovecs][ring ……………]
 //
-// The bounce page, the iovec page and the ring (not the mirror) are one
-// registered buffer when the kernel allows it.
+// The ring is anonymous memory backed by transparent huge pages where the
+// kernel gives them (segfile.MapAnonymousHuge): appends and commits walk
+// through all of it, and in 4 KiB pages every new page costs a TLB miss —
+// on a virtual machine a two-dimensional page walk, in the appender's copy
+// and in the kernel's page pinning of each commit alike. An append that
+// wraps round the ring's end is encoded into wrapScratch and copied in two
+// pieces; reads and commits take the two pieces as they are.
+//
+// The bounce page, the iovec page and the ring are one registered buffer
+// when the kernel allows it.
 type stagingBuffer struct {
 	all       []byte // the whole mapping
 	bounce    []byte
 	iovecs    []byte
-	ring      []byte // 2 × ringBytes: ring and mirror
+	ring      []byte // ringBytes
 	ringBytes int64
-	index     int  // slot in the ring's buffer table
-	fixed     bool // registered: usable with the *_FIXED opcodes
+	hugeBytes int64 // bytes of the ring in transparent huge pages
+	index     int   // slot in the ring's buffer table
+	fixed     bool  // registered: usable with the *_FIXED opcodes
+	// wrapScratch is where an append that wraps is encoded (grown to the
+	// largest such append, then reused: appends of one buffer are serial).
+	wrapScratch []byte
 }
 
 // registered returns the registered span (bounce, iovecs, ring).
 func (b *stagingBuffer) registered() []byte {
-	return b.all[:2*pageSize+b.ringBytes]
+	return b.all
+}
+
+// wrapBuffer returns n bytes of the buffer's wrap scratch.
+func (b *stagingBuffer) wrapBuffer(n int) []byte {
+	if cap(b.wrapScratch) < n {
+		b.wrapScratch = make([]byte, n)
+	}
+	return b.wrapScratch[:n:n]
 }
 
 // mapStaging maps a staging buffer with a ring of ringBytes (a multiple of
-// the page size). The ring pages come from a memfd (they must be mappable
-// twice); they are populated now, so appends do not fault.
+// the page size), populated now, so appends do not fault.
 func mapStaging(ringBytes int64) (*stagingBuffer, error) {
 	if ringBytes <= 0 || ringBytes%pageSize != 0 {
 		return nil, fmt.Errorf("uring: staging ring of %d bytes: not a positive multiple of the page size %d", ringBytes, pageSize)
 	}
-	total := 2*pageSize + 2*ringBytes
-	all, err := unix.Mmap(-1, 0, int(total), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	all, err := segfile.MapAnonymousHuge(2*pageSize, ringBytes)
 	if err != nil {
-		return nil, fmt.Errorf("uring: reserve %d bytes of address space for a staging buffer: %w", total, err)
+		return nil, fmt.Errorf("uring: staging buffer of %d bytes: %w", ringBytes, err)
 	}
 	b := &stagingBuffer{all: all, ringBytes: ringBytes}
-	fail := func(what string, err error) (*stagingBuffer, error) {
-		_ = unix.Munmap(all)
-		return nil, fmt.Errorf("uring: staging buffer of %d bytes: %s: %w", ringBytes, what, err)
-	}
-	fd, err := unix.MemfdCreate("mqstore-uring-staging", unix.MFD_CLOEXEC)
-	if err != nil {
-		return fail("memfd_create", err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, ringBytes); err != nil {
-		return fail("ftruncate the memfd", err)
-	}
-	const rw = unix.PROT_READ | unix.PROT_WRITE
-	if _, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&all[0]), uintptr(2*pageSize), rw,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_POPULATE); err != nil {
-		return fail("map the bounce and iovec pages", err)
-	}
-	for _, at := range []int64{2 * pageSize, 2*pageSize + ringBytes} {
-		if _, err := unix.MmapPtr(fd, 0, unsafe.Pointer(&all[at]), uintptr(ringBytes), rw,
-			unix.MAP_SHARED|unix.MAP_FIXED|unix.MAP_POPULATE); err != nil {
-			return fail("map the ring", err)
-		}
-	}
 	b.bounce = all[:pageSize:pageSize]
 	b.iovecs = all[pageSize : 2*pageSize : 2*pageSize]
-	b.ring = all[2*pageSize : total : total]
+	b.ring = all[2*pageSize:]
+	b.hugeBytes, _ = segfile.HugeBytes(b.ring) // 0 when smaps cannot be read: reported as such
 	return b, nil
 }
 
@@ -90,8 +84,8 @@ func (b *stagingBuffer) unmap() error {
 	if b.all == nil {
 		return nil
 	}
-	err := unix.Munmap(b.all)
-	b.all, b.ring, b.bounce, b.iovecs = nil, nil, nil, nil
+	err := segfile.UnmapHuge(b.all)
+	b.all, b.ring, b.bounce, b.iovecs, b.wrapScratch = nil, nil, nil, nil, nil
 	if err != nil {
 		return fmt.Errorf("uring: unmap a staging buffer: %w", err)
 	}
@@ -256,6 +250,7 @@ func (p *stagingPool) info() StagingInfo {
 		if b != nil {
 			in.Mapped++
 			in.RingBytes = b.ringBytes
+			in.HugeBytes += b.hugeBytes
 			in.Registered = in.Registered && b.fixed
 		}
 	}

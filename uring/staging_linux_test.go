@@ -32,6 +32,8 @@ import (
 // the write position the whole time (from the ring, then from the file as
 // the bytes move there) and must only ever see the bytes written there.
 // At the end the file must hold exactly the appended bytes and zeros.
+// The bytes differ from lap to lap of the ring (lapFill), so a piece of an
+// append that never reached the ring shows as the previous lap's bytes.
 func TestStagingRingWrapsUnderReaders(t *testing.T) {
 	for _, v := range []struct {
 		name string
@@ -50,7 +52,7 @@ func TestStagingRingWrapsUnderReaders(t *testing.T) {
 			mf := openSeg(t, b, path, size)
 			ctx := context.Background()
 			want := make([]byte, size)
-			_ = fill(7).EncodeAt(want, 0)
+			_ = lapFill(7).EncodeAt(want, 0)
 			rng := rand.New(rand.NewPCG(1, 2))
 			var wg sync.WaitGroup
 			var done atomic.Bool
@@ -82,7 +84,7 @@ func TestStagingRingWrapsUnderReaders(t *testing.T) {
 			}
 			for mf.WrotePosition() < size {
 				n := int(min(int64(1+rng.IntN(6000)), size-mf.WrotePosition()))
-				if _, err := mf.Append(n, fill(7)); err != nil {
+				if _, err := mf.Append(n, lapFill(7)); err != nil {
 					t.Fatal(err)
 				}
 				if rng.IntN(8) == 0 {
@@ -112,6 +114,18 @@ func TestStagingRingWrapsUnderReaders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lapFill writes a byte of its position's hash: unlike fill's, which
+// repeats every 256 bytes, a position and the one a ring's length later
+// (any power of two up to 2^32) get different bytes.
+type lapFill byte
+
+func (f lapFill) EncodeAt(dst []byte, pos int64) error {
+	for i := range dst {
+		dst[i] = byte(f) + byte(uint64(pos+int64(i))*0x9e3779b97f4a7c15>>56)
+	}
+	return nil
 }
 
 // TestDirectFileHoldsZerosPastWrote: after every commit, an O_DIRECT
@@ -527,4 +541,37 @@ func memlockChild(t *testing.T) {
 		t.Fatalf("RequireRegistered over RLIMIT_MEMLOCK: %v; want an error naming RLIMIT_MEMLOCK", err)
 	}
 	fmt.Printf("CHILD-OK %s\n", info.NotRegistered)
+}
+
+// TestStagingRingInHugePages: where the kernel's THP setting allows them,
+// a staging ring of a few huge pages is backed by them (Staging reports
+// HugeBytes), and a segment written through it reads back exactly.
+func TestStagingRingInHugePages(t *testing.T) {
+	const ring = 8 << 20
+	b := newTestBackend(t, Options{Direct: true, StagingBytes: ring})
+	mf := openSeg(t, b, filepath.Join(t.TempDir(), "seg"), 16<<20)
+	for mf.WrotePosition() < 12<<20 {
+		if _, err := mf.Append(3001, lapFill(3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := b.(StagingReporter).Staging()
+	setting, _ := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	t.Logf("THP %q: %+v", strings.TrimSpace(string(setting)), in)
+	if in.HugeBytes > int64(in.Mapped)*ring {
+		t.Fatalf("HugeBytes %d exceeds the %d mapped rings of %d bytes", in.HugeBytes, in.Mapped, ring)
+	}
+	if (strings.Contains(string(setting), "[always]") || strings.Contains(string(setting), "[madvise]")) && in.HugeBytes == 0 {
+		t.Fatalf("THP is %q, yet no byte of the staging ring is in a huge page", strings.TrimSpace(string(setting)))
+	}
+	wrote := mf.WrotePosition()
+	got := make([]byte, wrote)
+	if _, err := mf.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, wrote)
+	_ = lapFill(3).EncodeAt(want, 0)
+	if i := commonPrefix(got, want); i != len(want) {
+		t.Fatalf("byte %d differs", i)
+	}
 }
