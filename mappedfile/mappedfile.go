@@ -121,6 +121,17 @@ type Spec struct {
 	// none for backends that keep files in memory. The engine's allocation
 	// service sets it (Options.PrewriteSegments), so the cost lands there.
 	Prewrite bool
+	// HugePages asks a backend that maps the file to back the mapping with
+	// transparent huge pages where the kernel can (madvise MADV_HUGEPAGE):
+	// pages faulted in then come as 2 MiB folios, one fault and one TLB
+	// entry where there were 512, and writeback writes them in large runs.
+	// For a file written in bulk and synced seldom — an async CommitLog
+	// segment, an IndexFile. Not for one synced after every small append: a
+	// sync then writes the whole dirty 2 MiB folio around the appended
+	// bytes. A hint: it changes no byte and no guarantee, pages already in
+	// the cache (a pre-written segment's) keep their size, and backends that
+	// do not map files ignore it.
+	HugePages bool
 }
 
 // MemoryReads is implemented by a backend whose reads of recent bytes come

@@ -82,6 +82,13 @@ func (b *backend) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.Ma
 		osFile.Close()
 		return nil, fmt.Errorf("mmapio: %w", err)
 	}
+	if spec.HugePages {
+		if err := segfile.AdviseHuge(mapping); err != nil {
+			_ = segfile.Unmap(mapping)
+			osFile.Close()
+			return nil, fmt.Errorf("mmapio: open %s: %w", spec.Path, err)
+		}
+	}
 	m := &file{
 		osFile:    osFile,
 		mapping:   mapping,

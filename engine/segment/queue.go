@@ -65,6 +65,7 @@ type Queue struct {
 	fs               storefs.FS
 	allocator        Allocator // nil: open directly
 	segmentSizeBytes int64
+	hugePages        bool
 
 	mu    sync.RWMutex
 	files []mappedfile.MappedFile // ascending by FromOffset, contiguous
@@ -76,6 +77,8 @@ type Config struct {
 	Backend          mappedfile.Backend
 	SegmentSizeBytes int64
 	Allocator        Allocator
+	// HugePages is every segment's mappedfile.Spec.HugePages.
+	HugePages bool
 }
 
 // Open loads the segments already in cfg.Dir (creating the directory, and
@@ -86,7 +89,8 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	if cfg.SegmentSizeBytes <= 0 {
 		return nil, fmt.Errorf("segment queue %s: segment size %d: %w", cfg.Dir, cfg.SegmentSizeBytes, mappedfile.ErrInvalidArgument)
 	}
-	q := &Queue{dir: cfg.Dir, backend: cfg.Backend, fs: storefs.Of(cfg.Backend), allocator: cfg.Allocator, segmentSizeBytes: cfg.SegmentSizeBytes}
+	q := &Queue{dir: cfg.Dir, backend: cfg.Backend, fs: storefs.Of(cfg.Backend), allocator: cfg.Allocator, segmentSizeBytes: cfg.SegmentSizeBytes,
+		hugePages: cfg.HugePages}
 	if err := q.fs.MkdirAll(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("segment queue: create %s: %w", cfg.Dir, err)
 	}
@@ -107,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 					cfg.Dir, name, Name(prev), Name(prev+q.segmentSizeBytes), ErrCorruptDirectory)
 			}
 		}
-		mf, err := cfg.Backend.Open(ctx, mappedfile.Spec{Path: filepath.Join(cfg.Dir, name), FromOffset: off, SizeBytes: cfg.SegmentSizeBytes})
+		mf, err := cfg.Backend.Open(ctx, q.specAt(off))
 		if err != nil {
 			q.Close()
 			return nil, fmt.Errorf("segment queue %s: load %s: %w", cfg.Dir, name, err)
@@ -280,7 +284,7 @@ func (q *Queue) NextForAppend(ctx context.Context, startOffset int64) (mappedfil
 }
 
 func (q *Queue) specAt(from int64) mappedfile.Spec {
-	return mappedfile.Spec{Path: filepath.Join(q.dir, Name(from)), FromOffset: from, SizeBytes: q.segmentSizeBytes}
+	return mappedfile.Spec{Path: filepath.Join(q.dir, Name(from)), FromOffset: from, SizeBytes: q.segmentSizeBytes, HugePages: q.hugePages}
 }
 
 // Commit commits every segment from the one holding committedFrom to the

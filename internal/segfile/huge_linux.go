@@ -75,6 +75,20 @@ func MapAnonymousHuge(lead, size int64) ([]byte, error) {
 	return mem, nil
 }
 
+// AdviseHuge asks the kernel to back a mapping with transparent huge pages
+// (madvise MADV_HUGEPAGE): pages faulted in after it come as huge folios
+// where the kernel and, for a file, its file system can make them. A kernel
+// without THP is not an error (nothing changes).
+func AdviseHuge(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := unix.Madvise(b, unix.MADV_HUGEPAGE); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("madvise HUGEPAGE: %w", err)
+	}
+	return nil
+}
+
 // UnmapHuge unmaps memory from MapAnonymousHuge.
 func UnmapHuge(b []byte) error {
 	if len(b) == 0 {

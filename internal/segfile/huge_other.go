@@ -22,3 +22,6 @@ func HugeBytes([]byte) (int64, error) { return 0, nil }
 
 // UnmapHuge unmaps memory from MapAnonymousHuge.
 func UnmapHuge(b []byte) error { return Unmap(b) }
+
+// AdviseHuge does nothing: no transparent huge pages here.
+func AdviseHuge([]byte) error { return nil }

@@ -1,0 +1,87 @@
+//go:build linux
+
+package mmapio
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+// vmFlags returns the VmFlags of the mapping of this process that holds
+// b's first byte (/proc/self/smaps).
+func vmFlags(t *testing.T, b []byte) []string {
+	t.Helper()
+	addr := uint64(uintptr(unsafe.Pointer(&b[0])))
+	data, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := false
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := sc.Text()
+		if lo, rest, ok := strings.Cut(line, "-"); ok && !strings.Contains(lo, ":") && !strings.Contains(lo, " ") {
+			hi, _, _ := strings.Cut(rest, " ")
+			l, err1 := strconv.ParseUint(lo, 16, 64)
+			h, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 == nil && err2 == nil {
+				in = l <= addr && addr < h
+				continue
+			}
+		}
+		if v, ok := strings.CutPrefix(line, "VmFlags:"); ok && in {
+			return strings.Fields(v)
+		}
+	}
+	t.Fatalf("no mapping of this process holds %#x", addr)
+	return nil
+}
+
+// TestHugePagesAdvisesTheMapping: a segment opened with Spec.HugePages is
+// mapped with MADV_HUGEPAGE (VmFlags "hg"), one opened without it is not,
+// and both take appends and read them back alike.
+func TestHugePagesAdvisesTheMapping(t *testing.T) {
+	thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		t.Skipf("the kernel has no transparent huge pages (%v): MADV_HUGEPAGE changes nothing there", err)
+	}
+	t.Logf("THP %q", strings.TrimSpace(string(thp)))
+	ctx := testContext(t)
+	dir := t.TempDir()
+	for _, huge := range []bool{false, true} {
+		spec := mappedfile.Spec{Path: filepath.Join(dir, strconv.FormatBool(huge)), SizeBytes: 8 << 20, HugePages: huge}
+		mf, err := New(Options{}).Open(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := mf.(*file)
+		if got := strings.Contains(" "+strings.Join(vmFlags(t, f.mapping), " ")+" ", " hg "); got != huge {
+			t.Errorf("HugePages %v: the mapping is advised huge: %v (VmFlags %v)", huge, got, vmFlags(t, f.mapping))
+		}
+		for f.WrotePosition() < 5<<20 {
+			if _, err := f.Append(4000, patternEncoder{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := make([]byte, f.WrotePosition())
+		if _, err := f.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range got {
+			if b != patternByte(int64(i)) {
+				t.Fatalf("HugePages %v: byte %d is %d, want %d", huge, i, b, patternByte(int64(i)))
+			}
+		}
+		if err := mf.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
