@@ -76,7 +76,7 @@ clean:
 BENCH_SWEEP ?= results/20261202-212928-vm
 BENCH_QUICK := --message rocketmq --sizes 1024 --flush async,sync --workloads throughput,latency --pressure none,dirty --pressure-workloads latency \
 	--producers 16 --rates 1000 --repeat 5 --duration 1s --warmup 200ms --peers pebble-wal --search-probes 3 --search-duration 500ms \
-	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --memcpy-bytes 64MiB --fault-bytes 128MiB --profile-duration 300ms \
+	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --profile-duration 300ms \
 	$(if $(BENCH_SWEEP),--sweep-from $(BENCH_SWEEP))
 BENCH_FLAGS ?=
 bench:
@@ -95,7 +95,7 @@ bench-pressure:
 	$(GO) run ./cmd/mqbench run --dir . --emulate hdd --sizes 1024 --flush async,sync \
 		--workloads throughput,latency,e2e,consume,recovery --pressure none,dirty,swap --producers 16 --rates 1000 \
 		--repeat 5 --duration 1s --warmup 200ms --peers "" --no-profile --search-probes 3 --search-duration 500ms \
-		--probe-bytes 256MiB --sync-probes 200 --memcpy-bytes 64MiB --fault-bytes 128MiB \
+		--probe-bytes 256MiB --sync-probes 200 \
 		--consume-bytes 128MiB --recovery-bytes 256MiB --segment-size 64MiB $(BENCH_FLAGS)
 
 ## bench-sweep: the flush-policy grid (flush interval, least pages, commit interval where a backend commits,
@@ -110,8 +110,7 @@ bench-sweep:
 ## BENCH_FLAGS='--flush async,sync --workloads throughput,e2e --rates 1000'.
 bench-durable:
 	$(GO) run ./cmd/mqbench run --dir . --sizes 1024 --flush sync --workloads throughput --producers 1,4,16,64,256 --peers pebble-wal \
-		--repeat 5 --duration 1s --warmup 200ms --no-profile --segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 \
-		--memcpy-bytes 64MiB --memcpy-duration 300ms --fault-bytes 128MiB $(BENCH_FLAGS)
+		--repeat 5 --duration 1s --warmup 200ms --no-profile --segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 $(BENCH_FLAGS)
 
 ## bench-replication: the replication comparison — mmap and uring-direct, 1 KiB, async and sync flush, each without a slave, with an
 ## ASYNC_MASTER slave and with a SYNC_MASTER slave (its own process and directory), closed loop at 16 and 64 producers and the

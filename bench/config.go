@@ -88,7 +88,7 @@ func DefaultConfig() Config {
 		Rates: []float64{1000, 10000, 50000, 100000, 200000}, Arrival: string(load.Poisson), Seed: 1, SearchProbes: 6, SearchDuration: time.Second, AA: true,
 		Replication: []string{ReplicationNone},
 		Dir:         ".", Out: "results", ProfilesRoot: "profiles", Profile: true, ProfileDuration: time.Second,
-		MemcpyBytes: 64 << 20, MemcpyDuration: time.Second, FaultBytes: 256 << 20, DeviceProbeBytes: 1 << 30, SyncProbeCount: 1000,
+		DeviceProbeBytes: 1 << 30, SyncProbeCount: 1000,
 		Store:             StoreConfig{SegmentSizeBytes: 256 << 20, Message: MessageBare},
 		EmulateImageBytes: 4 << 30,
 		ConsumeBytes:      256 << 20, RecoveryBytes: 1 << 30, ColdReads: true,
@@ -271,9 +271,8 @@ func validateSizes(c *Config) error {
 		return fmt.Errorf("consume bytes %d, recovery bytes %d: want ≥ 1 MiB", c.ConsumeBytes, c.RecoveryBytes)
 	case c.Store.SegmentSizeBytes < 1<<20:
 		return fmt.Errorf("segment size %d: want ≥ 1 MiB", c.Store.SegmentSizeBytes)
-	case !c.NoLimits && (c.MemcpyBytes < 1<<20 || c.MemcpyDuration <= 0 || c.FaultBytes < 1<<20 || c.DeviceProbeBytes < 1<<20 || c.SyncProbeCount <= 0):
-		return fmt.Errorf("limits: memcpy %d bytes for %v, fault %d bytes, probe %d bytes, %d sync probes: want ≥ 1 MiB, > 0",
-			c.MemcpyBytes, c.MemcpyDuration, c.FaultBytes, c.DeviceProbeBytes, c.SyncProbeCount)
+	case !c.NoLimits && (c.DeviceProbeBytes < 1<<20 || c.SyncProbeCount <= 0):
+		return fmt.Errorf("limits: probe %d bytes, %d sync probes: want ≥ 1 MiB, > 0", c.DeviceProbeBytes, c.SyncProbeCount)
 	}
 	return nil
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/mqstore/mqstore/internal/hostctl"
 )
 
-// MeasureDevice measures the limits alone (the memcpy ceiling for
-// cfg.Sizes, the page-fault rate, the device probes, fio) in a temporary
-// directory inside cfg.Dir (mqbench device).
+// MeasureDevice measures the limits alone (the device probes, the
+// group-commit limit for cfg.Sizes, fio) in a temporary directory inside
+// cfg.Dir (mqbench device).
 func MeasureDevice(ctx context.Context, cfg Config, o RunOptions) (*runfile.RunFile, error) {
 	work, err := absTempDir(cfg.Dir, "mqbench-device-")
 	if err != nil {

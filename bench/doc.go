@@ -2,9 +2,9 @@
 // backend × message size × flush policy × pressure × target directory
 // (and the peer stores beside it), repeats every cell in interleaved,
 // shuffled rounds after an unmeasured warm round, measures the limits
-// beside the store (device probes, fio, memcpy and page-fault ceilings,
-// the group-commit limit) and the load generator's own floor, and writes
-// a results directory that package report renders.
+// beside the store (device probes, fio, the group-commit limit) and the
+// load generator's own floor, and writes a results directory that package
+// report renders.
 //
 // What a user reads first is the answer (report: "What to run"): per
 // device, the backend and flush policy for an acknowledgement that means

@@ -99,7 +99,7 @@ func (r *runner) fioLimits(ctx context.Context) {
 			r.progress.cellDone("limit "+l.Name, l.Status, l.Reason)
 			continue
 		}
-		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) {
+		r.repeatLimit(ctx, &l, func() (runfile.Figures, error) {
 			out, err := exec.CommandContext(ctx, path, job.args...).Output()
 			if err != nil {
 				if ee, ok := err.(*exec.ExitError); ok {

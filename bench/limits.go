@@ -88,44 +88,20 @@ func segmentCreate(ctx context.Context, p DeviceProber, dir string, sizeBytes in
 	return f, nil
 }
 
-// memcpyCeiling runs the memcpy ceiling once for the records of a message
-// kind and body size: MB/s of record bytes (what the cells' writtenMBps
-// counts), msgs/s of records.
-func memcpyCeiling(ctx context.Context, dir, kind string, sizeBytes int, fileBytes int64, d time.Duration) (runfile.Figures, error) {
-	rec := recordBytes(kind, sizeBytes)
-	res, err := device.MemcpyCeiling(ctx, dir, rec, fileBytes, d)
-	if err != nil {
-		return runfile.Figures{}, err
-	}
-	return runfile.Figures{MBPerSec: res.MBps(), MsgsPerSec: float64(res.Bytes/int64(rec)) / res.Duration.Seconds()}, nil
-}
-
-// faultCeiling runs the page-fault rate once: faults/s, and MB/s of the
-// pages they brought in.
-func faultCeiling(ctx context.Context, dir string, fileBytes int64) (runfile.Figures, error) {
-	pages, d, err := device.FaultRate(ctx, dir, fileBytes)
-	if err != nil {
-		return runfile.Figures{}, err
-	}
-	perSec := float64(pages) / d.Seconds()
-	return runfile.Figures{FaultsPerSec: perSec, MsgsPerSec: perSec, MBPerSec: perSec * 4096 / 1e6}, nil
-}
-
-// measureLimits runs every limit, cfg.Repeat measured times each (the
-// page-fault rate after one discarded repeat).
+// measureLimits runs every limit, cfg.Repeat measured times each.
 func (r *runner) measureLimits(ctx context.Context) {
 	cfg := r.cfg
 	seq := runfile.Limit{Name: runfile.LimitDeviceSeq, Tool: "mqbench device probe (io_uring, O_DIRECT)", SizeBytes: 1 << 20, Dir: r.work,
 		Params: map[string]string{"blockBytes": "1048576", "depth": "32", "totalBytes": strconv.FormatInt(cfg.DeviceProbeBytes, 10)}}
-	r.repeatLimit(ctx, &seq, false, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes) })
+	r.repeatLimit(ctx, &seq, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes) })
 	sync := runfile.Limit{Name: runfile.LimitDeviceSync, Tool: "mqbench device probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount)}}
 	probe := device.SyncProbe{WriteBytes: 4096, Count: cfg.SyncProbeCount, InFlight: 1}
-	r.repeatLimit(ctx, &sync, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
+	r.repeatLimit(ctx, &sync, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
 	pre := runfile.Limit{Name: runfile.LimitDeviceSyncPrewritten, Tool: "mqbench device probe (pwrite + fdatasync on a pre-written file)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount), "file": prewrittenFile}}
 	probe.Prewritten = true
-	r.repeatLimit(ctx, &pre, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
+	r.repeatLimit(ctx, &pre, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
 	r.groupCommitLimits(ctx)
 	seg := cfg.Store.SegmentSizeBytes
 	for _, k := range []struct {
@@ -141,19 +117,8 @@ func (r *runner) measureLimits(ctx context.Context) {
 		if k.pre {
 			l.Params["mbPerSec"] = "the segment's bytes over its creation time: the write bandwidth pre-writing takes"
 		}
-		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) { return segmentCreate(ctx, r.prober, r.work, seg, k.pre, k.direct) })
+		r.repeatLimit(ctx, &l, func() (runfile.Figures, error) { return segmentCreate(ctx, r.prober, r.work, seg, k.pre, k.direct) })
 	}
-	for _, size := range cfg.Sizes {
-		l := runfile.Limit{Name: runfile.LimitMemcpy, Tool: "mqbench (memcpy into a pre-populated shared mapping, 1 goroutine)", SizeBytes: size, Dir: r.work,
-			Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.MemcpyBytes, 10), "recordBytes": strconv.Itoa(recordBytes(cfg.Store.Message, size)), "message": messageKind(cfg.Store.Message),
-				"minDuration": cfg.MemcpyDuration.String()}}
-		r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) {
-			return memcpyCeiling(ctx, r.work, cfg.Store.Message, size, cfg.MemcpyBytes, cfg.MemcpyDuration)
-		})
-	}
-	faults := runfile.Limit{Name: runfile.LimitFaults, Tool: "mqbench (first write to each page of a fresh fallocated file mapping)", SizeBytes: 4096, Dir: r.work,
-		Params: map[string]string{"fileBytes": strconv.FormatInt(cfg.FaultBytes, 10)}}
-	r.repeatLimit(ctx, &faults, true, func() (runfile.Figures, error) { return faultCeiling(ctx, r.work, cfg.FaultBytes) })
 	r.fioLimits(ctx)
 }
 
@@ -193,20 +158,15 @@ func (r *runner) groupCommitLimits(ctx context.Context) {
 					SizeBytes: size, RecordBytes: rec, Producers: n, InFlight: inFlight, Dir: r.work,
 					Params: map[string]string{"writeBytes": strconv.Itoa(probe.WriteBytes), "count": strconv.Itoa(probe.Count),
 						"message": messageKind(cfg.Store.Message), "writers": writers, "file": prewrittenFile}}
-				r.repeatLimit(ctx, &l, false, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, n) })
+				r.repeatLimit(ctx, &l, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, n) })
 			}
 		}
 	}
 }
 
-// repeatLimit measures l cfg.Repeat times (after one discarded repeat when
-// warm) and records it.
-func (r *runner) repeatLimit(ctx context.Context, l *runfile.Limit, warm bool, measure func() (runfile.Figures, error)) {
-	first := 0
-	if warm {
-		first = -1
-	}
-	for i := first; i < r.cfg.Repeat; i++ {
+// repeatLimit measures l cfg.Repeat times and records it.
+func (r *runner) repeatLimit(ctx context.Context, l *runfile.Limit, measure func() (runfile.Figures, error)) {
+	for i := range r.cfg.Repeat {
 		if ctx.Err() != nil {
 			l.Status, l.Reason = runfile.StatusInterrupted, "interrupted"
 			break
@@ -226,7 +186,7 @@ func (r *runner) repeatLimit(ctx context.Context, l *runfile.Limit, warm bool, m
 			}
 			break
 		}
-		l.Repeats = append(l.Repeats, runfile.LimitRepeat{Warm: i < 0, Figures: f})
+		l.Repeats = append(l.Repeats, runfile.LimitRepeat{Figures: f})
 	}
 	finishLimit(l)
 	r.file.Limits = append(r.file.Limits, *l)
@@ -239,9 +199,7 @@ func finishLimit(l *runfile.Limit) {
 	}
 	var fs []runfile.Figures
 	for _, rep := range l.Repeats {
-		if !rep.Warm {
-			fs = append(fs, rep.Figures)
-		}
+		fs = append(fs, rep.Figures)
 	}
 	if len(fs) == 0 {
 		l.Status, l.Reason = runfile.StatusFailed, "no measured repeat ran"

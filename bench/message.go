@@ -127,8 +127,7 @@ func mix64(z uint64) uint64 {
 
 // recordBytes is the size of the CommitLog record the store writes for a
 // message of kind with a body of sizeBytes (every message of a kind has
-// the same size): what the memcpy ceiling copies and the group-commit
-// limit writes per message.
+// the same size): what the group-commit limit writes per message.
 func recordBytes(kind string, sizeBytes int) int {
 	m := newProducerMessages(kind, 0, sizeBytes).next()
 	props, err := record.EncodeProperties(nil, m.Properties)

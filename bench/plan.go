@@ -133,10 +133,8 @@ func limitSeconds(c *Config) float64 {
 		return 0
 	}
 	r := float64(c.Repeat)
-	seq := float64(c.DeviceProbeBytes) / 1e9 * 2   // probe and fio at ~1 GB/s
-	sync := float64(c.SyncProbeCount) * 200e-6 * 3 // fallocated, pre-written, fio
-	memcpy := c.MemcpyDuration.Seconds() * float64(len(c.Sizes))
-	fault := float64(c.FaultBytes) / 4096 * 1e-6
+	seq := float64(c.DeviceProbeBytes) / 1e9 * 2              // probe and fio at ~1 GB/s
+	sync := float64(c.SyncProbeCount) * 200e-6 * 3            // fallocated, pre-written, fio
 	segments := 2*float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // two pre-written ones at ~1 GB/s, a fallocated one
 	if groupCommitRuns(c) > 0 {
 		// Per op ~200 µs and its bytes at ~1 GB/s, twice (pre-written, then written).
@@ -147,7 +145,7 @@ func limitSeconds(c *Config) float64 {
 			}
 		}
 	}
-	return r*(seq+sync+memcpy+segments) + (r+1)*fault
+	return r * (seq + sync + segments)
 }
 
 // limitRuns is the progress units of the limits.
@@ -155,9 +153,9 @@ func limitRuns(c *Config, targets int) int {
 	if c.NoLimits {
 		return 0
 	}
-	// seq, sync, pre-written sync, three segments, memcpy per size, fio's
-	// two, the group-commit limits
-	return targets * (c.Repeat*(6+len(c.Sizes)+2+groupCommitRuns(c)) + c.Repeat + 1)
+	// seq, sync, pre-written sync, three segments, fio's two, the
+	// group-commit limits
+	return targets * c.Repeat * (6 + 2 + groupCommitRuns(c))
 }
 
 func planLine(p *runfile.Plan, c *Config) string {

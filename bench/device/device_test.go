@@ -92,38 +92,6 @@ func TestCreateSegment(t *testing.T) {
 	}
 }
 
-func TestMemcpyCeilingRunsItsDuration(t *testing.T) {
-	dir := t.TempDir()
-	r, err := MemcpyCeiling(context.Background(), dir, 1100, 4<<20, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Duration < 50*time.Millisecond || r.Bytes%1100 != 0 || r.Bytes < 4<<20 {
-		t.Errorf("%+v: want ≥ 50 ms of whole records, more than one pass over the mapping", r)
-	}
-	noFilesLeft(t, dir)
-	if _, err := MemcpyCeiling(context.Background(), dir, 1100, 100, time.Second); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("a mapping smaller than a record: %v", err)
-	}
-}
-
-func TestFaultRateTouchesEveryPage(t *testing.T) {
-	dir := t.TempDir()
-	pages, d, err := FaultRate(context.Background(), dir, 8<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pages != int64(8<<20/os.Getpagesize()) || d <= 0 {
-		t.Errorf("%d pages in %v", pages, d)
-	}
-	noFilesLeft(t, dir)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, _, err := FaultRate(ctx, dir, 64<<20); !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled: %v", err)
-	}
-}
-
 // BenchmarkSequentialWrite is the device probe: sequential O_DIRECT writes
 // of 1 MiB at queue depth 32, 1 GiB per iteration, to a file in the test's
 // temporary directory (run with -benchtime=Nx).

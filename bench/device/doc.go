@@ -1,11 +1,9 @@
 // Package device measures the limits beside the store, with no engine in
 // the way: the device's sequential O_DIRECT write bandwidth (io_uring at a
 // queue depth, fio's --rw=write --direct=1 --ioengine=io_uring), the
-// latency of one durable 4 KiB append (pwrite + fdatasync), the memcpy
-// ceiling of an append into a pre-populated shared mapping, the page-fault
-// rate of first writes into a fresh file mapping, and the group-commit
-// limit (N records written and fdatasynced as one write, one or two in
-// flight).
+// latency of one durable 4 KiB append (pwrite + fdatasync), and the
+// group-commit limit (N records written and fdatasynced as one write, one
+// or two in flight).
 //
 // The io_uring probe drives the uring package's exported ring (NewRing,
 // RegisterBuffers, Submit, Wait); everything else is plain system calls.
@@ -18,6 +16,6 @@
 // (internal/segfile.OpenOrCreate, which its allocation service uses).
 //
 // Files: probe_linux.go (SequentialWrite, SyncWrites, CreateSegment),
-// probe_other.go, syncprobe.go (SyncProbe), ceiling.go (MemcpyCeiling,
-// FaultRate), file_*.go (probe files).
+// probe_other.go, syncprobe.go (SyncProbe), result.go (Result, the
+// errors), file_linux.go (probe files).
 package device

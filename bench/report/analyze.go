@@ -117,16 +117,6 @@ func samePoint(a, b *runfile.Cell) bool {
 		a.Replication == b.Replication && a.HADelayNs == b.HADelayNs && a.TwinOf == "" && b.TwinOf == ""
 }
 
-func warmedSegments(c *runfile.Cell) bool { return c.Options["WarmSegments"] == "true" }
-
-// mapsPages: the backend appends into the file's own pages (write-through,
-// not volatile: mmap), so first touches fault pages in. The registry says
-// so; a backend this binary does not register has no fault ratio.
-func mapsPages(backend string) bool {
-	reg, err := mappedfile.Registered().Lookup(backend)
-	return err == nil && !reg.Buffered && !reg.DirectIO && !reg.Volatile
-}
-
 // volatile: the backend keeps its files in memory only (mem).
 func volatile(backend string) bool {
 	reg, err := mappedfile.Registered().Lookup(backend)
@@ -180,9 +170,8 @@ func findLimit(f *runfile.RunFile, name string, size int, target string) *runfil
 	return nil
 }
 
-// limitRatios relates a cell to the limits beside the store: the append
-// path's ceilings, the device's bandwidth and sync latency, the group
-// commit's limit.
+// limitRatios relates a cell to the limits beside the store: the device's
+// bandwidth and sync latency, the group commit's limit.
 func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	var out []runfile.Ratio
 	add := func(kind, name string, size int, fig, limitFig, note string) {
@@ -190,22 +179,11 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 			out = append(out, ratioOf(kind, c, l.Name, fig, l.Interval(limitFig), note))
 		}
 	}
-	if c.Workload == "throughput" && c.Flush == "async" {
-		// The append path's ceilings and the device's bandwidth bound
-		// async cells; sync cells are bound by the device's flush
-		// latency (below).
-		if c.WrittenMBps > 0 {
-			switch {
-			case mapsPages(c.Backend) && !warmedSegments(c):
-				add("fault-ceiling", runfile.LimitFaults, 0, "writtenMBps", "mbPerSec", "accepted record MB/s ÷ first-touch page faults' MB/s: appends into cold mmap pages")
-			case !volatile(c.Backend):
-				add("memcpy-ceiling", runfile.LimitMemcpy, c.SizeBytes, "writtenMBps", "mbPerSec", "accepted record MB/s ÷ one goroutine's memcpy into present pages")
-			}
-		}
-		if c.DurableMBps > 0 {
-			for _, name := range []string{runfile.LimitDeviceSeq, runfile.LimitFioSeq} {
-				add("device", name, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s")
-			}
+	if c.Workload == "throughput" && c.Flush == "async" && c.DurableMBps > 0 {
+		// The device's bandwidth bounds async cells; sync cells are bound
+		// by the device's flush latency (below).
+		for _, name := range []string{runfile.LimitDeviceSeq, runfile.LimitFioSeq} {
+			add("device", name, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s")
 		}
 	}
 	if c.Workload == "throughput" && c.Flush == "sync" {

@@ -521,13 +521,13 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 	for _, l := range ok {
 		lat := func(name string) string { return orDash(l.Figures.Figure(name) != 0, ci(l.Interval(name), fmtNsF)) }
 		size := runfile.SizeLabel(l.SizeBytes)
-		if l.Name == runfile.LimitMemcpy {
-			size = l.Params["recordBytes"] + " B record (" + runfile.SizeLabel(l.SizeBytes) + " body)"
+		if rec := l.Params["recordBytes"]; rec != "" { // a limit on records of a body size
+			size = rec + " B record (" + size + " body)"
 		}
 		mbps := orDash(l.MBPerSec > 0, ci(l.Interval("mbPerSec"), fmtFloat)) // a limit that writes nothing has no bandwidth
 		t.row(limitLabel(f, l), l.Tool, size, mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
-	b.WriteString("\n*memcpy-ceiling*: the store's records copied by one goroutine into a shared file mapping whose pages are present (≥ 1 s per repeat): bounds appends into warmed or locked memory (transient, uring, uring-direct, mmap with --warm-segments). *fault-ceiling*: first writes into a fresh fallocated file mapping, one page fault per 4 KiB page (first repeat discarded): bounds mmap appends into cold segments. *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
+	b.WriteString("\n*device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost).\n\n")
 }
 
 // writeGroupCommitLimits is the device's group-commit limit at each
@@ -551,10 +551,9 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Ratios (median [the widest the intervals allow]; only comparable cells: not saturated, not generator-bound)\n\n")
-	titles := map[string]string{"memcpy-ceiling": "store ÷ memcpy ceiling (appends into present pages)", "fault-ceiling": "store ÷ page-fault ceiling (mmap appends into cold pages)",
-		"device": "store ÷ device", "group-commit": "sync store ÷ the device's group-commit limit (same producers, same records)", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
+	titles := map[string]string{"device": "store ÷ device", "group-commit": "sync store ÷ the device's group-commit limit (same producers, same records)", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
 		"sendfile": "consume: sendfile ÷ copy"}
-	for _, kind := range []string{"pressure", "sendfile", "memcpy-ceiling", "fault-ceiling", "device", "group-commit", "peer"} {
+	for _, kind := range []string{"pressure", "sendfile", "device", "group-commit", "peer"} {
 		rows := slices.DeleteFunc(slices.Clone(f.Ratios), func(r runfile.Ratio) bool { return r.Kind != kind })
 		if len(rows) == 0 {
 			continue

@@ -87,16 +87,11 @@ type Config struct {
 	ProfileDuration time.Duration `json:"profileDurationNs"`
 
 	NoLimits bool `json:"noLimits"`
-	// MemcpyBytes is the pre-populated mapping the memcpy ceiling copies
-	// into, for at least MemcpyDuration per repeat; FaultBytes the fresh
-	// file the page-fault rate touches; DeviceProbeBytes what the O_DIRECT
-	// probe writes; SyncProbeCount the 4 KiB write+fdatasync samples.
-	MemcpyBytes      int64         `json:"memcpyBytes"`
-	MemcpyDuration   time.Duration `json:"memcpyDurationNs"`
-	FaultBytes       int64         `json:"faultBytes"`
-	DeviceProbeBytes int64         `json:"deviceProbeBytes"`
-	SyncProbeCount   int           `json:"syncProbeCount"`
-	PeerCommand      string        `json:"peerCommand,omitempty"`
+	// DeviceProbeBytes is what the O_DIRECT probe writes; SyncProbeCount
+	// the 4 KiB write+fdatasync samples.
+	DeviceProbeBytes int64  `json:"deviceProbeBytes"`
+	SyncProbeCount   int    `json:"syncProbeCount"`
+	PeerCommand      string `json:"peerCommand,omitempty"`
 
 	Store StoreConfig `json:"store"`
 }

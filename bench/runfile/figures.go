@@ -62,11 +62,9 @@ type Figures struct {
 	ResidentFraction    float64 `json:"residentFraction,omitempty"`
 	// Recovery: how long engine.Open of the crashed store took.
 	OpenNs int64 `json:"openNs,omitempty"`
-	// Limits: the page-fault ceiling's faults per second; a write+fdatasync
-	// probe's operations per second (all writers together; MsgsPerSec is
-	// the records they made durable).
-	FaultsPerSec float64 `json:"faultsPerSec,omitempty"`
-	OpsPerSec    float64 `json:"opsPerSec,omitempty"`
+	// Limits: a write+fdatasync probe's operations per second (all writers
+	// together; MsgsPerSec is the records they made durable).
+	OpsPerSec float64 `json:"opsPerSec,omitempty"`
 	// Replication (cells with a slave, ReplicationResult): the lag from a
 	// Put's acknowledgement to the slave's acknowledgement of its record, in
 	// time and in bytes, at p50 and p99; the share of acknowledged records

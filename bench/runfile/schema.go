@@ -431,13 +431,6 @@ type Limit struct {
 
 // Limit names.
 const (
-	// LimitMemcpy: records memcpy'd into a pre-populated mapping; bounds
-	// the accepted MB/s of appends into present pages (transient, uring,
-	// uring-direct, and mmap with warmed segments).
-	LimitMemcpy = "memcpy-ceiling"
-	// LimitFaults: first writes into a fresh file mapping, one page fault
-	// each; bounds the accepted MB/s of mmap without warmed segments.
-	LimitFaults     = "fault-ceiling"
 	LimitDeviceSeq  = "device-seq-write"
 	LimitDeviceSync = "device-fdatasync-4k"
 	LimitFioSeq     = "fio-seq-write"
@@ -556,7 +549,7 @@ func (p *Probe) InFlightBound() bool {
 // Ratio is cell ÷ reference for one figure: the ratio of the medians and
 // the widest ratio their confidence intervals allow.
 type Ratio struct {
-	Kind    string  `json:"kind"` // memcpy-ceiling, fault-ceiling, device, group-commit, peer, pressure, sendfile
+	Kind    string  `json:"kind"` // device, group-commit, peer, pressure, sendfile
 	Cell    string  `json:"cell"`
 	Against string  `json:"against"`
 	Figure  string  `json:"figure"`

@@ -27,7 +27,7 @@ import (
 
 var tool = cli.Tool{Name: "mqbench", Commands: map[string]cli.Command{
 	"run":     {Summary: "run the benchmark matrix and write a results directory", Run: matrix("run")},
-	"device":  {Summary: "measure the memcpy and page-fault ceilings and the device limits of a directory", Run: runDevice},
+	"device":  {Summary: "measure the device limits of a directory", Run: runDevice},
 	"report":  {Summary: "re-render summary.md, plots, bench.txt and .hgrm files from a run's run.json", Run: runReport},
 	"compare": {Summary: "compare two runs side by side (B ÷ A; a difference only where the intervals separate)", Run: runCompare},
 	"sweep":   {Summary: "run a grid of flush policies and draw the throughput / p99.9 Pareto front", Run: matrix("sweep")},
