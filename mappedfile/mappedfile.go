@@ -125,10 +125,11 @@ type Spec struct {
 	// transparent huge pages where the kernel can (madvise MADV_HUGEPAGE):
 	// pages faulted in then come as 2 MiB folios, one fault and one TLB
 	// entry where there were 512, and writeback writes them in large runs.
-	// For a file written in bulk and synced seldom — an async CommitLog
-	// segment, an IndexFile. Not for one synced after every small append: a
+	// For a file written in bulk, in order, and synced seldom — an async
+	// CommitLog segment. Not for one synced after every small append (a
 	// sync then writes the whole dirty 2 MiB folio around the appended
-	// bytes. A hint: it changes no byte and no guarantee, pages already in
+	// bytes), nor for one written at random (each write into a clean huge
+	// folio dirties all of it, which writeback throttling then charges). A hint: it changes no byte and no guarantee, pages already in
 	// the cache (a pre-written segment's) keep their size, and backends that
 	// do not map files ignore it.
 	HugePages bool
