@@ -76,7 +76,7 @@ clean:
 BENCH_SWEEP ?= results/20261202-212928-vm
 BENCH_QUICK := --message rocketmq --sizes 1024 --flush async,sync --workloads throughput,latency --pressure none,dirty --pressure-workloads latency \
 	--producers 16 --rates 1000 --repeat 5 --duration 1s --warmup 200ms --peers pebble-wal --search-probes 3 --search-duration 500ms \
-	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --profile-duration 300ms \
+	--segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 --profile-duration 1s \
 	$(if $(BENCH_SWEEP),--sweep-from $(BENCH_SWEEP))
 BENCH_FLAGS ?=
 bench:

@@ -149,7 +149,10 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 		return runfile.ProfileSummary{}, fmt.Errorf("profile has no %q samples", sampleType)
 	}
 	s := runfile.ProfileSummary{SampleType: sampleType, Unit: p.SampleType[idx].Unit}
-	flat, cum, stages := map[string]int64{}, map[string]int64{}, map[string]int64{}
+	// The count of each sample, where the profile has one (a CPU profile's
+	// "samples"), else 1 a sample.
+	countIdx := slices.IndexFunc(p.SampleType, func(st *profile.ValueType) bool { return st.Type == "samples" })
+	flat, cum, stages, counts := map[string]int64{}, map[string]int64{}, map[string]int64{}, map[string]int64{}
 	labelled := false
 	for _, sample := range p.Sample {
 		v := sample.Value[idx]
@@ -162,6 +165,12 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 			stage, labelled = vs[0], true
 		}
 		stages[stage] += v
+		n := int64(1)
+		if countIdx >= 0 {
+			n = sample.Value[countIdx]
+		}
+		counts[stage] += n
+		s.Samples += n
 		seen := map[string]bool{}
 		for i, loc := range sample.Location {
 			for j, line := range loc.Line {
@@ -191,7 +200,7 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 		s.Top = append(s.Top, fc)
 	}
 	if sampleType == "cpu" && labelled {
-		s.Stages = stageCosts(stages, s.Total)
+		s.Stages = stageCosts(stages, counts, s.Total)
 	}
 	return s, nil
 }
@@ -199,10 +208,10 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 // stageCosts splits a CPU profile's total by the engine's stage label
 // (runfile.StageLabel; by is the value of each stage): the stages in
 // runfile.StageOrder, then any other value of the label, then
-// runfile.StageOther for the samples without it. It is called only when a
-// sample carries the label: a store run without
-// engine.Options.ProfileLabels has nothing to split.
-func stageCosts(by map[string]int64, total int64) []runfile.StageCost {
+// runfile.StageOther for the samples without it; counts is each stage's
+// number of samples. It is called only when a sample carries the label: a
+// store run without engine.Options.ProfileLabels has nothing to split.
+func stageCosts(by, counts map[string]int64, total int64) []runfile.StageCost {
 	if total <= 0 {
 		return nil
 	}
@@ -216,7 +225,7 @@ func stageCosts(by map[string]int64, total int64) []runfile.StageCost {
 	var out []runfile.StageCost
 	for _, stage := range append(order, runfile.StageOther) {
 		if v, ok := by[stage]; ok {
-			out = append(out, runfile.StageCost{Stage: stage, Value: v, Pct: 100 * float64(v) / float64(total)})
+			out = append(out, runfile.StageCost{Stage: stage, Value: v, Pct: 100 * float64(v) / float64(total), Samples: counts[stage]})
 		}
 	}
 	return out

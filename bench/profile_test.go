@@ -64,14 +64,15 @@ func TestStagesOfACPUProfile(t *testing.T) {
 		stage         string
 		value         int64
 		pct, usPerMsg float64
+		samples       int64 // the profile's "samples" counts: ms / 10, rounded down per sample
 	}
-	want := []stageWant{{"append", 10e6, 10, 20}, {"wait", 30e6, 30, 60}, {"flush", 20e6, 20, 40}, {"zz-new", 1e6, 1, 2}, {"other", 39e6, 39, 78}}
-	if len(s.Stages) != len(want) || s.CPUPerMsgNs != 200e3 || s.Messages != 1000 {
-		t.Fatalf("stages %+v, %v ns/msg", s.Stages, s.CPUPerMsgNs)
+	want := []stageWant{{"append", 10e6, 10, 20, 1}, {"wait", 30e6, 30, 60, 3}, {"flush", 20e6, 20, 40, 1}, {"zz-new", 1e6, 1, 2, 0}, {"other", 39e6, 39, 78, 3}}
+	if len(s.Stages) != len(want) || s.CPUPerMsgNs != 200e3 || s.Messages != 1000 || s.Samples != 8 {
+		t.Fatalf("stages %+v, %v ns/msg, %d samples", s.Stages, s.CPUPerMsgNs, s.Samples)
 	}
 	for i, w := range want {
 		g := s.Stages[i]
-		if g.Stage != w.stage || g.Value != w.value || math.Abs(g.Pct-w.pct) > 1e-9 || math.Abs(g.UsPerMsg-w.usPerMsg) > 1e-9 {
+		if g.Stage != w.stage || g.Value != w.value || math.Abs(g.Pct-w.pct) > 1e-9 || math.Abs(g.UsPerMsg-w.usPerMsg) > 1e-9 || g.Samples != w.samples {
 			t.Errorf("stage %d: %+v, want %+v", i, g, w)
 		}
 	}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -311,9 +312,9 @@ func TestStageCPUTable(t *testing.T) {
 	writeStageCPU(&b, f)
 	out := b.String()
 	for _, want := range []string{
-		"| cell | append | wait | flush | other | total |",
-		"| throughput-mmap-1024-sync-p16 | 2 (10%) | — | 10 (50%) | 8 (40%) | 20 (100%) |",
-		"| throughput-uring-1024-async-p16 | — | — (25%) | — | — (75%) | — (100%) |",
+		"| cell | samples | append | wait | flush | other | total |",
+		"| throughput-mmap-1024-sync-p16 | — | 2 (10%) | — | 10 (50%) | 8 (40%) | 20 (100%) |",
+		"| throughput-uring-1024-async-p16 | — | — | — (25%) | — | — (75%) | — (100%) |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
@@ -321,5 +322,32 @@ func TestStageCPUTable(t *testing.T) {
 	}
 	if strings.Contains(out, "transient") {
 		t.Errorf("a profile without stages has a row:\n%s", out)
+	}
+	if strings.Contains(out, "few (") {
+		t.Errorf("a run file without sample counts shows stages as few:\n%s", out)
+	}
+}
+
+// TestStageCPUTableShowsFewSamples: with the profile's sample counts
+// recorded, a stage of fewer than runfile.MinStageSamples samples shows
+// its count instead of a figure (31 samples split eight ways are not
+// µs/msg to three digits); the others keep theirs.
+func TestStageCPUTableShowsFewSamples(t *testing.T) {
+	f := baseRun()
+	f.Profiles = []runfile.ProfileSummary{
+		{Cell: "throughput-mmap-1024-sync-p16", Kind: "cpu", Total: 310e6, Samples: 31, CPUPerMsgNs: 20_000, Messages: 1000, Stages: []runfile.StageCost{
+			{Stage: "append", Pct: 9.68, UsPerMsg: 1.94, Samples: 3}, {Stage: "flush", Pct: 58.1, UsPerMsg: 11.6, Samples: 18},
+			{Stage: "other", Pct: 32.3, UsPerMsg: 6.45, Samples: 10}}},
+	}
+	var b strings.Builder
+	writeStageCPU(&b, f)
+	out := b.String()
+	for _, want := range []string{
+		"| throughput-mmap-1024-sync-p16 | 31 | few (3) | 11.6 (58.1%) | 6.45 (32.3%) | 20 (100%) |",
+		fmt.Sprintf("fewer than %d shows *few (k)*", runfile.MinStageSamples),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
 	}
 }

@@ -231,23 +231,33 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	}
 	slices.SortStableFunc(stages, func(a, b string) int { return rank(a) - rank(b) })
 	b.WriteString("## CPU by stage (µs of CPU per message, and % of the CPU profile; the profiled run of each throughput cell)\n\n")
-	heads := append([]string{"cell"}, mapped(stages, func(st string) string { return st + ">" })...)
+	heads := append([]string{"cell", "samples>"}, mapped(stages, func(st string) string { return st + ">" })...)
 	t := newTable(b, append(heads, "total>")...)
 	us := func(v, pct float64, known bool) string {
 		return fmt.Sprintf("%s (%s%%)", orDash(known, fmtFloat(v)), fmtFloat(pct))
 	}
+	few := false
 	for _, p := range rows {
-		row := []string{p.Cell}
+		row := []string{p.Cell, orDash(p.Samples > 0, fmtCount(float64(p.Samples)))}
 		for _, st := range stages {
-			if i := slices.IndexFunc(p.Stages, func(c runfile.StageCost) bool { return c.Stage == st }); i >= 0 {
-				row = append(row, us(p.Stages[i].UsPerMsg, p.Stages[i].Pct, p.CPUPerMsgNs > 0))
-			} else {
+			i := slices.IndexFunc(p.Stages, func(c runfile.StageCost) bool { return c.Stage == st })
+			switch {
+			case i < 0:
 				row = append(row, "—")
+			case p.Samples > 0 && p.Stages[i].Samples < runfile.MinStageSamples:
+				row = append(row, fmt.Sprintf("few (%d)", p.Stages[i].Samples))
+				few = true
+			default:
+				row = append(row, us(p.Stages[i].UsPerMsg, p.Stages[i].Pct, p.CPUPerMsgNs > 0))
 			}
 		}
 		t.row(append(row, us(p.CPUPerMsgNs/1e3, 100, p.CPUPerMsgNs > 0))...)
 	}
-	b.WriteString("\nThe engine labels its goroutines by stage (pprof label `" + runfile.StageLabel + "`, engine.Options.ProfileLabels, set for the profiled runs only): *append* a producer inside Put before it waits, *wait* a producer waiting for durability, then the commit, flush, dispatch, pre-write and replication services; *other* is every sample without the label — the harness (load generator, clocks, histograms) and the Go runtime. A stage's µs/msg is its share of the profile's samples × the profiled run's CPU per message (getrusage; the profile's own samples when the run has none): run.json `profiles[].stages`.\n\n")
+	b.WriteString("\nThe engine labels its goroutines by stage (pprof label `" + runfile.StageLabel + "`, engine.Options.ProfileLabels, set for the profiled runs only): *append* a producer inside Put before it waits, *wait* a producer waiting for durability, then the commit, flush, dispatch, pre-write and replication services; *other* is every sample without the label — the harness (load generator, clocks, histograms) and the Go runtime. A stage's µs/msg is its share of the profile's samples × the profiled run's CPU per message (getrusage; the profile's own samples when the run has none): run.json `profiles[].stages`. *samples* is how many samples the profile holds (one per 10 ms of CPU); a share of k samples is known to about ±1/√k of itself")
+	if few {
+		fmt.Fprintf(b, ", and a stage with fewer than %d shows *few (k)*, its k samples, instead of a figure (a longer `--profile-duration` takes more)", runfile.MinStageSamples)
+	}
+	b.WriteString(".\n\n")
 }
 
 func shortFunc(name string) string { return name[strings.LastIndex(name, "/")+1:] }
