@@ -325,6 +325,9 @@ func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOp
 	if err != nil {
 		return errors.Join(err, bf.close(nil), store.Close())
 	}
+	// One line once the store is open (and SIGTERM handled: main set that
+	// up first), as the master says where it listens.
+	fmt.Fprintf(stderr, "ha slave of %s serving %s\n", so.MasterAddress, dir)
 	stop := logStatus(every, func() { logSlave(log, s) })
 	err = s.Run(ctx)
 	stop()

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,7 +68,16 @@ func replicationTrial(t *testing.T, seed uint64) int {
 		slaveArgs[i] = append([]string{"slave", "--dir", dirs[i], "--master", addr, "--status-interval", "0",
 			"--backend", backends[rng.IntN(len(backends))], "--flush", []string{"async", "sync"}[rng.IntN(2)]}, common...)
 	}
-	slaves := []*process{startProcess(t, false, slaveArgs[0]...), startProcess(t, false, slaveArgs[1]...), nil}
+	// A slave is waited for until it says it serves: a SIGTERM that came
+	// before its handler would end it as a signal does (exit -1), and its
+	// store would never have been shut down — a race of the test's, not a
+	// failure of the slave.
+	startSlave := func(i int) *process {
+		p := startProcess(t, false, slaveArgs[i]...)
+		p.waitLine(t, regexp.MustCompile(`^ha slave of \S+ serving `))
+		return p
+	}
+	slaves := []*process{startSlave(0), startSlave(1), nil}
 
 	var mu sync.Mutex
 	var acks, notAcked []ack
@@ -120,13 +130,13 @@ func replicationTrial(t *testing.T, seed uint64) int {
 			binary.BigEndian.PutUint64(b[:], uint64(last.PhysicalOffset+int64(last.Size)))
 			c.Write(b[:])
 		},
-		func() { slaves[2] = startProcess(t, false, slaveArgs[2]...) },
+		func() { slaves[2] = startSlave(2) },
 		func() { // kill -9 a slave; restart it a moment later
 			k := rng.IntN(2)
 			slaves[k].cmd.Process.Signal(syscall.SIGKILL)
 			<-slaves[k].done
 			pause()
-			slaves[k] = startProcess(t, false, slaveArgs[k]...)
+			slaves[k] = startSlave(k)
 		},
 	}
 	rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
