@@ -29,6 +29,7 @@ func DescribeMachine(h hostctl.Host) runfile.Machine {
 	}
 	m.Kernel = readTrimmed("/proc/sys/kernel/osrelease")
 	m.Clocksource = readTrimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+	m.THP = selected(readTrimmed("/sys/kernel/mm/transparent_hugepage/enabled"))
 	for _, name := range vmSettings {
 		if v, err := h.ReadSysctl(name); err == nil {
 			m.VM[name] = v
@@ -37,6 +38,18 @@ func DescribeMachine(h hostctl.Host) runfile.Machine {
 	m.LoadAvgStart = LoadAvg()
 	m.Commit, m.CommitDirty, m.CommitSource = commit()
 	return m
+}
+
+// selected is the bracketed choice of a sysfs setting that lists its
+// choices ("always [madvise] never" → "madvise"); the text itself when it
+// has no brackets.
+func selected(s string) string {
+	if _, after, ok := strings.Cut(s, "["); ok {
+		if v, _, ok := strings.Cut(after, "]"); ok {
+			return v
+		}
+	}
+	return s
 }
 
 // LoadAvg is /proc/loadavg's three averages.

@@ -70,3 +70,19 @@ func TestDeviceKind(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectedSetting: the bracketed choice of a sysfs setting, as the
+// kernel lists transparent_hugepage/enabled.
+func TestSelectedSetting(t *testing.T) {
+	for in, want := range map[string]string{
+		"always [madvise] never": "madvise",
+		"[always] madvise never": "always",
+		"always madvise [never]": "never",
+		"":                       "",
+		"madvise":                "madvise",
+	} {
+		if got := selected(in); got != want {
+			t.Errorf("selected(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

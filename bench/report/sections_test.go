@@ -351,3 +351,23 @@ func TestStageCPUTableShowsFewSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestMachineLineSaysTHP: the machine line names the kernel's transparent
+// huge page setting when the run recorded it (the store's staging memory
+// and async mmap segments depend on it), and says nothing of it for a run
+// file from before it was recorded.
+func TestMachineLineSaysTHP(t *testing.T) {
+	f := baseRun()
+	f.Machine.Clocksource, f.Machine.THP = "tsc", "madvise"
+	var b strings.Builder
+	writeContext(&b, f)
+	if !strings.Contains(b.String(), "clocksource tsc, transparent huge pages madvise, commit") {
+		t.Errorf("no THP setting on the machine line:\n%s", b.String())
+	}
+	f.Machine.THP = ""
+	b.Reset()
+	writeContext(&b, f)
+	if strings.Contains(b.String(), "huge pages") {
+		t.Errorf("a run without the setting names one:\n%s", b.String())
+	}
+}

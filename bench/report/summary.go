@@ -41,9 +41,13 @@ func Summary(f *runfile.RunFile) string {
 func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	m, c := f.Machine, f.Config
 	dirty := map[bool]string{true: " (with uncommitted changes)"}[m.CommitDirty]
-	fmt.Fprintf(b, "- machine: %s, %d CPUs (%s), %.1f GiB RAM, %s %s, kernel %s, %s, GOMAXPROCS %d, GOGC %s, clocksource %s, commit %s%s (%s)\n",
+	thp := ""
+	if m.THP != "" {
+		thp = ", transparent huge pages " + m.THP
+	}
+	fmt.Fprintf(b, "- machine: %s, %d CPUs (%s), %.1f GiB RAM, %s %s, kernel %s, %s, GOMAXPROCS %d, GOGC %s, clocksource %s%s, commit %s%s (%s)\n",
 		m.Host, m.CPUs, m.CPUModel, float64(m.MemTotalBytes)/(1<<30), m.OS, m.Arch, m.Kernel, m.GoVersion, m.GOMAXPROCS, orDefault(m.GOGC, "default"),
-		m.Clocksource, shortCommit(m.Commit), dirty, m.CommitSource)
+		m.Clocksource, thp, shortCommit(m.Commit), dirty, m.CommitSource)
 	if len(m.VM) > 0 {
 		kv := join(slices.Sorted(maps.Keys(m.VM)), func(k string) string { return strings.TrimPrefix(k, "vm.") + "=" + m.VM[k] }, ", ")
 		fmt.Fprintf(b, "- vm at the start: %s; load average %s at the start, %s at the end\n", kv, m.LoadAvgStart, m.LoadAvgEnd)

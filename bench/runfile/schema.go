@@ -121,6 +121,11 @@ type Machine struct {
 	// GOGC is the GOGC environment variable ("" is the default, 100).
 	GOGC        string `json:"gogc"`
 	Clocksource string `json:"clocksource"`
+	// THP is the kernel's transparent huge page setting (always, madvise
+	// or never; "" where it has none, and in run files from before it was
+	// recorded): the store backs its staging rings, pool buffers and async
+	// mmap segments with huge pages only where it is not never.
+	THP string `json:"thp,omitempty"`
 	// VM holds vm.dirty_*, dirty_expire/writeback_centisecs and swappiness
 	// at the start of the run (sysctl name → value).
 	VM map[string]string `json:"vm"`
