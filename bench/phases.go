@@ -120,8 +120,13 @@ func cellDurability(sys system, recorded map[string]string) *runfile.Durability 
 	if err != nil {
 		return nil
 	}
-	if recorded["PrewriteSegments"] == "on" {
+	switch recorded["PrewriteSegments"] {
+	case "on":
 		d.Mechanism += "; the engine pre-writes every segment before use (PrewriteSegments on): a durable write commits data only, no extent conversion"
+	case "auto":
+		d.Mechanism += "; the engine pre-writes a new segment when the syncs since the last one covered fewer than " + recorded["PrewriteBelowSyncBytes"] +
+			" bytes each (PrewriteSegments auto): then a durable write commits data only; otherwise the segment is fallocated and each sync also commits an extent conversion " +
+			"(run.json's counters say how many segments went each way)"
 	}
 	return d
 }

@@ -140,7 +140,8 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 	}
 	a, b := d.stats[0], d.stats[1]
 	return &runfile.StoreCounters{Puts: b.Puts - a.Puts, Flushes: b.Flushes - a.Flushes, Commits: b.Commits - a.Commits,
-		Rolls: b.Rolls - a.Rolls, FlushDiskTimeouts: b.FlushDiskTimeouts - a.FlushDiskTimeouts}
+		Rolls: b.Rolls - a.Rolls, FlushDiskTimeouts: b.FlushDiskTimeouts - a.FlushDiskTimeouts,
+		SegmentsPrewritten: b.SegmentsPrewritten - a.SegmentsPrewritten, SegmentsFallocated: b.SegmentsFallocated - a.SegmentsFallocated}
 }
 
 // storeRepeat opens a fresh store in dir, runs spec against it with its

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mqstore/mqstore/engine/storefs"
@@ -25,9 +26,14 @@ type allocator struct {
 	log     *slog.Logger
 	labels  bool // Options.ProfileLabels
 
-	// prewrite: new segments are written with zeros and synced before use
-	// (Options.PrewriteSegments, resolved).
-	prewrite bool
+	// prewrite says whether the next new segment is written with zeros
+	// and synced before use (Options.PrewriteSegments, resolved; with
+	// PrewriteAuto it asks the store's sync figures each time). canWait,
+	// nil for a segment a roll waits for, says whether it may still wait
+	// for figures (see Store.prewriteNext).
+	prewrite func(ctx context.Context, canWait func() bool) bool
+	// prewritten and fallocated count the segments made each way.
+	prewritten, fallocated atomic.Uint64
 
 	mu       sync.Mutex
 	requests map[string]*allocation // by path, pending or ready
@@ -42,15 +48,19 @@ type allocation struct {
 	ready chan struct{} // closed when file or err is set
 	file  mappedfile.MappedFile
 	err   error
+	// ahead: queued as a head start, nobody waiting for it yet; needed is
+	// set when a roll starts waiting for it.
+	ahead  bool
+	needed atomic.Bool
 }
 
-func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options) *allocator {
+func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options, prewrite func(context.Context, func() bool) bool) *allocator {
 	a := &allocator{
 		backend:  backend,
 		fs:       fsys,
 		warm:     mappedfile.WarmOptions{Touch: true, FlushEveryPages: o.WarmFlushEveryPages, Lock: o.LockSegments, Advise: true},
 		doWarm:   o.WarmSegments,
-		prewrite: o.PrewriteSegments == PrewriteOn,
+		prewrite: prewrite,
 		timeout:  o.AllocationTimeout,
 		log:      o.Logger,
 		labels:   o.ProfileLabels,
@@ -80,7 +90,11 @@ func (a *allocator) run() {
 		case <-a.stop:
 			return
 		case req := <-a.work:
-			req.file, req.err = a.create(ctx, req.spec)
+			var canWait func() bool
+			if req.ahead {
+				canWait = func() bool { return !req.needed.Load() }
+			}
+			req.file, req.err = a.create(ctx, req.spec, canWait)
 			close(req.ready)
 		}
 	}
@@ -92,12 +106,17 @@ func (a *allocator) run() {
 // before this allocation): it is removed and made again. When the warm-up
 // fails (mlock over RLIMIT_MEMLOCK, say) the new file is removed too, so a
 // retried roll never opens it as an existing, full segment.
-func (a *allocator) create(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
+func (a *allocator) create(ctx context.Context, spec mappedfile.Spec, canWait func() bool) (mappedfile.MappedFile, error) {
 	start := time.Now()
-	spec.Prewrite = a.prewrite
+	spec.Prewrite = a.prewrite(ctx, canWait)
 	mf, err := a.backend.Open(ctx, spec)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Prewrite {
+		a.prewritten.Add(1)
+	} else {
+		a.fallocated.Add(1)
 	}
 	if mf.WrotePosition() != 0 {
 		a.log.Warn("removing a leftover segment file before creating it again", slog.String("path", spec.Path))
@@ -134,11 +153,14 @@ func (a *allocator) remove(mf mappedfile.MappedFile) error {
 }
 
 // request queues the creation of spec unless it is already queued.
-func (a *allocator) requestLocked(spec mappedfile.Spec) (*allocation, error) {
+func (a *allocator) requestLocked(spec mappedfile.Spec, ahead bool) (*allocation, error) {
 	if req, ok := a.requests[spec.Path]; ok {
+		if !ahead {
+			req.needed.Store(true)
+		}
 		return req, nil
 	}
-	req := &allocation{spec: spec, ready: make(chan struct{})}
+	req := &allocation{spec: spec, ready: make(chan struct{}), ahead: ahead}
 	select {
 	case a.work <- req:
 	default:
@@ -156,9 +178,9 @@ func (a *allocator) Allocate(ctx context.Context, spec, next mappedfile.Spec) (m
 		a.mu.Unlock()
 		return nil, ErrClosed
 	}
-	req, err := a.requestLocked(spec)
+	req, err := a.requestLocked(spec, false)
 	if err == nil {
-		_, _ = a.requestLocked(next) // best effort: it is only a head start
+		_, _ = a.requestLocked(next, true) // best effort: it is only a head start
 	}
 	a.mu.Unlock()
 	if err != nil {

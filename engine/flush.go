@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -328,6 +329,7 @@ func (s *Store) flushOnce(ctx context.Context, leastPages int, commitFirst bool)
 		return flushed, err
 	}
 	if flushed > before {
+		s.syncs.record(flushed - before)
 		s.stats.recordFlush(time.Since(start))
 		s.checkpoint.setPhysic(ts)
 		raise(&s.checkpoint.flushedOffset, flushed)
@@ -342,3 +344,66 @@ func (s *Store) writeFailed(what string, err error) {
 		s.opts.Logger.Error("store stops accepting writes", slog.String("after", what), slog.Any("err", err))
 	}
 }
+
+// syncFigures counts the durable syncs that moved the flushed offset and
+// the bytes they covered, for PrewriteAuto.
+type syncFigures struct {
+	count, bytes atomic.Int64
+	// Owned by the allocation service: the counts at its last decision,
+	// and that decision.
+	lastCount, lastBytes int64
+	last                 bool
+}
+
+func (f *syncFigures) record(n int64) {
+	f.count.Add(1)
+	f.bytes.Add(n)
+}
+
+// prewriteNext says whether the allocation service prewrites the segment
+// it makes now (Options.PrewriteSegments; PrewriteAuto: the bytes per sync
+// since its last decision against PrewriteBelowSyncBytes — with no sync
+// since, the last decision again). Before the store's first syncs there is
+// nothing to go by: a segment made ahead (canWait not nil) waits for
+// prewriteEvidence syncs, at most prewriteEvidenceWait and only while
+// canWait says nobody needs it yet — under load they come within
+// milliseconds, and a store that starts under the load of hundreds of
+// producers must not spend its device on zeros for its second segment —
+// and a segment a roll waits for is prewritten (a store that has not
+// synced yet is not known to be under load). Called by the allocation
+// service only.
+func (s *Store) prewriteNext(ctx context.Context, canWait func() bool) bool {
+	switch s.opts.PrewriteSegments {
+	case PrewriteOn:
+		return true
+	case PrewriteAuto:
+	default:
+		return false
+	}
+	f := &s.syncs
+	if f.lastCount == 0 && canWait != nil {
+		deadline := time.Now().Add(prewriteEvidenceWait)
+		for f.count.Load() < prewriteEvidence && canWait() && ctx.Err() == nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	count, bytes := f.count.Load(), f.bytes.Load()
+	if count == f.lastCount {
+		if f.lastCount == 0 {
+			f.last = true
+		}
+		return f.last
+	}
+	perSync := (bytes - f.lastBytes) / (count - f.lastCount)
+	f.lastCount, f.lastBytes = count, bytes
+	f.last = perSync < s.opts.PrewriteBelowSyncBytes
+	return f.last
+}
+
+// prewriteEvidence and prewriteEvidenceWait: how many syncs PrewriteAuto
+// waits for before it decides about the first segment made ahead, and how
+// long at most.
+const (
+	prewriteEvidence     = 16
+	prewriteEvidenceWait = 100 * time.Millisecond
+)

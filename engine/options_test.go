@@ -29,6 +29,7 @@ func TestDefaultOptions(t *testing.T) {
 		"FlushThoroughInterval":             10 * time.Second,
 		"SyncFlushTimeout":                  5 * time.Second,
 		"GroupCommitQueueSize":              16384,
+		"PrewriteBelowSyncBytes":            int64(128 << 10),
 		"CommitInterval":                    200 * time.Millisecond,
 		"CommitLeastPages":                  4,
 		"CommitThoroughInterval":            200 * time.Millisecond,
@@ -95,8 +96,8 @@ func TestDefaultOptions(t *testing.T) {
 	if again := d.withDefaults(); !reflect.DeepEqual(fieldsOf(again), fieldsOf(d)) {
 		t.Errorf("withDefaults is not idempotent:\n%v\n%v", fieldsOf(again), fieldsOf(d))
 	}
-	if got := (Options{FlushMode: FlushSync}).withDefaults().PrewriteSegments; got != PrewriteOn {
-		t.Errorf("sync flush: PrewriteSegments %v, want on", got)
+	if got := (Options{FlushMode: FlushSync}).withDefaults().PrewriteSegments; got != PrewriteAuto {
+		t.Errorf("sync flush: PrewriteSegments %v, want auto", got)
 	}
 }
 

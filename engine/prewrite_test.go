@@ -6,16 +6,19 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/segfile"
+	"github.com/mqstore/mqstore/internal/testenv"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // TestPrewriteDefaultFollowsFlushMode: PrewriteSegments resolves at Open —
-// on for sync flush, off for async — and Store.Options reports the resolved
+// auto for sync flush, off for async — and Store.Options reports the resolved
 // value (what a run record shows); an explicit choice is kept; a backend
 // whose files live in memory is always off; with NoPreallocate the default
-// is off and an explicit on is refused; an unknown value is refused.
+// is off and an explicit on or auto is refused; an unknown value is refused.
 func TestPrewriteDefaultFollowsFlushMode(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -27,12 +30,14 @@ func TestPrewriteDefaultFollowsFlushMode(t *testing.T) {
 		wantErr       error
 	}{
 		{"async/default", "mmap", FlushAsync, PrewriteDefault, false, PrewriteOff, nil},
-		{"sync/default", "mmap", FlushSync, PrewriteDefault, false, PrewriteOn, nil},
+		{"sync/default", "mmap", FlushSync, PrewriteDefault, false, PrewriteAuto, nil},
 		{"async/on", "mmap", FlushAsync, PrewriteOn, false, PrewriteOn, nil},
 		{"sync/off", "transient", FlushSync, PrewriteOff, false, PrewriteOff, nil},
-		{"sync/default/transient", "transient", FlushSync, PrewriteDefault, false, PrewriteOn, nil},
+		{"sync/default/transient", "transient", FlushSync, PrewriteDefault, false, PrewriteAuto, nil},
+		{"sync/on", "transient", FlushSync, PrewriteOn, false, PrewriteOn, nil},
 		{"sync/default/NoPreallocate", "mmap", FlushSync, PrewriteDefault, true, PrewriteOff, nil},
 		{"sync/on/NoPreallocate", "mmap", FlushSync, PrewriteOn, true, 0, ErrInvalidOption},
+		{"sync/auto/NoPreallocate", "mmap", FlushSync, PrewriteAuto, true, 0, ErrInvalidOption},
 		{"mem/sync/default", "mem", FlushSync, PrewriteDefault, false, PrewriteOff, nil},
 		{"mem/sync/on", "mem", FlushSync, PrewriteOn, false, PrewriteOff, nil},
 		{"unknown", "mmap", FlushSync, PrewriteMode(7), false, 0, ErrInvalidOption},
@@ -59,7 +64,7 @@ func TestPrewriteDefaultFollowsFlushMode(t *testing.T) {
 }
 
 func TestParsePrewriteMode(t *testing.T) {
-	for _, m := range []PrewriteMode{PrewriteDefault, PrewriteOn, PrewriteOff} {
+	for _, m := range []PrewriteMode{PrewriteDefault, PrewriteOn, PrewriteOff, PrewriteAuto} {
 		text, err := m.MarshalText()
 		if err != nil {
 			t.Fatal(err)
@@ -77,8 +82,8 @@ func TestParsePrewriteMode(t *testing.T) {
 	}
 }
 
-// TestCommitLogSegmentsArePrewritten: with sync flush (prewrite on by
-// default) every CommitLog segment on disk — the ones written, rolled past
+// TestCommitLogSegmentsArePrewritten: with sync flush (prewrite auto by
+// default, and one producer's syncs are small) every CommitLog segment on disk — the ones written, rolled past
 // and preallocated — has no unwritten extent, and still none after the
 // store is closed and reopened (recovery truncates the last one) and more
 // is written. With prewrite off the segments have unwritten extents, so
@@ -114,6 +119,109 @@ func TestCommitLogSegmentsArePrewritten(t *testing.T) {
 				checkSegmentsWritten(t, filepath.Join(dir, commitLogDirName), prewrite != PrewriteOff, 2)
 			})
 		}
+	}
+}
+
+// TestPrewriteAutoDecidesBySyncSize: PrewriteAuto prewrites a segment while
+// the syncs since the last decision covered fewer than
+// PrewriteBelowSyncBytes each — and before any sync — keeps its last
+// decision when there was no sync since, and fallocates once the syncs are
+// large.
+func TestPrewriteAutoDecidesBySyncSize(t *testing.T) {
+	s := &Store{opts: Options{PrewriteSegments: PrewriteAuto, PrewriteBelowSyncBytes: 128 << 10}}
+	syncs := func(n int, each int64) {
+		for range n {
+			s.syncs.record(each)
+		}
+	}
+	steps := []struct {
+		what string
+		do   func()
+		want bool
+	}{
+		{"no sync yet", func() {}, true},
+		{"1 KiB syncs", func() { syncs(100, 1<<10) }, true},
+		{"256 KiB syncs", func() { syncs(10, 256<<10) }, false},
+		{"no sync since", func() {}, false},
+		{"just below the threshold", func() { syncs(3, 128<<10-1) }, true},
+		{"at the threshold", func() { syncs(3, 128<<10) }, false},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := s.prewriteNext(context.Background(), nil); got != st.want {
+			t.Fatalf("%s: prewrite %v, want %v", st.what, got, st.want)
+		}
+	}
+	for mode, want := range map[PrewriteMode]bool{PrewriteOn: true, PrewriteOff: false} {
+		s := &Store{opts: Options{PrewriteSegments: mode}}
+		s.syncs.record(1 << 30)
+		if got := s.prewriteNext(context.Background(), nil); got != want {
+			t.Fatalf("%v: prewrite %v, want %v", mode, got, want)
+		}
+	}
+}
+
+// TestPrewriteAutoWaitsForTheFirstSyncs: before any sync, a segment made
+// ahead waits for the store's first syncs and decides by them; one that a
+// roll needs (or that became needed while it waited) does not wait, and is
+// prewritten.
+func TestPrewriteAutoWaitsForTheFirstSyncs(t *testing.T) {
+	ctx := context.Background()
+	newStore := func() *Store {
+		return &Store{opts: Options{PrewriteSegments: PrewriteAuto, PrewriteBelowSyncBytes: 128 << 10}}
+	}
+	s := newStore()
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		for range prewriteEvidence {
+			s.syncs.record(1 << 20)
+		}
+	}()
+	if s.prewriteNext(ctx, func() bool { return true }) {
+		t.Fatal("a segment made ahead was prewritten: it did not wait for the first syncs, all of 1 MiB")
+	}
+	s = newStore()
+	if !s.prewriteNext(ctx, func() bool { return false }) {
+		t.Fatal("a needed segment with no sync seen was not prewritten")
+	}
+	if !newStore().prewriteNext(ctx, nil) {
+		t.Fatal("a segment a roll waits for, with no sync seen, was not prewritten")
+	}
+}
+
+// TestPrewriteAutoFallocatesForLargeSyncs: on a real store whose threshold
+// every sync passes, the segments made before the first sync are
+// prewritten and those made after it only fallocated — on disk (unwritten
+// extents) and in Stats.
+func TestPrewriteAutoFallocatesForLargeSyncs(t *testing.T) {
+	for _, backend := range []string{"mmap", "uring-direct"} {
+		t.Run(backend, func(t *testing.T) {
+			dir := t.TempDir()
+			disktest.NeedExtents(t, dir)
+			o := Options{Backend: backend, FlushMode: FlushSync, PrewriteSegments: PrewriteAuto, PrewriteBelowSyncBytes: 1,
+				SegmentSizeBytes: 256 << 10, Logger: quietLogger}
+			s, err := Open(context.Background(), dir, o)
+			if errors.Is(err, mappedfile.ErrUnsupported) {
+				testenv.Skip(t, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 1000 { // about 4 segments
+				if _, err := s.Put(context.Background(), testMessage("P", 0, i, 1000)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := s.Stats()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st.SegmentsPrewritten == 0 || st.SegmentsFallocated == 0 {
+				t.Fatalf("segments prewritten %d, fallocated %d: want both (the first before any sync, the rest after)",
+					st.SegmentsPrewritten, st.SegmentsFallocated)
+			}
+			checkSegmentsWritten(t, filepath.Join(dir, commitLogDirName), false, 3)
+		})
 	}
 }
 

@@ -151,6 +151,10 @@ type Stats struct {
 	// BytesBehindFlush is WroteOffset − FlushedOffset.
 	BytesBehindFlush int64
 	Segments         int
+	// SegmentsPrewritten and SegmentsFallocated count the CommitLog
+	// segments the allocation service made, written with zeros before use
+	// or only fallocated (Options.PrewriteSegments).
+	SegmentsPrewritten, SegmentsFallocated uint64
 
 	// LockedBytes is the memory the store's backends hold mlocked (warmed
 	// segments with LockSegments, the transient pool's buffers); PagesLocked

@@ -60,6 +60,7 @@ type Store struct {
 
 	labels   stageLabels // pprof labels of a Put's stages (Options.ProfileLabels)
 	stats    storeStats
+	syncs    syncFigures // durable syncs and their bytes, for PrewriteAuto
 	writeErr atomic.Pointer[error]
 	repl     replication // replicate.go
 	epochs   epochCache  // epoch.go
@@ -195,7 +196,7 @@ func (s *Store) openFiles() error {
 func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 	o := s.opts
 	if !o.NoPreallocate {
-		s.alloc = newAllocator(s.backend, s.fs, o)
+		s.alloc = newAllocator(s.backend, s.fs, o, s.prewriteNext)
 	}
 	var alloc segment.Allocator
 	if s.alloc != nil {
@@ -374,6 +375,9 @@ func (s *Store) Stats() Stats {
 		DispatchFed:      s.stats.dispatchFed.Load(), DispatchRead: s.stats.dispatchRead.Load(),
 	}
 	st.BytesBehindFlush = st.WroteOffset - st.FlushedOffset
+	if a := s.alloc; a != nil {
+		st.SegmentsPrewritten, st.SegmentsFallocated = a.prewritten.Load(), a.fallocated.Load()
+	}
 	if g := s.gate; g != nil {
 		st.DispatchLagLimit, st.DispatchWaits, st.DispatchWaitNs = g.limit, g.waits.Load(), g.waitedNs.Load()
 	}

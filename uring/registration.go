@@ -83,7 +83,7 @@ func registration(name string) mappedfile.Registration {
 				return nil, ""
 			}
 			return nil, "the backend's defaults — each durable commit one pwritev2 with RWF_DSYNC (SyncMethod syscalls) — " +
-				"on segments the engine pre-writes for sync flush (PrewriteSegments), so a commit commits data only, no extent conversion"
+				"on segments the engine pre-writes for sync flush while syncs are small (PrewriteSegments auto), so such a commit commits data only, no extent conversion"
 		}
 	}
 	return reg

@@ -339,6 +339,12 @@ type StoreCounters struct {
 	Rolls   uint64 `json:"rolls"`
 	// FlushDiskTimeouts counts sync Puts whose group commit timed out.
 	FlushDiskTimeouts uint64 `json:"flushDiskTimeouts"`
+	// SegmentsPrewritten and SegmentsFallocated count the CommitLog
+	// segments the allocation service made in the window, written with
+	// zeros before use or only fallocated (PrewriteSegments auto decides
+	// per segment).
+	SegmentsPrewritten uint64 `json:"segmentsPrewritten,omitempty"`
+	SegmentsFallocated uint64 `json:"segmentsFallocated,omitempty"`
 }
 
 // Sample is the system at one instant of a repeat: dirty and writeback
