@@ -25,7 +25,7 @@ var (
 	loadBare      = flag.Bool("load-bare", false, "BenchmarkPutLoad: bodies without properties (no tags, no keys: the index does nothing)")
 	loadLagLimit  = flag.Int64("load-lag-limit", 0, "BenchmarkPutLoad: Options.DispatchLagLimitBytes (0: the backend's default, negative: none)")
 	loadFromLog   = flag.Bool("load-from-log", false, "BenchmarkPutLoad: dispatch reads every record back from the log (no dispatch feed)")
-	loadPrewrite  = flag.String("load-prewrite", "", "BenchmarkPutLoad: Options.PrewriteSegments: on, off, auto (default: the engine's)")
+	loadPrewrite  = flag.String("load-prewrite", "", "BenchmarkPutLoad: Options.PrewriteSegments: default, on, off or auto")
 	loadCancel    = flag.Bool("load-cancel", false, "BenchmarkPutLoad: Put with one cancellable context shared by the producers, as mqbench does")
 )
 
@@ -79,9 +79,12 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 	}
+	prewrite, err := ParsePrewriteMode(*loadPrewrite)
+	if err != nil {
+		b.Fatalf("-load-prewrite: %v", err)
+	}
 	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
-		PrewriteSegments: map[string]PrewriteMode{"on": PrewriteOn, "off": PrewriteOff, "auto": PrewriteAuto}[*loadPrewrite],
-		dispatchFromLog:  *loadFromLog})
+		PrewriteSegments: prewrite, dispatchFromLog: *loadFromLog})
 	if errors.Is(err, mappedfile.ErrUnsupported) {
 		testenv.Skip(b, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
 	}
