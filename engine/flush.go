@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -329,7 +328,6 @@ func (s *Store) flushOnce(ctx context.Context, leastPages int, commitFirst bool)
 		return flushed, err
 	}
 	if flushed > before {
-		s.syncs.record(flushed - before)
 		s.stats.recordFlush(time.Since(start))
 		s.checkpoint.setPhysic(ts)
 		raise(&s.checkpoint.flushedOffset, flushed)
@@ -345,19 +343,13 @@ func (s *Store) writeFailed(what string, err error) {
 	}
 }
 
-// syncFigures counts the durable syncs that moved the flushed offset and
-// the bytes they covered, for PrewriteAuto.
-type syncFigures struct {
-	count, bytes atomic.Int64
-	// Owned by the allocation service: the counts at its last decision,
-	// and that decision.
-	lastCount, lastBytes int64
-	last                 bool
-}
-
-func (f *syncFigures) record(n int64) {
-	f.count.Add(1)
-	f.bytes.Add(n)
+// prewriteDecision is PrewriteAuto's state, owned by the allocation
+// service: the store's flush count (Stats.Flushes: the syncs that moved
+// the flushed offset) and flushed offset at its last decision, and that
+// decision. The bytes per sync since then are derived from the two.
+type prewriteDecision struct {
+	flushes, flushed int64
+	prewrite         bool
 }
 
 // prewriteNext says whether the allocation service prewrites the segment
@@ -380,24 +372,25 @@ func (s *Store) prewriteNext(ctx context.Context, canWait func() bool) bool {
 	default:
 		return false
 	}
-	f := &s.syncs
-	if f.lastCount == 0 && canWait != nil {
+	d := &s.prewrite
+	if d.flushes == 0 && canWait != nil {
 		deadline := time.Now().Add(prewriteEvidenceWait)
-		for f.count.Load() < prewriteEvidence && canWait() && ctx.Err() == nil && time.Now().Before(deadline) {
+		for s.stats.flushes.Load() < prewriteEvidence && canWait() && ctx.Err() == nil && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	count, bytes := f.count.Load(), f.bytes.Load()
-	if count == f.lastCount {
-		if f.lastCount == 0 {
-			f.last = true
+	flushes, flushed := int64(s.stats.flushes.Load()), s.log.flushedOffset.Load()
+	if flushes == d.flushes {
+		if d.flushes == 0 {
+			d.flushed = flushed // what recovery found durable is no sync of this store's
+			d.prewrite = true
 		}
-		return f.last
+		return d.prewrite
 	}
-	perSync := (bytes - f.lastBytes) / (count - f.lastCount)
-	f.lastCount, f.lastBytes = count, bytes
-	f.last = perSync < s.opts.PrewriteBelowSyncBytes
-	return f.last
+	perSync := (flushed - d.flushed) / (flushes - d.flushes)
+	d.flushes, d.flushed = flushes, flushed
+	d.prewrite = perSync < s.opts.PrewriteBelowSyncBytes
+	return d.prewrite
 }
 
 // prewriteEvidence and prewriteEvidenceWait: how many syncs PrewriteAuto

@@ -128,10 +128,11 @@ func TestCommitLogSegmentsArePrewritten(t *testing.T) {
 // decision when there was no sync since, and fallocates once the syncs are
 // large.
 func TestPrewriteAutoDecidesBySyncSize(t *testing.T) {
-	s := &Store{opts: Options{PrewriteSegments: PrewriteAuto, PrewriteBelowSyncBytes: 128 << 10}}
+	s := &Store{opts: Options{PrewriteSegments: PrewriteAuto, PrewriteBelowSyncBytes: 128 << 10}, log: &commitLog{}}
+	s.log.flushedOffset.Store(1 << 30) // recovered: no sync of this store
 	syncs := func(n int, each int64) {
 		for range n {
-			s.syncs.record(each)
+			recordSync(s, each)
 		}
 	}
 	steps := []struct {
@@ -153,12 +154,18 @@ func TestPrewriteAutoDecidesBySyncSize(t *testing.T) {
 		}
 	}
 	for mode, want := range map[PrewriteMode]bool{PrewriteOn: true, PrewriteOff: false} {
-		s := &Store{opts: Options{PrewriteSegments: mode}}
-		s.syncs.record(1 << 30)
+		s := &Store{opts: Options{PrewriteSegments: mode}, log: &commitLog{}}
+		recordSync(s, 1<<30)
 		if got := s.prewriteNext(context.Background(), nil); got != want {
 			t.Fatalf("%v: prewrite %v, want %v", mode, got, want)
 		}
 	}
+}
+
+// recordSync counts a sync of n bytes as flushOnce does.
+func recordSync(s *Store, n int64) {
+	s.log.flushedOffset.Add(n)
+	s.stats.flushes.Add(1)
 }
 
 // TestPrewriteAutoWaitsForTheFirstSyncs: before any sync, a segment made
@@ -168,13 +175,13 @@ func TestPrewriteAutoDecidesBySyncSize(t *testing.T) {
 func TestPrewriteAutoWaitsForTheFirstSyncs(t *testing.T) {
 	ctx := context.Background()
 	newStore := func() *Store {
-		return &Store{opts: Options{PrewriteSegments: PrewriteAuto, PrewriteBelowSyncBytes: 128 << 10}}
+		return &Store{opts: Options{PrewriteSegments: PrewriteAuto, PrewriteBelowSyncBytes: 128 << 10}, log: &commitLog{}}
 	}
 	s := newStore()
 	go func() {
 		time.Sleep(5 * time.Millisecond)
 		for range prewriteEvidence {
-			s.syncs.record(1 << 20)
+			recordSync(s, 1<<20)
 		}
 	}()
 	if s.prewriteNext(ctx, func() bool { return true }) {

@@ -60,7 +60,7 @@ type Store struct {
 
 	labels   stageLabels // pprof labels of a Put's stages (Options.ProfileLabels)
 	stats    storeStats
-	syncs    syncFigures // durable syncs and their bytes, for PrewriteAuto
+	prewrite prewriteDecision // PrewriteAuto's, owned by the allocation service
 	writeErr atomic.Pointer[error]
 	repl     replication // replicate.go
 	epochs   epochCache  // epoch.go

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -51,7 +52,7 @@ func vmFlags(t *testing.T, b []byte) []string {
 func TestHugePagesAdvisesTheMapping(t *testing.T) {
 	thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	if err != nil {
-		t.Skipf("the kernel has no transparent huge pages (%v): MADV_HUGEPAGE changes nothing there", err)
+		testenv.Skip(t, testenv.THP, "the kernel has no transparent huge pages (%v): MADV_HUGEPAGE changes nothing there", err)
 	}
 	t.Logf("THP %q", strings.TrimSpace(string(thp)))
 	ctx := testContext(t)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 // TestMapAnonymousHugeAlignsAndZeroes: the byte at lead is on a huge-page
@@ -14,7 +16,7 @@ import (
 // aligned part is in huge pages (HugeBytes).
 func TestMapAnonymousHugeAlignsAndZeroes(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("transparent huge pages are Linux only")
+		testenv.Skip(t, testenv.THP, "transparent huge pages are Linux only")
 	}
 	page := int64(os.Getpagesize())
 	const size = 4 * HugePageBytes
@@ -58,7 +60,7 @@ func TestMapAnonymousHugeAlignsAndZeroes(t *testing.T) {
 // TestMapAnonymousHugeRefusesPartialPages names what is wrong.
 func TestMapAnonymousHugeRefusesPartialPages(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("transparent huge pages are Linux only")
+		testenv.Skip(t, testenv.THP, "transparent huge pages are Linux only")
 	}
 	for _, c := range [][2]int64{{0, 0}, {0, 100}, {3, 4096}, {-4096, 4096}, {4 << 20, 4096}} {
 		if mem, err := MapAnonymousHuge(c[0], c[1]); err == nil {

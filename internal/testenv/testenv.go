@@ -34,6 +34,8 @@ const (
 	// FUSE: /dev/fuse and root, to mount a FUSE file system with mount(2)
 	// (internal/crashfs; no fusermount).
 	FUSE = "fuse"
+	// THP: Linux with transparent huge pages (/sys/kernel/mm/transparent_hugepage).
+	THP = "thp"
 )
 
 // Required reports whether MQSTORE_TEST_REQUIRE names need (or "all").
