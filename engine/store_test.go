@@ -38,10 +38,10 @@ var testBackends = func() []struct {
 		opts func(t testing.TB) Options
 	}{
 		{"mem", func(testing.TB) Options {
-			return Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+			return memIndexSizes(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{})})
 		}},
 		{"mem-buffered", func(testing.TB) Options {
-			return Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true})}
+			return memIndexSizes(Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true})})
 		}},
 	}
 	for _, reg := range Backends() {
@@ -55,6 +55,17 @@ var testBackends = func() []struct {
 	}
 	return list
 }()
+
+// memIndexSizes gives a store on the MemFS IndexFiles of 2 MiB instead of
+// the default 420 MB: the MemFS holds every byte of a file in memory (twice
+// when buffered), and a default IndexFile per store made each test on it
+// clear and copy hundreds of megabytes — seconds under the race detector,
+// enough on a loaded 2-core machine to starve the allocation service past
+// its timeout.
+func memIndexSizes(o Options) Options {
+	o.IndexSlotCount, o.IndexMaxEntries = 10_007, 100_000
+	return o
+}
 
 var flushModes = []FlushMode{FlushAsync, FlushSync}
 

@@ -225,8 +225,10 @@ func (fs *MemFS) Open(ctx context.Context, spec Spec) (MappedFile, error) {
 			return nil, fmt.Errorf("open %s: already open: %w", path, ErrInvalidArgument)
 		}
 	} else {
-		// Zeros from make are not touched until written: a big new file
-		// costs nothing until used.
+		// Zeros from make: pages fresh from the OS cost nothing until
+		// written, but heap pages a collected file left are cleared first,
+		// so a big file costs its size in memclr once the heap has held
+		// one (give test stores small IndexFiles).
 		node = &memNode{sizeBytes: spec.SizeBytes, disk: make([]byte, spec.SizeBytes), cache: make([]byte, spec.SizeBytes), appendedFrom: -1}
 		fs.mkdirsLocked(filepath.Dir(path))
 		fs.nodes[path] = node
