@@ -275,6 +275,11 @@ func (fakeProber) SequentialWrite(_ context.Context, _ string, total int64, _, _
 	return total, time.Duration(total), nil
 }
 
+// DurableSequentialWrite: 500 MB/s, half the rate without the sync.
+func (fakeProber) DurableSequentialWrite(_ context.Context, _ string, total int64, _, _ int) (int64, time.Duration, error) {
+	return total, 2 * time.Duration(total), nil
+}
+
 // SyncWrites: the writes' latencies are 1..count µs (half that
 // pre-written), and the writers overlap perfectly.
 func (fakeProber) SyncWrites(_ context.Context, _ string, p device.SyncProbe) (device.SyncResult, error) {
@@ -321,6 +326,9 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	}
 	if l := names[runfile.LimitDeviceSeq]; l == nil || l.MBPerSec < 999.99 || l.MBPerSec > 1000.01 {
 		t.Errorf("device seq %+v", l)
+	}
+	if l := names[runfile.LimitDeviceSeqDurable]; l == nil || l.MBPerSec < 499.99 || l.MBPerSec > 500.01 {
+		t.Errorf("device seq to the sync %+v", l)
 	}
 	if l := names[runfile.LimitDeviceSync]; l == nil || l.P50Ns < 5_000 || l.P50Ns > 6_010 {
 		t.Errorf("device sync %+v", l)
@@ -458,6 +466,14 @@ func TestChooseWindow(t *testing.T) {
 		w, why := chooseWindow(&cfg, h, []runfile.Limit{dev}, []string{"vda"})
 		if w != c.want || !strings.Contains(why, c.whyPart) {
 			t.Errorf("%s: %v (%s), want %v (…%s…)", c.name, w, why, c.want, c.whyPart)
+		}
+	}
+	// What the device makes durable sizes it where measured, in either order.
+	durable := dev
+	durable.Name, durable.Figures.MBPerSec = runfile.LimitDeviceSeqDurable, dev.Figures.MBPerSec/2
+	for _, limits := range [][]runfile.Limit{{dev, durable}, {durable, dev}} {
+		if w, why := chooseWindow(&cfg, h, limits, []string{"vda"}); w != 6*time.Second || !strings.Contains(why, "500 MB/s durable") {
+			t.Errorf("with the durable rate: %v (%s), want 6s at 500 MB/s", w, why)
 		}
 	}
 	if w, why := chooseWindow(&cfg, h, nil, []string{"vda"}); w != 5*time.Second || !strings.Contains(why, "not measured") {

@@ -17,6 +17,9 @@ type DeviceProber interface {
 	// SequentialWrite writes totalBytes with O_DIRECT, depth blocks of
 	// blockBytes in flight, and returns the bytes written and the time.
 	SequentialWrite(ctx context.Context, dir string, totalBytes int64, blockBytes, depth int) (int64, time.Duration, error)
+	// DurableSequentialWrite is SequentialWrite with an fdatasync at the
+	// end, inside the time.
+	DurableSequentialWrite(ctx context.Context, dir string, totalBytes int64, blockBytes, depth int) (int64, time.Duration, error)
 	// SyncWrites runs a write + fdatasync probe (device.SyncProbe).
 	SyncWrites(ctx context.Context, dir string, p device.SyncProbe) (device.SyncResult, error)
 	// CreateSegment returns the time to create (fallocate, optionally
@@ -34,6 +37,12 @@ func (BuiltinProber) SequentialWrite(ctx context.Context, dir string, totalBytes
 	return r.Bytes, r.Duration, err
 }
 
+// DurableSequentialWrite runs device.DurableSequentialWrite.
+func (BuiltinProber) DurableSequentialWrite(ctx context.Context, dir string, totalBytes int64, blockBytes, depth int) (int64, time.Duration, error) {
+	r, err := device.DurableSequentialWrite(ctx, dir, totalBytes, blockBytes, depth)
+	return r.Bytes, r.Duration, err
+}
+
 // SyncWrites runs device.SyncWrites (plain pwrite + fdatasync).
 func (BuiltinProber) SyncWrites(ctx context.Context, dir string, p device.SyncProbe) (device.SyncResult, error) {
 	return device.SyncWrites(ctx, dir, p)
@@ -45,8 +54,12 @@ func (BuiltinProber) CreateSegment(ctx context.Context, dir string, sizeBytes in
 }
 
 // deviceSeq runs the sequential O_DIRECT probe once.
-func deviceSeq(ctx context.Context, p DeviceProber, dir string, totalBytes int64) (runfile.Figures, error) {
-	n, d, err := p.SequentialWrite(ctx, dir, totalBytes, 1<<20, 32)
+func deviceSeq(ctx context.Context, p DeviceProber, dir string, totalBytes int64, durable bool) (runfile.Figures, error) {
+	write := p.SequentialWrite
+	if durable {
+		write = p.DurableSequentialWrite
+	}
+	n, d, err := write(ctx, dir, totalBytes, 1<<20, 32)
 	if err != nil {
 		return runfile.Figures{}, err
 	}
@@ -93,7 +106,12 @@ func (r *runner) measureLimits(ctx context.Context) {
 	cfg := r.cfg
 	seq := runfile.Limit{Name: runfile.LimitDeviceSeq, Tool: "mqbench device probe (io_uring, O_DIRECT)", SizeBytes: 1 << 20, Dir: r.work,
 		Params: map[string]string{"blockBytes": "1048576", "depth": "32", "totalBytes": strconv.FormatInt(cfg.DeviceProbeBytes, 10)}}
-	r.repeatLimit(ctx, &seq, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes) })
+	r.repeatLimit(ctx, &seq, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes, false) })
+	durable := runfile.Limit{Name: runfile.LimitDeviceSeqDurable, Tool: "mqbench device probe (io_uring, O_DIRECT, then fdatasync)", SizeBytes: 1 << 20, Dir: r.work,
+		Params: map[string]string{"blockBytes": "1048576", "depth": "32", "totalBytes": strconv.FormatInt(cfg.DeviceProbeBytes, 10), "sync": "one fdatasync after the last write, inside the time"}}
+	r.repeatLimit(ctx, &durable, func() (runfile.Figures, error) {
+		return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes, true)
+	})
 	sync := runfile.Limit{Name: runfile.LimitDeviceSync, Tool: "mqbench device probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount)}}
 	probe := device.SyncProbe{WriteBytes: 4096, Count: cfg.SyncProbeCount, InFlight: 1}

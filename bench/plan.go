@@ -171,8 +171,9 @@ func planLine(p *runfile.Plan, c *Config) string {
 // transient pool's fallback), the transient pool, uring's staging buffers
 // — faster than the device drains them, so the window is at least as long
 // as the slowest of the run's targets takes to absorb the largest of those
-// buffers at its measured sequential rate (clamped to [minWindow,
-// maxWindow]); the reason names that target.
+// buffers at its measured sequential rate — what it makes durable, where
+// measured — (clamped to [minWindow, maxWindow]); the reason names that
+// target.
 func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, targets []string) (time.Duration, string) {
 	if c.Duration > 0 {
 		return c.Duration, "given with --duration"
@@ -181,11 +182,19 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, targets []s
 		return minWindow, "automatic: no async cell, and a sync acknowledgement is durable — nothing to absorb"
 	}
 	bufBytes, bufWhat := largestBuffer(c, h)
-	slowest, devMBps := "", 0.0
+	slowest, devMBps, rateWhat := "", 0.0, ""
 	for _, t := range targets {
-		rate := 0.0
+		// What the device makes durable where measured (a device with a
+		// volatile cache accepts writes faster), else what it accepts.
+		rate, durable := 0.0, false
 		for _, l := range limits {
-			if l.Name == runfile.LimitDeviceSeq && l.Target == t && l.Status == runfile.StatusOK {
+			if l.Target != t || l.Status != runfile.StatusOK || l.MBPerSec <= 0 {
+				continue
+			}
+			switch {
+			case l.Name == runfile.LimitDeviceSeqDurable:
+				rate, durable = l.MBPerSec, true
+			case l.Name == runfile.LimitDeviceSeq && !durable:
 				rate = l.MBPerSec
 			}
 		}
@@ -194,7 +203,7 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, targets []s
 				t, fmtBytes(bufBytes), bufWhat)
 		}
 		if slowest == "" || rate < devMBps {
-			slowest, devMBps = t, rate
+			slowest, devMBps, rateWhat = t, rate, map[bool]string{true: "durable (device-seq-write-durable)", false: "accepted, unsynced (device-seq-write)"}[durable]
 		}
 	}
 	absorb := time.Duration(float64(bufBytes) / (devMBps * 1e6) * float64(time.Second))
@@ -204,8 +213,8 @@ func chooseWindow(c *Config, h hostctl.Host, limits []runfile.Limit, targets []s
 	if len(targets) > 1 {
 		device = "the slowest of the targets"
 	}
-	return w, fmt.Sprintf("automatic: the largest buffer an async cell can fill is %s (%s); %s, %s, absorbs it at %.0f MB/s in %s; window = that, within [%s, %s], rounded up to 0.5 s",
-		fmtBytes(bufBytes), bufWhat, device, slowest, devMBps, absorb.Round(time.Millisecond), minWindow, maxWindow)
+	return w, fmt.Sprintf("automatic: the largest buffer an async cell can fill is %s (%s); %s, %s, absorbs it at %.0f MB/s %s in %s; window = that, within [%s, %s], rounded up to 0.5 s",
+		fmtBytes(bufBytes), bufWhat, device, slowest, devMBps, rateWhat, absorb.Round(time.Millisecond), minWindow, maxWindow)
 }
 
 // largestBuffer is the largest amount of accepted data the run's async

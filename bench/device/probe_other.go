@@ -15,6 +15,11 @@ func SequentialWrite(context.Context, string, int64, int, int) (Result, error) {
 	return Result{}, errNotLinux
 }
 
+// DurableSequentialWrite returns an error wrapping ErrUnsupported: io_uring is Linux only.
+func DurableSequentialWrite(context.Context, string, int64, int, int) (Result, error) {
+	return Result{}, errNotLinux
+}
+
 // SyncWrites returns an error wrapping ErrUnsupported outside Linux.
 func SyncWrites(context.Context, string, SyncProbe) (SyncResult, error) {
 	return SyncResult{}, errNotLinux

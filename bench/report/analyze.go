@@ -183,8 +183,9 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 		// The device's bandwidth bounds async cells; sync cells are bound
 		// by the device's flush latency (below).
 		for _, name := range []string{runfile.LimitDeviceSeq, runfile.LimitFioSeq} {
-			add("device", name, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s")
+			add("device", name, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s (no sync: what the device accepts)")
 		}
+		add("device", runfile.LimitDeviceSeqDurable, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s to the fdatasync after them: what the device makes durable")
 	}
 	if c.Workload == "throughput" && c.Flush == "sync" {
 		if ref, against, ok := groupCommitLimit(f, c); ok {

@@ -93,7 +93,9 @@ func fakeRun() *runfile.RunFile {
 	// A limit no rule relates a cell to: it is shown, and bounds nothing.
 	faults := runfile.Limit{Name: "fault-ceiling", Target: "vda", Tool: "probe", SizeBytes: 4096, Status: runfile.StatusOK}
 	faults.Figures.MBPerSec, faults.CILow.MBPerSec, faults.CIHigh.MBPerSec = 800, 800, 800
-	f.Limits = []runfile.Limit{seq, faults, {Name: runfile.LimitFioSeq, Status: runfile.StatusSkipped, Reason: "fio is not on PATH"}}
+	durable := runfile.Limit{Name: runfile.LimitDeviceSeqDurable, Target: "vda", Tool: "probe", SizeBytes: 1 << 20, Status: runfile.StatusOK}
+	durable.Figures.MBPerSec, durable.CILow.MBPerSec, durable.CIHigh.MBPerSec = 550, 500, 600
+	f.Limits = []runfile.Limit{seq, durable, faults, {Name: runfile.LimitFioSeq, Status: runfile.StatusSkipped, Reason: "fio is not on PATH"}}
 	return f
 }
 
@@ -130,9 +132,18 @@ func TestRatiosOnKnownFigures(t *testing.T) {
 	f := fakeRun()
 	Analyze(f)
 	// mmap durable 440 [431.2–448.8] ÷ device 1000 [900–1100].
-	r := find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "device" && r.Cell == "throughput-mmap-1024-async-p4" })
+	r := find(t, f.Ratios, func(r runfile.Ratio) bool {
+		return r.Kind == "device" && r.Cell == "throughput-mmap-1024-async-p4" && r.Against == runfile.LimitDeviceSeq
+	})
 	if !near(r.Median, 0.44) || !near(r.Low, 431.2/1100) || !near(r.High, 448.8/900) {
 		t.Errorf("device ratio %+v", r)
+	}
+	// ÷ what the device makes durable, 550 [500–600].
+	r = find(t, f.Ratios, func(r runfile.Ratio) bool {
+		return r.Kind == "device" && r.Cell == "throughput-mmap-1024-async-p4" && r.Against == runfile.LimitDeviceSeqDurable
+	})
+	if !near(r.Median, 440.0/550) || !near(r.Low, 431.2/600) || !near(r.High, 448.8/500) || !strings.Contains(r.Note, "fdatasync") {
+		t.Errorf("durable device ratio %+v", r)
 	}
 	// Only the limits a rule names give ratios: the run's fault-ceiling is
 	// in the limits table and related to no cell.

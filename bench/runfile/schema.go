@@ -442,10 +442,14 @@ type Limit struct {
 
 // Limit names.
 const (
-	LimitDeviceSeq  = "device-seq-write"
-	LimitDeviceSync = "device-fdatasync-4k"
-	LimitFioSeq     = "fio-seq-write"
-	LimitFioSync    = "fio-fdatasync-4k"
+	LimitDeviceSeq = "device-seq-write"
+	// LimitDeviceSeqDurable: the same writes and an fdatasync after them,
+	// timed to its return — the device's durable sequential bandwidth,
+	// below LimitDeviceSeq where the device has a volatile write cache.
+	LimitDeviceSeqDurable = "device-seq-write-durable"
+	LimitDeviceSync       = "device-fdatasync-4k"
+	LimitFioSeq           = "fio-seq-write"
+	LimitFioSync          = "fio-fdatasync-4k"
 	// LimitDeviceSyncPrewritten: 4 KiB write + fdatasync on a pre-written
 	// file (data only, no extent conversion): the physical cost of one
 	// durable append.
