@@ -578,3 +578,36 @@ func TestCPUIsTheWindowsWork(t *testing.T) {
 		}
 	}
 }
+
+// TestRealClockNow: RealClock's reading agrees with time.Now on both
+// clocks, and readings subtract by the monotonic clock.
+func TestRealClockNow(t *testing.T) {
+	before := time.Now()
+	now := RealClock{}.Now()
+	after := time.Now()
+	if now.Before(before) || now.After(after) {
+		t.Fatalf("RealClock.Now %v outside [%v, %v]", now, before, after)
+	}
+	if d := now.Sub(before); d < 0 || d > after.Sub(before) {
+		t.Fatalf("monotonic difference %v outside [0, %v]", d, after.Sub(before))
+	}
+	if wall := now.Round(0); wall.Before(before.Round(0).Add(-time.Millisecond)) || wall.After(after.Round(0).Add(time.Millisecond)) {
+		t.Fatalf("wall reading %v far from time.Now's [%v, %v]", wall, before.Round(0), after.Round(0))
+	}
+}
+
+// BenchmarkClockNow: RealClock.Now against time.Now.
+func BenchmarkClockNow(b *testing.B) {
+	var sink time.Time
+	b.Run("RealClock", func(b *testing.B) {
+		for b.Loop() {
+			sink = RealClock{}.Now()
+		}
+	})
+	b.Run("time.Now", func(b *testing.B) {
+		for b.Loop() {
+			sink = time.Now()
+		}
+	})
+	_ = sink
+}

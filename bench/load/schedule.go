@@ -101,8 +101,17 @@ type sleeper interface {
 // millisecond late and that lateness would count in every latency.
 type RealClock struct{}
 
-// Now returns time.Now() (monotonic).
-func (RealClock) Now() time.Time { return time.Now() }
+// Now returns the time now, with its monotonic reading. It reads one
+// clock where time.Now reads two (the wall clock and the monotonic one): a
+// closed loop reads it twice a message, and on the reference VM
+// (kvm-clock) time.Now takes 56 ns against 38 here. The wall part is the
+// process's first reading plus the monotonic time since — the same as
+// time.Now's unless the wall clock was stepped meanwhile; the loop only
+// subtracts readings, which use the monotonic part either way.
+func (RealClock) Now() time.Time { return clockBase.Add(time.Since(clockBase)) }
+
+// clockBase is RealClock's first reading.
+var clockBase = time.Now()
 
 // SleepUntil sleeps until t.
 func (RealClock) SleepUntil(ctx context.Context, t time.Time) {
