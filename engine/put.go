@@ -29,7 +29,6 @@ func (s *Store) Put(ctx context.Context, m *Message) (PutResult, error) {
 	res, err := s.put(ctx, m, start, now)
 	s.closeMu.RUnlock()
 	if res.Status == PutOK {
-		s.stats.puts.Add(1)
 		s.stats.putBytes.Add(uint64(res.Size))
 		s.stats.putLatency.record(time.Since(start))
 	} else {

@@ -361,10 +361,11 @@ func (s *Store) RecoveredAfterCrash() bool { return s.abnormalOpen }
 
 // Stats returns a snapshot of the store's counters.
 func (s *Store) Stats() Stats {
+	putLatency := s.stats.putLatency.summary()
 	st := Stats{
 		Backend: s.backend.Name(), FlushMode: s.opts.FlushMode.String(),
-		Puts: s.stats.puts.Load(), PutBytes: s.stats.putBytes.Load(), PutFailures: s.stats.putFailures.Load(),
-		PutLatency: s.stats.putLatency.summary(), FlushDiskTimeouts: s.stats.flushDiskTimeouts.Load(),
+		Puts: putLatency.Count, PutBytes: s.stats.putBytes.Load(), PutFailures: s.stats.putFailures.Load(),
+		PutLatency: putLatency, FlushDiskTimeouts: s.stats.flushDiskTimeouts.Load(),
 		OSPageCacheBusy: s.stats.osPageCacheBusy.Load(), Rolls: s.stats.rolls.Load(),
 		Flushes: s.stats.flushes.Load(), FlushLatency: s.stats.flushLatency.summary(),
 		Commits: s.stats.commits.Load(), CommitLatency: s.stats.commitLatency.summary(),
