@@ -1,10 +1,6 @@
 package invariants
 
-import (
-	"errors"
-	"strings"
-	"testing"
-)
+import "testing"
 
 // violations are one broken call of each helper, with what its message
 // must name.
@@ -42,42 +38,6 @@ func TestHolds(t *testing.T) {
 	for i, f := range holds {
 		if v := recovered(f); v != nil {
 			t.Errorf("case %d: a holding invariant panicked: %v", i, v)
-		}
-	}
-}
-
-func TestFires(t *testing.T) {
-	if !Enabled {
-		t.Skip("invariants are compiled out: build with -tags mqstore_invariants (make test does)")
-	}
-	for _, c := range violations {
-		t.Run(c.name, func(t *testing.T) {
-			v := recovered(c.call)
-			var viol *Violation
-			err, _ := v.(error)
-			if !errors.As(err, &viol) {
-				t.Fatalf("panic value %#v, want a *Violation", v)
-			}
-			msg := viol.Error()
-			if !strings.HasPrefix(msg, "invariant violated: ") {
-				t.Errorf("message %q lacks the prefix", msg)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("message %q does not name %q", msg, w)
-				}
-			}
-		})
-	}
-}
-
-func TestCompiledOut(t *testing.T) {
-	if Enabled {
-		t.Skip("invariants are on (mqstore_invariants): TestFires covers this build")
-	}
-	for _, c := range violations {
-		if v := recovered(c.call); v != nil {
-			t.Errorf("%s: panicked in a build without mqstore_invariants: %v", c.name, v)
 		}
 	}
 }
