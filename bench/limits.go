@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -108,7 +109,8 @@ func (r *runner) measureLimits(ctx context.Context) {
 		Params: map[string]string{"blockBytes": "1048576", "depth": "32", "totalBytes": strconv.FormatInt(cfg.DeviceProbeBytes, 10)}}
 	r.repeatLimit(ctx, &seq, func() (runfile.Figures, error) { return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes, false) })
 	durable := runfile.Limit{Name: runfile.LimitDeviceSeqDurable, Tool: "mqbench device probe (io_uring, O_DIRECT, then fdatasync)", SizeBytes: 1 << 20, Dir: r.work,
-		Params: map[string]string{"blockBytes": "1048576", "depth": "32", "totalBytes": strconv.FormatInt(cfg.DeviceProbeBytes, 10), "sync": "one fdatasync after the last write, inside the time"}}
+		Params: maps.Clone(seq.Params)}
+	durable.Params["sync"] = "one fdatasync after the last write, inside the time"
 	r.repeatLimit(ctx, &durable, func() (runfile.Figures, error) {
 		return deviceSeq(ctx, r.prober, r.work, cfg.DeviceProbeBytes, true)
 	})

@@ -8,14 +8,12 @@ import (
 
 // latencyHistogram is a lock-free log-linear histogram of durations in
 // nanoseconds: 16 linear sub-buckets per power of two (≤ 6.25 % relative
-// error). Recording is two atomic adds, so Put can record on its hot path
-// from many goroutines without a lock (hdrhistogram-go is not safe for
-// concurrent writers; the harness keeps one of those per goroutine instead).
-// latencyHistogram counts durations in log-linear buckets. A record is two
-// atomic adds (its bucket, the sum) and a load of the maximum: how many
-// were recorded is the buckets' sum, counted when read — Put records one
-// on every call, from every CPU, and each shared counter it adds to is a
-// cache line the CPUs pass between them.
+// error). Recording is two atomic adds (its bucket, the sum) and a load of
+// the maximum, so Put can record on its hot path from many goroutines
+// without a lock (hdrhistogram-go is not safe for concurrent writers; the
+// harness keeps one of those per goroutine instead). How many were recorded
+// is the buckets' sum, counted when read: each shared counter a Put adds to
+// is a cache line the CPUs pass between them.
 type latencyHistogram struct {
 	counts [64 * subBuckets]atomic.Uint64
 	sumNs  atomic.Uint64
