@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -20,6 +17,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/namesrv"
 )
 
@@ -40,46 +38,6 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
-
-// freeAddr is a loopback address nobody listens on now, for a process
-// the test starts later. Its port is below the kernel's ephemeral range:
-// a port taken from that range (port 0) can be handed to another socket's
-// connect before the process binds it — the raft controllers dial each
-// other meanwhile — and its bind then fails with "address already in use".
-// No two calls return the same port.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
-				low = n
-			}
-		}
-	}
-	freePortsMu.Lock()
-	defer freePortsMu.Unlock()
-	for range 1000 {
-		port := 10000 + rand.IntN(low-10000)
-		if freePorts[port] {
-			continue
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue // in use
-		}
-		ln.Close()
-		freePorts[port] = true
-		return ln.Addr().String()
-	}
-	t.Fatalf("no free loopback port below %d after 1000 tries", low)
-	return ""
-}
-
-var (
-	freePortsMu sync.Mutex
-	freePorts   = map[int]bool{}
-)
 
 // TestBrokerSetFailover: the unmodified Go client produces to and
 // consumes from a broker set of three `mqstore serve --broker-set`
@@ -104,8 +62,8 @@ func TestBrokerSetFailover(t *testing.T) {
 	const n = 3
 	var raftAddrs, rpc, peers []string // rpc: the embedded controllers' addresses
 	for i := 0; i < n; i++ {
-		raftAddrs = append(raftAddrs, freeAddr(t))
-		rpc = append(rpc, freeAddr(t))
+		raftAddrs = append(raftAddrs, testenv.FreeLoopbackAddr(t))
+		rpc = append(rpc, testenv.FreeLoopbackAddr(t))
 		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
 	}
 	root := t.TempDir()
@@ -115,8 +73,8 @@ func TestBrokerSetFailover(t *testing.T) {
 		logs[i] = &syncBuffer{}
 		cmd := exec.Command(bin, "serve", "--dir", fmt.Sprintf("%s/b%d", root, i+1), "--broker-set", "orders",
 			"--broker-id", fmt.Sprint(i+1), "--controller", strings.Join(peers, ","), "--controller-id", fmt.Sprintf("c%d", i+1),
-			"--controller-listen", rpc[i], "--controller-peers", strings.Join(rpc, ","), "--ha-listen", freeAddr(t),
-			"--remoting-listen", freeAddr(t), "--namesrv", ns.Addr(), "--segment-size", fmt.Sprint(16<<20),
+			"--controller-listen", rpc[i], "--controller-peers", strings.Join(rpc, ","), "--ha-listen", testenv.FreeLoopbackAddr(t),
+			"--remoting-listen", testenv.FreeLoopbackAddr(t), "--namesrv", ns.Addr(), "--segment-size", fmt.Sprint(16<<20),
 			"--controller-heartbeat", "200ms", "--broker-expiry", "1s", "--raft-heartbeat", "300ms", "--ha-heartbeat", "200ms",
 			"--status-interval", "0")
 		cmd.Stderr = logs[i]

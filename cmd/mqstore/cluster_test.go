@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"reflect"
 	"regexp"
 	"slices"
@@ -18,18 +17,8 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/controller"
+	"github.com/mqstore/mqstore/internal/testenv"
 )
-
-// clusterTestAddr returns a loopback address no one listens on now.
-func clusterTestAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // clusterLogBuffer is a bytes.Buffer safe to write from a running command.
 type clusterLogBuffer struct {
@@ -56,8 +45,8 @@ func TestControllerGroupAndClusterStatus(t *testing.T) {
 	var rpc, raftAddrs []string
 	var peers []string
 	for i := 0; i < 3; i++ {
-		rpc = append(rpc, clusterTestAddr(t))
-		raftAddrs = append(raftAddrs, clusterTestAddr(t))
+		rpc = append(rpc, testenv.FreeLoopbackAddr(t))
+		raftAddrs = append(raftAddrs, testenv.FreeLoopbackAddr(t))
 		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -143,7 +132,7 @@ func TestControllerBadFlags(t *testing.T) {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"cluster", "status", "--controller", clusterTestAddr(t), "--timeout", "300ms"}, &stdout, &stderr); code != 1 ||
+	if code := run(context.Background(), []string{"cluster", "status", "--controller", testenv.FreeLoopbackAddr(t), "--timeout", "300ms"}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "no leader answered") {
 		t.Errorf("status of a dead controller: exit %d, stderr %q", code, stderr.String())
 	}
@@ -158,8 +147,8 @@ func TestControllerProcessesSurviveKill(t *testing.T) {
 	const n = 3
 	var rpc, raftAddrs, peers, dirs []string
 	for i := 0; i < n; i++ {
-		rpc = append(rpc, clusterTestAddr(t))
-		raftAddrs = append(raftAddrs, clusterTestAddr(t))
+		rpc = append(rpc, testenv.FreeLoopbackAddr(t))
+		raftAddrs = append(raftAddrs, testenv.FreeLoopbackAddr(t))
 		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
 		dirs = append(dirs, t.TempDir())
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/controller"
+	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 var failoverKills = flag.Int("failover.kills", 1, "kill -9 rounds of the master in TestFailoverProcesses")
@@ -147,9 +148,9 @@ func TestFailoverProcesses(t *testing.T) {
 func embeddedSet(t *testing.T, n int) (args func(i int) []string, rpc []string) {
 	var raftAddrs, haAddrs, peers []string
 	for i := 0; i < n; i++ {
-		raftAddrs = append(raftAddrs, clusterTestAddr(t))
-		rpc = append(rpc, clusterTestAddr(t))
-		haAddrs = append(haAddrs, clusterTestAddr(t))
+		raftAddrs = append(raftAddrs, testenv.FreeLoopbackAddr(t))
+		rpc = append(rpc, testenv.FreeLoopbackAddr(t))
+		haAddrs = append(haAddrs, testenv.FreeLoopbackAddr(t))
 		peers = append(peers, fmt.Sprintf("c%d=%s", i+1, raftAddrs[i]))
 	}
 	root := t.TempDir()

@@ -13,9 +13,13 @@ package testenv
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -93,3 +97,45 @@ func NeedRoot(t testing.TB, why string) {
 		Skip(t, Root, "%s", why)
 	}
 }
+
+// FreeLoopbackAddr is a loopback address nobody listens on now, for a
+// process or service the test starts later with that address (a raft peer
+// whose address the others must know beforehand). Its port is below the
+// kernel's ephemeral range: a port taken from that range (port 0, then
+// closed) can be handed to another socket's connect — from this test or a
+// package running beside it — before the service binds it, and the bind
+// then fails with "address already in use". No two calls in a process
+// return the same port.
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
+	}
+	freePortsMu.Lock()
+	defer freePortsMu.Unlock()
+	for range 1000 {
+		port := 10000 + rand.IntN(low-10000)
+		if freePorts[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // in use
+		}
+		ln.Close()
+		freePorts[port] = true
+		return ln.Addr().String()
+	}
+	t.Fatalf("no free loopback port below %d after 1000 tries", low)
+	return ""
+}
+
+var (
+	freePortsMu sync.Mutex
+	freePorts   = map[int]bool{}
+)
