@@ -104,8 +104,8 @@ func TestGroupCommitTimesOutWhileTheFlushHangs(t *testing.T) {
 	ctx := context.Background()
 	faults := faultfile.NewFaults()
 	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
-	s := openStore(t, t.TempDir(), memIndexSizes(Options{BackendImpl: fb, FlushMode: FlushSync, SyncFlushTimeout: 50 * time.Millisecond,
-		SegmentSizeBytes: 1 << 20, Logger: quietLogger}))
+	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SyncFlushTimeout: 50 * time.Millisecond,
+		SegmentSizeBytes: 1 << 20, Logger: quietLogger})
 	defer s.Close()
 	faults.Add(faultfile.Fault{Op: faultfile.OpFlush, Latency: 1500 * time.Millisecond, PathContains: "commitlog"})
 	results := make(chan PutResult, 8)
@@ -144,7 +144,7 @@ func TestGroupCommitTimesOutWhileTheFlushHangs(t *testing.T) {
 func TestGroupCommitHonoursContext(t *testing.T) {
 	faults := faultfile.NewFaults(faultfile.Fault{Op: faultfile.OpFlush, Latency: 200 * time.Millisecond, PathContains: "commitlog"})
 	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
-	s := openStore(t, t.TempDir(), memIndexSizes(Options{BackendImpl: fb, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, Logger: quietLogger}))
+	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, Logger: quietLogger})
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -185,7 +185,7 @@ func TestGroupCommitHonoursContext(t *testing.T) {
 func TestProfileLabels(t *testing.T) {
 	faults := faultfile.NewFaults()
 	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{Buffered: true}), faults)
-	s := openStore(t, t.TempDir(), memIndexSizes(Options{BackendImpl: fb, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, ProfileLabels: true, Logger: quietLogger}))
+	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, ProfileLabels: true, Logger: quietLogger})
 	defer s.Close()
 	label := func(stage string) string { return fmt.Sprintf("%q:%q", ProfileLabelKey, stage) }
 	goroutines := func() string {

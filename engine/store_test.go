@@ -57,11 +57,13 @@ var testBackends = func() []struct {
 }()
 
 // memIndexSizes gives a store on the MemFS IndexFiles of 2 MiB instead of
-// the default 420 MB: the MemFS holds every byte of a file in memory (twice
-// when buffered), and a default IndexFile per store made each test on it
-// clear and copy hundreds of megabytes — seconds under the race detector,
-// enough on a loaded 2-core machine to starve the allocation service past
-// its timeout.
+// the default 420 MB (openStore does it for every store on a test backend
+// that sets no index size): the MemFS holds every byte of a file in memory
+// (twice when buffered), and a default IndexFile per store made each test
+// on it clear and copy hundreds of megabytes — seconds under the race
+// detector, with the MemFS's lock held, so on a loaded 2-core machine a
+// segment allocation ran past its timeout and a flush that should have
+// run before a test's fault ran after it.
 func memIndexSizes(o Options) Options {
 	o.IndexSlotCount, o.IndexMaxEntries = 10_007, 100_000
 	return o
@@ -99,6 +101,9 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 func openStore(t testing.TB, dir string, o Options) *Store {
 	t.Helper()
+	if o.BackendImpl != nil && o.IndexSlotCount == 0 && o.IndexMaxEntries == 0 {
+		o = memIndexSizes(o) // every test backend here keeps its files in a MemFS
+	}
 	s, err := Open(context.Background(), dir, o)
 	if errors.Is(err, mappedfile.ErrUnsupported) {
 		testenv.Skip(t, backendNeed(o.Backend), "backend %s cannot run here: %v", o.Backend, err)
