@@ -283,13 +283,19 @@ func (fakeProber) DurableSequentialWrite(_ context.Context, _ string, total int6
 // SyncWrites: the writes' latencies are 1..count µs (half that
 // pre-written), and the writers overlap perfectly.
 func (fakeProber) SyncWrites(_ context.Context, _ string, p device.SyncProbe) (device.SyncResult, error) {
-	r := device.SyncResult{Latencies: make([]time.Duration, p.Count/p.InFlight*p.InFlight)}
+	per := p.Count / p.InFlight
+	r := device.SyncResult{Latencies: make([]time.Duration, per*p.InFlight)}
 	for i := range r.Latencies {
 		r.Latencies[i] = time.Duration(i+1) * time.Microsecond
 		if p.Prewritten {
 			r.Latencies[i] /= 2
 		}
 		r.Elapsed += r.Latencies[i]
+		if p.WriterBytes != nil {
+			r.Bytes += int64(p.WriterBytes[i/per])
+		} else {
+			r.Bytes += int64(p.WriteBytes)
+		}
 	}
 	r.Elapsed /= time.Duration(p.InFlight)
 	return r, nil
@@ -313,7 +319,7 @@ func (fakeProber) CreateSegment(_ context.Context, _ string, size int64, prewrit
 func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Workloads, cfg.NoLimits, cfg.AA = []string{"throughput"}, false, false
-	cfg.Flushes, cfg.Producers, cfg.Store.Message = []string{"sync"}, []int{2, 8}, MessageRocketMQ
+	cfg.Flushes, cfg.Producers, cfg.Store.Message = []string{"sync"}, []int{1, 5}, MessageRocketMQ
 	cfg.DeviceProbeBytes, cfg.SyncProbeCount = 4<<20, 10
 	var progress lockedBuffer
 	f, _, err := Run(context.Background(), cfg, RunOptions{Prober: fakeProber{}, Progress: &progress})
@@ -345,28 +351,37 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 	if l := names[runfile.LimitSegmentFallocated]; l == nil || l.P50Ns != int64(time.Millisecond) || l.MBPerSec != 0 {
 		t.Errorf("segment creation, fallocated %+v", l)
 	}
-	// The group-commit limits: N records of the rocketmq message per write,
-	// one and two in flight, for each producer count; msgs/s = N × ops/s.
-	// With the fake's 10 pre-written writes of 0.5..5 µs, one writer does
-	// 10 ops in 27.5 µs.
+	// The group-commit limits: N records of the rocketmq message per write
+	// with one in flight, N split over two writers with two, for each
+	// producer count; msgs/s = records written per second. With the fake's
+	// 10 pre-written writes of 0.5..5 µs, one writer does 10 ops in 27.5
+	// µs, and two (5 ops each) overlap perfectly: twice the ops per second,
+	// half the records per op.
 	rec := recordBytes(MessageRocketMQ, 1024)
 	groupCommit := map[[2]int]*runfile.Limit{}
 	for i := range f.Limits {
 		if l := &f.Limits[i]; l.Name == runfile.LimitGroupCommit {
 			groupCommit[[2]int{l.Producers, l.InFlight}] = l
-			if l.RecordBytes != rec || l.SizeBytes != 1024 || l.Params["writeBytes"] != strconv.Itoa(l.Producers*rec) || l.Status != runfile.StatusOK {
-				t.Errorf("group-commit limit %+v: want %d-byte records, %d per write", l, rec, l.Producers)
+			wantBytes := strconv.Itoa(l.Producers * rec)
+			if l.InFlight == 2 {
+				wantBytes = fmt.Sprintf("%d and %d", (l.Producers-l.Producers/2)*rec, l.Producers/2*rec)
+			}
+			if l.RecordBytes != rec || l.SizeBytes != 1024 || l.Params["writeBytes"] != wantBytes || l.Status != runfile.StatusOK {
+				t.Errorf("group-commit limit %+v: want %d-byte records, %s bytes per write", l, rec, wantBytes)
 			}
 		}
 	}
 	for _, n := range cfg.Producers {
 		one, two := groupCommit[[2]int{n, 1}], groupCommit[[2]int{n, 2}]
-		if one == nil || two == nil {
-			t.Fatalf("group-commit limits at %d producers: %v, %v", n, one, two)
+		if one == nil || (two == nil) != (n == 1) { // one producer never has two syncs in flight
+			t.Fatalf("group-commit limits at %d producers: one in flight %v, two %v", n, one, two)
 		}
-		if !within(one.OpsPerSec, 10/27.5e-6) || !within(one.MsgsPerSec, float64(n)*one.OpsPerSec) || !within(two.MsgsPerSec, 2*one.MsgsPerSec) ||
-			!within(one.MBPerSec, one.MsgsPerSec*float64(rec)/1e6) {
-			t.Errorf("%d producers: one in flight %v ops/s %v msgs/s %v MB/s, two %v msgs/s", n, one.OpsPerSec, one.MsgsPerSec, one.MBPerSec, two.MsgsPerSec)
+		if !within(one.OpsPerSec, 10/27.5e-6) || !within(one.MsgsPerSec, float64(n)*one.OpsPerSec) || !within(one.MBPerSec, one.MsgsPerSec*float64(rec)/1e6) {
+			t.Errorf("%d producers, one in flight: %v ops/s %v msgs/s %v MB/s", n, one.OpsPerSec, one.MsgsPerSec, one.MBPerSec)
+		}
+		if two != nil && (!within(two.OpsPerSec, 2*one.OpsPerSec) || !within(two.MsgsPerSec, one.MsgsPerSec) || !within(two.MBPerSec, one.MBPerSec)) {
+			t.Errorf("%d producers, two in flight: %v ops/s %v msgs/s %v MB/s against one's %v, %v, %v", n,
+				two.OpsPerSec, two.MsgsPerSec, two.MBPerSec, one.OpsPerSec, one.MsgsPerSec, one.MBPerSec)
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")

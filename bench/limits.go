@@ -71,7 +71,7 @@ func deviceSeq(ctx context.Context, p DeviceProber, dir string, totalBytes int64
 // deviceSync runs a write+fdatasync probe once: its ops/s (every writer's
 // together, over the probe's elapsed time), msgs/s (msgsPerOp records per
 // write), MB/s and the latency of one op.
-func deviceSync(ctx context.Context, p DeviceProber, dir string, probe device.SyncProbe, msgsPerOp int) (runfile.Figures, error) {
+func deviceSync(ctx context.Context, p DeviceProber, dir string, probe device.SyncProbe, recordBytes int) (runfile.Figures, error) {
 	res, err := p.SyncWrites(ctx, dir, probe)
 	if err != nil {
 		return runfile.Figures{}, err
@@ -81,9 +81,9 @@ func deviceSync(ctx context.Context, p DeviceProber, dir string, probe device.Sy
 		h.Record(d)
 	}
 	pc := h.Percentiles()
-	ops := int64(len(res.Latencies))
-	r := load.Result{Messages: ops, PayloadBytes: ops * int64(probe.WriteBytes), ElapsedNs: res.Elapsed.Nanoseconds()}
-	return runfile.Figures{OpsPerSec: r.MsgsPerSec(), MsgsPerSec: r.MsgsPerSec() * float64(msgsPerOp), MBPerSec: r.MBPerSec(),
+	ops := load.Result{Messages: int64(len(res.Latencies)), ElapsedNs: res.Elapsed.Nanoseconds()}
+	r := load.Result{Messages: res.Bytes / int64(recordBytes), PayloadBytes: res.Bytes, ElapsedNs: res.Elapsed.Nanoseconds()}
+	return runfile.Figures{OpsPerSec: ops.MsgsPerSec(), MsgsPerSec: r.MsgsPerSec(), MBPerSec: r.MBPerSec(),
 		P50Ns: pc.P50Ns, P90Ns: pc.P90Ns, P99Ns: pc.P99Ns, P999Ns: pc.P999Ns, P9999Ns: pc.P9999Ns, MaxNs: pc.MaxNs}, nil
 }
 
@@ -117,11 +117,11 @@ func (r *runner) measureLimits(ctx context.Context) {
 	sync := runfile.Limit{Name: runfile.LimitDeviceSync, Tool: "mqbench device probe (pwrite + fdatasync)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount)}}
 	probe := device.SyncProbe{WriteBytes: 4096, Count: cfg.SyncProbeCount, InFlight: 1}
-	r.repeatLimit(ctx, &sync, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
+	r.repeatLimit(ctx, &sync, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, probe.WriteBytes) })
 	pre := runfile.Limit{Name: runfile.LimitDeviceSyncPrewritten, Tool: "mqbench device probe (pwrite + fdatasync on a pre-written file)", SizeBytes: 4096, Dir: r.work,
 		Params: map[string]string{"blockBytes": "4096", "count": strconv.Itoa(cfg.SyncProbeCount), "file": prewrittenFile}}
 	probe.Prewritten = true
-	r.repeatLimit(ctx, &pre, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, 1) })
+	r.repeatLimit(ctx, &pre, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, probe.WriteBytes) })
 	r.groupCommitLimits(ctx)
 	seg := cfg.Store.SegmentSizeBytes
 	for _, k := range []struct {
@@ -145,21 +145,38 @@ func (r *runner) measureLimits(ctx context.Context) {
 // prewrittenFile says how the sync probes' pre-written file is made.
 const prewrittenFile = "made as the engine makes a pre-written segment (segfile.OpenOrCreate with Prewrite: zeros through the page cache, synced): each fdatasync commits data only, no extent conversion"
 
-// groupCommitRuns is how many group-commit limits the run measures: one
-// per body size, producer count and syncs in flight (1, 2) when it has
-// sync store cells in the closed loop, none otherwise.
+// groupCommitRuns is how many group-commit limits the run measures: for
+// each body size, one per producer count with one sync in flight and one
+// per count of two or more with two (one producer cannot have two), when
+// it has sync store cells in the closed loop; none otherwise.
 func groupCommitRuns(c *Config) int {
 	if !hasFlush(c, "sync") || !hasWorkload(c, string(load.Throughput)) || len(c.Backends) == 0 {
 		return 0
 	}
-	return len(c.Sizes) * len(c.Producers) * 2
+	n := 0
+	for _, p := range c.Producers {
+		n += len(groupCommitSplits(p))
+	}
+	return len(c.Sizes) * n
+}
+
+// groupCommitSplits is how n producers' records can be in flight: all n in
+// one sync, and, from two producers on, ⌈n/2⌉ and ⌊n/2⌋ in two syncs at
+// once — n closed-loop producers never have more than n records
+// outstanding, so two syncs of n records each would be no bound of theirs.
+func groupCommitSplits(n int) [][]int {
+	splits := [][]int{{n}}
+	if n >= 2 {
+		splits = append(splits, []int{n - n/2, n / 2})
+	}
+	return splits
 }
 
 // groupCommitLimits measures, for each body size and producer count N of
 // the run, N records of the run's message written as one pwrite and
-// fdatasynced, with one op in flight and with two writers at once on the
-// two halves of one pre-written file: the device's bound on a group commit
-// of N producers (msgs/s = N × ops/s).
+// fdatasynced, one op at a time, and the N records split over two writers
+// at once on two parts of one pre-written file: the device's bound on a
+// group commit of N producers (msgs/s = records written per second).
 func (r *runner) groupCommitLimits(ctx context.Context) {
 	cfg := r.cfg
 	if groupCommitRuns(&cfg) == 0 {
@@ -168,17 +185,24 @@ func (r *runner) groupCommitLimits(ctx context.Context) {
 	for _, size := range cfg.Sizes {
 		rec := recordBytes(cfg.Store.Message, size)
 		for _, n := range cfg.Producers {
-			for _, inFlight := range []int{1, 2} {
-				probe := device.SyncProbe{WriteBytes: n * rec, Count: max(cfg.SyncProbeCount, inFlight), InFlight: inFlight, Prewritten: true}
+			for _, split := range groupCommitSplits(n) {
+				probe := device.SyncProbe{Count: max(cfg.SyncProbeCount, len(split)), InFlight: len(split), Prewritten: true}
 				writers := "one op at a time"
-				if inFlight == 2 {
-					writers = "two goroutines at once, each on its own half of the one file (two syncs in flight on one segment)"
+				perOp := strconv.Itoa(n)
+				writeBytes := strconv.Itoa(n * rec)
+				if len(split) == 1 {
+					probe.WriteBytes = n * rec
+				} else {
+					probe.WriterBytes = []int{split[0] * rec, split[1] * rec}
+					writers = "two goroutines at once, each on its own part of the one file (two syncs in flight on one segment), the N records split between them"
+					perOp = fmt.Sprintf("%d and %d", split[0], split[1])
+					writeBytes = fmt.Sprintf("%d and %d", split[0]*rec, split[1]*rec)
 				}
-				l := runfile.Limit{Name: runfile.LimitGroupCommit, Tool: "mqbench device probe (N records as one pwrite + fdatasync, pre-written file)",
-					SizeBytes: size, RecordBytes: rec, Producers: n, InFlight: inFlight, Dir: r.work,
-					Params: map[string]string{"writeBytes": strconv.Itoa(probe.WriteBytes), "count": strconv.Itoa(probe.Count),
+				l := runfile.Limit{Name: runfile.LimitGroupCommit, Tool: "mqbench device probe (N records per pwrite + fdatasync, pre-written file)",
+					SizeBytes: size, RecordBytes: rec, Producers: n, InFlight: len(split), Dir: r.work,
+					Params: map[string]string{"writeBytes": writeBytes, "recordsPerOp": perOp, "count": strconv.Itoa(probe.Count),
 						"message": messageKind(cfg.Store.Message), "writers": writers, "file": prewrittenFile}}
-				r.repeatLimit(ctx, &l, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, n) })
+				r.repeatLimit(ctx, &l, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, rec) })
 			}
 		}
 	}

@@ -137,11 +137,12 @@ func limitSeconds(c *Config) float64 {
 	sync := float64(c.SyncProbeCount) * 200e-6 * 3            // fallocated, pre-written, fio
 	segments := 2*float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // two pre-written ones at ~1 GB/s, a fallocated one
 	if groupCommitRuns(c) > 0 {
-		// Per op ~200 µs and its bytes at ~1 GB/s, twice (pre-written, then written).
+		// Per op ~200 µs and its bytes at ~1 GB/s, twice (pre-written, then
+		// written), for one sync in flight and, from two producers, for two.
 		for _, size := range c.Sizes {
 			for _, n := range c.Producers {
 				bytes := float64(c.SyncProbeCount) * float64(n*recordBytes(c.Store.Message, size))
-				sync += 2 * (float64(c.SyncProbeCount)*200e-6 + 2*bytes/1e9)
+				sync += float64(len(groupCommitSplits(n))) * (float64(c.SyncProbeCount)*200e-6 + 2*bytes/1e9)
 			}
 		}
 	}

@@ -46,7 +46,8 @@ func TestSyncWrites(t *testing.T) {
 	for _, p := range []SyncProbe{
 		{WriteBytes: 4096, Count: 20, InFlight: 1},
 		{WriteBytes: 4096, Count: 20, InFlight: 1, Prewritten: true},
-		{WriteBytes: 16 * 1290, Count: 21, InFlight: 2, Prewritten: true}, // 10 each: not block-sized, not block-aligned
+		{WriteBytes: 16 * 1290, Count: 21, InFlight: 2, Prewritten: true},                  // 10 each: not block-sized, not block-aligned
+		{WriterBytes: []int{3 * 1290, 2 * 1290}, Count: 20, InFlight: 2, Prewritten: true}, // 5 producers' records split over two syncs
 	} {
 		dir := t.TempDir()
 		r, err := SyncWrites(context.Background(), dir, p)
@@ -56,6 +57,13 @@ func TestSyncWrites(t *testing.T) {
 		want := p.Count / p.InFlight * p.InFlight
 		if len(r.Latencies) != want {
 			t.Fatalf("%+v: %d latencies, want %d", p, len(r.Latencies), want)
+		}
+		wantBytes := int64(want * p.WriteBytes)
+		if p.WriterBytes != nil {
+			wantBytes = int64(p.Count/p.InFlight) * int64(p.WriterBytes[0]+p.WriterBytes[1])
+		}
+		if r.Bytes != wantBytes {
+			t.Errorf("%+v: %d bytes written, want %d", p, r.Bytes, wantBytes)
 		}
 		var sum time.Duration
 		for i, d := range r.Latencies {
@@ -71,7 +79,8 @@ func TestSyncWrites(t *testing.T) {
 		}
 		noFilesLeft(t, dir)
 	}
-	for _, bad := range []SyncProbe{{WriteBytes: 4096, Count: 0, InFlight: 1}, {WriteBytes: 0, Count: 5, InFlight: 1}, {WriteBytes: 4096, Count: 1, InFlight: 2}} {
+	for _, bad := range []SyncProbe{{WriteBytes: 4096, Count: 0, InFlight: 1}, {WriteBytes: 0, Count: 5, InFlight: 1}, {WriteBytes: 4096, Count: 1, InFlight: 2},
+		{WriterBytes: []int{4096}, Count: 4, InFlight: 2}, {WriterBytes: []int{4096, 0}, Count: 4, InFlight: 2}} {
 		if _, err := SyncWrites(context.Background(), t.TempDir(), bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%+v: %v, want ErrInvalidArgument", bad, err)
 		}

@@ -181,20 +181,24 @@ func submitHolding(ctx context.Context, ring *uring.Ring, req []uring.Request, t
 // SyncWrites runs p in a new file in dir (plain system calls: the device
 // and file system, not a ring), removed afterwards.
 func SyncWrites(ctx context.Context, dir string, p SyncProbe) (SyncResult, error) {
-	if p.WriteBytes <= 0 || p.InFlight <= 0 || p.Count < p.InFlight {
-		return SyncResult{}, fmt.Errorf("device: sync probe of %d writes of %d bytes, %d in flight: want positive sizes and at least one write per writer: %w",
-			p.Count, p.WriteBytes, p.InFlight, ErrInvalidArgument)
+	if err := p.check(); err != nil {
+		return SyncResult{}, err
 	}
 	per := p.Count / p.InFlight
-	region := int64(per) * int64(p.WriteBytes)
-	size := (region*int64(p.InFlight) + 4095) &^ 4095
+	starts := make([]int64, p.InFlight+1) // writer w's part of the file: [starts[w], starts[w+1])
+	largest := 0
+	for w := range p.InFlight {
+		starts[w+1] = starts[w] + int64(per)*int64(p.writeBytes(w))
+		largest = max(largest, p.writeBytes(w))
+	}
+	size := (starts[p.InFlight] + 4095) &^ 4095
 	f, err := probeSegment(ctx, dir, size, p.Prewritten, false)
 	if err != nil {
 		return SyncResult{}, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	block := make([]byte, p.WriteBytes)
+	block := make([]byte, largest)
 	fillRandom(block)
 	fd := int(f.Fd())
 	lat := make([][]time.Duration, p.InFlight)
@@ -202,10 +206,14 @@ func SyncWrites(ctx context.Context, dir string, p SyncProbe) (SyncResult, error
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range p.InFlight {
-		wg.Go(func() { lat[w], errs[w] = syncWriter(ctx, fd, block, int64(w)*region, per) })
+		wg.Go(func() { lat[w], errs[w] = syncWriter(ctx, fd, block[:p.writeBytes(w)], starts[w], per) })
 	}
 	wg.Wait()
-	return SyncResult{Latencies: slices.Concat(lat...), Elapsed: time.Since(start)}, errors.Join(errs...)
+	res := SyncResult{Latencies: slices.Concat(lat...), Elapsed: time.Since(start)}
+	for w := range p.InFlight {
+		res.Bytes += int64(len(lat[w])) * int64(p.writeBytes(w))
+	}
+	return res, errors.Join(errs...)
 }
 
 // syncWriter writes block count times from offset on, each write followed

@@ -1,6 +1,9 @@
 package device
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // SyncProbe is a durable-append probe: Count writes of WriteBytes, each a
 // plain pwrite at the next offset followed by fdatasync, by InFlight
@@ -17,16 +20,53 @@ import "time"
 // the buffered backends), so a sync commits data only: the physical cost
 // of a durable append.
 //
+// WriterBytes, when set (one entry per writer), gives each writer its own
+// write size in place of WriteBytes: a group commit of N producers with two
+// syncs in flight has only N records outstanding between them, so its
+// bound is two writers of ⌈N/2⌉ and ⌊N/2⌋ records, not two of N.
+//
 // One 4 KiB writer is the device's durable-append latency; N records of a
-// cell's size per write, one and two writers, its group-commit limit.
+// cell's size per write with one writer, and N split over two, its
+// group-commit limit.
 type SyncProbe struct {
 	WriteBytes, Count, InFlight int
+	WriterBytes                 []int
 	Prewritten                  bool
 }
 
+// check refuses a probe that cannot run: sizes and counts must be positive,
+// every writer must have a write, and WriterBytes, when set, must give
+// every writer a positive size.
+func (p *SyncProbe) check() error {
+	bad := p.InFlight <= 0 || p.Count < p.InFlight
+	if p.WriterBytes == nil {
+		bad = bad || p.WriteBytes <= 0
+	} else {
+		bad = bad || len(p.WriterBytes) != p.InFlight
+		for _, n := range p.WriterBytes {
+			bad = bad || n <= 0
+		}
+	}
+	if bad {
+		return fmt.Errorf("device: sync probe of %d writes of %d bytes (per writer: %v), %d in flight: want positive sizes, one per writer when given, "+
+			"and at least one write per writer: %w", p.Count, p.WriteBytes, p.WriterBytes, p.InFlight, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// writeBytes is writer w's write size.
+func (p *SyncProbe) writeBytes(w int) int {
+	if p.WriterBytes != nil {
+		return p.WriterBytes[w]
+	}
+	return p.WriteBytes
+}
+
 // SyncResult is what a sync probe measured: every write+fdatasync's
-// latency, and the time from the first write to the last sync's return.
+// latency, the bytes the writes wrote, and the time from the first write
+// to the last sync's return.
 type SyncResult struct {
 	Latencies []time.Duration
+	Bytes     int64
 	Elapsed   time.Duration
 }

@@ -190,7 +190,7 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	if c.Workload == "throughput" && c.Flush == "sync" {
 		if ref, against, ok := groupCommitLimit(f, c); ok {
 			out = append(out, ratioOf("group-commit", c, against, "msgsPerSec", ref,
-				fmt.Sprintf("acknowledged msgs/s ÷ the device's %d records of %d B as one write+fdatasync (msgs/s, the better of one and two in flight): how close the group commit comes to the device", c.Producers, c.RecordBytes)))
+				fmt.Sprintf("acknowledged msgs/s ÷ the device's %d records of %d B per write+fdatasync, as one or split over two in flight (msgs/s, the better of the two): how close the group commit comes to the device", c.Producers, c.RecordBytes)))
 		}
 	}
 	if c.Workload == "latency" && c.Flush == "sync" {
@@ -291,13 +291,14 @@ func sendfileRatios(f *runfile.RunFile) []runfile.Ratio {
 // throughput cell: the better of the one- and two-in-flight limits'
 // msgs/s at its producer count and record size, on its target. The
 // interval of the better of two figures, each within its own interval, is
-// [the higher low, the higher high].
+// [the higher low, the higher high]. A two-in-flight limit of a run file
+// older than schema 5 is no bound (see boundsItsProducers).
 func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell) (runfile.Interval, string, bool) {
 	var best runfile.Interval
 	var from []string
 	for l := range ptrs(f.Limits) {
 		if l.Name != runfile.LimitGroupCommit || l.Status != runfile.StatusOK || l.Target != c.Target || l.Producers != c.Producers ||
-			l.SizeBytes != c.SizeBytes || l.RecordBytes != c.RecordBytes || c.RecordBytes == 0 {
+			l.SizeBytes != c.SizeBytes || l.RecordBytes != c.RecordBytes || c.RecordBytes == 0 || !boundsItsProducers(f, l) {
 			continue
 		}
 		iv := l.Interval("msgsPerSec")
@@ -311,6 +312,14 @@ func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell) (runfile.Interval, st
 		return best, "", false
 	}
 	return best, fmt.Sprintf("%s ×%d (%s in flight)", runfile.LimitGroupCommit, c.Producers, strings.Join(from, " or ")), true
+}
+
+// boundsItsProducers says whether a group-commit limit keeps no more
+// records outstanding than its producer count: every one but the
+// two-in-flight limits of run files before schema 5, whose two writers
+// each wrote N records per op.
+func boundsItsProducers(f *runfile.RunFile, l *runfile.Limit) bool {
+	return l.InFlight < 2 || f.Schema >= 5
 }
 
 func sustainedNo(c *runfile.Cell) bool { return c.Sustained != nil && !*c.Sustained }

@@ -264,7 +264,7 @@ func TestGroupCommitLimit(t *testing.T) {
 	f.Cells = []runfile.Cell{c, other}
 	gc := func(inFlight int, med, lo, hi float64) runfile.Limit {
 		l := runfile.Limit{Name: runfile.LimitGroupCommit, Target: "vda", Status: runfile.StatusOK, SizeBytes: 1024, RecordBytes: 1290, Producers: 16,
-			InFlight: inFlight, Params: map[string]string{"message": "rocketmq"}, CILevel: 0.9375}
+			InFlight: inFlight, Params: map[string]string{"message": "rocketmq", "recordsPerOp": map[int]string{1: "16", 2: "8 and 8"}[inFlight]}, CILevel: 0.9375}
 		l.Figures.MsgsPerSec, l.CILow.MsgsPerSec, l.CIHigh.MsgsPerSec = med, lo, hi
 		l.Figures.OpsPerSec, l.CILow.OpsPerSec, l.CIHigh.OpsPerSec = med/16, lo/16, hi/16
 		l.Figures.P50Ns, l.Figures.P99Ns = 120_000, 300_000
@@ -285,13 +285,26 @@ func TestGroupCommitLimit(t *testing.T) {
 	for _, want := range []string{
 		"| ÷ group-commit limit |",
 		"| 0.333× [0.253×–0.382×] |",
-		"| device-group-commit | 1290 B (rocketmq 1KiB body) | 16 | 2 | 7.5k [6.88k–9.38k] | 120k [110k–150k] |",
+		"| device-group-commit | 1290 B (rocketmq 1KiB body) | 16 | 2 | 8 and 8 | 7.5k [6.88k–9.38k] | 120k [110k–150k] |",
 		"### sync store ÷ the device's group-commit limit",
 		"device-group-commit ×16 (1 or 2 in flight)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
+	}
+	// Before schema 5 the two writers each wrote N records: that limit is
+	// shown as measured and said to be no bound, and the ratio is to the
+	// one-in-flight limit alone.
+	f.Schema, f.Ratios = 4, nil
+	delete(f.Limits[1].Params, "recordsPerOp")
+	Analyze(f)
+	r = find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "group-commit" })
+	if r.Cell != c.Name || !near(r.Median, 40.0/100) || r.Against != "device-group-commit ×16 (1 in flight)" {
+		t.Errorf("group-commit ratio of a schema 4 run %+v", r)
+	}
+	if out := Summary(f); !strings.Contains(out, "| 16 | 2 | 16 each (2N outstanding: not used as the limit) | 7.5k [6.88k–9.38k] |") {
+		t.Errorf("a schema 4 two-in-flight limit is not marked as no bound in:\n%s", out)
 	}
 }
 

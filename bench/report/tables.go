@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/mqstore/mqstore/bench/load"
@@ -537,13 +538,20 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 		return
 	}
 	b.WriteString("### The group-commit limit (N records as one pwrite + fdatasync on a pre-written file)\n\n")
-	t := newTable(b, "limit", "record>", "N (producers)>", "in flight>", "ops/s>", "msgs/s (N × ops/s)>", "MB/s>", "p50 per op>", "p99 per op>")
+	t := newTable(b, "limit", "record>", "N (producers)>", "in flight>", "records per op>", "ops/s>", "msgs/s>", "MB/s>", "p50 per op>", "p99 per op>")
 	for _, l := range ls {
+		perOp := l.Params["recordsPerOp"]
+		if perOp == "" { // before schema 5 every op wrote all N
+			perOp = strconv.Itoa(l.Producers)
+		}
+		if !boundsItsProducers(f, l) {
+			perOp += " each (2N outstanding: not used as the limit)"
+		}
 		t.row(limitLabel(f, l), fmt.Sprintf("%d B (%s %s body)", l.RecordBytes, l.Params["message"], runfile.SizeLabel(l.SizeBytes)),
-			fmt.Sprint(l.Producers), fmt.Sprint(l.InFlight), ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
+			fmt.Sprint(l.Producers), fmt.Sprint(l.InFlight), perOp, ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
 			ci(l.Interval("p50Ns"), fmtNsF), ci(l.Interval("p99Ns"), fmtNsF))
 	}
-	b.WriteString("\nThe best a group commit of N producers can do on this device: each op writes N records of the cell's message, as one write, at the next offset of a file made as the engine makes a pre-written segment (data only, no extent conversion), then fdatasyncs; *in flight 2*: two goroutines at once, each on its own half of the one file (two syncs in flight on one segment, as a pipelined commit would). A sync throughput cell's *÷ group-commit limit* is its msgs/s over the better of the two at its producer count.\n\n")
+	b.WriteString("\nThe best a group commit of N producers can do on this device: N closed-loop producers never have more than N records outstanding. *In flight 1*: each op writes the N records of the cell's message as one write, at the next offset of a file made as the engine makes a pre-written segment (data only, no extent conversion), then fdatasyncs. *In flight 2* (from two producers on): the N records split between two goroutines at once, ⌈N/2⌉ and ⌊N/2⌋ per op, each on its own part of the one file (two syncs in flight on one segment, as a pipelined commit would). msgs/s is the records written per second. A sync throughput cell's *÷ group-commit limit* is its msgs/s over the better of the two at its producer count.\n\n")
 }
 
 func writeRatios(b *strings.Builder, f *runfile.RunFile) {

@@ -6,8 +6,8 @@
 //
 // The schema is documented field by field in docs/runfile.md, generated
 // from these types by TestRunfileDoc. SchemaVersion changes whenever a
-// figure's meaning changes; Read reads schema 3 as written (with a note)
-// and refuses other schemas with an error that says why.
+// figure's meaning changes; Read reads schemas 3 and 4 as written (with
+// notes) and refuses other schemas with an error that says why.
 //
 // Files: schema.go (the run file's types), config.go (the configuration
 // recorded in it), figures.go (Figures and their derivation), stats.go

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func TestWriteReadAndOldSchemas(t *testing.T) {
 	for _, c := range []struct {
 		schema int
 		want   string
-	}{{1, "bytes accepted into buffers"}, {5, "newer than this mqbench"}, {0, "schema 0"}} {
+	}{{1, "bytes accepted into buffers"}, {6, "newer than this mqbench"}, {0, "schema 0"}} {
 		p := filepath.Join(t.TempDir(), "run.json")
 		if err := os.WriteFile(p, []byte(`{"schema": `+string(rune('0'+c.schema))+`, "cells": []}`), 0o644); err != nil {
 			t.Fatal(err)
@@ -139,7 +140,8 @@ func TestWriteReadAndOldSchemas(t *testing.T) {
 }
 
 // TestOlderSchemas: schema 3 reads as written, with a note saying what
-// its durable figure counted; schema 2 is refused (no conversion).
+// its durable figure counted, schema 4 with one on its group-commit
+// limits; schema 2 is refused (no conversion).
 func TestOlderSchemas(t *testing.T) {
 	dir := t.TempDir()
 	if err := Write(dir, &RunFile{Schema: 3, ID: "old"}); err != nil {
@@ -151,6 +153,20 @@ func TestOlderSchemas(t *testing.T) {
 	}
 	if back.Schema != 3 || len(back.Notes) != 1 || !strings.Contains(back.Notes[0], "warm-up backlog") {
 		t.Fatalf("schema 3: schema %d, notes %v", back.Schema, back.Notes)
+	}
+	// Schema 4: its two-in-flight group-commit limits wrote N records in
+	// each writer; the note says so (and only where it has them).
+	for _, limits := range [][]Limit{nil, {{Name: LimitGroupCommit, Producers: 16, InFlight: 1}, {Name: LimitGroupCommit, Producers: 16, InFlight: 2}}} {
+		if err := Write(dir, &RunFile{Schema: 4, ID: "four", Limits: limits}); err != nil {
+			t.Fatal(err)
+		}
+		back, err := Read(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if noted := slices.ContainsFunc(back.Notes, func(n string) bool { return strings.Contains(n, "2N outstanding") }); back.Schema != 4 || noted != (limits != nil) {
+			t.Fatalf("schema 4 with %d limits: schema %d, notes %v", len(limits), back.Schema, back.Notes)
+		}
 	}
 	if err := Write(dir, &RunFile{Schema: 2, ID: "older"}); err != nil {
 		t.Fatal(err)

@@ -8,11 +8,15 @@ import (
 	"github.com/mqstore/mqstore/bench/load"
 )
 
-// SchemaVersion is run.json's "schema". Schema 4: durable bytes count
-// only what was accepted in the window; floors carry their process;
-// derived tails. Read also reads schema 3 as written (with a note) and
-// refuses older schemas, whose figures meant other things.
-const SchemaVersion = 4
+// SchemaVersion is run.json's "schema". Schema 5: a group-commit limit
+// with two syncs in flight splits its N records between the two writers
+// (schema 3 and 4 wrote N in each: 2N records outstanding, more than N
+// closed-loop producers ever have). Schema 4: durable bytes count only
+// what was accepted in the window; floors carry their process; derived
+// tails. Read also reads schemas 3 and 4 as written (with notes; their
+// two-in-flight group-commit limits are not used as limits) and refuses
+// older schemas, whose figures meant other things.
+const SchemaVersion = 5
 
 // Status of a cell, floor or limit.
 const (
@@ -421,8 +425,10 @@ type Limit struct {
 	Tool      string `json:"tool"`
 	SizeBytes int    `json:"sizeBytes,omitempty"`
 	// RecordBytes, Producers and InFlight place a group-commit limit: the
-	// record size of the run's message at body SizeBytes, the records per
-	// write (a producer count of the run) and the syncs in flight.
+	// record size of the run's message at body SizeBytes, the records
+	// outstanding (a producer count of the run: all of them in one write,
+	// or split over two when two syncs are in flight) and the syncs in
+	// flight.
 	RecordBytes int               `json:"recordBytes,omitempty"`
 	Producers   int               `json:"producers,omitempty"`
 	InFlight    int               `json:"inFlight,omitempty"`
@@ -463,10 +469,11 @@ const (
 	LimitSegmentPrewritten       = "segment-create-prewritten"
 	LimitSegmentPrewrittenDirect = "segment-create-prewritten-direct"
 	// LimitGroupCommit: Producers records of RecordBytes written as one
-	// pwrite and fdatasynced, one op after another (InFlight 1) or by two
-	// writers at once on the two halves of one pre-written file (InFlight
-	// 2): the best a group commit of that many producers can do on the
-	// device — msgs/s is Producers × ops/s.
+	// pwrite and fdatasynced, one op after another (InFlight 1), or split
+	// between two writers at once (⌈N/2⌉ and ⌊N/2⌋ records per op), each on
+	// its own part of one pre-written file (InFlight 2, from two producers
+	// on): the best a group commit of that many producers can do on the
+	// device — msgs/s is the records written per second.
 	LimitGroupCommit = "device-group-commit"
 )
 
