@@ -29,11 +29,19 @@ import (
 //     flush of L, the convoys carry N/2 per max(L, N·g/2), one merged batch
 //     N per L + N·g: merging wins exactly when N·g < L, when every producer
 //     appends again within one flush. So before it takes a batch, the owner
-//     yields its CPU to the producers until all it expects have queued, for
-//     at most the last flush's duration; a linger that ran out with fewer
+//     yields its CPU to the producers until every sync Put in progress has
+//     queued (Puts count themselves in and out: a producer released but not
+//     yet back, or appending, counts; one between Puts does not), for at
+//     most the last flush's duration; a linger that ran out with fewer
 //     than half of them there (N·g ≫ L: many producers, few CPUs) switches
 //     lingering off for lingerBackoff flushes, and the convoys keep the
 //     device and the CPUs busy at once. A lone producer is never held.
+//     The count is live, not the last batch's size: when the owner's
+//     flushes hold the only P (GOMAXPROCS 1: the runtime's monitor hands a
+//     P on in a system call only once it sees the same call twice, and
+//     back-to-back flushes change it every time), the producers run only
+//     while the owner yields, so a batch sized by the last one stayed as
+//     small as it once was — 2–5 records at 256 producers.
 //   - A waiter costs one channel receive: no timer, and no select on ctx's
 //     channel (producers usually share a ctx, and a select on one channel
 //     by hundreds of them made its lock the hottest in the process). The
@@ -69,15 +77,14 @@ type groupCommit struct {
 	// queuedLen is len(queued), read by the lingering owner without mu.
 	queuedLen atomic.Int32
 
+	// inPut counts the sync Puts in progress, from before their append to
+	// their return (enter, leave): the producers whose records a batch can
+	// still gain. The owner lingers until as many waiters have queued.
+	inPut atomic.Int32
+
 	// Owned by the owner goroutine.
-	lastBatch int // waiters answered by the last flush
-	// queuedAtAnswer is how many waiters had queued while the last flush
-	// ran, counted before its own waiters were released: the other convoy.
-	// (Counting after would count a released producer that queued again
-	// at once twice — a lone producer would then wait for itself.)
-	queuedAtAnswer int32
-	lastFlush      time.Duration // how long the last flush took
-	noLinger       int           // flushes left before the owner lingers again
+	lastFlush time.Duration // how long the last flush took
+	noLinger  int           // flushes left before the owner lingers again
 }
 
 // groupWaiter is one producer waiting until the flushed position reaches offset.
@@ -246,34 +253,42 @@ func (q *groupCommit) watch(done chan<- struct{}) {
 	}
 }
 
-// linger yields the owner's CPU until every producer it expects has queued:
-// those its last flush released (they append again) and those that queued
-// while it ran — two convoys that merge into one batch. It lingers at most
-// the last flush's duration (and maxLinger): when the producers need longer
-// than a flush to append again, a flush of part of them while the rest
-// append keeps the device busy better than waiting, so a linger that runs
-// out turns lingering off for lingerBackoff flushes.
+// enter and leave bracket a sync Put, from before its append to its return.
+func (q *groupCommit) enter() { q.inPut.Add(1) }
+func (q *groupCommit) leave() { q.inPut.Add(-1) }
+
+// linger yields the owner's CPU until every sync Put in progress has
+// queued its waiter: those the last flush released (they append again) and
+// those that queued while it ran — two convoys that merge into one batch.
+// It lingers at most the last flush's duration (and maxLinger): when the
+// producers need longer than a flush to append again, a flush of part of
+// them while the rest append keeps the device busy better than waiting, so
+// a linger that runs out turns lingering off for lingerBackoff flushes.
 func (q *groupCommit) linger() {
 	if q.noLinger > 0 {
 		q.noLinger--
 		return
 	}
-	want := int32(q.lastBatch) + q.queuedAtAnswer
-	if want <= 1 || q.queuedLen.Load() >= want {
+	if want := q.inPut.Load(); want <= 1 || q.queuedLen.Load() >= want {
 		return
 	}
-	q.lingerFor(want)
+	q.lingerFor()
 }
 
-// lingerFor yields until want waiters are queued or the linger runs out.
-func (q *groupCommit) lingerFor(want int32) {
+// lingerFor yields until every sync Put in progress has queued, or the
+// linger runs out.
+func (q *groupCommit) lingerFor() {
 	deadline := time.Now().Add(min(q.lastFlush, q.maxLinger))
-	for q.queuedLen.Load() < want {
+	for {
+		queued, want := q.queuedLen.Load(), q.inPut.Load()
+		if queued >= want {
+			return
+		}
 		if !time.Now().Before(deadline) {
 			// Fewer than half came within a flush's time: N·g is well
 			// above L, and the convoys do better. More than half: a
 			// producer was held up (the machine is shared); go on.
-			if 2*q.queuedLen.Load() < want {
+			if 2*queued < want {
 				q.noLinger = lingerBackoff
 			}
 			return
@@ -287,7 +302,6 @@ func (q *groupCommit) answer(taken []*groupWaiter, reached int64, err error) {
 	q.mu.Lock()
 	q.flushing = nil // the watchdog no longer sees them
 	q.count -= len(taken)
-	q.queuedAtAnswer = int32(len(q.queued))
 	q.mu.Unlock()
 	for _, w := range taken {
 		res := err
@@ -302,7 +316,6 @@ func (q *groupCommit) answer(taken []*groupWaiter, reached int64, err error) {
 			groupWaiterPool.Put(w) // the watchdog answered it: its producer has left
 		}
 	}
-	q.lastBatch = len(taken)
 }
 
 // expire answers timeoutErr to every waiter whose deadline has passed and

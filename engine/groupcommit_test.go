@@ -15,11 +15,14 @@ import (
 	"github.com/mqstore/mqstore/mappedfile/faultfile"
 )
 
-// TestGroupCommitLingers drives the owner's linger by hand: it waits for
-// the producers its last flush released and those queued meanwhile (the
-// two convoys), returns as soon as they are all there, and when they do not
-// come within the last flush's duration gives up and stops lingering for
-// lingerBackoff flushes.
+// TestGroupCommitLingers drives the owner's linger by hand: it waits until
+// every sync Put in progress has queued — counted live, so producers an
+// earlier flush released and that have not come back yet count, however
+// small the last batch was (with one P the owner's back-to-back flushes
+// kept the producers from running, and a linger sized by the last batch
+// kept batches at 2–5 records at 256 producers) — returns as soon as they
+// are all there or one leaves, and when they do not come within the last
+// flush's duration gives up and stops lingering for lingerBackoff flushes.
 func TestGroupCommitLingers(t *testing.T) {
 	q := &groupCommit{flushed: func() int64 { return 0 }, timeout: time.Hour, limit: 100, maxLinger: time.Hour}
 	queue := func(n int) {
@@ -29,43 +32,74 @@ func TestGroupCommitLingers(t *testing.T) {
 			}
 		}
 	}
-	q.lastBatch, q.lastFlush = 3, time.Hour // a slow device: lingering pays
-	queue(2)                                // the other convoy, queued during the last flush
-	q.answer(nil, 0, nil)                   // the last flush's answer counts them
-	q.lastBatch = 3
-	returned := make(chan struct{})
-	want := int32(q.lastBatch) + q.queuedAtAnswer // what linger waits for
-	if want != 5 {
-		t.Fatalf("linger would wait for %d waiters, want 5", want)
+	reset := func() {
+		q.queued, q.count = q.queued[:0], 0
+		q.queuedLen.Store(0)
+		q.inPut.Store(0)
+		q.noLinger = 0
 	}
-	go func() {
-		q.lingerFor(want)
-		close(returned)
-	}()
+	lingering := func() <-chan struct{} {
+		returned := make(chan struct{})
+		go func() {
+			q.linger()
+			close(returned)
+		}()
+		return returned
+	}
+	stillLingering := func(returned <-chan struct{}, why string) {
+		t.Helper()
+		select {
+		case <-returned:
+			t.Fatalf("the owner stopped lingering %s", why)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	// Five Puts in progress, two queued (the last batch may have been
+	// two): the owner waits for all five.
+	q.lastFlush = time.Hour // a slow device: lingering pays
+	for range 5 {
+		q.enter()
+	}
 	queue(2)
-	select {
-	case <-returned:
-		t.Fatal("the owner stopped lingering with 4 of 5 producers queued")
-	case <-time.After(50 * time.Millisecond):
-	}
+	returned := lingering()
+	stillLingering(returned, "with 2 of 5 Puts in progress queued")
+	queue(2)
+	stillLingering(returned, "with 4 of 5 Puts in progress queued")
 	queue(1)
 	<-returned
 	if q.noLinger != 0 {
 		t.Fatalf("a linger that filled its batch turned lingering off (%d)", q.noLinger)
 	}
 
-	q.queued, q.count = q.queued[:0], 0
-	q.queuedLen.Store(0)
-	q.lastBatch, q.lastFlush = 8, time.Millisecond // producers slower than the device
+	// A Put that leaves without queuing (its ctx ended, or it needs no
+	// flush) ends the wait for it.
+	reset()
+	for range 3 {
+		q.enter()
+	}
+	queue(2)
+	returned = lingering()
+	stillLingering(returned, "with 2 of 3 Puts in progress queued")
+	q.leave()
+	<-returned
+
+	reset()
+	q.lastFlush = time.Millisecond // producers slower than the device
+	for range 8 {
+		q.enter()
+	}
 	queue(5)
-	q.lingerFor(8) // runs out with more than half there: a producer held up, not a slow set of them
+	q.linger() // runs out with more than half there: a producer held up, not a slow set of them
 	if q.noLinger != 0 {
 		t.Fatalf("a linger that ran out with 5 of 8 producers there turned lingering off (%d)", q.noLinger)
 	}
-	q.queued, q.count = q.queued[:0], 0
-	q.queuedLen.Store(0)
+	reset()
+	for range 9 {
+		q.enter()
+	}
 	queue(1)
-	q.lingerFor(9) // runs out after about a millisecond with 1 of 9 there
+	q.linger() // runs out after about a millisecond with 1 of 9 there
 	if q.noLinger != lingerBackoff {
 		t.Fatalf("a linger that ran out left noLinger at %d, want %d", q.noLinger, lingerBackoff)
 	}
@@ -75,23 +109,60 @@ func TestGroupCommitLingers(t *testing.T) {
 	if q.noLinger != 0 {
 		t.Fatalf("noLinger %d after %d flushes", q.noLinger, lingerBackoff)
 	}
-	// A lone producer is never held, even when it has queued again
-	// before the owner looks (it is the one the last flush released).
-	q.queued, q.count = q.queued[:0], 0
-	q.queuedLen.Store(0)
-	q.noLinger = 0
-	q.answer(nil, 0, nil)
-	q.lastBatch, q.lastFlush = 1, time.Hour
-	queue(1)
-	done := make(chan struct{})
-	go func() {
-		q.linger()
-		close(done)
-	}()
+
+	// A lone producer is never held: its own Put is the one in progress.
+	reset()
+	q.lastFlush = time.Hour
+	q.enter()
 	select {
-	case <-done:
+	case <-lingering():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the owner waits for a second producer that does not exist")
+	}
+}
+
+// TestSyncPutsCountThemselves: a sync Put counts itself in the group
+// commit's Puts in progress from before its append until it returns —
+// while its flush is held up it counts — and every Put leaves the count,
+// whatever its outcome.
+func TestSyncPutsCountThemselves(t *testing.T) {
+	ctx := context.Background()
+	faults := faultfile.NewFaults()
+	fb := faultfile.NewFaulty(mappedfile.NewMemFS(mappedfile.MemOptions{}), faults)
+	s := openStore(t, t.TempDir(), Options{BackendImpl: fb, FlushMode: FlushSync, SegmentSizeBytes: 1 << 20, Logger: quietLogger})
+	defer s.Close()
+	if _, err := s.Put(ctx, testMessage("T", 0, 0, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.group.inPut.Load(); n != 0 {
+		t.Fatalf("%d sync Puts in progress after the only one returned", n)
+	}
+	faults.Add(faultfile.Fault{Op: faultfile.OpFlush, Latency: 300 * time.Millisecond, PathContains: "commitlog"})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			if _, err := s.Put(ctx, testMessage("T", 0, i, 100)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.group.inPut.Load() != 3 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := s.group.inPut.Load(); n != 3 {
+		t.Fatalf("%d sync Puts in progress while three wait for a slow flush, want 3", n)
+	}
+	wg.Wait()
+	if n := s.group.inPut.Load(); n != 0 {
+		t.Fatalf("%d sync Puts in progress after all returned", n)
+	}
+	bad := testMessage("T", -1, 0, 100) // refused before its append
+	if _, err := s.Put(ctx, bad); err == nil {
+		t.Fatal("a Put to queue -1 was taken")
+	}
+	if n := s.group.inPut.Load(); n != 0 {
+		t.Fatalf("%d sync Puts in progress after a refused one returned", n)
 	}
 }
 

@@ -25,9 +25,15 @@ func (s *Store) Put(ctx context.Context, m *Message) (PutResult, error) {
 		pprof.SetGoroutineLabels(s.labels.append)
 		defer pprof.SetGoroutineLabels(ctx)
 	}
+	if s.group != nil {
+		s.group.enter()
+	}
 	s.closeMu.RLock()
 	res, err := s.put(ctx, m, start, now)
 	s.closeMu.RUnlock()
+	if s.group != nil {
+		s.group.leave()
+	}
 	if res.Status == PutOK {
 		s.stats.putBytes.Add(uint64(res.Size))
 		s.stats.putLatency.record(time.Since(start))
