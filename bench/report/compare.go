@@ -84,6 +84,12 @@ func Compare(a, b *runfile.RunFile) string {
 			continue
 		}
 		figName := map[bool]string{true: "p50Ns", false: "mbPerSec"}[la.P50Ns > 0]
+		if boundsItsProducers(a, la) != boundsItsProducers(b, lb) {
+			// One wrote N records in each of its two writers (before
+			// schema 5), the other split N between them: other ops.
+			t.row("limit "+limitKey(la), figName, "", "", "", "not comparable: one run's two writers each wrote N records per op (schema 4 or older), the other's split N between them")
+			continue
+		}
 		compareRow(t, "limit "+limitKey(la), figName, la.Interval(figName), lb.Interval(figName))
 	}
 	s.WriteString("\nA verdict names a difference only when the two confidence intervals of the median do not overlap; otherwise there is no significant difference between the runs. For a rank test on the repeats: `benchstat A/bench.txt B/bench.txt` (bench.txt has one line per measured repeat).\n")

@@ -520,6 +520,21 @@ func TestCompareSaysNoSignificantDifference(t *testing.T) {
 	if out := Compare(a, b); !strings.Contains(out, "A at 1k/s, B at 1.1k/s) | | | | | not comparable") {
 		t.Errorf("different rates:\n%s", out)
 	}
+	// A two-in-flight group-commit limit of a schema 4 run (N records in
+	// each writer) is not compared with one of schema 5 (N split); the
+	// one-in-flight limits are.
+	gc := func(inFlight int) runfile.Limit {
+		l := runfile.Limit{Name: runfile.LimitGroupCommit, Status: runfile.StatusOK, SizeBytes: 1024, RecordBytes: 1125, Producers: 16, InFlight: inFlight, CILevel: 0.9}
+		l.Figures.P50Ns, l.CILow.P50Ns, l.CIHigh.P50Ns = 200_000, 190_000, 210_000
+		return l
+	}
+	a.Limits, b.Limits = []runfile.Limit{gc(1), gc(2)}, []runfile.Limit{gc(1), gc(2)}
+	a.Schema = 4
+	out = Compare(a, b)
+	if !strings.Contains(out, "| limit device-group-commit-1024-1125B×16-inflight1 | p50Ns | 200µs [190µs–210µs] | 200µs [190µs–210µs] | 1× | no significant difference |") ||
+		!strings.Contains(out, "| limit device-group-commit-1024-1125B×16-inflight2 | p50Ns |  |  |  | not comparable: one run's two writers each wrote N records per op") {
+		t.Errorf("group-commit limits of schemas 4 and 5:\n%s", out)
+	}
 }
 
 func TestLogTicksLabelShortRanges(t *testing.T) {
