@@ -43,7 +43,11 @@ func WriteBenchTxt(w io.Writer, f *runfile.RunFile) error {
 				target = "/target=" + runfile.SafeName(l.Target)
 			}
 			if l.Producers > 0 {
-				target = fmt.Sprintf("/producers=%d/inflight=%d", l.Producers, l.InFlight) + target
+				split := ""
+				if l.InFlight > 1 && boundsItsProducers(f, &l) {
+					split = "/split" // N records split between the writers (schema 5), not N each: benchstat must not pair the two
+				}
+				target = fmt.Sprintf("/producers=%d/inflight=%d%s", l.Producers, l.InFlight, split) + target
 			}
 			fmt.Fprintf(&b, "BenchmarkMQBenchLimit/limit=%s/size=%d%s 1%s\n", l.Name, l.SizeBytes, target, limitValues(&r.Figures))
 		}

@@ -268,7 +268,15 @@ func TestGroupCommitLimit(t *testing.T) {
 		l.Figures.MsgsPerSec, l.CILow.MsgsPerSec, l.CIHigh.MsgsPerSec = med, lo, hi
 		l.Figures.OpsPerSec, l.CILow.OpsPerSec, l.CIHigh.OpsPerSec = med/16, lo/16, hi/16
 		l.Figures.P50Ns, l.Figures.P99Ns = 120_000, 300_000
+		l.Repeats = []runfile.LimitRepeat{{Figures: l.Figures}}
 		return l
+	}
+	benchTxt := func() string {
+		var b strings.Builder
+		if err := WriteBenchTxt(&b, f); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
 	}
 	f.Limits = []runfile.Limit{gc(1, 100e3, 95e3, 105e3), gc(2, 120e3, 110e3, 150e3)}
 	Analyze(f)
@@ -293,6 +301,9 @@ func TestGroupCommitLimit(t *testing.T) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
+	if txt := benchTxt(); !strings.Contains(txt, "/producers=16/inflight=2/split 1\t") || !strings.Contains(txt, "/producers=16/inflight=1 1\t") {
+		t.Errorf("bench.txt's group-commit limit lines:\n%s", txt)
+	}
 	// Before schema 5 the two writers each wrote N records: that limit is
 	// shown as measured and said to be no bound, and the ratio is to the
 	// one-in-flight limit alone.
@@ -305,6 +316,9 @@ func TestGroupCommitLimit(t *testing.T) {
 	}
 	if out := Summary(f); !strings.Contains(out, "| 16 | 2 | 16 each (2N outstanding: not used as the limit) | 7.5k [6.88k–9.38k] |") {
 		t.Errorf("a schema 4 two-in-flight limit is not marked as no bound in:\n%s", out)
+	}
+	if txt := benchTxt(); strings.Contains(txt, "/split") || !strings.Contains(txt, "/producers=16/inflight=2 1\t") {
+		t.Errorf("bench.txt's group-commit limit lines of a schema 4 run:\n%s", txt)
 	}
 }
 
