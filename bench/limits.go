@@ -21,7 +21,8 @@ type DeviceProber interface {
 	// DurableSequentialWrite is SequentialWrite with an fdatasync at the
 	// end, inside the time.
 	DurableSequentialWrite(ctx context.Context, dir string, totalBytes int64, blockBytes, depth int) (int64, time.Duration, error)
-	// SyncWrites runs a write + fdatasync probe (device.SyncProbe).
+	// SyncWrites runs a write + fdatasync probe (device.SyncProbe); its
+	// result's Bytes (everything written) makes the probe's msgs/s and MB/s.
 	SyncWrites(ctx context.Context, dir string, p device.SyncProbe) (device.SyncResult, error)
 	// CreateSegment returns the time to create (fallocate, optionally
 	// pre-write — through the page cache, or with O_DIRECT when direct —,
@@ -69,12 +70,16 @@ func deviceSeq(ctx context.Context, p DeviceProber, dir string, totalBytes int64
 }
 
 // deviceSync runs a write+fdatasync probe once: its ops/s (every writer's
-// together, over the probe's elapsed time), msgs/s (msgsPerOp records per
-// write), MB/s and the latency of one op.
+// together, over the probe's elapsed time), msgs/s (the bytes written in
+// records of recordBytes, per second), MB/s and the latency of one op. A
+// probe that reports latencies but no bytes is an error, not a zero.
 func deviceSync(ctx context.Context, p DeviceProber, dir string, probe device.SyncProbe, recordBytes int) (runfile.Figures, error) {
 	res, err := p.SyncWrites(ctx, dir, probe)
 	if err != nil {
 		return runfile.Figures{}, err
+	}
+	if res.Bytes <= 0 && len(res.Latencies) > 0 {
+		return runfile.Figures{}, fmt.Errorf("sync probe: %d writes and no bytes written reported", len(res.Latencies))
 	}
 	h := load.NewHistogram()
 	for _, d := range res.Latencies {

@@ -41,7 +41,7 @@ import (
 //     P on in a system call only once it sees the same call twice, and
 //     back-to-back flushes change it every time), the producers run only
 //     while the owner yields, so a batch sized by the last one stayed as
-//     small as it once was — 2–5 records at 256 producers.
+//     small as it once was (docs/design.md has the figures).
 //   - A waiter costs one channel receive: no timer, and no select on ctx's
 //     channel (producers usually share a ctx, and a select on one channel
 //     by hundreds of them made its lock the hottest in the process). The
@@ -269,10 +269,17 @@ func (q *groupCommit) linger() {
 		q.noLinger--
 		return
 	}
-	if want := q.inPut.Load(); want <= 1 || q.queuedLen.Load() >= want {
+	if want := q.wanted(); want <= 1 || q.queuedLen.Load() >= want {
 		return
 	}
 	q.lingerFor()
+}
+
+// wanted is how many waiters a linger waits for: every sync Put in
+// progress, at most as many as can queue (a Put past the queue's limit
+// gets errGroupCommitQueueFull and never queues).
+func (q *groupCommit) wanted() int32 {
+	return min(q.inPut.Load(), int32(min(q.limit, 1<<30)))
 }
 
 // lingerFor yields until every sync Put in progress has queued, or the
@@ -280,7 +287,7 @@ func (q *groupCommit) linger() {
 func (q *groupCommit) lingerFor() {
 	deadline := time.Now().Add(min(q.lastFlush, q.maxLinger))
 	for {
-		queued, want := q.queuedLen.Load(), q.inPut.Load()
+		queued, want := q.queuedLen.Load(), q.wanted()
 		if queued >= want {
 			return
 		}

@@ -20,7 +20,7 @@ import (
 // earlier flush released and that have not come back yet count, however
 // small the last batch was (with one P the owner's back-to-back flushes
 // kept the producers from running, and a linger sized by the last batch
-// kept batches at 2–5 records at 256 producers) — returns as soon as they
+// kept batches as small as they once were) — returns as soon as they
 // are all there or one leaves, and when they do not come within the last
 // flush's duration gives up and stops lingering for lingerBackoff flushes.
 func TestGroupCommitLingers(t *testing.T) {
@@ -110,6 +110,21 @@ func TestGroupCommitLingers(t *testing.T) {
 		t.Fatalf("noLinger %d after %d flushes", q.noLinger, lingerBackoff)
 	}
 
+	// More Puts in progress than can queue (the rest get
+	// errGroupCommitQueueFull): the owner waits for the queue's limit.
+	reset()
+	q.lastFlush, q.limit = time.Hour, 3
+	for range 5 {
+		q.enter()
+	}
+	queue(3)
+	select {
+	case <-lingering():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owner waits for more waiters than the queue holds")
+	}
+	q.limit = 100
+
 	// A lone producer is never held: its own Put is the one in progress.
 	reset()
 	q.lastFlush = time.Hour
@@ -137,6 +152,25 @@ func TestSyncPutsCountThemselves(t *testing.T) {
 	if n := s.group.inPut.Load(); n != 0 {
 		t.Fatalf("%d sync Puts in progress after the only one returned", n)
 	}
+	// A Put still appending (here: waiting for the append lock) counts:
+	// its record can still join the batch.
+	s.log.appendMu.Lock()
+	appended := make(chan error, 1)
+	go func() {
+		_, err := s.Put(ctx, testMessage("T", 0, 1, 100))
+		appended <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.group.inPut.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n, queued := s.group.inPut.Load(), s.group.queuedLen.Load(); n != 1 || queued != 0 {
+		t.Fatalf("a Put waiting to append: %d in progress, %d queued; want 1 and 0", n, queued)
+	}
+	s.log.appendMu.Unlock()
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
 	faults.Add(faultfile.Fault{Op: faultfile.OpFlush, Latency: 300 * time.Millisecond, PathContains: "commitlog"})
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -146,7 +180,7 @@ func TestSyncPutsCountThemselves(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for s.group.inPut.Load() != 3 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}

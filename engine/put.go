@@ -31,14 +31,14 @@ func (s *Store) Put(ctx context.Context, m *Message) (PutResult, error) {
 	s.closeMu.RLock()
 	res, err := s.put(ctx, m, start, now)
 	s.closeMu.RUnlock()
-	if s.group != nil {
-		s.group.leave()
-	}
 	if res.Status == PutOK {
 		s.stats.putBytes.Add(uint64(res.Size))
 		s.stats.putLatency.record(time.Since(start))
 	} else {
 		s.stats.putFailures.Add(1)
+	}
+	if s.group != nil {
+		s.group.leave() // last: a producer between Puts is out of the count for as short a time as can be
 	}
 	return res, err
 }

@@ -42,6 +42,29 @@ func TestSequentialWrite(t *testing.T) {
 	}
 }
 
+// TestSyncProbeLayout: each writer's writes fill its own part of the file,
+// the parts follow one another without overlap, and the file holds them.
+func TestSyncProbeLayout(t *testing.T) {
+	for _, p := range []SyncProbe{
+		{WriteBytes: 4096, Count: 20, InFlight: 1},
+		{WriteBytes: 16 * 1290, Count: 21, InFlight: 2},
+		{WriterBytes: []int{3 * 1290, 2 * 1290}, Count: 21, InFlight: 2},
+	} {
+		per, starts, largest := p.layout()
+		if per != p.Count/p.InFlight || starts[0] != 0 || len(starts) != p.InFlight+1 {
+			t.Fatalf("%+v: %d writes each, parts %v", p, per, starts)
+		}
+		for w := range p.InFlight {
+			if got, want := starts[w+1]-starts[w], int64(per)*int64(p.writeBytes(w)); got != want {
+				t.Errorf("%+v: writer %d has %d bytes for %d writes of %d", p, w, got, per, p.writeBytes(w))
+			}
+			if p.writeBytes(w) > largest {
+				t.Errorf("%+v: writer %d writes %d bytes, more than the buffer's %d", p, w, p.writeBytes(w), largest)
+			}
+		}
+	}
+}
+
 func TestSyncWrites(t *testing.T) {
 	for _, p := range []SyncProbe{
 		{WriteBytes: 4096, Count: 20, InFlight: 1},

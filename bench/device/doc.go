@@ -2,8 +2,8 @@
 // the way: the device's sequential O_DIRECT write bandwidth (io_uring at a
 // queue depth, fio's --rw=write --direct=1 --ioengine=io_uring), the
 // latency of one durable 4 KiB append (pwrite + fdatasync), and the
-// group-commit limit (N records written and fdatasynced as one write, one
-// or two in flight).
+// group-commit limit (N records written and fdatasynced as one write, or
+// split between two writers in flight at once).
 //
 // The io_uring probe drives the uring package's exported ring (NewRing,
 // RegisterBuffers, Submit, Wait); everything else is plain system calls.

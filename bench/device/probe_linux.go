@@ -184,13 +184,7 @@ func SyncWrites(ctx context.Context, dir string, p SyncProbe) (SyncResult, error
 	if err := p.check(); err != nil {
 		return SyncResult{}, err
 	}
-	per := p.Count / p.InFlight
-	starts := make([]int64, p.InFlight+1) // writer w's part of the file: [starts[w], starts[w+1])
-	largest := 0
-	for w := range p.InFlight {
-		starts[w+1] = starts[w] + int64(per)*int64(p.writeBytes(w))
-		largest = max(largest, p.writeBytes(w))
-	}
+	per, starts, largest := p.layout()
 	size := (starts[p.InFlight] + 4095) &^ 4095
 	f, err := probeSegment(ctx, dir, size, p.Prewritten, false)
 	if err != nil {

@@ -54,6 +54,18 @@ func (p *SyncProbe) check() error {
 	return nil
 }
 
+// layout places the writers in the probe's file: each writes per times,
+// writer w in [starts[w], starts[w+1]); largest is the largest write.
+func (p *SyncProbe) layout() (per int, starts []int64, largest int) {
+	per = p.Count / p.InFlight
+	starts = make([]int64, p.InFlight+1)
+	for w := range p.InFlight {
+		starts[w+1] = starts[w] + int64(per)*int64(p.writeBytes(w))
+		largest = max(largest, p.writeBytes(w))
+	}
+	return per, starts, largest
+}
+
 // writeBytes is writer w's write size.
 func (p *SyncProbe) writeBytes(w int) int {
 	if p.WriterBytes != nil {

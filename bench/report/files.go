@@ -36,8 +36,8 @@ func Render(dir string, f *runfile.RunFile) error {
 }
 
 // Report re-renders a stored run's derived files (summary.md, plots,
-// bench.txt, .hgrm) from its run file; a run file of another schema is
-// refused (runfile.ErrSchema).
+// bench.txt, .hgrm) from its run file; a run file of a schema Read does
+// not read is refused (runfile.ErrSchema).
 func Report(dir string) (*runfile.RunFile, error) {
 	f, err := runfile.Read(dir)
 	if err != nil {

@@ -537,7 +537,7 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 	if len(ls) == 0 {
 		return
 	}
-	b.WriteString("### The group-commit limit (N records as one pwrite + fdatasync on a pre-written file)\n\n")
+	b.WriteString("### The group-commit limit (N records per pwrite + fdatasync on a pre-written file: in one, or split over two in flight)\n\n")
 	t := newTable(b, "limit", "record>", "N (producers)>", "in flight>", "records per op>", "ops/s>", "msgs/s>", "MB/s>", "p50 per op>", "p99 per op>")
 	for _, l := range ls {
 		perOp := l.Params["recordsPerOp"]

@@ -187,12 +187,12 @@ func (m *matrixFlags) apply(cfg *bench.Config, sweep bool) error {
 func runDevice(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
 	c := newCommand("device", "mqbench device --dir DIR [--sizes 1024] [--producers 1,4,16] [--message bare|rocketmq] [--repeat N] [--probe-bytes 1GiB] [--sync-probes N]",
-		"Measures the limits of DIR's device with no engine: sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync on a fallocated and on a pre-written file, the group-commit limit (N records as one write+fdatasync on a pre-written file, one and two in flight, for each producer count N), the time to create a segment fallocated and pre-written, and fio's equivalents when fio is on PATH.")
+		"Measures the limits of DIR's device with no engine: sequential O_DIRECT writes through io_uring, 4 KiB write+fdatasync on a fallocated and on a pre-written file, the group-commit limit (for each producer count N, N records as one write+fdatasync on a pre-written file, and from two producers on the N records split between two writers at once), the time to create a segment fallocated and pre-written, and fio's equivalents when fio is on PATH.")
 	fs := c.fs
 	fs.StringVar(&cfg.Dir, "dir", "", "directory whose device is measured (required)")
 	cfg.Sizes = []int{1024}
 	fs.Var(sizesFlag(&cfg.Sizes), "sizes", "body sizes of the group-commit limit's records")
-	fs.Var(intsFlag(&cfg.Producers, "producers"), "producers", "records per write of the group-commit limit (the producer counts it bounds), comma-separated")
+	fs.Var(intsFlag(&cfg.Producers, "producers"), "producers", "the producer counts the group-commit limit bounds (records outstanding: all in one write, or split over two in flight), comma-separated")
 	fs.StringVar(&cfg.Store.Message, "message", cfg.Store.Message, "the message whose records the group-commit limit writes: bare or rocketmq")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "measured repeats of each probe")
 	fs.Var(bytesFlag(&cfg.DeviceProbeBytes), "probe-bytes", "bytes written by the O_DIRECT probe and fio")
