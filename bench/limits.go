@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/device"
@@ -192,20 +193,18 @@ func (r *runner) groupCommitLimits(ctx context.Context) {
 		for _, n := range cfg.Producers {
 			for _, split := range groupCommitSplits(n) {
 				probe := device.SyncProbe{Count: max(cfg.SyncProbeCount, len(split)), InFlight: len(split), Prewritten: true}
+				var perOp, writeBytes []string
+				for _, records := range split {
+					probe.WriterBytes = append(probe.WriterBytes, records*rec)
+					perOp, writeBytes = append(perOp, strconv.Itoa(records)), append(writeBytes, strconv.Itoa(records*rec))
+				}
 				writers := "one op at a time"
-				perOp := strconv.Itoa(n)
-				writeBytes := strconv.Itoa(n * rec)
-				if len(split) == 1 {
-					probe.WriteBytes = n * rec
-				} else {
-					probe.WriterBytes = []int{split[0] * rec, split[1] * rec}
+				if len(split) > 1 {
 					writers = "two goroutines at once, each on its own part of the one file (two syncs in flight on one segment), the N records split between them"
-					perOp = fmt.Sprintf("%d and %d", split[0], split[1])
-					writeBytes = fmt.Sprintf("%d and %d", split[0]*rec, split[1]*rec)
 				}
 				l := runfile.Limit{Name: runfile.LimitGroupCommit, Tool: "mqbench device probe (N records per pwrite + fdatasync, pre-written file)",
 					SizeBytes: size, RecordBytes: rec, Producers: n, InFlight: len(split), Dir: r.work,
-					Params: map[string]string{"writeBytes": writeBytes, "recordsPerOp": perOp, "count": strconv.Itoa(probe.Count),
+					Params: map[string]string{"writeBytes": strings.Join(writeBytes, " and "), "recordsPerOp": strings.Join(perOp, " and "), "count": strconv.Itoa(probe.Count),
 						"message": messageKind(cfg.Store.Message), "writers": writers, "file": prewrittenFile}}
 				r.repeatLimit(ctx, &l, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, rec) })
 			}
