@@ -10,18 +10,22 @@ import (
 // threadCPU is the calling OS thread's user and system CPU time
 // (getrusage RUSAGE_THREAD).
 func threadCPU() (time.Duration, time.Duration) {
-	// getrusage(RUSAGE_THREAD) reads the thread's runtime as the scheduler
-	// last stored it: a thread that has run since its last tick or switch
-	// (up to a tick, 4 ms at 250 Hz) reads as if it had not. Reading the
-	// thread's CPU clock first makes the kernel bring that runtime up to
-	// date, so a short send is not counted as 0.
+	_, user, sys := threadTimes()
+	return user, sys
+}
+
+// threadTimes reads the calling thread's CPU clock and then its
+// getrusage(RUSAGE_THREAD) user and system time. The clock read is what
+// brings the runtime getrusage reports up to date; it is returned so a
+// caller can see what it was.
+func threadTimes() (clock, user, sys time.Duration) {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
-		return 0, 0
+		return time.Duration(ts.Nano()), 0, 0
 	}
-	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+	return time.Duration(ts.Nano()), time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
 // dieWithParent makes a child get SIGKILL when mqbench dies
