@@ -504,7 +504,7 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 // in dir: the cell's first producer count for ProfileDuration, after the
 // warm-up the measured repeats get (storeRepeat runs it before the hook,
 // which starts the profilers), with the engine's stage labels on.
-func profileRepeat(ctx context.Context, cfg *Config, dir string, sys system, hook func(*engine.Store, func())) runfile.Repeat {
+func profileRepeat(ctx context.Context, cfg *Config, dir string, sys system, hook func(*engine.Store, func(window func() (end func())))) runfile.Repeat {
 	sp := spec(cfg, "throughput", sys.size, cfg.Producers[0], 0, cfg.ProfileDuration, repeatSeed(cfg.Seed, 0))
 	store := sys.pol.Store
 	store.ProfileLabels = true // the engine labels its goroutines by stage: the CPU by stage
@@ -518,7 +518,7 @@ func (r *runner) profile(ctx context.Context, sys system, cell string) {
 	r.progress.step(cell+" (profiling)", 0, 1, 0)
 	var summaries []runfile.ProfileSummary
 	var perr error
-	rep := profileRepeat(ctx, &r.cfg, filepath.Join(r.work, cell+"-profile"), sys, func(_ *engine.Store, run func()) {
+	rep := profileRepeat(ctx, &r.cfg, filepath.Join(r.work, cell+"-profile"), sys, func(_ *engine.Store, run func(window func() func())) {
 		summaries, perr = profileRun(r.profDir, cell, run)
 	})
 	switch {

@@ -30,46 +30,79 @@ const (
 	mutexProfileFraction = 10
 )
 
-// profiler captures the four profiles of one run of fn. Heap (alloc_space),
-// block and mutex profiles are cumulative in the runtime, so each is taken
-// before and after and the difference is written.
-func profileRun(dir, cell string, fn func()) ([]runfile.ProfileSummary, error) {
+// profileRun captures the four profiles of the measured window of one run:
+// run is handed a window function (load.Spec.Window) that starts the
+// profilers as the window opens and stops them when its last worker has
+// returned, so the profiles hold what the run's CPU figure counts — not the
+// warm-up, the GC before the window, the merge of the workers' histograms
+// after it, or the store's open and close. Heap (alloc_space), block and
+// mutex profiles are cumulative in the runtime, so each is taken as the
+// window opens and as it ends and the difference is written.
+func profileRun(dir, cell string, run func(window func() (end func()))) ([]runfile.ProfileSummary, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("profiles: %w", err)
 	}
-	before := map[string]*profile.Profile{}
-	runtime.SetBlockProfileRate(blockProfileRateNs)
-	runtime.SetMutexProfileFraction(mutexProfileFraction)
-	defer runtime.SetBlockProfileRate(0)
-	defer runtime.SetMutexProfileFraction(0)
-	for _, kind := range ProfileKinds[1:] {
-		p, err := snapshot(kind)
-		if err != nil {
-			return nil, err
-		}
-		before[kind] = p
-	}
 	cpuPath := filepath.Join(dir, cell+".cpu.pprof")
-	f, err := os.Create(cpuPath)
-	if err != nil {
-		return nil, fmt.Errorf("profiles: %w", err)
+	var (
+		opened, closed bool
+		startErr       error
+		before         = map[string]*profile.Profile{}
+		after          = map[string]*profile.Profile{}
+		afterErr       = map[string]error{}
+	)
+	window := func() func() {
+		if opened { // one window per profiled run
+			return func() {}
+		}
+		opened = true
+		runtime.SetBlockProfileRate(blockProfileRateNs)
+		runtime.SetMutexProfileFraction(mutexProfileFraction)
+		for _, kind := range ProfileKinds[1:] {
+			p, err := snapshot(kind)
+			if err != nil {
+				startErr = err
+				return func() {}
+			}
+			before[kind] = p
+		}
+		f, err := os.Create(cpuPath)
+		if err == nil {
+			if err = pprof.StartCPUProfile(f); err != nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			startErr = fmt.Errorf("profiles: cpu: %w", err)
+			return func() {}
+		}
+		return func() {
+			pprof.StopCPUProfile()
+			closed = true
+			if err := f.Close(); err != nil {
+				startErr = fmt.Errorf("profiles: %w", err)
+			}
+			for _, kind := range ProfileKinds[1:] {
+				after[kind], afterErr[kind] = snapshot(kind)
+			}
+		}
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("profiles: cpu: %w", err)
+	run(window)
+	runtime.SetBlockProfileRate(0)
+	runtime.SetMutexProfileFraction(0)
+	switch {
+	case startErr != nil:
+		return nil, startErr
+	case !opened || !closed:
+		return nil, fmt.Errorf("profiles: the run never opened and closed its measured window")
 	}
-	fn()
-	pprof.StopCPUProfile()
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("profiles: %w", err)
-	}
-	var out []runfile.ProfileSummary
-	out = append(out, summarizeFile(cell, "cpu", cpuPath))
+	cpu := summarizeFile(cell, "cpu", cpuPath)
+	cpu.WindowOnly = cpu.Error == ""
+	out := []runfile.ProfileSummary{cpu}
 	for _, kind := range ProfileKinds[1:] {
 		path := filepath.Join(dir, cell+"."+kind+".pprof")
-		after, err := snapshot(kind)
+		err := afterErr[kind]
 		if err == nil {
-			err = writeDelta(path, before[kind], after)
+			err = writeDelta(path, before[kind], after[kind])
 		}
 		if err != nil {
 			out = append(out, runfile.ProfileSummary{Cell: cell, Kind: kind, File: path, Error: err.Error()})
@@ -164,6 +197,9 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 		if vs := sample.Label[runfile.StageLabel]; len(vs) > 0 {
 			stage, labelled = vs[0], true
 		}
+		if sampleType == "cpu" && profilerSample(sample) {
+			stage = runfile.StageProfiler
+		}
 		stages[stage] += v
 		n := int64(1)
 		if countIdx >= 0 {
@@ -205,10 +241,35 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 	return s, nil
 }
 
+// profilerFrames are the runtime functions that record a block or mutex
+// profile event (a stack capture and its bucket): CPU the profilers beside
+// the CPU profile add, not the profiled code's.
+var profilerFrames = map[string]bool{
+	"runtime.saveblockevent":               true,
+	"runtime.saveBlockEventStack":          true,
+	"runtime.(*mLockProfile).captureStack": true,
+	"runtime.(*mLockProfile).storeSlow":    true,
+}
+
+// profilerSample says whether a CPU sample ran inside the block or mutex
+// profilers' recording.
+func profilerSample(sample *profile.Sample) bool {
+	for _, loc := range sample.Location {
+		for _, line := range loc.Line {
+			if line.Function != nil && profilerFrames[line.Function.Name] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // stageCosts splits a CPU profile's total by the engine's stage label
 // (runfile.StageLabel; by is the value of each stage): the stages in
 // runfile.StageOrder, then any other value of the label, then
-// runfile.StageOther for the samples without it; counts is each stage's
+// runfile.StageProfiler (the block and mutex profilers' recording, taken
+// out of the stage it ran in), then runfile.StageOther for the samples
+// without the label; counts is each stage's
 // number of samples. It is called only when a sample carries the label: a
 // store run without engine.Options.ProfileLabels has nothing to split.
 func stageCosts(by, counts map[string]int64, total int64) []runfile.StageCost {
@@ -217,13 +278,13 @@ func stageCosts(by, counts map[string]int64, total int64) []runfile.StageCost {
 	}
 	order := slices.Clone(runfile.StageOrder)
 	for stage := range by {
-		if !slices.Contains(order, stage) && stage != runfile.StageOther {
+		if !slices.Contains(order, stage) && stage != runfile.StageOther && stage != runfile.StageProfiler {
 			order = append(order, stage)
 		}
 	}
 	slices.Sort(order[len(runfile.StageOrder):])
 	var out []runfile.StageCost
-	for _, stage := range append(order, runfile.StageOther) {
+	for _, stage := range append(order, runfile.StageProfiler, runfile.StageOther) {
 		if v, ok := by[stage]; ok {
 			out = append(out, runfile.StageCost{Stage: stage, Value: v, Pct: 100 * float64(v) / float64(total), Samples: counts[stage]})
 		}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,18 +26,26 @@ func TestStagesAreTheEngines(t *testing.T) {
 }
 
 // stageProfile is a CPU profile with known samples: 10 ms in append,
-// 30 ms waiting, 20 ms flushing, 1 ms under a stage the table does not
-// know, 39 ms with no label (the harness and the runtime) — 100 ms.
+// 20 ms waiting, 10 ms waiting inside the block profiler's recording,
+// 20 ms flushing, 1 ms under a stage the table does not know, 39 ms with
+// no label (the harness and the runtime) — 100 ms.
 func stageProfile() *profile.Profile {
 	fn := &profile.Function{ID: 1, Name: "github.com/mqstore/mqstore/engine.(*Store).Put"}
 	loc := &profile.Location{ID: 1, Line: []profile.Line{{Function: fn}}}
+	rec := &profile.Function{ID: 2, Name: "runtime.saveblockevent"}
+	recLoc := &profile.Location{ID: 2, Line: []profile.Line{{Function: rec}}}
 	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
-		Function: []*profile.Function{fn}, Location: []*profile.Location{loc}, PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}, Period: 1e7}
+		Function: []*profile.Function{fn, rec}, Location: []*profile.Location{loc, recLoc}, PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}, Period: 1e7}
 	for _, s := range []struct {
-		stage string
-		ms    int64
-	}{{"append", 10}, {"wait", 30}, {"flush", 12}, {"", 39}, {"flush", 8}, {"zz-new", 1}} {
-		sample := &profile.Sample{Location: []*profile.Location{loc}, Value: []int64{s.ms / 10, s.ms * 1e6}}
+		stage    string
+		ms       int64
+		recorder bool
+	}{{"append", 10, false}, {"wait", 20, false}, {"wait", 10, true}, {"flush", 12, false}, {"", 39, false}, {"flush", 8, false}, {"zz-new", 1, false}} {
+		stack := []*profile.Location{loc}
+		if s.recorder {
+			stack = []*profile.Location{recLoc, loc}
+		}
+		sample := &profile.Sample{Location: stack, Value: []int64{s.ms / 10, s.ms * 1e6}}
 		if s.stage != "" {
 			sample.Label = map[string][]string{runfile.StageLabel: {s.stage}, "other-key": {"x"}}
 		}
@@ -66,7 +76,8 @@ func TestStagesOfACPUProfile(t *testing.T) {
 		pct, usPerMsg float64
 		samples       int64 // the profile's "samples" counts: ms / 10, rounded down per sample
 	}
-	want := []stageWant{{"append", 10e6, 10, 20, 1}, {"wait", 30e6, 30, 60, 3}, {"flush", 20e6, 20, 40, 1}, {"zz-new", 1e6, 1, 2, 0}, {"other", 39e6, 39, 78, 3}}
+	want := []stageWant{{"append", 10e6, 10, 20, 1}, {"wait", 20e6, 20, 40, 2}, {"flush", 20e6, 20, 40, 1}, {"zz-new", 1e6, 1, 2, 0},
+		{runfile.StageProfiler, 10e6, 10, 20, 1}, {"other", 39e6, 39, 78, 3}}
 	if len(s.Stages) != len(want) || s.CPUPerMsgNs != 200e3 || s.Messages != 1000 || s.Samples != 8 {
 		t.Fatalf("stages %+v, %v ns/msg, %d samples", s.Stages, s.CPUPerMsgNs, s.Samples)
 	}
@@ -79,7 +90,7 @@ func TestStagesOfACPUProfile(t *testing.T) {
 	// No CPU from the run: the profile's own 100 ms over the messages.
 	s2, _ := SummarizeProfile(p, "cpu", 8)
 	perMessage(&s2, 0, 1000)
-	if s2.CPUPerMsgNs != 100e3 || math.Abs(s2.Stages[1].UsPerMsg-30) > 1e-9 || s2.CPUSource != "the CPU profile's samples" {
+	if s2.CPUPerMsgNs != 100e3 || math.Abs(s2.Stages[1].UsPerMsg-20) > 1e-9 || s2.CPUSource != "the CPU profile's samples" {
 		t.Errorf("from the profile's samples: %v ns/msg, wait %+v (%s)", s2.CPUPerMsgNs, s2.Stages[1], s2.CPUSource)
 	}
 	// Without a single label there is nothing to split.
@@ -100,9 +111,9 @@ func TestProfiledRunIsWarm(t *testing.T) {
 	sys := system{backend: "mmap", size: 1024, pol: Policy{Flush: "async", Store: cfg.Store}}
 	var putsBefore uint64
 	hooked := false
-	rep := profileRepeat(context.Background(), &cfg, filepath.Join(t.TempDir(), "p"), sys, func(s *engine.Store, run func()) {
+	rep := profileRepeat(context.Background(), &cfg, filepath.Join(t.TempDir(), "p"), sys, func(s *engine.Store, run func(window func() func())) {
 		hooked, putsBefore = true, s.Stats().Puts
-		run()
+		run(nil)
 	})
 	if !hooked || rep.Status == runfile.StatusFailed {
 		t.Fatalf("profiled run: hooked %v, %s %s", hooked, rep.Status, rep.Reason)
@@ -112,5 +123,72 @@ func TestProfiledRunIsWarm(t *testing.T) {
 	}
 	if d := rep.Result.Durability; d == nil || d.WrittenStartBytes == 0 {
 		t.Errorf("the profiled window did not follow the warm-up on the same store: %+v", d)
+	}
+}
+
+//go:noinline
+func spinBeforeTheWindow(d time.Duration) { spinFor(d) }
+
+//go:noinline
+func spinInTheWindow(d time.Duration) { spinFor(d) }
+
+//go:noinline
+func spinAfterTheWindow(d time.Duration) { spinFor(d) }
+
+// spinFor burns CPU for d of wall time.
+func spinFor(d time.Duration) {
+	x := 1
+	for start := time.Now(); time.Since(start) < d; {
+		for range 1000 {
+			x ^= x<<1 + 1
+		}
+	}
+	spinSink = x
+}
+
+var spinSink int
+
+// TestProfileCoversTheWindowAlone: the profiles of a profiled run hold the
+// measured window (what its CPU per message counts) — not the work before
+// the window opens or after it ends (the GC, the histograms' merge) — and a
+// run that never opens its window is an error, not an empty profile.
+func TestProfileCoversTheWindowAlone(t *testing.T) {
+	dir := t.TempDir()
+	sums, err := profileRun(dir, "cell", func(window func() func()) {
+		spinBeforeTheWindow(100 * time.Millisecond)
+		end := window()
+		spinInTheWindow(300 * time.Millisecond) // 30 samples at 100 Hz on an idle CPU
+		end()
+		spinAfterTheWindow(100 * time.Millisecond)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sums) != len(ProfileKinds) || sums[0].Kind != "cpu" || !sums[0].WindowOnly {
+		t.Fatalf("summaries %+v", sums)
+	}
+	f, err := os.Open(filepath.Join(dir, "cell.cpu.pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, s := range p.Sample {
+		for _, loc := range s.Location {
+			for _, line := range loc.Line {
+				seen[line.Function.Name[strings.LastIndex(line.Function.Name, ".")+1:]] = true
+			}
+		}
+	}
+	if !seen["spinInTheWindow"] || seen["spinBeforeTheWindow"] || seen["spinAfterTheWindow"] {
+		t.Errorf("in the profile: in the window %v, before it %v, after it %v (want only the window)",
+			seen["spinInTheWindow"], seen["spinBeforeTheWindow"], seen["spinAfterTheWindow"])
+	}
+	if _, err := profileRun(t.TempDir(), "cell", func(func() func()) {}); err == nil {
+		t.Error("a run that never opened its window profiled without an error")
 	}
 }

@@ -148,10 +148,11 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 // durability reported, drains it (Store.Flush), closes it (timed: closeNs)
 // and removes it. The returned options are the store's effective ones
 // (nil when Open failed). A hook (the profiler) is handed the store and
-// the run of the window: the warm-up runs before it, on the same store
-// and messages, so what the hook sees is the window the measured repeats
+// the run of the window, which takes a load.Spec.Window for the hook's
+// own start and stop: the warm-up runs before it, on the same store and
+// messages, so what the hook sees is the window the measured repeats
 // measure, warm.
-func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(s *engine.Store, run func())) (runfile.Repeat, map[string]string) {
+func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(s *engine.Store, run func(window func() (end func())))) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
 	s, err := storeOpen(ctx, cfg, dir, backend, flush)
 	if err != nil {
@@ -182,13 +183,17 @@ func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush strin
 		}
 		spec.Warmup = 0
 	}
-	run := func() { res = load.Run(ctx, spec, nil, d, newOp) }
+	run := func(window func() func()) {
+		sp := spec
+		sp.Window = window
+		res = load.Run(ctx, sp, nil, d, newOp)
+	}
 	switch {
 	case res.Error != "": // the warm-up failed: no window
 	case hook != nil:
 		hook(s, run)
 	default:
-		run()
+		run(nil)
 	}
 	closeStart := time.Now()
 	closeErr := s.Close()

@@ -579,6 +579,49 @@ func TestCPUIsTheWindowsWork(t *testing.T) {
 	}
 }
 
+// TestWindowBracketsTheCPUReadings: Spec.Window opens once per Run, after
+// the warm-up, before the window's first CPU reading and before any op of
+// the window; its end runs after the last op and the last CPU reading and
+// before the workers are merged — a profiler there sees what the Result's
+// CPU counts, no more.
+func TestWindowBracketsTheCPUReadings(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	note := func(e string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n := len(events); n == 0 || events[n-1] != e {
+			events = append(events, e)
+		}
+	}
+	cpuNow = func() (time.Duration, time.Duration) { note("cpu"); return 0, 0 }
+	mergeWorkers = func(ws []*worker, start, end time.Time) phase { note("merge"); return merge(ws, start, end) }
+	t.Cleanup(func() { cpuNow, mergeWorkers = cpuTimes, merge })
+	for _, spec := range []Spec{
+		{Workload: Throughput, SizeBytes: 64, Producers: 2, Duration: 20 * time.Millisecond, Warmup: 10 * time.Millisecond},
+		{Workload: Latency, SizeBytes: 64, RatePerSec: 2000, InFlight: 2, Arrival: Constant, Duration: 20 * time.Millisecond, Warmup: 10 * time.Millisecond},
+	} {
+		events = nil
+		spec.Window = func() func() {
+			note("open")
+			return func() { note("end") }
+		}
+		res := Run(context.Background(), spec, nil, nil, func(int) Op {
+			return func(context.Context) error { note("op"); return nil }
+		})
+		if res.Failed() {
+			t.Fatalf("%s: %s", spec.Workload, res.Error)
+		}
+		// The warm-up: ops between its CPU readings and its merge, no window.
+		want := []string{"cpu", "op", "cpu", "merge", "open", "cpu", "op", "cpu", "end", "merge"}
+		if !slices.Equal(events, want) {
+			t.Errorf("%s: events %v, want %v", spec.Workload, events, want)
+		}
+	}
+}
+
 // TestRealClockNow: RealClock's reading agrees with time.Now on both
 // clocks, and readings subtract by the monotonic clock.
 func TestRealClockNow(t *testing.T) {

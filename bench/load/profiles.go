@@ -56,3 +56,21 @@ func writeProfile(name, path string) error {
 	}
 	return err
 }
+
+// WindowProfiles is StartProfiles for the measured window alone: window is
+// a Spec.Window that starts the profiles as the window opens and stops them
+// at its end (not the warm-up, nor the merge of the histograms after it),
+// and errs returns what starting or stopping them failed with. An empty dir
+// profiles nothing.
+func WindowProfiles(dir, name string) (window func() (end func()), errs func() error) {
+	var err error
+	window = func() func() {
+		stop, serr := StartProfiles(dir, name)
+		if serr != nil {
+			err = serr
+			return func() {}
+		}
+		return func() { err = stop() }
+	}
+	return window, func() error { return err }
+}

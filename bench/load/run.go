@@ -38,6 +38,7 @@ func RunTimed(ctx context.Context, spec Spec, clock Clock, d Durability, newOp f
 		warm := spec
 		warm.SeriesInterval = 0
 		warm.Duration = spec.Warmup
+		warm.Window = nil
 		if _, err := runPhase(ctx, warm, clock, ops); err != nil {
 			res.setError(ctx, fmt.Errorf("warm-up: %w", err))
 			return res
@@ -131,7 +132,7 @@ func runPhase(ctx context.Context, spec Spec, clock Clock, ops []TimedOp) (phase
 	if spec.Workload == Latency {
 		return openPhase(ctx, spec, clock, ops)
 	}
-	return closedPhase(ctx, clock, ops, spec.Duration, spec.SeriesInterval)
+	return closedPhase(ctx, clock, ops, spec.Duration, spec.SeriesInterval, spec.Window)
 }
 
 // quarters is how many parts of the window Result.Quarters splits.
@@ -202,12 +203,17 @@ func merge(ws []*worker, start, end time.Time) phase {
 // with the window ending d later, until every loop has returned; the first
 // error a loop sets cancels the others. The phase's CPU is the difference
 // of the process's CPU at the start and when the last loop returned, read
-// before the workers are merged.
-func runWorkers(parent context.Context, clock Clock, n int, open bool, d, interval time.Duration,
+// before the workers are merged. window (Spec.Window), when set, brackets
+// the two CPU readings.
+func runWorkers(parent context.Context, clock Clock, n int, open bool, d, interval time.Duration, window func() func(),
 	loop func(ctx context.Context, i int, w *worker, start, end time.Time, fail *firstError)) (phase, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	fail := &firstError{cancel: cancel}
+	endWindow := func() {}
+	if window != nil {
+		endWindow = window()
+	}
 	user0, sys0 := cpuNow()
 	start := clock.Now()
 	end := start.Add(d)
@@ -219,6 +225,7 @@ func runWorkers(parent context.Context, clock Clock, n int, open bool, d, interv
 	}
 	wg.Wait()
 	user, sys := cpuNow()
+	endWindow()
 	p := mergeWorkers(ws, start, end)
 	p.cpuUser, p.cpuSys = user-user0, sys-sys0
 	if fail.err == nil && parent.Err() != nil {
@@ -227,7 +234,7 @@ func runWorkers(parent context.Context, clock Clock, n int, open bool, d, interv
 	return p, fail.err
 }
 
-func closedPhase(parent context.Context, clock Clock, ops []TimedOp, d, interval time.Duration) (phase, error) {
+func closedPhase(parent context.Context, clock Clock, ops []TimedOp, d, interval time.Duration, window func() func()) (phase, error) {
 	loop := func(ctx context.Context, i int, w *worker, _, end time.Time, fail *firstError) {
 		for ctx.Err() == nil {
 			begin := clock.Now()
@@ -245,7 +252,7 @@ func closedPhase(parent context.Context, clock Clock, ops []TimedOp, d, interval
 			w.lastDone = done
 		}
 	}
-	return runWorkers(parent, clock, len(ops), false, d, interval, loop)
+	return runWorkers(parent, clock, len(ops), false, d, interval, window, loop)
 }
 
 // openPhase is the open loop, wrk2's design: worker w owns its own share of
@@ -274,7 +281,7 @@ func openPhase(parent context.Context, spec Spec, clock Clock, ops []TimedOp) (p
 		}
 		w.runOpen(ctx, clock, sleep, scheds[i], ops[i], start, end, end.Add(spec.Grace()), fail)
 	}
-	return runWorkers(parent, clock, len(ops), true, spec.Duration, spec.SeriesInterval, loop)
+	return runWorkers(parent, clock, len(ops), true, spec.Duration, spec.SeriesInterval, spec.Window, loop)
 }
 
 // runOpen is one open-loop worker.

@@ -42,6 +42,13 @@ type Spec struct {
 	// SeriesInterval, when > 0, also keeps a latency time series of the
 	// measured window at this interval (Result.Series).
 	SeriesInterval time.Duration `json:"seriesIntervalNs,omitempty"`
+	// Window, when set, is called as the measured window opens — after the
+	// warm-up and the GC before the window, just before the window's CPU is
+	// first read — and the function it returns when the last worker has
+	// returned, just after the CPU is read again and before the workers'
+	// histograms are merged: a profiler started and stopped there sees
+	// exactly the CPU the Result counts. The warm-up does not call it.
+	Window func() (end func()) `json:"-"`
 }
 
 // Validate checks the spec.

@@ -228,8 +228,11 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 		if i := slices.Index(runfile.StageOrder, s); i >= 0 {
 			return i
 		}
-		if s == runfile.StageOther {
+		switch s {
+		case runfile.StageProfiler:
 			return len(runfile.StageOrder) + 1
+		case runfile.StageOther:
+			return len(runfile.StageOrder) + 2
 		}
 		return len(runfile.StageOrder) // a stage this report does not know, before other
 	}
@@ -240,8 +243,9 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	us := func(v, pct float64, known bool) string {
 		return fmt.Sprintf("%s (%s%%)", orDash(known, fmtFloat(v)), fmtFloat(pct))
 	}
-	few := false
+	few, spanned := false, false
 	for _, p := range rows {
+		spanned = spanned || !p.WindowOnly
 		row := []string{p.Cell, orDash(p.Samples > 0, fmtCount(float64(p.Samples)))}
 		for _, st := range stages {
 			i := slices.IndexFunc(p.Stages, func(c runfile.StageCost) bool { return c.Stage == st })
@@ -261,7 +265,12 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	if few {
 		fmt.Fprintf(b, ", and a stage with fewer than %d shows *few (k)*, its k samples, instead of a figure (a longer `--profile-duration` takes more)", runfile.MinStageSamples)
 	}
-	b.WriteString(".\n\n")
+	if spanned {
+		b.WriteString(". This run's harness profiled more than the measured window: its profiles also hold the GC before it and the merge of the workers' histograms after it (in *other*, which takes that share from the other stages), and the block and mutex profilers' own recording in the stage it ran in (mostly *wait*).")
+	} else {
+		b.WriteString(". The profile covers the measured window alone; *" + runfile.StageProfiler + "* is the block and mutex profilers' own recording (they run beside the CPU profile), kept out of the stage it ran in.")
+	}
+	b.WriteString("\n\n")
 }
 
 func shortFunc(name string) string { return name[strings.LastIndex(name, "/")+1:] }

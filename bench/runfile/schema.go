@@ -639,7 +639,14 @@ type ProfileSummary struct {
 	Messages    int64       `json:"messages,omitempty"`
 	CPUPerMsgNs float64     `json:"cpuPerMsgNs,omitempty"`
 	CPUSource   string      `json:"cpuSource,omitempty"`
-	Error       string      `json:"error,omitempty"`
+	// WindowOnly: the profile covers the measured window alone, what
+	// CPUPerMsgNs counts, and its stages hold the block and mutex
+	// profilers' recording apart (StageProfiler). False in run files from
+	// before: the profile also spanned the GC before the window and the
+	// merge of the workers' histograms after it (in "other"), and the
+	// profilers' recording counted in the stage it ran in.
+	WindowOnly bool   `json:"windowOnly,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // StageCost is one stage's share of a CPU profile: its samples' value,
@@ -667,6 +674,11 @@ const MinStageSamples = 10
 const (
 	StageLabel = "mqstore.stage"
 	StageOther = "other"
+	// StageProfiler is the block and mutex profilers' own recording (their
+	// stack captures, run beside the CPU profile), whatever stage it ran
+	// in: kept out of that stage, which would otherwise carry the
+	// profiler's cost as its own.
+	StageProfiler = "profiler"
 )
 
 // StageOrder lists the engine's stages: a producer inside Put before it

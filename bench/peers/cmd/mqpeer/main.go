@@ -79,18 +79,14 @@ func run(ctx context.Context, args []string) int {
 		out.Error = err.Error()
 		return emit(out, 1)
 	}
-	stopProfiles, err := load.StartProfiles(*profileDir, *peer+"-"+*flush)
-	if err != nil {
-		out.Error = err.Error()
-		_ = p.Close()
-		return emit(out, 1)
-	}
 	var dur load.Durability
 	if d, ok := p.(load.Durability); ok {
 		dur = d
 	}
+	window, profileErr := load.WindowProfiles(*profileDir, *peer+"-"+*flush)
+	spec.Window = window
 	out.Result = load.Run(ctx, spec, nil, dur, func(worker int) load.Op { return p.NewOp(worker, *pf.Size) })
-	if err := stopProfiles(); err != nil && out.Result.Error == "" {
+	if err := profileErr(); err != nil && out.Result.Error == "" {
 		out.Result.Error = err.Error()
 	}
 	if err := p.Close(); err != nil && out.Result.Error == "" {
