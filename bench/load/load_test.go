@@ -457,7 +457,8 @@ func TestDurabilityOfASlowFlush(t *testing.T) {
 }
 
 func TestClosedLoopCountsAndFigures(t *testing.T) {
-	spec := Spec{Workload: Throughput, SizeBytes: 1024, Producers: 3, Duration: 100 * time.Millisecond, Warmup: 20 * time.Millisecond}
+	spec := Spec{Workload: Throughput, SizeBytes: 1024, Producers: 3, Duration: 100 * time.Millisecond, Warmup: 20 * time.Millisecond,
+		SeriesInterval: 10 * time.Millisecond}
 	var mu sync.Mutex
 	calls := 0
 	res := Run(context.Background(), spec, nil, nil, func(int) Op {
@@ -477,6 +478,15 @@ func TestClosedLoopCountsAndFigures(t *testing.T) {
 	}
 	if res.PayloadBytes != res.Messages*1024 || res.Service.Count() != res.Messages {
 		t.Errorf("bytes %d, histogram %d, messages %d", res.PayloadBytes, res.Service.Count(), res.Messages)
+	}
+	// Each worker records its service times in batches: the last, partial
+	// one too, in the histogram and in the time series.
+	var inSeries int64
+	for _, p := range res.Series {
+		inSeries += p.Count
+	}
+	if inSeries != res.Messages {
+		t.Errorf("the time series holds %d requests, the window %d", inSeries, res.Messages)
 	}
 	if res.ElapsedNs < int64(100*time.Millisecond) {
 		t.Errorf("elapsed %v shorter than the window", time.Duration(res.ElapsedNs))
