@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -435,10 +436,27 @@ func TestSweepPoliciesApplyPerBackend(t *testing.T) {
 			t.Errorf("%s: %d policies, want %d (%v)", k, count[k], v, count)
 		}
 	}
-	for _, bad := range []string{"flush-interval", "nope=1", "flush-least-pages=x", "flush=maybe"} {
+	for _, bad := range []string{"flush-interval", "nope=1", "flush-least-pages=x", "flush=maybe", "group-commit-batching=fast"} {
 		if _, err := SweepPolicies([]string{bad}, StoreConfig{}, []string{"mmap"}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+	// The group commit's batching: sync only, and the engine runs what the
+	// policy names.
+	pols, err = SweepPolicies([]string{"flush=async,sync", "group-commit-batching=auto,merge,convoys"}, StoreConfig{SegmentSizeBytes: 1 << 20}, []string{"mmap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pols {
+		o, err := storeOptions(p.Store, p.Backend, p.Flush)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, p.Name+" → "+o.GroupCommitBatching.String())
+	}
+	if want := []string{"async → auto", "sync gcb=auto → auto", "sync gcb=merge → merge", "sync gcb=convoys → convoys"}; !slices.Equal(names, want) {
+		t.Errorf("policies %q, want %q", names, want)
 	}
 }
 

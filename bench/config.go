@@ -183,6 +183,9 @@ func validateNames(c *Config) error {
 			return err
 		}
 	}
+	if _, err := engine.ParseBatchingMode(c.Store.GroupCommitBatching); err != nil {
+		return fmt.Errorf("--group-commit-batching: %w", err)
+	}
 	for name, js := range c.Store.BackendOptions {
 		if _, err := engine.DecodeBackendOptions(name, []byte(js)); err != nil {
 			return fmt.Errorf("--backend-options %s=%s: %w", name, js, err)

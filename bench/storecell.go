@@ -29,10 +29,15 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 	if err != nil {
 		return engine.Options{}, err
 	}
+	batching, err := engine.ParseBatchingMode(s.GroupCommitBatching)
+	if err != nil {
+		return engine.Options{}, fmt.Errorf("--group-commit-batching: %w", err)
+	}
 	return engine.Options{Backend: backend, BackendOptions: bo, FlushMode: mode, SegmentSizeBytes: s.SegmentSizeBytes,
 		FlushInterval: s.FlushInterval, FlushLeastPages: s.FlushLeastPages, FlushThoroughInterval: s.FlushThoroughInterval,
 		SyncFlushTimeout: s.SyncFlushTimeout, CommitInterval: s.CommitInterval, CommitLeastPages: s.CommitLeastPages,
-		WarmSegments: s.WarmSegments, LockSegments: s.LockSegments, ProfileLabels: s.ProfileLabels,
+		GroupCommitBatching: batching,
+		WarmSegments:        s.WarmSegments, LockSegments: s.LockSegments, ProfileLabels: s.ProfileLabels,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 

@@ -38,8 +38,16 @@ var sweepKeys = map[string]struct {
 	"flush-thorough-interval": {"a", nil, "fti", durSetter(func(s *StoreConfig) *time.Duration { return &s.FlushThoroughInterval })},
 	"flush-least-pages":       {"a", nil, "flp", leastPagesSetter(func(s *StoreConfig) *int { return &s.FlushLeastPages })},
 	"sync-flush-timeout":      {"s", nil, "gct", durSetter(func(s *StoreConfig) *time.Duration { return &s.SyncFlushTimeout })},
-	"commit-interval":         {"as", committing, "ci", durSetter(func(s *StoreConfig) *time.Duration { return &s.CommitInterval })},
-	"commit-least-pages":      {"as", committing, "clp", leastPagesSetter(func(s *StoreConfig) *int { return &s.CommitLeastPages })},
+	"group-commit-batching": {"s", nil, "gcb", func(s *StoreConfig, v string) error {
+		m, err := engine.ParseBatchingMode(v)
+		if err != nil {
+			return fmt.Errorf("%q: want auto, merge or convoys", v)
+		}
+		s.GroupCommitBatching = m.String()
+		return nil
+	}},
+	"commit-interval":    {"as", committing, "ci", durSetter(func(s *StoreConfig) *time.Duration { return &s.CommitInterval })},
+	"commit-least-pages": {"as", committing, "clp", leastPagesSetter(func(s *StoreConfig) *int { return &s.CommitLeastPages })},
 }
 
 func durSetter(field func(*StoreConfig) *time.Duration) func(*StoreConfig, string) error {

@@ -36,6 +36,17 @@ import (
 //     than half of them there (N·g ≫ L: many producers, few CPUs) switches
 //     lingering off for lingerBackoff flushes, and the convoys keep the
 //     device and the CPUs busy at once. A lone producer is never held.
+//   - Merge or convoys, measured. That rule takes a flush's time as fixed,
+//     but a flush of N records costs a + b·N: when b is a large part of it
+//     (on this virtio disk ~2 µs per KiB against a ~170 µs base), two
+//     convoys of N/2 each keep the device busy with a flush always in
+//     flight, at (N/2)/L(N/2), while the merged batch leaves it idle for
+//     N·g every cycle, at N/(L(N) + N·g). Which one wins depends on the
+//     device, the CPUs and GOMAXPROCS, so the owner does not model it:
+//     batchPolicy runs each for a few flushes, measures the records each
+//     flushes per second, keeps the faster for the next couple of hundred
+//     flushes, then measures again (Options.GroupCommitBatching auto; merge
+//     or convoys fix the mode).
 //     The count is live, not the last batch's size: when the owner's
 //     flushes hold the only P (GOMAXPROCS 1: the runtime's monitor hands a
 //     P on in a system call only once it sees the same call twice, and
@@ -85,6 +96,7 @@ type groupCommit struct {
 	// Owned by the owner goroutine.
 	lastFlush time.Duration // how long the last flush took
 	noLinger  int           // flushes left before the owner lingers again
+	policy    batchPolicy   // whether the owner lingers at all
 }
 
 // groupWaiter is one producer waiting until the flushed position reaches offset.
@@ -132,6 +144,7 @@ func newGroupCommit(s *Store) *groupCommit {
 		timeoutErr: fmt.Errorf("not flushed after %v: %w", s.opts.SyncFlushTimeout, ErrFlushDiskTimeout),
 		limit:      s.opts.GroupCommitQueueSize,
 		maxLinger:  maxLinger,
+		policy:     newBatchPolicy(s.opts.GroupCommitBatching),
 	}
 }
 
@@ -214,7 +227,9 @@ func (q *groupCommit) run() {
 		case <-q.wake:
 		}
 		for {
-			q.linger()
+			if q.policy.merge {
+				q.linger()
+			}
 			q.mu.Lock()
 			taken, q.queued = q.queued, taken[:0]
 			q.queuedLen.Store(0)
@@ -229,8 +244,10 @@ func (q *groupCommit) run() {
 			}
 			start := time.Now()
 			reached, err := q.advance(target)
-			q.lastFlush = time.Since(start)
+			end := time.Now()
+			q.lastFlush = end.Sub(start)
 			q.answer(taken, reached, err)
+			q.policy.flushed(len(taken), end)
 			clear(taken)
 		}
 	}
@@ -364,4 +381,115 @@ func (q *groupCommit) failAll(err error) {
 	q.queued = nil
 	q.queuedLen.Store(0)
 	q.count = 0
+}
+
+// batchPolicy chooses, for the owner, between lingering until every sync
+// Put in progress has queued (one merged batch) and taking whoever has
+// queued when the last flush returned (two alternating convoys), by
+// measuring both: a cycle probes the mode it did not choose last for
+// probeFlushes flushes, then the one it chose for as many, and runs the
+// faster for exploitFlushes — twice as long after each cycle where the same
+// mode won by decisiveRatio or more, up to maxExploitFlushes, so a choice
+// that is never close costs its probes less and less. A probe's first
+// settleFlushes flushes are not measured (the convoys form, or merge, in
+// them); the rest give records flushed per second of wall time. The two
+// probes of a cycle run back to back, on the same load, and only they are
+// compared: a rate from an earlier cycle may be of another load. Owned by
+// the owner goroutine.
+type batchPolicy struct {
+	fixed   bool // Options.GroupCommitBatching named the mode: no probes
+	merge   bool // linger before the next take
+	best    bool // the mode the last probes chose: merge or not
+	phase   int  // policyProbeOther, policyProbeBest or policyExploit
+	left    int  // flushes left in the phase
+	settle  int  // flushes of the probe still unmeasured
+	from    time.Time
+	records int64
+	rate    [2]float64 // this cycle's records per second, [0] convoys, [1] merged; 0: not measured
+	exploit int        // flushes of the next exploit phase
+}
+
+// The phases of a batchPolicy's cycle.
+const (
+	policyProbeOther = iota
+	policyProbeBest
+	policyExploit
+)
+
+const (
+	probeFlushes      = 16
+	settleFlushes     = 3
+	exploitFlushes    = 240
+	maxExploitFlushes = 16 * exploitFlushes
+	decisiveRatio     = 1.25
+)
+
+// newBatchPolicy returns the policy of mode: BatchingAuto starts with a
+// probe of the convoys, then of the merged batch (the mode it keeps while
+// nothing is measured); the others stay in their mode.
+func newBatchPolicy(mode BatchingMode) batchPolicy {
+	p := batchPolicy{best: true, exploit: exploitFlushes}
+	switch mode {
+	case BatchingMerge, BatchingConvoys:
+		p.fixed, p.merge = true, mode == BatchingMerge
+	default:
+		p.start(policyProbeOther)
+	}
+	return p
+}
+
+func (p *batchPolicy) start(phase int) {
+	p.phase, p.records = phase, 0
+	switch phase {
+	case policyProbeOther, policyProbeBest:
+		p.merge = p.best == (phase == policyProbeBest)
+		p.left, p.settle = probeFlushes, settleFlushes
+	default:
+		p.merge, p.left, p.settle = p.best, p.exploit, 0
+	}
+}
+
+// flushed counts a flush of records waiters that returned at end.
+func (p *batchPolicy) flushed(records int, end time.Time) {
+	if p.fixed {
+		return
+	}
+	switch {
+	case p.phase == policyExploit:
+	case p.settle > 0:
+		if p.settle--; p.settle == 0 {
+			p.from = end
+		}
+	default:
+		p.records += int64(records)
+	}
+	if p.left--; p.left > 0 {
+		return
+	}
+	if p.phase != policyExploit {
+		mode := 0
+		if p.merge {
+			mode = 1
+		}
+		p.rate[mode] = 0
+		if el := end.Sub(p.from); el > 0 {
+			p.rate[mode] = float64(p.records) / el.Seconds()
+		}
+	}
+	switch p.phase {
+	case policyProbeOther:
+		p.start(policyProbeBest)
+	case policyProbeBest:
+		best := p.rate[1] >= p.rate[0] // a tie, or nothing measured: merge
+		lo, hi := min(p.rate[0], p.rate[1]), max(p.rate[0], p.rate[1])
+		if best == p.best && lo > 0 && hi >= decisiveRatio*lo {
+			p.exploit = min(2*p.exploit, maxExploitFlushes)
+		} else {
+			p.exploit = exploitFlushes
+		}
+		p.best = best
+		p.start(policyExploit)
+	default:
+		p.start(policyProbeOther)
+	}
 }

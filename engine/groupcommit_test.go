@@ -325,3 +325,140 @@ func TestProfileLabels(t *testing.T) {
 		t.Fatalf("a goroutine is still labelled wait after its Put returned:\n%s", g)
 	}
 }
+
+// TestBatchPolicyMeasuresBothModes: the owner's policy probes the convoys
+// and then the merged batch, a few flushes each, keeps the one that
+// flushed more records per second, and measures again after its exploit
+// phase — which doubles while the same mode keeps winning clearly and
+// falls back when the result is close or changes.
+func TestBatchPolicyMeasuresBothModes(t *testing.T) {
+	now := time.Unix(0, 0)
+	// run feeds n flushes of the mode the policy is in: per flush, the
+	// records and the time each mode takes.
+	type mode struct {
+		records int
+		took    time.Duration
+	}
+	run := func(p *batchPolicy, n int, convoys, merged mode) {
+		for range n {
+			m := convoys
+			if p.merge {
+				m = merged
+			}
+			now = now.Add(m.took)
+			p.flushed(m.records, now)
+		}
+	}
+	phase := func(p *batchPolicy, want int, merge bool, left int) {
+		t.Helper()
+		if p.phase != want || p.merge != merge || p.left != left {
+			t.Fatalf("phase %d merge %v left %d, want phase %d merge %v left %d", p.phase, p.merge, p.left, want, merge, left)
+		}
+	}
+	// 256 producers on a device where a flush costs 170 µs + 2 µs a
+	// record and the producers take 3 µs each to come back: convoys of
+	// 128 flush every 426 µs, a merged batch of 256 every 0.68 + 0.77 ms.
+	fastConvoys, slowMerged := mode{128, 426 * time.Microsecond}, mode{256, 1450 * time.Microsecond}
+	p := newBatchPolicy(BatchingAuto)
+	phase(&p, policyProbeOther, false, probeFlushes)
+	run(&p, probeFlushes, fastConvoys, slowMerged)
+	phase(&p, policyProbeBest, true, probeFlushes)
+	run(&p, probeFlushes, fastConvoys, slowMerged)
+	phase(&p, policyExploit, false, exploitFlushes)
+	if got, want := p.rate[0], 128/426e-6; got < want*0.999 || got > want*1.001 {
+		t.Errorf("convoys measured at %.0f records/s, want %.0f", got, want)
+	}
+	// The same clear winner: each exploit phase twice the last, up to the cap.
+	for want := 2 * exploitFlushes; want <= 2*maxExploitFlushes; want *= 2 {
+		run(&p, p.left, fastConvoys, slowMerged)
+		phase(&p, policyProbeOther, true, probeFlushes) // the other mode is now the merged batch
+		run(&p, 2*probeFlushes, fastConvoys, slowMerged)
+		phase(&p, policyExploit, false, min(want, maxExploitFlushes))
+	}
+	// Four producers: convoys of two lose to batches of four, and the
+	// policy turns within one cycle, back to the shortest exploit phase.
+	slowConvoys, fastMerged := mode{2, 170 * time.Microsecond}, mode{4, 185 * time.Microsecond}
+	run(&p, p.left+2*probeFlushes, slowConvoys, fastMerged)
+	phase(&p, policyExploit, true, exploitFlushes)
+	// A close result keeps the shortest exploit phase, whoever wins.
+	run(&p, p.left+2*probeFlushes, mode{100, time.Millisecond}, mode{110, time.Millisecond})
+	phase(&p, policyExploit, true, exploitFlushes)
+
+	// A probe's settling flushes are not measured: a stall in them (the
+	// convoys forming) does not count against the mode.
+	p = newBatchPolicy(BatchingAuto)
+	run(&p, settleFlushes, mode{1, time.Second}, mode{})
+	run(&p, probeFlushes-settleFlushes, fastConvoys, slowMerged)
+	if got, want := p.rate[0], 128/426e-6; got < want*0.999 || got > want*1.001 {
+		t.Errorf("convoys measured at %.0f records/s with a stall in their settling flushes, want %.0f", got, want)
+	}
+	// A tie, or nothing measured, keeps the merged batch.
+	p = newBatchPolicy(BatchingAuto)
+	run(&p, 2*probeFlushes, mode{100, time.Millisecond}, mode{100, time.Millisecond})
+	phase(&p, policyExploit, true, exploitFlushes)
+
+	// Options.GroupCommitBatching naming a mode: that mode, never a probe.
+	for _, m := range []BatchingMode{BatchingMerge, BatchingConvoys} {
+		p = newBatchPolicy(m)
+		for range 10 * maxExploitFlushes {
+			if p.merge != (m == BatchingMerge) {
+				t.Fatalf("%v: the policy left its mode", m)
+			}
+			run(&p, 1, fastConvoys, slowMerged)
+		}
+	}
+}
+
+// TestOwnerFollowsItsPolicy: while the policy runs convoys the owner takes
+// whoever has queued at once; while it merges, it lingers for every sync
+// Put in progress.
+func TestOwnerFollowsItsPolicy(t *testing.T) {
+	for _, merge := range []bool{false, true} {
+		q := &groupCommit{service: newService(), flushed: func() int64 { return 0 },
+			advance: func(target int64) (int64, error) { return target, nil },
+			timeout: time.Hour, limit: 100, maxLinger: time.Hour, lastFlush: time.Hour}
+		q.policy = batchPolicy{best: merge, exploit: 1 << 30}
+		q.policy.start(policyExploit)
+		go q.run()
+		for range 5 {
+			q.enter() // five Puts in progress, two of them queued
+		}
+		var ws []*groupWaiter
+		for range 2 {
+			w, err := q.begin(context.Background(), 1, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws = append(ws, w)
+		}
+		answered := make(chan error, 1)
+		go func() {
+			for _, w := range ws {
+				if err := q.end(w); err != nil {
+					answered <- err
+					return
+				}
+			}
+			answered <- nil
+		}()
+		select {
+		case err := <-answered:
+			if merge {
+				t.Errorf("merging, the owner flushed 2 of 5 Puts in progress without waiting for the rest (%v)", err)
+			} else if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(200 * time.Millisecond):
+			if !merge {
+				t.Fatal("running convoys, the owner lingered for Puts that had not queued")
+			}
+			for range 3 {
+				q.leave() // the rest leave without queuing: the linger ends
+			}
+			if err := <-answered; err != nil {
+				t.Fatal(err)
+			}
+		}
+		q.shutdown()
+	}
+}

@@ -100,6 +100,71 @@ func (m PrewriteMode) String() string {
 	return fmt.Sprintf("PrewriteMode(%d)", int(m))
 }
 
+// BatchingMode is how the sync group commit's owner forms its batches
+// (Options.GroupCommitBatching).
+type BatchingMode int
+
+const (
+	// BatchingAuto: the owner measures, every few hundred flushes (more
+	// while one mode keeps winning clearly), the records per second of a
+	// merged batch and of two convoys, a few flushes each, and keeps the
+	// faster.
+	BatchingAuto BatchingMode = iota
+	// BatchingMerge: before it takes a batch the owner lingers until every
+	// sync Put in progress has queued, for at most the last flush's
+	// duration: one batch of every producer, the device idle while they
+	// come back.
+	BatchingMerge
+	// BatchingConvoys: the owner takes whoever has queued as soon as the
+	// last flush returns: the producers split into two convoys that flush
+	// in turn, one appending while the other's flush runs.
+	BatchingConvoys
+)
+
+func (m BatchingMode) String() string {
+	switch m {
+	case BatchingAuto:
+		return "auto"
+	case BatchingMerge:
+		return "merge"
+	case BatchingConvoys:
+		return "convoys"
+	}
+	return fmt.Sprintf("BatchingMode(%d)", int(m))
+}
+
+// ParseBatchingMode parses "auto" (or ""), "merge" or "convoys".
+func ParseBatchingMode(s string) (BatchingMode, error) {
+	switch s {
+	case "auto", "":
+		return BatchingAuto, nil
+	case "merge":
+		return BatchingMerge, nil
+	case "convoys":
+		return BatchingConvoys, nil
+	}
+	return 0, fmt.Errorf("group-commit batching %q: want auto, merge or convoys: %w", s, ErrInvalidOption)
+}
+
+// MarshalText implements encoding.TextMarshaler ("auto", "merge",
+// "convoys"), so a run record says what ran in words.
+func (m BatchingMode) MarshalText() ([]byte, error) {
+	if m < BatchingAuto || m > BatchingConvoys {
+		return nil, fmt.Errorf("%v: %w", m, ErrInvalidOption)
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *BatchingMode) UnmarshalText(text []byte) error {
+	v, err := ParseBatchingMode(string(text))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
 // ParsePrewriteMode parses "default" (or ""), "on", "off" or "auto".
 func ParsePrewriteMode(s string) (PrewriteMode, error) {
 	switch s {
@@ -221,6 +286,7 @@ type Options struct {
 	FlushThoroughInterval time.Duration // async: a full flush at least this often (10 s)
 	SyncFlushTimeout      time.Duration // sync: how long Put waits before FlushDiskTimeout (5 s)
 	GroupCommitQueueSize  int           // sync: bound of the waiter queue (16384)
+	GroupCommitBatching   BatchingMode  // sync: merged batches, convoys, or measured (auto)
 
 	// Commit service, for buffered backends (Registration.Buffered).
 	CommitInterval         time.Duration // 200 ms
@@ -545,6 +611,7 @@ func (o Options) validate() error {
 			o.CommitThoroughInterval < 0 || o.AllocationTimeout < 0 || o.OSPageCacheBusyTimeout < 0, "a duration is negative"},
 		{o.FlushLeastPages < LeastPagesAny || o.CommitLeastPages < LeastPagesAny, "a least-pages count is below LeastPagesAny (-1)"},
 		{o.GroupCommitQueueSize < 0, "GroupCommitQueueSize is negative"},
+		{o.GroupCommitBatching < BatchingAuto || o.GroupCommitBatching > BatchingConvoys, fmt.Sprintf("GroupCommitBatching %d is unknown (want BatchingAuto, BatchingMerge or BatchingConvoys)", o.GroupCommitBatching)},
 		{o.ConsumeQueueFileSizeBytes < 0 || o.ConsumeQueueFileSizeBytes%20 != 0, fmt.Sprintf("ConsumeQueueFileSizeBytes %d is not a positive multiple of 20", o.ConsumeQueueFileSizeBytes)},
 		{o.IndexSlotCount < 0 || o.IndexMaxEntries < 0, "an index size is negative"},
 		{o.ConsumeQueueFlushInterval < 0 || o.ConsumeQueueFlushThoroughInterval < 0, "a consume queue flush interval is negative"},

@@ -29,6 +29,7 @@ func TestDefaultOptions(t *testing.T) {
 		"FlushThoroughInterval":             10 * time.Second,
 		"SyncFlushTimeout":                  5 * time.Second,
 		"GroupCommitQueueSize":              16384,
+		"GroupCommitBatching":               BatchingAuto, // zero is auto: measured
 		"PrewriteBelowSyncBytes":            int64(128 << 10),
 		"CommitInterval":                    200 * time.Millisecond,
 		"CommitLeastPages":                  4,

@@ -82,6 +82,31 @@ func TestParsePrewriteMode(t *testing.T) {
 	}
 }
 
+func TestParseBatchingMode(t *testing.T) {
+	for _, m := range []BatchingMode{BatchingAuto, BatchingMerge, BatchingConvoys} {
+		text, err := m.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back BatchingMode
+		if err := back.UnmarshalText(text); err != nil || back != m {
+			t.Fatalf("%v → %q → %v (%v)", m, text, back, err)
+		}
+	}
+	if m, err := ParseBatchingMode(""); err != nil || m != BatchingAuto {
+		t.Fatalf(`ParseBatchingMode(""): %v %v, want auto`, m, err)
+	}
+	if _, err := ParseBatchingMode("fast"); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("ParseBatchingMode(fast): %v", err)
+	}
+	if _, err := BatchingMode(9).MarshalText(); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("MarshalText of an unknown mode: %v", err)
+	}
+	if _, err := Open(context.Background(), t.TempDir(), Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), GroupCommitBatching: BatchingMode(9)}); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("Open with an unknown batching mode: %v", err)
+	}
+}
+
 // TestCommitLogSegmentsArePrewritten: with sync flush (prewrite auto by
 // default, and one producer's syncs are small) every CommitLog segment on disk — the ones written, rolled past
 // and preallocated — has no unwritten extent, and still none after the

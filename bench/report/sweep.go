@@ -156,7 +156,7 @@ func writeSweep(b *strings.Builder, f *runfile.RunFile) {
 		names := join(s.front, func(i int) string { return "`" + s.points[i].Label + "`" }, ", ")
 		fmt.Fprintf(b, "\nPareto front, slowest to fastest: %s. A policy leaves the front only when another is better on both figures and measurably so on one (intervals separate); front points whose intervals overlap are not distinguished by this run.\n\n", names)
 	}
-	b.WriteString("Policy names: fi = flush interval, flp = flush least pages, fti = thorough interval, ci = commit interval, clp = commit least pages (backends whose commit moves data only), gct = group-commit timeout. Each series' p99.9 is one figure for all its policies, named under its heading: the open loop's latency at the sweep's lowest rate when no policy's latency cell is generator-bound, else the open loop's service time at that rate, else the closed loop's tail.\n\n")
+	b.WriteString("Policy names: fi = flush interval, flp = flush least pages, fti = thorough interval, ci = commit interval, clp = commit least pages (backends whose commit moves data only), gct = group-commit timeout, gcb = group-commit batching (auto, merge, convoys). Each series' p99.9 is one figure for all its policies, named under its heading: the open loop's latency at the sweep's lowest rate when no policy's latency cell is generator-bound, else the open loop's service time at that rate, else the closed loop's tail.\n\n")
 }
 
 // tailInterval is a merged-tail p99.9 with its interval (the repeats'

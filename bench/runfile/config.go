@@ -106,8 +106,11 @@ type StoreConfig struct {
 	SyncFlushTimeout      time.Duration `json:"syncFlushTimeoutNs,omitempty"`
 	CommitInterval        time.Duration `json:"commitIntervalNs,omitempty"`
 	CommitLeastPages      int           `json:"commitLeastPages,omitempty"`
-	WarmSegments          bool          `json:"warmSegments,omitempty"`
-	LockSegments          bool          `json:"lockSegments,omitempty"`
+	// GroupCommitBatching is engine.Options.GroupCommitBatching by name:
+	// auto (also what "" means), merge or convoys.
+	GroupCommitBatching string `json:"groupCommitBatching,omitempty"`
+	WarmSegments        bool   `json:"warmSegments,omitempty"`
+	LockSegments        bool   `json:"lockSegments,omitempty"`
 	// BackendOptions are backends' own options as JSON, by backend name
 	// (--backend-options); a backend not named runs with its defaults.
 	BackendOptions map[string]string `json:"backendOptions,omitempty"`
