@@ -157,7 +157,12 @@ func TestProfileCoversTheWindowAlone(t *testing.T) {
 	sums, err := profileRun(dir, "cell", func(window func() func()) {
 		spinBeforeTheWindow(100 * time.Millisecond)
 		end := window()
-		spinInTheWindow(300 * time.Millisecond) // 30 samples at 100 Hz on an idle CPU
+		// 300 ms of wall time and at least 200 ms of the process's CPU (a
+		// loaded machine gives a spinning thread less): 20 samples or more
+		// at pprof's 100 Hz.
+		for cpu0, start := processCPU(), time.Now(); time.Since(start) < 300*time.Millisecond || (processCPU()-cpu0 < 200*time.Millisecond && time.Since(start) < 10*time.Second); {
+			spinInTheWindow(10 * time.Millisecond)
+		}
 		end()
 		spinAfterTheWindow(100 * time.Millisecond)
 	})
