@@ -243,7 +243,8 @@ func SummarizeProfile(p *profile.Profile, sampleType string, n int) (runfile.Pro
 
 // profilerFrames are the runtime functions that record a block or mutex
 // profile event (a stack capture and its bucket): CPU the profilers beside
-// the CPU profile add, not the profiled code's.
+// the CPU profile add, not the profiled code's. (Within a pprof Location,
+// Line[0] is the innermost frame: inlined callees come first.)
 var profilerFrames = map[string]bool{
 	"runtime.saveblockevent":               true,
 	"runtime.saveBlockEventStack":          true,
@@ -251,17 +252,37 @@ var profilerFrames = map[string]bool{
 	"runtime.(*mLockProfile).storeSlow":    true,
 }
 
+// profilerClockCallers are the runtime functions that read the cycle
+// counter (runtime.cputicks) only while the block or mutex profiler is on:
+// to time a channel, select or semaphore wait for it.
+var profilerClockCallers = map[string]bool{
+	"runtime.chanrecv":            true,
+	"runtime.chansend":            true,
+	"runtime.send":                true,
+	"runtime.recv":                true,
+	"runtime.closechan":           true,
+	"runtime.selectgo":            true,
+	"runtime.readyWithTime":       true,
+	"runtime.semacquire1":         true,
+	"runtime.notifyListWait":      true,
+	"runtime.(*semaRoot).dequeue": true,
+}
+
 // profilerSample says whether a CPU sample ran inside the block or mutex
-// profilers' recording.
+// profilers' recording, or in the clock reads that time a wait for them.
 func profilerSample(sample *profile.Sample) bool {
+	var frames []string
 	for _, loc := range sample.Location {
 		for _, line := range loc.Line {
-			if line.Function != nil && profilerFrames[line.Function.Name] {
-				return true
+			if line.Function != nil {
+				frames = append(frames, line.Function.Name)
 			}
 		}
 	}
-	return false
+	if len(frames) >= 2 && frames[0] == "runtime.cputicks" && profilerClockCallers[frames[1]] {
+		return true
+	}
+	return slices.ContainsFunc(frames, func(f string) bool { return profilerFrames[f] })
 }
 
 // stageCosts splits a CPU profile's total by the engine's stage label

@@ -197,3 +197,35 @@ func TestProfileCoversTheWindowAlone(t *testing.T) {
 		t.Error("a run that never opened its window profiled without an error")
 	}
 }
+
+// TestProfilerClockReads: the cycle-counter reads that time a channel wait
+// for the block profiler are the profiler's; the scheduler's own reads are
+// not.
+func TestProfilerClockReads(t *testing.T) {
+	fn := func(id uint64, name string) (*profile.Function, *profile.Location) {
+		f := &profile.Function{ID: id, Name: name}
+		return f, &profile.Location{ID: id, Line: []profile.Line{{Function: f}}}
+	}
+	ticks, ticksLoc := fn(1, "runtime.cputicks")
+	recv, recvLoc := fn(2, "runtime.chanrecv")
+	cas, casLoc := fn(3, "runtime.casgstatus")
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		Function: []*profile.Function{ticks, recv, cas}, Location: []*profile.Location{ticksLoc, recvLoc, casLoc},
+		PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}, Period: 1e7}
+	wait := map[string][]string{runfile.StageLabel: {"wait"}}
+	p.Sample = []*profile.Sample{
+		{Location: []*profile.Location{ticksLoc, recvLoc}, Value: []int64{3, 3e7}, Label: wait},
+		{Location: []*profile.Location{ticksLoc, casLoc}, Value: []int64{1, 1e7}, Label: wait},
+	}
+	s, err := SummarizeProfile(p, "cpu", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, st := range s.Stages {
+		got[st.Stage] = st.Value
+	}
+	if got[runfile.StageProfiler] != 3e7 || got["wait"] != 1e7 {
+		t.Errorf("stages %+v: want the profiler's clock reads (30 ms) apart from the scheduler's (10 ms, wait)", s.Stages)
+	}
+}

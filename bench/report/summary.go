@@ -268,7 +268,7 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 	if spanned {
 		b.WriteString(". This run's harness profiled more than the measured window: its profiles also hold the GC before it and the merge of the workers' histograms after it (in *other*, which takes that share from the other stages), and the block and mutex profilers' own recording in the stage it ran in (mostly *wait*).")
 	} else {
-		b.WriteString(". The profile covers the measured window alone; *" + runfile.StageProfiler + "* is the block and mutex profilers' own recording (they run beside the CPU profile), kept out of the stage it ran in.")
+		b.WriteString(". The profile covers the measured window alone; *" + runfile.StageProfiler + "* is the block and mutex profilers' own recording and the clock reads that time waits for them (they run beside the CPU profile), kept out of the stage it ran in.")
 	}
 	b.WriteString("\n\n")
 }

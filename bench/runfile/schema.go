@@ -675,9 +675,10 @@ const (
 	StageLabel = "mqstore.stage"
 	StageOther = "other"
 	// StageProfiler is the block and mutex profilers' own recording (their
-	// stack captures, run beside the CPU profile), whatever stage it ran
-	// in: kept out of that stage, which would otherwise carry the
-	// profiler's cost as its own.
+	// stack captures, and the clock reads that time a wait for them; they
+	// run beside the CPU profile), whatever stage it ran in: kept out of
+	// that stage, which would otherwise carry the profiler's cost as its
+	// own.
 	StageProfiler = "profiler"
 )
 
