@@ -18,15 +18,17 @@ import (
 )
 
 var (
-	loadDuration  = flag.Duration("load-duration", 2*time.Second, "BenchmarkPutLoad: length of the timed window")
-	loadProducers = flag.String("load-producers", "4,16,64,256", "BenchmarkPutLoad: producer counts, comma separated")
-	loadBackends  = flag.String("load-backends", "", "BenchmarkPutLoad: backends (default every registered one but mem)")
-	loadModes     = flag.String("load-modes", "sync", "BenchmarkPutLoad: flush modes, comma separated")
-	loadBare      = flag.Bool("load-bare", false, "BenchmarkPutLoad: bodies without properties (no tags, no keys: the index does nothing)")
-	loadLagLimit  = flag.Int64("load-lag-limit", 0, "BenchmarkPutLoad: Options.DispatchLagLimitBytes (0: the backend's default, negative: none)")
-	loadFromLog   = flag.Bool("load-from-log", false, "BenchmarkPutLoad: dispatch reads every record back from the log (no dispatch feed)")
-	loadPrewrite  = flag.String("load-prewrite", "", "BenchmarkPutLoad: Options.PrewriteSegments: default, on, off or auto")
-	loadCancel    = flag.Bool("load-cancel", false, "BenchmarkPutLoad: Put with one cancellable context shared by the producers, as mqbench does")
+	loadDuration    = flag.Duration("load-duration", 2*time.Second, "BenchmarkPutLoad: length of the timed window")
+	loadProducers   = flag.String("load-producers", "4,16,64,256", "BenchmarkPutLoad: producer counts, comma separated")
+	loadBackends    = flag.String("load-backends", "", "BenchmarkPutLoad: backends (default every registered one but mem)")
+	loadModes       = flag.String("load-modes", "sync", "BenchmarkPutLoad: flush modes, comma separated")
+	loadBare        = flag.Bool("load-bare", false, "BenchmarkPutLoad: bodies without properties (no tags, no keys: the index does nothing)")
+	loadLagLimit    = flag.Int64("load-lag-limit", 0, "BenchmarkPutLoad: Options.DispatchLagLimitBytes (0: the backend's default, negative: none)")
+	loadFromLog     = flag.Bool("load-from-log", false, "BenchmarkPutLoad: dispatch reads every record back from the log (no dispatch feed)")
+	loadPrewrite    = flag.String("load-prewrite", "", "BenchmarkPutLoad: Options.PrewriteSegments: default, on, off or auto")
+	loadCancel      = flag.Bool("load-cancel", false, "BenchmarkPutLoad: Put with one cancellable context shared by the producers, as mqbench does")
+	loadBackendOpts = flag.String("load-backend-options", "", `BenchmarkPutLoad: the backend's own options as JSON (uring-direct: '{"SyncMethod":1}')`)
+	loadBatching    = flag.String("load-batching", "", "BenchmarkPutLoad: Options.GroupCommitBatching: auto, merge or convoys")
 )
 
 // BenchmarkPutLoad is a closed loop of N producer goroutines, each putting
@@ -83,8 +85,18 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 	if err != nil {
 		b.Fatalf("-load-prewrite: %v", err)
 	}
-	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
-		PrewriteSegments: prewrite, dispatchFromLog: *loadFromLog})
+	batching, err := ParseBatchingMode(*loadBatching)
+	if err != nil {
+		b.Fatalf("-load-batching: %v", err)
+	}
+	var backendOpts any
+	if *loadBackendOpts != "" {
+		if backendOpts, err = DecodeBackendOptions(backend, []byte(*loadBackendOpts)); err != nil {
+			b.Fatalf("-load-backend-options: %v", err)
+		}
+	}
+	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, BackendOptions: backendOpts, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
+		PrewriteSegments: prewrite, GroupCommitBatching: batching, dispatchFromLog: *loadFromLog})
 	if errors.Is(err, mappedfile.ErrUnsupported) {
 		testenv.Skip(b, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
 	}
