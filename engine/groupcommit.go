@@ -38,7 +38,7 @@ import (
 //     device and the CPUs busy at once. A lone producer is never held.
 //   - Merge or convoys, measured. That rule takes a flush's time as fixed,
 //     but a flush of N records costs a + b·N: when b is a large part of it
-//     (on this virtio disk ~2 µs per KiB against a ~170 µs base), two
+//     (on this virtio disk ~2 µs per KiB against a 115–170 µs base), two
 //     convoys of N/2 each keep the device busy with a flush always in
 //     flight, at (N/2)/L(N/2), while the merged batch leaves it idle for
 //     N·g every cycle, at N/(L(N) + N·g). Which one wins depends on the
