@@ -154,8 +154,8 @@ func TestExplicitNone(t *testing.T) {
 // where the default (4 pages) would hold it until the thorough interval.
 func TestLeastPagesAnyFlushesEverything(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir(), Options{Backend: "mem", SegmentSizeBytes: 1 << 20, FlushLeastPages: LeastPagesAny,
-		FlushInterval: time.Millisecond, FlushThoroughInterval: time.Hour})
+	s, err := Open(ctx, t.TempDir(), memIndexSizes(Options{Backend: "mem", SegmentSizeBytes: 1 << 20, FlushLeastPages: LeastPagesAny,
+		FlushInterval: time.Millisecond, FlushThoroughInterval: time.Hour}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 func openStore(t testing.TB, dir string, o Options) *Store {
 	t.Helper()
-	if o.BackendImpl != nil && o.IndexSlotCount == 0 && o.IndexMaxEntries == 0 {
+	if (o.BackendImpl != nil || o.Backend == "mem") && o.IndexSlotCount == 0 && o.IndexMaxEntries == 0 {
 		o = memIndexSizes(o) // every test backend here keeps its files in a MemFS
 	}
 	s, err := Open(context.Background(), dir, o)

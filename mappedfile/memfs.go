@@ -63,6 +63,10 @@ type MemFS struct {
 	durableNodes map[string]*memNode // the names on disk
 	durableDirs  map[string]bool
 	down         bool // after Crash or Kill, until Restart
+
+	// making, when set, runs while Open makes a new file's bytes, with no
+	// lock held (a test's window into that moment).
+	making func(path string)
 }
 
 // memTrigger is an armed crash: when the operation count reaches at, fire runs.
@@ -207,33 +211,74 @@ func (fs *MemFS) Open(ctx context.Context, spec Spec) (MappedFile, error) {
 		return nil, fmt.Errorf("open %s: size %d: %w", spec.Path, spec.SizeBytes, ErrInvalidArgument)
 	}
 	path := filepath.Clean(spec.Path)
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
+	// A new file's bytes are made before the lock is taken: zeroing a big
+	// file (an IndexFile is hundreds of MiB) under it would hold up every
+	// other file's operations, the next segment's creation among them.
+	var fresh *memNode
+	var buf []byte // a buffered file's own buffer
+	if fs.opts.Buffered {
+		buf = make([]byte, spec.SizeBytes)
+	}
+	for {
+		fs.mu.Lock()
+		node, existed, err := fs.lookupForOpenLocked(path, spec)
+		if err != nil {
+			fs.mu.Unlock()
+			return nil, err
+		}
+		if !existed && fresh == nil {
+			fs.mu.Unlock()
+			if fs.making != nil {
+				fs.making(path)
+			}
+			fresh = newMemNode(spec.SizeBytes)
+			continue // look again: the file may have been made meanwhile
+		}
+		if !existed {
+			node = fresh
+			fs.mkdirsLocked(filepath.Dir(path))
+			fs.nodes[path] = node
+			fs.syncDirLocked(filepath.Dir(path))
+		}
+		f, err := fs.openNodeLocked(node, existed, path, spec, buf)
+		fs.mu.Unlock()
+		return f, err
+	}
+}
+
+// newMemNode makes a file of size zero bytes. Zeros from make: pages fresh
+// from the OS cost nothing until written, but heap pages a collected file
+// left are cleared first, so a big file costs its size in memclr once the
+// heap has held one (give test stores small IndexFiles).
+func newMemNode(size int64) *memNode {
+	return &memNode{sizeBytes: size, disk: make([]byte, size), cache: make([]byte, size), appendedFrom: -1}
+}
+
+// lookupForOpenLocked finds the file Open is asked for, or says it is new,
+// or why it cannot be opened.
+func (fs *MemFS) lookupForOpenLocked(path string, spec Spec) (node *memNode, existed bool, err error) {
 	if fs.down {
-		return nil, fmt.Errorf("open %s: %w", path, errDown)
+		return nil, false, fmt.Errorf("open %s: %w", path, errDown)
 	}
 	if fs.dirs[path] {
-		return nil, fmt.Errorf("open %s: is a directory: %w", path, ErrInvalidArgument)
+		return nil, false, fmt.Errorf("open %s: is a directory: %w", path, ErrInvalidArgument)
 	}
-	node, existed := fs.nodes[path]
+	node, existed = fs.nodes[path]
 	if existed {
 		if node.sizeBytes != spec.SizeBytes {
-			return nil, fmt.Errorf("open %s: file has %d bytes, segment size is %d: %w",
+			return nil, false, fmt.Errorf("open %s: file has %d bytes, segment size is %d: %w",
 				path, node.sizeBytes, spec.SizeBytes, ErrSizeMismatch)
 		}
 		if node.open != nil {
-			return nil, fmt.Errorf("open %s: already open: %w", path, ErrInvalidArgument)
+			return nil, false, fmt.Errorf("open %s: already open: %w", path, ErrInvalidArgument)
 		}
-	} else {
-		// Zeros from make: pages fresh from the OS cost nothing until
-		// written, but heap pages a collected file left are cleared first,
-		// so a big file costs its size in memclr once the heap has held
-		// one (give test stores small IndexFiles).
-		node = &memNode{sizeBytes: spec.SizeBytes, disk: make([]byte, spec.SizeBytes), cache: make([]byte, spec.SizeBytes), appendedFrom: -1}
-		fs.mkdirsLocked(filepath.Dir(path))
-		fs.nodes[path] = node
-		fs.syncDirLocked(filepath.Dir(path))
 	}
+	return node, existed, nil
+}
+
+// openNodeLocked opens node, found (existed) or just made, at path; buf is
+// a buffered file's buffer, of the file's size.
+func (fs *MemFS) openNodeLocked(node *memNode, existed bool, path string, spec Spec, buf []byte) (MappedFile, error) {
 	node.mu.Lock()
 	if node.cache == nil {
 		node.cache = make([]byte, node.sizeBytes)
@@ -241,7 +286,7 @@ func (fs *MemFS) Open(ctx context.Context, spec Spec) (MappedFile, error) {
 	}
 	data := node.cache
 	if fs.opts.Buffered {
-		data = make([]byte, node.sizeBytes)
+		data = buf
 		if existed {
 			copy(data, node.cache)
 		}

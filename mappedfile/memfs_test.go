@@ -384,3 +384,63 @@ func TestMemFSListDirs(t *testing.T) {
 		t.Errorf("ListDirs of a missing directory: %v, want fs.ErrNotExist", err)
 	}
 }
+
+// TestMemFSOpenMakesANewFileOutsideTheLock: while Open makes a new file's
+// bytes (hundreds of MiB for an IndexFile), the file system serves other
+// files: another Open, a sync. Before, the whole file was zeroed under the
+// file system's lock and a segment waiting to be created waited for it.
+// The same path opened meanwhile is opened once, by whoever gets there
+// first; the other Open says it is already open.
+func TestMemFSOpenMakesANewFileOutsideTheLock(t *testing.T) {
+	ctx := context.Background()
+	fsys := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	other := make(chan error, 1)
+	var racer mappedfile.MappedFile
+	first := true
+	mappedfile.SetMaking(fsys, func(path string) {
+		if path != "/d/big" || !first {
+			return
+		}
+		first = false
+		go func() {
+			mf, err := fsys.Open(ctx, mappedfile.Spec{Path: "/d/small", SizeBytes: 4096})
+			if err == nil {
+				_, err = mf.Append(1, fill(1, 1))
+			}
+			if err == nil {
+				_, err = mf.Flush(ctx, 0)
+			}
+			if err == nil {
+				err = mf.Close()
+			}
+			if err == nil {
+				err = fsys.SyncDir("/d")
+			}
+			if err == nil { // the same path, made first by another Open
+				racer, err = fsys.Open(ctx, mappedfile.Spec{Path: "/d/big", SizeBytes: 1 << 20})
+			}
+			other <- err
+		}()
+		// No deadline is a figure here: this waits forever when the other
+		// Open needs the lock this one holds, and the test times out.
+		if err := <-other; err != nil {
+			t.Errorf("another file's operations while a new file is made: %v", err)
+		}
+	})
+	_, err := fsys.Open(ctx, mappedfile.Spec{Path: "/d/big", SizeBytes: 1 << 20})
+	if !errors.Is(err, mappedfile.ErrInvalidArgument) {
+		t.Fatalf("opening a file another Open made meanwhile: %v, want already open", err)
+	}
+	if racer == nil {
+		t.Fatal("the racing Open got nothing")
+	}
+	if err := racer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mappedfile.SetMaking(fsys, nil)
+	mf, err := fsys.Open(ctx, mappedfile.Spec{Path: "/d/big", SizeBytes: 1 << 20})
+	if err != nil {
+		t.Fatalf("reopening: %v", err)
+	}
+	mf.Close()
+}
