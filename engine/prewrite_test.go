@@ -45,6 +45,9 @@ func TestPrewriteDefaultFollowsFlushMode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := Options{Backend: tc.backend, FlushMode: tc.mode, PrewriteSegments: tc.prewrite,
 				NoPreallocate: tc.noPreallocate, SegmentSizeBytes: 64 << 10, Logger: quietLogger}
+			if tc.backend == "mem" {
+				o = memIndexSizes(o)
+			}
 			s, err := Open(context.Background(), t.TempDir(), o)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
