@@ -146,7 +146,8 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 	a, b := d.stats[0], d.stats[1]
 	return &runfile.StoreCounters{Puts: b.Puts - a.Puts, Flushes: b.Flushes - a.Flushes, Commits: b.Commits - a.Commits,
 		Rolls: b.Rolls - a.Rolls, FlushDiskTimeouts: b.FlushDiskTimeouts - a.FlushDiskTimeouts,
-		SegmentsPrewritten: b.SegmentsPrewritten - a.SegmentsPrewritten, SegmentsFallocated: b.SegmentsFallocated - a.SegmentsFallocated}
+		SegmentsPrewritten: b.SegmentsPrewritten - a.SegmentsPrewritten, SegmentsFallocated: b.SegmentsFallocated - a.SegmentsFallocated,
+		FlushNs: int64(b.FlushLatency.Total - a.FlushLatency.Total)}
 }
 
 // storeRepeat opens a fresh store in dir, runs spec against it with its

@@ -10,6 +10,10 @@ func TestLatencyBucketsAreExactAtOctaves(t *testing.T) {
 	for _, d := range []time.Duration{0, 1023, 1024, 2047, 2048, 3 * time.Millisecond, time.Minute} {
 		h.record(d)
 	}
+	want := 0 + 1023 + 1024 + 2047 + 2048 + 3*time.Millisecond + time.Minute
+	if s := h.summary(); s.Total != want || s.Count != 7 {
+		t.Fatalf("summary: total %v count %d, want %v and 7", s.Total, s.Count, want)
+	}
 	lb := h.buckets()
 	if lb.Count != 7 || lb.Sum != 0+1023+1024+2047+2048+3*time.Millisecond+time.Minute {
 		t.Fatalf("count %d sum %v", lb.Count, lb.Sum)

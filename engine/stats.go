@@ -63,6 +63,10 @@ type LatencySummary struct {
 	Count                     uint64
 	Mean, P50, P99, P999, Max time.Duration
 	P90, P9999                time.Duration
+	// Total is the sum of every duration recorded: the difference of two
+	// snapshots' Totals is the time spent between them (Stats.FlushLatency:
+	// in durable flushes).
+	Total time.Duration
 }
 
 func (h *latencyHistogram) summary() LatencySummary {
@@ -72,7 +76,7 @@ func (h *latencyHistogram) summary() LatencySummary {
 		counts[i] = h.counts[i].Load()
 		n += counts[i]
 	}
-	s := LatencySummary{Count: n, Max: time.Duration(h.maxNs.Load())}
+	s := LatencySummary{Count: n, Max: time.Duration(h.maxNs.Load()), Total: time.Duration(h.sumNs.Load())}
 	if n == 0 {
 		return s
 	}

@@ -259,6 +259,7 @@ func TestGroupCommitLimit(t *testing.T) {
 	f.Config.Producers = []int{16}
 	c := known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
 	c.Message, c.RecordBytes = "rocketmq", 1290
+	c.Figures.FlushBusyShare, c.CILow.FlushBusyShare, c.CIHigh.FlushBusyShare, c.Figures.FlushMeanNs = 0.9, 0.85, 0.95, 250_000
 	other := known("throughput-uring-1024-sync-p16", "throughput", "uring", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
 	other.Message, other.RecordBytes = "bare", 1100
 	f.Cells = []runfile.Cell{c, other}
@@ -291,14 +292,19 @@ func TestGroupCommitLimit(t *testing.T) {
 	}
 	out := Summary(f)
 	for _, want := range []string{
-		"| ÷ group-commit limit |",
-		"| 0.333× [0.253×–0.382×] |",
+		"| ÷ group-commit limit | in flush (mean flush) |",
+		"| 0.333× [0.253×–0.382×] | 90% [85%–95%] (250µs) |",
 		"| device-group-commit | 1290 B (rocketmq 1KiB body) | 16 | 2 | 8 and 8 | 7.5k [6.88k–9.38k] | 120k [110k–150k] |",
 		"### sync store ÷ the device's group-commit limit",
 		"device-group-commit ×16 (1 or 2 in flight)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "| uring |") && strings.Contains(line, "| 40k") && !strings.Contains(line, "| — | — | yes |") {
+			t.Errorf("a cell without flush figures shows some (or no ratio dash): %s", line)
 		}
 	}
 	if txt := benchTxt(); !strings.Contains(txt, "/producers=16/inflight=2/split 1\t") || !strings.Contains(txt, "/producers=16/inflight=1 1\t") {

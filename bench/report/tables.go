@@ -172,7 +172,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 	}
 	b.WriteString("## Throughput (closed loop)\n\n")
 	t := newTable(b, "backend", "size>", "flush", "producers>", "msgs/s>", "accepted MB/s>", "durable MB/s>", "backlog>", "drain>", "time-to-durable MB/s>",
-		"msgs/group commit>", "÷ group-commit limit>", "sustained", "p50>", "p99>", "p99.9>", "CPU s/GiB>", "allocs/msg>")
+		"msgs/group commit>", "÷ group-commit limit>", "in flush (mean flush)>", "sustained", "p50>", "p99>", "p99.9>", "CPU s/GiB>", "allocs/msg>")
 	for _, c := range rows {
 		durable, backlog, drain, ttd := "—", "—", "—", "—"
 		switch {
@@ -182,15 +182,16 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 			durable, backlog, drain, ttd = fig(c, "durableMBps", fmtFloat), fig(c, "backlogBytes", fmtBytes), fig(c, "drainNs", fmtNsF), fig(c, "timeToDurableMBps", fmtFloat)
 		}
 		perCommit := orDash(c.MsgsPerGroupCommit > 0 && c.Flush == "sync", fig(c, "msgsPerGroupCommit", fmtFloat))
+		inFlush := orDash(c.FlushBusyShare > 0, fig(c, "flushBusyShare", fmtPct)+" ("+fmtNs(c.FlushMeanNs)+")")
 		accepted := fig(c, "writtenMBps", fmtFloat)
 		if c.WrittenMBps == 0 {
 			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmt.Sprint(c.Producers),
-			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, ratioText(f, "group-commit", c), sustainedText(c),
+			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, ratioText(f, "group-commit", c), inFlush, sustainedText(c),
 			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
-	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`).\n\n")
+	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`). *in flush*: the share of the window mqstore spent in its durable flushes (with sync flush, the group commit's commit and sync; with async, the flush service's), with the mean flush in brackets: near the whole window with sync flush, the device's syncs set the rate and only more records per sync go faster; well below, the time between syncs does (the producers, the CPUs, the scheduler).\n\n")
 }
 
 func ratioText(f *runfile.RunFile, kind string, c *runfile.Cell) string {

@@ -38,14 +38,22 @@ type Figures struct {
 	CloseNs           int64   `json:"closeNs,omitempty"`
 	// MsgsPerGroupCommit is Puts ÷ flushes in the window (mqstore sync).
 	MsgsPerGroupCommit float64 `json:"msgsPerGroupCommit,omitempty"`
-	P50Ns              int64   `json:"p50Ns"`
-	P90Ns              int64   `json:"p90Ns"`
-	P99Ns              int64   `json:"p99Ns"`
-	P999Ns             int64   `json:"p999Ns"`
-	P9999Ns            int64   `json:"p9999Ns"`
-	MaxNs              int64   `json:"maxNs"`
-	CPUSecPerGiB       float64 `json:"cpuSecPerGiB"`
-	AllocsPerMsg       float64 `json:"allocsPerMsg"`
+	// FlushBusyShare is the share of the window mqstore spent in durable
+	// flushes (StoreCounters.FlushNs ÷ the window; above 1 only when
+	// flushes overlapped), FlushMeanNs the mean of one. With sync flush and
+	// one group commit in flight, a share near 1 says the device's syncs
+	// set the rate (only more records per sync go faster); well below 1,
+	// the time between syncs does — the producers, the CPUs, the scheduler.
+	FlushBusyShare float64 `json:"flushBusyShare,omitempty"`
+	FlushMeanNs    int64   `json:"flushMeanNs,omitempty"`
+	P50Ns          int64   `json:"p50Ns"`
+	P90Ns          int64   `json:"p90Ns"`
+	P99Ns          int64   `json:"p99Ns"`
+	P999Ns         int64   `json:"p999Ns"`
+	P9999Ns        int64   `json:"p9999Ns"`
+	MaxNs          int64   `json:"maxNs"`
+	CPUSecPerGiB   float64 `json:"cpuSecPerGiB"`
+	AllocsPerMsg   float64 `json:"allocsPerMsg"`
 	// Open loop: service time (completion − actual start), the rate really
 	// offered (arrivals in the window ÷ window), the share of arrivals
 	// never started, the generator's wake-up lag p99.
@@ -139,6 +147,10 @@ func FiguresOf(r *load.Result, store *StoreCounters) Figures {
 	}
 	if store != nil && store.Flushes > 0 {
 		f.MsgsPerGroupCommit = float64(store.Puts) / float64(store.Flushes)
+		if store.FlushNs > 0 && r.ElapsedNs > 0 {
+			f.FlushBusyShare = float64(store.FlushNs) / float64(r.ElapsedNs)
+			f.FlushMeanNs = store.FlushNs / int64(store.Flushes)
+		}
 	}
 	return f
 }

@@ -74,12 +74,24 @@ func TestFiguresOfDurability(t *testing.T) {
 		Service: histogramOf(1, 2, 3),
 		Durability: &load.DurabilityResult{WrittenStartBytes: 100, DurableStartBytes: 100, WrittenEndBytes: 100 + 4e6, DurableEndBytes: 100 + 3e6,
 			DrainNs: 2e9, WrittenAfterDrainBytes: 100 + 4e6, DurableAfterDrainBytes: 100 + 4e6}}
-	f := FiguresOf(&r, &StoreCounters{Puts: 1000, Flushes: 40})
+	f := FiguresOf(&r, &StoreCounters{Puts: 1000, Flushes: 40, FlushNs: 1.5e9})
 	want := Figures{MsgsPerSec: 500, MBPerSec: 0.5, WrittenMBps: 2, DurableMBps: 1.5, BacklogBytes: 1e6, BacklogShare: 0.25, DrainNs: 2e9,
-		TimeToDurableMBps: 1, MsgsPerGroupCommit: 25}
-	for _, name := range []string{"msgsPerSec", "mbPerSec", "writtenMBps", "durableMBps", "backlogBytes", "backlogShare", "drainNs", "timeToDurableMBps", "msgsPerGroupCommit"} {
+		TimeToDurableMBps: 1, MsgsPerGroupCommit: 25, FlushBusyShare: 0.75, FlushMeanNs: 37.5e6}
+	for _, name := range []string{"msgsPerSec", "mbPerSec", "writtenMBps", "durableMBps", "backlogBytes", "backlogShare", "drainNs", "timeToDurableMBps", "msgsPerGroupCommit",
+		"flushBusyShare", "flushMeanNs"} {
 		if got, w := f.Figure(name), want.Figure(name); math.Abs(got-w) > 1e-9 {
 			t.Errorf("%s = %v, want %v", name, got, w)
+		}
+	}
+}
+
+// TestFiguresOfOldCounters: counters without the flush time (older run
+// files, or a window with no flush) give no busy share or mean flush.
+func TestFiguresOfOldCounters(t *testing.T) {
+	r := load.Result{Workload: load.Throughput, Messages: 10, ElapsedNs: 1e9, WindowNs: 1e9, Service: histogramOf(1)}
+	for _, c := range []*StoreCounters{{Puts: 10, Flushes: 2}, {Puts: 10, FlushNs: 5}, nil} {
+		if f := FiguresOf(&r, c); f.FlushBusyShare != 0 || f.FlushMeanNs != 0 {
+			t.Errorf("%+v: busy %v, mean %v, want none", c, f.FlushBusyShare, f.FlushMeanNs)
 		}
 	}
 }

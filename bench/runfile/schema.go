@@ -349,6 +349,12 @@ type StoreCounters struct {
 	// per segment).
 	SegmentsPrewritten uint64 `json:"segmentsPrewritten,omitempty"`
 	SegmentsFallocated uint64 `json:"segmentsFallocated,omitempty"`
+	// FlushNs is the time the store spent in its durable flushes in the
+	// window, those that moved the flushed offset (engine.Stats'
+	// FlushLatency.Total at the window's end less at its start): in sync
+	// mode the group commit's commit-and-sync, in async mode the flush
+	// service's. 0 in run files from before it was recorded.
+	FlushNs int64 `json:"flushNs,omitempty"`
 }
 
 // Sample is the system at one instant of a repeat: dirty and writeback
