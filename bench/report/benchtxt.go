@@ -127,6 +127,9 @@ func repeatValues(workload string, r *runfile.Repeat) (int64, valueList) {
 		if r.Result.Durability != nil {
 			v.figs(f, "durableMBps", "durable-MB/s", "backlogBytes", "backlog-B", "drainNs", "drain-ns")
 		}
+		if f.FlushBusyShare > 0 { // mqstore's time in durable flushes (not in older runs)
+			v.figs(f, "flushBusyShare", "flush-busy", "flushMeanNs", "flush-mean-ns")
+		}
 		v.figs(f, "cpuSecPerGiB", "cpu-sec/GiB")
 	default:
 		v.figs(f, "msgsPerSec", "msgs/s")

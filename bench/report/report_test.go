@@ -464,6 +464,13 @@ func TestReportRegeneratesIdenticalFiles(t *testing.T) {
 
 func TestBenchTxtParsesWithBenchfmt(t *testing.T) {
 	f := fakeRun()
+	for i := range f.Cells {
+		if c := &f.Cells[i]; c.Name == "throughput-mmap-1024-async-p4" {
+			for j := range c.Repeats {
+				c.Repeats[j].Figures.FlushBusyShare, c.Repeats[j].Figures.FlushMeanNs = 0.8, 300_000
+			}
+		}
+	}
 	Analyze(f)
 	var buf bytes.Buffer
 	if err := WriteBenchTxt(&buf, f); err != nil {
@@ -486,6 +493,17 @@ func TestBenchTxtParsesWithBenchfmt(t *testing.T) {
 	}
 	if v, ok := thr[2].Value("durable-B/s"); !ok || !near(v, 440e6) {
 		t.Errorf("durable MB/s %v %v", v, ok)
+	}
+	if v, ok := thr[2].Value("flush-busy"); !ok || !near(v, 0.8) {
+		t.Errorf("flush-busy %v %v", v, ok)
+	}
+	if v, ok := thr[2].Value("flush-mean-sec"); !ok || !near(v, 300e-6) {
+		t.Errorf("flush-mean %v %v (units %v)", v, ok, thr[2].Values)
+	}
+	for name, rs := range results { // cells without the figure have no such value
+		if _, ok := rs[0].Value("flush-busy"); ok && !strings.Contains(name, "producers=4") {
+			t.Errorf("%s has a flush-busy value", name)
+		}
 	}
 	for name := range results {
 		if strings.Contains(name, "backend=uring/size=1024/flush=sync/pressure=none/rate") || strings.Contains(name, "latency-mmap-1024-async") {
