@@ -42,6 +42,13 @@ type Registrar struct {
 	opts RegistrarOptions
 	kick chan struct{}
 
+	// registering serializes registrations, from the topic table's
+	// snapshot to the name server's answer: a name server replaces a
+	// broker's topics with each registration's, so one that took its
+	// snapshot earlier must never land later (the periodic registration
+	// would drop a topic just created and registered at once).
+	registering sync.Mutex
+
 	mu         sync.Mutex
 	conns      map[string]*remoting.Conn
 	masterAddr string
@@ -139,6 +146,8 @@ func (r *Registrar) conn(ctx context.Context, addr string) (*remoting.Conn, erro
 func (r *Registrar) register(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
+	r.registering.Lock()
+	defer r.registering.Unlock()
 	c, err := r.conn(ctx, addr)
 	if err != nil {
 		return err

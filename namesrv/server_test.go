@@ -172,3 +172,57 @@ func TestBadRegistration(t *testing.T) {
 		t.Fatalf("a bad registration registered %v", s.Brokers())
 	}
 }
+
+// TestRegistrationsLandInTheOrderOfTheirSnapshots: a registration whose
+// topic table was read before a topic was created never lands after the
+// registration that carries it (the name server replaces a broker's
+// topics with each registration's). The first registration's snapshot is
+// held while a second, with the new topic, is made; the second must wait,
+// so the route of the new topic is there once both have returned.
+func TestRegistrationsLandInTheOrderOfTheirSnapshots(t *testing.T) {
+	s := start(t, nil)
+	old := map[string]TopicConfig{"old": {TopicName: "old", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}}
+	both := map[string]TopicConfig{"old": old["old"], "fresh": {TopicName: "fresh", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}}
+	var mu sync.Mutex
+	calls := 0
+	snapshotTaken, release := make(chan struct{}), make(chan struct{})
+	r := NewRegistrar(Registration{Cluster: "DefaultCluster", BrokerName: "broker-a", BrokerAddr: "127.0.0.1:10911",
+		Topics: func() map[string]TopicConfig {
+			mu.Lock()
+			calls++
+			first := calls == 1
+			mu.Unlock()
+			if first {
+				close(snapshotTaken)
+				<-release // the periodic registration, slow to send what it read
+				return old
+			}
+			return both
+		}}, RegistrarOptions{Addrs: []string{s.Addr()}, Logger: quiet()})
+	ctx := context.Background()
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- r.RegisterAll(ctx) }()
+	<-snapshotTaken
+	secondDone := make(chan error, 1)
+	go func() { secondDone <- r.RegisterAll(ctx) }() // a topic was created: register at once
+	select {
+	case err := <-secondDone:
+		// Without the ordering it lands first; the stale one then drops
+		// "fresh" below.
+		close(release)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(200 * time.Millisecond):
+		close(release) // it waits, as it should (no deadline is a figure here: either order is checked below)
+		if err := <-secondDone; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	if resp, rd := queryRoute(t, s, "fresh"); resp.Code != remoting.Success || len(rd.QueueDatas) != 1 {
+		t.Fatalf("the new topic's route after both registrations: code %d, %+v", resp.Code, rd)
+	}
+}
