@@ -144,10 +144,10 @@ func (r *Registrar) conn(ctx context.Context, addr string) (*remoting.Conn, erro
 }
 
 func (r *Registrar) register(ctx context.Context, addr string) error {
+	r.registering.Lock() // a holder is bounded by its own timeout
+	defer r.registering.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
-	r.registering.Lock()
-	defer r.registering.Unlock()
 	c, err := r.conn(ctx, addr)
 	if err != nil {
 		return err
