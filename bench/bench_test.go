@@ -412,10 +412,12 @@ func TestStoreDurability(t *testing.T) {
 			if c.flush == "sync" && (d.BacklogBytes() != 0 || rep.Store.Flushes == 0 || rep.Figures.MsgsPerGroupCommit < 1) {
 				t.Errorf("sync: backlog %d, store %+v, per commit %v", d.BacklogBytes(), rep.Store, rep.Figures.MsgsPerGroupCommit)
 			}
-			// The time in flushes: some, within the window (one group
-			// commit owner flushes at a time), and its mean per flush.
+			// The time in flushes: some, about the window at most (one
+			// group commit owner flushes at a time; a flush that began
+			// before the window counts whole, so a loaded machine may go a
+			// little over), and its mean per flush.
 			busy, mean := rep.Figures.FlushBusyShare, rep.Figures.FlushMeanNs
-			if c.flush == "sync" && (rep.Store.FlushNs <= 0 || busy <= 0 || busy > 1.01 || mean != rep.Store.FlushNs/int64(rep.Store.Flushes)) {
+			if c.flush == "sync" && (rep.Store.FlushNs <= 0 || busy <= 0 || busy > 1.5 || mean != rep.Store.FlushNs/int64(rep.Store.Flushes)) {
 				t.Errorf("sync: %d ns in %d flushes, busy share %v, mean %d ns", rep.Store.FlushNs, rep.Store.Flushes, busy, mean)
 			}
 		})

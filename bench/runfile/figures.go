@@ -39,8 +39,9 @@ type Figures struct {
 	// MsgsPerGroupCommit is Puts ÷ flushes in the window (mqstore sync).
 	MsgsPerGroupCommit float64 `json:"msgsPerGroupCommit,omitempty"`
 	// FlushBusyShare is the share of the window mqstore spent in durable
-	// flushes (StoreCounters.FlushNs ÷ the window; above 1 only when
-	// flushes overlapped), FlushMeanNs the mean of one. With sync flush and
+	// flushes (StoreCounters.FlushNs ÷ the window; a flush counts whole in
+	// the window it ends in, so the share can pass 1 by a flush's length,
+	// or more when flushes overlap), FlushMeanNs the mean of one. With sync flush and
 	// one group commit in flight, a share near 1 says the device's syncs
 	// set the rate (only more records per sync go faster); well below 1,
 	// the time between syncs does — the producers, the CPUs, the scheduler.
