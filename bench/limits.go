@@ -135,13 +135,13 @@ func (r *runner) measureLimits(ctx context.Context) {
 		pre, direct bool
 	}{
 		{runfile.LimitSegmentFallocated, "segfile.OpenOrCreate: create, fallocate, fdatasync, rename, directory sync", false, false},
-		{runfile.LimitSegmentPrewritten, "segfile.OpenOrCreate with Prewrite: zeros through the page cache (the buffered backends' segments)", true, false},
-		{runfile.LimitSegmentPrewrittenDirect, "segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros (uring-direct's segments)", true, true},
+		{runfile.LimitSegmentPrewritten, "segfile.OpenOrCreate with Prewrite: zeros through the page cache at full speed (the buffered backends' segments; with Options.PacePrewrite one made ahead goes in synced 1 MiB steps)", true, false},
+		{runfile.LimitSegmentPrewrittenDirect, "segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros at full speed (uring-direct's segments; with Options.PacePrewrite one made ahead goes in synced 1 MiB steps)", true, true},
 	} {
 		l := runfile.Limit{Name: k.name, Tool: "mqbench device probe (" + k.tool + ")", SizeBytes: int(seg), Dir: r.work,
 			Params: map[string]string{"segmentBytes": strconv.FormatInt(seg, 10), "p50": "the time to create one segment (one per repeat)"}}
 		if k.pre {
-			l.Params["mbPerSec"] = "the segment's bytes over its creation time: the write bandwidth pre-writing takes"
+			l.Params["mbPerSec"] = "the segment's bytes over its creation time: the write bandwidth pre-writing takes at full speed"
 		}
 		r.repeatLimit(ctx, &l, func() (runfile.Figures, error) { return segmentCreate(ctx, r.prober, r.work, seg, k.pre, k.direct) })
 	}

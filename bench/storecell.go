@@ -38,7 +38,8 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 		SyncFlushTimeout: s.SyncFlushTimeout, CommitInterval: s.CommitInterval, CommitLeastPages: s.CommitLeastPages,
 		GroupCommitBatching: batching,
 		WarmSegments:        s.WarmSegments, LockSegments: s.LockSegments, ProfileLabels: s.ProfileLabels,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
+		PacePrewrite: s.PacePrewrite,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 
 func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {

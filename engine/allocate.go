@@ -25,6 +25,7 @@ type allocator struct {
 	timeout time.Duration
 	log     *slog.Logger
 	labels  bool // Options.ProfileLabels
+	pace    bool // Options.PacePrewrite
 
 	// prewrite says whether the next new segment is written with zeros
 	// and synced before use (Options.PrewriteSegments, resolved; with
@@ -64,6 +65,7 @@ func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options, prewri
 		timeout:  o.AllocationTimeout,
 		log:      o.Logger,
 		labels:   o.ProfileLabels,
+		pace:     o.PacePrewrite,
 		requests: make(map[string]*allocation),
 		work:     make(chan *allocation, 4),
 		stop:     make(chan struct{}),
@@ -109,6 +111,11 @@ func (a *allocator) run() {
 func (a *allocator) create(ctx context.Context, spec mappedfile.Spec, canWait func() bool) (mappedfile.MappedFile, error) {
 	start := time.Now()
 	spec.Prewrite = a.prewrite(ctx, canWait)
+	if a.pace {
+		// Options.PacePrewrite: a segment made ahead is pre-written in
+		// synced steps until a roll waits for it.
+		spec.PrewritePace = canWait
+	}
 	mf, err := a.backend.Open(ctx, spec)
 	if err != nil {
 		return nil, err

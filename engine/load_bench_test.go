@@ -152,4 +152,9 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 	if fed, read := after.DispatchFed-before.DispatchFed, after.DispatchRead-before.DispatchRead; fed+read > 0 {
 		b.ReportMetric(float64(read)/float64(fed+read), "dispatch-read-share")
 	}
+	// The tails, over the store's life (the warm-up included): Put's
+	// service time and a durable flush's.
+	b.ReportMetric(float64(after.PutLatency.P999.Nanoseconds()), "put-p99.9-ns")
+	b.ReportMetric(float64(after.FlushLatency.P999.Nanoseconds()), "flush-p99.9-ns")
+	b.ReportMetric(float64(after.FlushLatency.Max.Nanoseconds()), "flush-max-ns")
 }

@@ -3,12 +3,15 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/internal/disktest"
+	"github.com/mqstore/mqstore/internal/faultseam"
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
@@ -291,5 +294,66 @@ func checkSegmentsWritten(t *testing.T, dir string, written bool, minFiles int) 
 	}
 	if !written && !unwrittenSomewhere {
 		t.Fatalf("no segment in %s has unwritten bytes with prewrite off: the check cannot tell", dir)
+	}
+}
+
+// TestSegmentsMadeAheadArePrewrittenInSteps: with PacePrewrite, the
+// segment a store needs at once (the first, made while Put waits) is
+// prewritten at full speed, its zeros synced once, and the one the
+// allocation service makes ahead in synced steps
+// (mappedfile.Spec.PrewritePace), so a sync of the log beside it never
+// flushes more than a step of zeros. Without it, both go at full speed.
+func TestSegmentsMadeAheadArePrewrittenInSteps(t *testing.T) {
+	const size = 4 << 20
+	for _, backend := range []string{"mmap", "uring-direct"} {
+		for _, pace := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/pace=%v", backend, pace), func(t *testing.T) {
+				dir := t.TempDir()
+				disktest.NeedExtents(t, dir)
+				inj := faultseam.New(t, dir)
+				o := Options{Backend: backend, FlushMode: FlushSync, PrewriteSegments: PrewriteOn, PacePrewrite: pace,
+					SegmentSizeBytes: size, Logger: quietLogger}
+				s, err := Open(context.Background(), dir, o)
+				if errors.Is(err, mappedfile.ErrUnsupported) {
+					testenv.Skip(t, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if _, err := s.Put(context.Background(), testMessage("P", 0, 0, 1000)); err != nil {
+					t.Fatal(err)
+				}
+				logDir := filepath.Join(dir, commitLogDirName)
+				first, ahead := filepath.Join(logDir, segment.Name(0)), filepath.Join(logDir, segment.Name(size))
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+					if _, err := os.Stat(ahead); err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the segment made ahead, %s, is not there after 30s", ahead)
+					}
+				}
+				syncs := map[string]int{}
+				for _, c := range inj.Calls() {
+					if c.Kind == segfile.OpFdatasync {
+						syncs[c.Path]++
+					}
+				}
+				if got := syncs[first+".tmp"]; got != 1 {
+					t.Fatalf("the first segment's zeros were synced %d times, want once (at full speed)", got)
+				}
+				want := 1
+				if pace {
+					want = size/segfile.PrewriteStepBytes + 1 // a step each, then the create's
+				}
+				if got := syncs[ahead+".tmp"]; got != want {
+					t.Fatalf("the segment made ahead was synced %d times while made, want %d", got, want)
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
 	}
 }

@@ -121,6 +121,18 @@ type Spec struct {
 	// none for backends that keep files in memory. The engine's allocation
 	// service sets it (Options.PrewriteSegments), so the cost lands there.
 	Prewrite bool
+	// PrewritePace, with Prewrite, asks Open to write the zeros in steps,
+	// each made durable (fdatasync) before the next is written, for as long
+	// as PrewritePace returns true; then the rest at full speed. A device
+	// with a volatile write cache then holds at most a step of zeros that
+	// a concurrent sync of the log must flush along with its own data:
+	// written at full speed, a 64 MiB segment's zeros made the log's syncs
+	// beside them wait up to 30–60 ms on the reference machine
+	// (docs/backends.md, "Paced zeros"). The allocation service sets it
+	// (with engine.Options.PacePrewrite) for a segment it makes ahead of
+	// need, returning false once a roll waits for that segment; nil writes
+	// at full speed.
+	PrewritePace func() bool
 	// HugePages asks a backend that maps the file to back the mapping with
 	// transparent huge pages where the kernel can (madvise MADV_HUGEPAGE):
 	// pages faulted in then come as 2 MiB folios, one fault and one TLB

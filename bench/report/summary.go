@@ -81,7 +81,11 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "- window %s: %s\n", time.Duration(f.Plan.WindowNs), f.Plan.WindowWhy)
 	fmt.Fprintf(b, "- throughput: closed loop at %s producers; latency: open loop, %s arrivals at the absolute rates %s msgs/s (the same for every system), %d workers each owning its share of the schedule, latency from the *intended* start\n",
 		join(c.Producers, strconv.Itoa, ","), c.Arrival, join(c.Rates, fmtCount, ", "), c.InFlight)
-	fmt.Fprintf(b, "- store: segment %s; every cell's effective engine options are in run.json (`cells[].options`)\n", runfile.SizeLabel(int(c.Store.SegmentSizeBytes)))
+	paced := ""
+	if c.Store.PacePrewrite {
+		paced = "; a segment made ahead is pre-written in synced 1 MiB steps (--pace-prewrite)"
+	}
+	fmt.Fprintf(b, "- store: segment %s%s; every cell's effective engine options are in run.json (`cells[].options`)\n", runfile.SizeLabel(int(c.Store.SegmentSizeBytes)), paced)
 	if n := messageNote(f); n != "" {
 		fmt.Fprintf(b, "- message: %s\n", n)
 	}

@@ -111,6 +111,8 @@ type StoreConfig struct {
 	GroupCommitBatching string `json:"groupCommitBatching,omitempty"`
 	WarmSegments        bool   `json:"warmSegments,omitempty"`
 	LockSegments        bool   `json:"lockSegments,omitempty"`
+	// PacePrewrite is engine.Options.PacePrewrite.
+	PacePrewrite bool `json:"pacePrewrite,omitempty"`
 	// BackendOptions are backends' own options as JSON, by backend name
 	// (--backend-options); a backend not named runs with its defaults.
 	BackendOptions map[string]string `json:"backendOptions,omitempty"`

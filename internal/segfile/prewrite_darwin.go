@@ -17,6 +17,12 @@ const zeroChunkBytes = 1 << 20
 
 var zeroChunk [zeroChunkBytes]byte
 
+// PrewritePaced is Prewrite on macOS: its syncs (F_FULLFSYNC) cost too much
+// to take one per step, so pace is not asked.
+func PrewritePaced(ctx context.Context, f *os.File, size int64, _ func() bool) error {
+	return Prewrite(ctx, f, size)
+}
+
 // Prewrite writes zeros over [0, size) of f, so its blocks are allocated
 // and written before use (macOS has neither unwritten extents to convert
 // nor O_DIRECT: buffered zeros, made durable by the caller's sync).

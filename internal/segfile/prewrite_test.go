@@ -153,6 +153,105 @@ func TestPrewriteWritesEveryBlock(t *testing.T) {
 	})
 }
 
+// TestPrewritePacedSyncsEachStep: with Spec.PrewritePace, the zeros go in
+// steps of PrewriteStepBytes, each one's writes covering it and then an
+// fdatasync, before the next step's first write; pace is asked before each
+// step and never again once it said no, and the rest then goes as an
+// unpaced prewrite does (large O_DIRECT writes, or pages with no sync until
+// the create's own). The segment is written and reads as zeros either way.
+func TestPrewritePacedSyncsEachStep(t *testing.T) {
+	dir := t.TempDir()
+	needExtents(t, dir)
+	const step = segfile.PrewriteStepBytes
+	size := int64(3*step + 4096)
+	for _, direct := range []bool{false, true} {
+		for _, paced := range []int{-1, 2, 0} { // steps granted: every one, 2, none
+			name := fmt.Sprintf("direct=%v/paced=%d", direct, paced)
+			t.Run(name, func(t *testing.T) {
+				inj := faultseam.New(t, dir)
+				asked, said := 0, 0
+				pace := func() bool {
+					asked++
+					if said < 0 {
+						t.Errorf("pace asked again after it said no")
+					}
+					if paced >= 0 && asked > paced {
+						said = -1
+						return false
+					}
+					said++
+					return true
+				}
+				spec := mappedfile.Spec{Path: filepath.Join(dir, strings.ReplaceAll(name, "/", "-")), SizeBytes: size,
+					Prewrite: true, PrewritePace: pace}
+				flags := 0
+				if direct {
+					flags = unix.O_DIRECT
+				}
+				f, existed, err := segfile.OpenOrCreate(context.Background(), spec, flags)
+				if err != nil || existed {
+					t.Fatalf("create: %v (existed %v)", err, existed)
+				}
+				f.Close()
+				all := int((size + step - 1) / step)
+				steps := all
+				if paced >= 0 {
+					steps = paced
+				}
+				tmp := spec.Path + ".tmp"
+				calls := inj.Calls()
+				covered(t, calls, segfile.OpPwrite, tmp, size)
+				// Walk the calls: each step's writes end at its end, then
+				// its sync; after the last step, writes and the one sync.
+				var syncs []int64 // where the zeros written had reached at each fdatasync
+				written, after := int64(0), 0
+				for _, c := range calls {
+					switch {
+					case c.Path != tmp:
+					case c.Kind == segfile.OpPwrite:
+						written = c.Offset + c.Length
+						if !direct && c.Length > 4096 {
+							t.Fatalf("%v: a buffered prewrite writes a page at a time", c)
+						}
+						if len(syncs) == steps {
+							after++
+						}
+					case c.Kind == segfile.OpFdatasync:
+						syncs = append(syncs, written)
+					case c.Kind == segfile.OpWriteback:
+						t.Fatalf("%v: sync_file_range in a prewrite of less than a window", c)
+					}
+				}
+				var want []int64
+				for k := 1; k <= steps; k++ {
+					want = append(want, min(int64(k)*step, size))
+				}
+				want = append(want, size) // the create's own sync
+				if !slices.Equal(syncs, want) {
+					t.Fatalf("fdatasyncs with the zeros written up to %v, want %v", syncs, want)
+				}
+				if direct && steps < all && after != 1 {
+					// The rest, under 8 MiB: one O_DIRECT write at full speed.
+					t.Fatalf("%d O_DIRECT writes after the steps, want 1 (full speed)", after)
+				}
+				wantAsked := steps
+				if paced >= 0 {
+					wantAsked++ // the no
+				}
+				if asked != wantAsked {
+					t.Fatalf("pace asked %d times, want %d", asked, wantAsked)
+				}
+				if u := disktest.Unwritten(t, spec.Path, 0, size); u != 0 {
+					t.Fatalf("%d unwritten bytes in a prewritten segment", u)
+				}
+				if got, err := os.ReadFile(spec.Path); err != nil || int64(len(got)) != size || !isZero(got) {
+					t.Fatalf("a prewritten segment does not read as %d zeros (%v)", size, err)
+				}
+			})
+		}
+	}
+}
+
 // checkCache: no page of the new segment is dirty or under writeback (the
 // fdatasync covered them: with root, through the page flags), and either
 // every page is in the page cache or none is.
@@ -233,12 +332,16 @@ func TestPrewriteFailureLeavesNothing(t *testing.T) {
 		cancel bool
 		want   error
 		says   string
+		paced  bool
 	}{
-		{"pwrite-ENOSPC", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpPwrite}, Nth: 2, Err: syscall.ENOSPC}, false, mappedfile.ErrNoSpace, "writing a 20971520-byte segment: mappedfile: no space left on the device: pwrite"},
-		{"fallocate-ENOSPC", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpFallocate}, Nth: 1, Err: syscall.ENOSPC}, false, mappedfile.ErrNoSpace, "fallocate 20971520 bytes"},
-		{"pwrite-EIO", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpPwrite}, Nth: 1, Err: syscall.EIO}, false, syscall.EIO, "prewrite: pwrite"},
-		{"fdatasync-EIO", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpFdatasync}, Nth: 1, Err: syscall.EIO}, false, syscall.EIO, "fdatasync"},
-		{"cancelled", nil, true, context.Canceled, "prewrite"},
+		{"pwrite-ENOSPC", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpPwrite}, Nth: 2, Err: syscall.ENOSPC}, false, mappedfile.ErrNoSpace, "writing a 20971520-byte segment: mappedfile: no space left on the device: pwrite", false},
+		{"fallocate-ENOSPC", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpFallocate}, Nth: 1, Err: syscall.ENOSPC}, false, mappedfile.ErrNoSpace, "fallocate 20971520 bytes", false},
+		{"pwrite-EIO", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpPwrite}, Nth: 1, Err: syscall.EIO}, false, syscall.EIO, "prewrite: pwrite", false},
+		{"fdatasync-EIO", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpFdatasync}, Nth: 1, Err: syscall.EIO}, false, syscall.EIO, "fdatasync", false},
+		{"cancelled", nil, true, context.Canceled, "prewrite", false},
+		{"paced-step-fdatasync-EIO", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpFdatasync}, Nth: 2, Err: syscall.EIO}, false, syscall.EIO, "a step's sync", true},
+		{"paced-pwrite-ENOSPC", &faultseam.Rule{Kinds: []segfile.OpKind{segfile.OpPwrite}, Nth: 300, Err: syscall.ENOSPC}, false, mappedfile.ErrNoSpace, "writing a 20971520-byte segment", true},
+		{"paced-cancelled", nil, true, context.Canceled, "prewrite", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := dir
@@ -254,6 +357,9 @@ func TestPrewriteFailureLeavesNothing(t *testing.T) {
 				defer segfile.Install(dir, &cancelHook{kind: segfile.OpPwrite, nth: 2, cancel: cancel})()
 			}
 			spec := mappedfile.Spec{Path: filepath.Join(dir, tc.name), SizeBytes: 20 << 20, Prewrite: true}
+			if tc.paced {
+				spec.PrewritePace = func() bool { return true }
+			}
 			_, _, err := segfile.OpenOrCreate(ctx, spec, 0)
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("create: %v, want %v saying %q", err, tc.want, tc.says)

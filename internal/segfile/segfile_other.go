@@ -73,6 +73,9 @@ type Extent struct {
 var ErrNoExtents = errors.New("segfile: the file system does not report extents (FIEMAP)")
 
 func Prewrite(context.Context, *os.File, int64) error { return unsupported("prewrite") }
+func PrewritePaced(context.Context, *os.File, int64, func() bool) error {
+	return unsupported("prewrite")
+}
 
 func ZeroRangeContext(context.Context, *os.File, int64, int64) error {
 	return unsupported("zeroing")

@@ -17,7 +17,7 @@ import (
 // OpenOrCreate opens spec.Path read-write. When the file does not exist it is
 // created under a temporary name, preallocated with fallocate to
 // spec.SizeBytes, with spec.Prewrite written with zeros end to end (see
-// Prewrite), synced, renamed into place and the directory synced (etcd's WAL
+// PrewritePaced, for spec.PrewritePace), synced, renamed into place and the directory synced (etcd's WAL
 // file lifecycle), so a crash never leaves a short or half-written segment
 // behind and a power loss never loses the new name. The returned file is
 // named spec.Path. existed reports whether the file was already there; its
@@ -82,7 +82,7 @@ func create(ctx context.Context, spec mappedfile.Spec, extraFlags int) error {
 		return fmt.Errorf("preallocate: %w", err)
 	}
 	if spec.Prewrite {
-		if err := Prewrite(ctx, f, spec.SizeBytes); err != nil {
+		if err := PrewritePaced(ctx, f, spec.SizeBytes, spec.PrewritePace); err != nil {
 			_ = Unlink(tmp)
 			return err
 		}
