@@ -40,6 +40,7 @@ func TestDefaultOptions(t *testing.T) {
 		"LockSegments":                      false,
 		"AllocationTimeout":                 5 * time.Second,
 		"PrewriteSegments":                  PrewriteOff, // async flush
+		"PacePrewrite":                      false,       // zeros at full speed
 		"OSPageCacheBusyTimeout":            time.Second,
 		"DispatchLagLimitBytes":             int64(0), // the backend's bound, resolved at Open (dispatchLagLimit); negative: none
 		"StoreHost":                         DefaultStoreHost,
