@@ -11,6 +11,7 @@ import (
 	"github.com/mqstore/mqstore/bench/device"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/internal/segfile"
 )
 
 // DeviceProber measures the device under a directory. The default is the
@@ -135,8 +136,8 @@ func (r *runner) measureLimits(ctx context.Context) {
 		pre, direct bool
 	}{
 		{runfile.LimitSegmentFallocated, "segfile.OpenOrCreate: create, fallocate, fdatasync, rename, directory sync", false, false},
-		{runfile.LimitSegmentPrewritten, "segfile.OpenOrCreate with Prewrite: zeros through the page cache at full speed (the buffered backends' segments; with Options.PacePrewrite one made ahead goes in synced 1 MiB steps)", true, false},
-		{runfile.LimitSegmentPrewrittenDirect, "segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros at full speed (uring-direct's segments; with Options.PacePrewrite one made ahead goes in synced 1 MiB steps)", true, true},
+		{runfile.LimitSegmentPrewritten, "segfile.OpenOrCreate with Prewrite: zeros through the page cache at full speed (the buffered backends' segments; with Options.PacePrewrite one made ahead goes in " + pacedSteps + ")", true, false},
+		{runfile.LimitSegmentPrewrittenDirect, "segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros at full speed (uring-direct's segments; with Options.PacePrewrite one made ahead goes in " + pacedSteps + ")", true, true},
 	} {
 		l := runfile.Limit{Name: k.name, Tool: "mqbench device probe (" + k.tool + ")", SizeBytes: int(seg), Dir: r.work,
 			Params: map[string]string{"segmentBytes": strconv.FormatInt(seg, 10), "p50": "the time to create one segment (one per repeat)"}}
@@ -147,6 +148,9 @@ func (r *runner) measureLimits(ctx context.Context) {
 	}
 	r.fioLimits(ctx)
 }
+
+// pacedSteps says how Options.PacePrewrite writes a segment made ahead.
+var pacedSteps = "synced " + runfile.SizeLabel(segfile.PrewriteStepBytes) + " steps"
 
 // prewrittenFile says how the sync probes' pre-written file is made.
 const prewrittenFile = "made as the engine makes a pre-written segment (segfile.OpenOrCreate with Prewrite: zeros through the page cache, synced): each fdatasync commits data only, no extent conversion"

@@ -83,7 +83,7 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 		join(c.Producers, strconv.Itoa, ","), c.Arrival, join(c.Rates, fmtCount, ", "), c.InFlight)
 	paced := ""
 	if c.Store.PacePrewrite {
-		paced = "; a segment made ahead is pre-written in synced 1 MiB steps (--pace-prewrite)"
+		paced = "; a segment made ahead is pre-written in synced steps (--pace-prewrite)"
 	}
 	fmt.Fprintf(b, "- store: segment %s%s; every cell's effective engine options are in run.json (`cells[].options`)\n", runfile.SizeLabel(int(c.Store.SegmentSizeBytes)), paced)
 	if n := messageNote(f); n != "" {

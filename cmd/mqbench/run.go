@@ -17,6 +17,7 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/internal/cli"
 	"github.com/mqstore/mqstore/internal/hostctl"
+	"github.com/mqstore/mqstore/internal/segfile"
 )
 
 // matrix is the run or the sweep command (runMatrix).
@@ -144,7 +145,7 @@ func (m *matrixFlags) register(fs *flag.FlagSet, cfg *bench.Config, sweep bool) 
 	fs.Var(leastPagesFlag(&cfg.Store.CommitLeastPages), "commit-least-pages", "commit least pages (0: whatever is pending)")
 	fs.BoolVar(&cfg.Store.WarmSegments, "warm-segments", cfg.Store.WarmSegments, "pre-touch new segments in the allocation service (RocketMQ's warmMapedFileEnable)")
 	fs.BoolVar(&cfg.Store.LockSegments, "lock-segments", cfg.Store.LockSegments, "mlock warmed segments (with --warm-segments)")
-	fs.BoolVar(&cfg.Store.PacePrewrite, "pace-prewrite", cfg.Store.PacePrewrite, "pre-write a segment made ahead in synced 1 MiB steps (engine.Options.PacePrewrite: a lower p99.9 for some throughput)")
+	fs.BoolVar(&cfg.Store.PacePrewrite, "pace-prewrite", cfg.Store.PacePrewrite, "pre-write a segment made ahead in synced steps of "+runfile.SizeLabel(segfile.PrewriteStepBytes)+" (engine.Options.PacePrewrite: a lower p99.9 for some throughput)")
 	fs.Var(strsFlag(&cfg.Replication), "replication", "replication axis, crossed with the flush policies: none (no slave), async (ASYNC_MASTER), sync (SYNC_MASTER); a slave runs in its own process and directory")
 	fs.StringVar(&cfg.SlaveDir, "slave-dir", cfg.SlaveDir, "where the slaves' stores go (another device; default: beside the master's, in --dir)")
 	fs.DurationVar(&cfg.HADelay, "ha-delay", cfg.HADelay, "EMULATED one-way network delay between master and slave, through a TCP proxy (e.g. 1ms; 0: none)")
