@@ -168,6 +168,11 @@ func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load
 	if spec.RatePerSec > 0 {
 		args = append(args, "--rate", strconv.FormatFloat(spec.RatePerSec, 'f', -1, 64))
 	}
+	if spec.SeriesInterval > 0 {
+		// The peer keeps the same time series as a store cell, so the
+		// generator does the same work in every system's process.
+		args = append(args, "--series-interval", spec.SeriesInterval.String())
+	}
 	cmd := exec.CommandContext(ctx, command, args...)
 	// Ctrl-C: ask mqpeer to stop (it still prints what it measured).
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }

@@ -561,9 +561,9 @@ func TestDurableCountsOnlyTheWindowsBytes(t *testing.T) {
 func TestCPUIsTheWindowsWork(t *testing.T) {
 	var fakeCPU atomic.Int64 // ns of "user CPU": 1 ms per op, 1 h per merge
 	cpuNow = func() (time.Duration, time.Duration) { return time.Duration(fakeCPU.Load()), 0 }
-	mergeWorkers = func(ws []*worker, start, end time.Time) phase {
+	mergeWorkers = func(ws []*worker, set *seriesSet, start, end time.Time) phase {
 		fakeCPU.Add(int64(time.Hour))
-		return merge(ws, start, end)
+		return merge(ws, set, start, end)
 	}
 	t.Cleanup(func() { cpuNow, mergeWorkers = cpuTimes, merge })
 	for _, spec := range []Spec{
@@ -607,7 +607,10 @@ func TestWindowBracketsTheCPUReadings(t *testing.T) {
 		}
 	}
 	cpuNow = func() (time.Duration, time.Duration) { note("cpu"); return 0, 0 }
-	mergeWorkers = func(ws []*worker, start, end time.Time) phase { note("merge"); return merge(ws, start, end) }
+	mergeWorkers = func(ws []*worker, set *seriesSet, start, end time.Time) phase {
+		note("merge")
+		return merge(ws, set, start, end)
+	}
 	t.Cleanup(func() { cpuNow, mergeWorkers = cpuTimes, merge })
 	for _, spec := range []Spec{
 		{Workload: Throughput, SizeBytes: 64, Producers: 2, Duration: 20 * time.Millisecond, Warmup: 10 * time.Millisecond},

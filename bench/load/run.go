@@ -185,8 +185,8 @@ func (w *worker) recordPending() {
 	w.pending = w.pending[:0]
 }
 
-func newWorker(open bool, start time.Time, interval time.Duration) *worker {
-	w := &worker{service: NewHistogram(), series: newSeries(start, interval)}
+func newWorker(open bool, set *seriesSet) *worker {
+	w := &worker{service: NewHistogram(), series: set.worker()}
 	if open {
 		w.latency, w.lag = NewHistogram(), NewHistogram()
 		for i := range w.quarter {
@@ -198,14 +198,13 @@ func newWorker(open bool, start time.Time, interval time.Duration) *worker {
 
 // merge folds the workers into a phase: histograms merged, the window ending
 // at the last completion (or at end, whichever is later).
-func merge(ws []*worker, start, end time.Time) phase {
+func merge(ws []*worker, set *seriesSet, start, end time.Time) phase {
 	// all is an unstarted worker that collects the others' histograms.
-	all := newWorker(len(ws) > 0 && ws[0].latency != nil, start, 0)
+	all := newWorker(len(ws) > 0 && ws[0].latency != nil, nil)
 	p := phase{start: start, service: all.service, latency: all.latency, lag: all.lag}
 	last := end
-	ss := make([]*series, 0, len(ws))
 	for _, w := range ws {
-		ss = append(ss, w.series)
+		w.series.flush()
 		p.messages += w.messages
 		p.arrivals += w.arrivals
 		p.unstarted += w.unstarted
@@ -231,9 +230,7 @@ func merge(ws []*worker, start, end time.Time) phase {
 		}
 	}
 	p.elapsed = last.Sub(start)
-	if len(ss) > 0 && ss[0] != nil {
-		p.series = mergeSeries(ss)
-	}
+	p.series = set.points()
 	return p
 }
 
@@ -256,15 +253,16 @@ func runWorkers(parent context.Context, clock Clock, n int, open bool, d, interv
 	start := clock.Now()
 	end := start.Add(d)
 	ws := make([]*worker, n)
+	set := newSeriesSet(start, interval)
 	var wg sync.WaitGroup
 	for i := range ws {
-		ws[i] = newWorker(open, start, interval)
+		ws[i] = newWorker(open, set)
 		wg.Go(func() { loop(ctx, i, ws[i], start, end, fail) })
 	}
 	wg.Wait()
 	user, sys := cpuNow()
 	endWindow()
-	p := mergeWorkers(ws, start, end)
+	p := mergeWorkers(ws, set, start, end)
 	p.cpuUser, p.cpuSys = user-user0, sys-sys0
 	if fail.err == nil && parent.Err() != nil {
 		fail.err = parent.Err()

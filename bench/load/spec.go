@@ -60,6 +60,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("spec: duration %v: want > 0", s.Duration)
 	case s.Warmup < 0:
 		return fmt.Errorf("spec: warmup %v is negative", s.Warmup)
+	case s.SeriesInterval < 0:
+		return fmt.Errorf("spec: series interval %v is negative", s.SeriesInterval)
 	case s.Workload != Throughput && s.Workload != Latency:
 		return fmt.Errorf("spec: workload %q: want throughput or latency", s.Workload)
 	case s.Workload == Throughput && s.Producers <= 0:

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mqstore/mqstore/bench/peers"
 )
@@ -118,6 +119,7 @@ func TestBadPeerOrFlush(t *testing.T) {
 		{[]string{"--peer", "UNKNOWN", "--dir", t.TempDir()}, strings.Join(peers.Names(), ", ")},
 		{[]string{"--peer", "pebble", "--dir", t.TempDir(), "--flush", "fsync"}, "want async or sync"},
 		{[]string{"--peer", "nats"}, "--peer and --dir are required"},
+		{[]string{"--peer", "pebble-wal", "--dir", t.TempDir(), "--series-interval", "-1s"}, "series interval -1s is negative"},
 	}
 	for _, c := range cases {
 		stdout, stderr, code := runMQPeer(t, c.args...)
@@ -129,14 +131,15 @@ func TestBadPeerOrFlush(t *testing.T) {
 
 // TestOutput: a short run of every peer and flush mode prints one JSON
 // object with the label, the version go.mod requires, the options (and
-// params, the same map), the four durability statements and a result.
+// params, the same map), the four durability statements and a result,
+// with the latency time series mqbench asks for (--series-interval).
 func TestOutput(t *testing.T) {
 	req := requiredVersions(t)
 	for _, name := range peers.Names() {
 		for _, flush := range []string{"sync", "async"} {
 			t.Run(name+"/"+flush, func(t *testing.T) {
 				stdout, stderr, code := runMQPeer(t, "--peer", name, "--dir", t.TempDir(), "--flush", flush,
-					"--producers", "4", "--duration", "200ms", "--warmup", "0s")
+					"--producers", "4", "--duration", "200ms", "--warmup", "0s", "--series-interval", "50ms")
 				if code != 0 {
 					t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 				}
@@ -159,6 +162,16 @@ func TestOutput(t *testing.T) {
 					t.Fatalf("durability %+v", d)
 				case out.Result.Messages == 0 || out.Result.Error != "" || out.Error != "":
 					t.Fatalf("result: %d messages, error %q %q", out.Result.Messages, out.Result.Error, out.Error)
+				}
+				var inSeries int64
+				for _, p := range out.Result.Series {
+					inSeries += p.Count
+					if p.IntervalNs != int64(50*time.Millisecond) {
+						t.Fatalf("series point %+v: want 50ms intervals", p)
+					}
+				}
+				if len(out.Result.Series) < 2 || inSeries != out.Result.Messages {
+					t.Fatalf("series of %d points holds %d requests, the window %d", len(out.Result.Series), inSeries, out.Result.Messages)
 				}
 			})
 		}
