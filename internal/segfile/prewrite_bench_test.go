@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/internal/testenv"
@@ -187,7 +186,11 @@ func BenchmarkDurableWrite(b *testing.B) {
 					testenv.Skip(b, testenv.Extents, "O_DIRECT on %s: %v", path, err)
 				}
 				defer unix.Close(fd)
-				buf := alignedBlock(write)
+				buf, err := segfile.MapAnonymous(write) // page-aligned, as O_DIRECT needs
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer segfile.Unmap(buf)
 				for i := range buf {
 					buf[i] = byte(i)
 				}
@@ -213,11 +216,4 @@ func BenchmarkDurableWrite(b *testing.B) {
 			})
 		}
 	}
-}
-
-// alignedBlock is n bytes aligned for O_DIRECT (4 KiB).
-func alignedBlock(n int) []byte {
-	b := make([]byte, n+4096)
-	off := (4096 - int(uintptr(unsafe.Pointer(&b[0]))%4096)) % 4096
-	return b[off : off+n]
 }
