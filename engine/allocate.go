@@ -35,6 +35,8 @@ type allocator struct {
 	prewrite func(ctx context.Context, canWait func() bool) bool
 	// prewritten and fallocated count the segments made each way.
 	prewritten, fallocated atomic.Uint64
+	// pool: retired segments to take before making a file (nil: none).
+	pool *segmentPool
 
 	mu       sync.Mutex
 	requests map[string]*allocation // by path, pending or ready
@@ -55,8 +57,9 @@ type allocation struct {
 	needed atomic.Bool
 }
 
-func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options, prewrite func(context.Context, func() bool) bool) *allocator {
+func newAllocator(backend mappedfile.Backend, fsys storefs.FS, o Options, prewrite func(context.Context, func() bool) bool, pool *segmentPool) *allocator {
 	a := &allocator{
+		pool:     pool,
 		backend:  backend,
 		fs:       fsys,
 		warm:     mappedfile.WarmOptions{Touch: true, FlushEveryPages: o.WarmFlushEveryPages, Lock: o.LockSegments, Advise: true},
@@ -110,19 +113,24 @@ func (a *allocator) run() {
 // retried roll never opens it as an existing, full segment.
 func (a *allocator) create(ctx context.Context, spec mappedfile.Spec, canWait func() bool) (mappedfile.MappedFile, error) {
 	start := time.Now()
-	spec.Prewrite = a.prewrite(ctx, canWait)
-	if a.pace {
-		// Options.PacePrewrite: a segment made ahead is pre-written in
-		// synced steps until a roll waits for it.
-		spec.PrewritePace = canWait
+	if spec.RecycleFrom = a.takePooled(ctx, spec.FromOffset); spec.RecycleFrom == "" {
+		spec.Prewrite = a.prewrite(ctx, canWait)
+		if a.pace {
+			// Options.PacePrewrite: a segment made ahead is pre-written in
+			// synced steps until a roll waits for it.
+			spec.PrewritePace = canWait
+		}
 	}
 	mf, err := a.backend.Open(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	if spec.Prewrite {
+	switch {
+	case spec.RecycleFrom != "":
+		a.pool.recycled.Add(1)
+	case spec.Prewrite:
 		a.prewritten.Add(1)
-	} else {
+	default:
 		a.fallocated.Add(1)
 	}
 	if mf.WrotePosition() != 0 {
@@ -147,8 +155,33 @@ func (a *allocator) create(ctx context.Context, spec mappedfile.Spec, canWait fu
 			return nil, err
 		}
 	}
-	a.log.Debug("segment preallocated", slog.String("path", spec.Path), slog.Bool("prewrite", spec.Prewrite), slog.Duration("took", time.Since(start)))
+	a.log.Debug("segment preallocated", slog.String("path", spec.Path), slog.Bool("prewrite", spec.Prewrite), slog.Bool("recycled", spec.RecycleFrom != ""), slog.Duration("took", time.Since(start)))
 	return mf, nil
+}
+
+// takePooled returns the path of a pooled file made ready to become the
+// segment at from ("": none). A file that cannot be made ready is removed.
+func (a *allocator) takePooled(ctx context.Context, from int64) string {
+	if a.pool == nil {
+		return ""
+	}
+	for {
+		ps := a.pool.take(from)
+		if ps == nil {
+			return ""
+		}
+		err := a.pool.prepare(ctx, ps)
+		if err == nil {
+			return ps.path
+		}
+		a.log.Warn("removing a pooled CommitLog segment that could not be made ready for reuse", slog.String("path", ps.path), slog.Any("err", err))
+		if rerr := storefs.RemoveDurably(a.fs, ps.path); rerr != nil {
+			a.log.Warn("removing a pooled CommitLog segment", slog.String("path", ps.path), slog.Any("err", rerr))
+		}
+		if ctx.Err() != nil {
+			return ""
+		}
+	}
 }
 
 // remove deletes a segment file the allocator made, durably.

@@ -29,6 +29,10 @@ type commitLog struct {
 	queue            *segment.Queue
 	maxRecordBytes   int
 	segmentSizeBytes int64
+	// crcFrom is the offset from which every record carries a whole-record
+	// checksum (record.PropRecordCRC) that scans with CRC checks verify;
+	// -1: none (the store never recycled segments). See recycle.go.
+	crcFrom atomic.Int64
 
 	// appendMu serializes appends (RocketMQ's putMessageLock). Everything
 	// below it is guarded by it.
@@ -134,6 +138,7 @@ type encodeBuffer struct {
 	queueOffset    int64
 	storeTimestamp int64
 	fromOffset     int64 // of the segment being appended to
+	recordCRC      bool  // props end with record.AppendRecordCRC's property
 
 	// What the dispatch feed takes (dispatchFeed): set by encode, but for
 	// before (the append's).
@@ -162,6 +167,9 @@ func (e *encodeBuffer) EncodeAt(dst []byte, filePos int64) error {
 	const sizeEnd = record.OffTotalSize + 4
 	rec := e.buf[:e.size]
 	record.Patch(rec, e.queueOffset, e.fromOffset+filePos, e.storeTimestamp)
+	if e.recordCRC {
+		record.PutRecordCRC(rec)
+	}
 	copy(dst[sizeEnd:], rec[sizeEnd:])
 	if e.feed != nil {
 		// Before the backend publishes the record (dispatchFeed's order).
@@ -505,10 +513,14 @@ func (c *commitLog) scanSegment(ctx context.Context, mf mappedfile.MappedFile, s
 			if err := checkTail(rec, r, at); err != nil {
 				return pos, false, err
 			}
+			if from := c.crcFrom.Load(); from >= 0 && at >= from {
+				if err := record.CheckRecordCRC(rec, at); err != nil {
+					return pos, false, err
+				}
+			}
 		}
-		if r.PhysicalOffset != at {
-			return pos, false, &record.DecodeError{Offset: at, Field: "PHYSICALOFFSET",
-				Reason: fmt.Sprintf("says %d, the record is at %d", r.PhysicalOffset, at), Err: record.ErrCorrupt}
+		if err := checkStoredOffset(r, at); err != nil {
+			return pos, false, err
 		}
 		if fn != nil {
 			if err := fn(at, rec, r); err != nil {

@@ -197,7 +197,12 @@ func (r *GetResult) Message(i int) (record.Record, error) {
 	if err != nil {
 		return record.Record{}, err
 	}
-	return record.Decode(raw, r.Messages[i].PhysicalOffset, true)
+	at := r.Messages[i].PhysicalOffset
+	rec, err := record.Decode(raw, at, true)
+	if err == nil {
+		err = checkStoredOffset(&rec, at)
+	}
+	return rec, err
 }
 
 // ranges calls fn for each run of messages contiguous in one segment.
@@ -394,6 +399,9 @@ func (s *Store) matchRealTags(seg mappedfile.MappedFile, m GotMessage, filter Me
 		return false, fmt.Errorf("read message at %d for its tags: %w", m.PhysicalOffset, err)
 	}
 	r, err := record.Decode(buf, m.PhysicalOffset, false)
+	if err == nil {
+		err = checkStoredOffset(&r, m.PhysicalOffset)
+	}
 	if err != nil {
 		return false, fmt.Errorf("message at %d: %w", m.PhysicalOffset, err)
 	}

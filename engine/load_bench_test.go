@@ -28,6 +28,7 @@ var (
 	loadPrewrite    = flag.String("load-prewrite", "", "BenchmarkPutLoad: Options.PrewriteSegments: default, on, off or auto")
 	loadCancel      = flag.Bool("load-cancel", false, "BenchmarkPutLoad: Put with one cancellable context shared by the producers, as mqbench does")
 	loadBackendOpts = flag.String("load-backend-options", "", `BenchmarkPutLoad: the backend's own options as JSON (uring-direct: '{"SyncMethod":1}')`)
+	loadRecycle     = flag.Int("load-recycle", 0, "BenchmarkPutLoad: Options.RecycleSegments; the store is aged first (this many 64 MiB segments filled, then retired into the pool by retention), so the window writes into reused segments")
 	loadBatching    = flag.String("load-batching", "", "BenchmarkPutLoad: Options.GroupCommitBatching: auto, merge or convoys")
 )
 
@@ -95,8 +96,15 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 			b.Fatalf("-load-backend-options: %v", err)
 		}
 	}
-	s, err := Open(ctx, b.TempDir(), Options{Backend: backend, BackendOptions: backendOpts, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
-		PrewriteSegments: prewrite, GroupCommitBatching: batching, dispatchFromLog: *loadFromLog})
+	o := Options{Backend: backend, BackendOptions: backendOpts, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
+		PrewriteSegments: prewrite, GroupCommitBatching: batching, dispatchFromLog: *loadFromLog, RecycleSegments: *loadRecycle}
+	dir := b.TempDir()
+	if *loadRecycle > 0 {
+		if err := ageStoreForBench(ctx, dir, o, *loadRecycle); err != nil {
+			b.Fatalf("age the store: %v", err)
+		}
+	}
+	s, err := Open(ctx, dir, o)
 	if errors.Is(err, mappedfile.ErrUnsupported) {
 		testenv.Skip(b, backendNeed(backend), "backend %s cannot run here: %v", backend, err)
 	}
@@ -157,4 +165,48 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 	b.ReportMetric(float64(after.PutLatency.P999.Nanoseconds()), "put-p99.9-ns")
 	b.ReportMetric(float64(after.FlushLatency.P999.Nanoseconds()), "flush-p99.9-ns")
 	b.ReportMetric(float64(after.FlushLatency.Max.Nanoseconds()), "flush-max-ns")
+}
+
+// ageStoreForBench fills a store in dir with n segments and one more, async, with
+// 64 KiB messages, and lets retention retire the n full ones into the
+// pool (Options.RecycleSegments): a store that has been running.
+func ageStoreForBench(ctx context.Context, dir string, o Options, n int) error {
+	o.FlushMode, o.DeleteWhen, o.FileReservedTime, o.CleanInterval = FlushAsync, "*", time.Nanosecond, time.Hour
+	s, err := Open(ctx, dir, o)
+	if err != nil {
+		return err
+	}
+	m := &Message{Topic: "Aging", Body: make([]byte, 64<<10)}
+	for s.log.queue.WroteOffset() < int64(n)*o.SegmentSizeBytes+1 {
+		if _, err := s.Put(ctx, m); err != nil {
+			s.Close()
+			return err
+		}
+	}
+	if _, err := s.Flush(ctx); err != nil {
+		s.Close()
+		return err
+	}
+	if err := s.WaitDispatched(ctx, s.log.queue.WroteOffset()); err != nil {
+		s.Close()
+		return err
+	}
+	for {
+		deleted, err := s.CleanExpired(ctx)
+		if err != nil {
+			s.Close()
+			return err
+		}
+		if deleted == 0 {
+			break
+		}
+	}
+	pooled := s.Stats().SegmentsPooled
+	if err := s.Close(); err != nil {
+		return err
+	}
+	if pooled < n {
+		return fmt.Errorf("%d segments pooled, want %d", pooled, n)
+	}
+	return nil
 }

@@ -362,6 +362,22 @@ type Options struct {
 	DeleteWhen       string
 	DiskMaxUsedRatio int
 	CleanInterval    time.Duration
+	// RecycleSegments keeps up to this many CommitLog segments that
+	// retention deletes, renamed, for the allocation service to take as
+	// new segments instead of making files (0, the default: none). A
+	// durable write into a reused file commits only its data: its extents
+	// are written, where a new file's are allocated and unwritten and a
+	// write into them also commits an extent change, or has to be bought
+	// by pre-writing zeros (PrewriteSegments). Measured with 64 MiB
+	// segments and sync flush: 64 producers, 117k → 139k msgs/s and a flush
+	// p99.9 of 22–25 ms → under 2 ms; 256 producers, 199k → 252k
+	// (docs/design.md). Pooled files take their disk space until reused; a
+	// full disk (DiskMaxUsedRatio) empties the pool. Once a store has
+	// recycled, every record it writes carries a whole-record checksum
+	// (record.PropRecordCRC, 20 bytes of properties) that recovery checks,
+	// even after RecycleSegments is set back to 0 (docs/formats.md). Not
+	// for the in-memory backend.
+	RecycleSegments int
 
 	// Role is the store's part in replication (RocketMQ's brokerRole):
 	// AsyncMaster (the default), SyncMaster (a Put waits for a slave) or
@@ -629,6 +645,7 @@ func (o Options) validate() error {
 		{o.GetMaxBytes < 0, "GetMaxBytes is negative"},
 		{o.FileReservedTime < 0 || o.CleanInterval < 0, "a retention duration is negative"},
 		{o.DiskMaxUsedRatio < 0 || o.DiskMaxUsedRatio > 100, fmt.Sprintf("DiskMaxUsedRatio %d is not a percentage", o.DiskMaxUsedRatio)},
+		{o.RecycleSegments < 0, fmt.Sprintf("RecycleSegments %d is negative", o.RecycleSegments)},
 		{o.Role != AsyncMaster && o.Role != SyncMaster && o.Role != Slave, fmt.Sprintf("Role %d is unknown", o.Role)},
 		{o.SlaveTimeout < 0, fmt.Sprintf("SlaveTimeout %v is negative", o.SlaveTimeout)},
 		{o.HASlaveFallbehindMax < 0, fmt.Sprintf("HASlaveFallbehindMax %d is negative", o.HASlaveFallbehindMax)},

@@ -54,6 +54,7 @@ func TestDefaultOptions(t *testing.T) {
 		"DeleteWhen":                        "04",
 		"DiskMaxUsedRatio":                  75,
 		"CleanInterval":                     10 * time.Second,
+		"RecycleSegments":                   0, // retention deletes; nothing is reused
 		"Role":                              AsyncMaster,
 		"SlaveTimeout":                      3 * time.Second,
 		"HASlaveFallbehindMax":              int64(256 << 20),

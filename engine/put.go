@@ -128,6 +128,10 @@ func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutSt
 		return 0, MessageIllegal, fmt.Errorf("body of %d bytes exceeds the maximum message size %d", len(m.Body), s.opts.MaxMessageSizeBytes)
 	}
 	props, err := record.EncodeProperties(e.props[:0], m.Properties)
+	e.recordCRC = s.log.crcFrom.Load() >= 0
+	if err == nil && e.recordCRC {
+		props = record.AppendRecordCRC(props)
+	}
 	e.props = props
 	if err != nil {
 		return 0, MessageIllegal, err

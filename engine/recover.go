@@ -207,6 +207,9 @@ func firstStoreTimestamp(mf mappedfile.MappedFile) (int64, bool) {
 	if magic != record.MagicV1 && magic != record.MagicV2 {
 		return 0, false
 	}
+	if int64(binary.BigEndian.Uint64(head[record.OffPhysicalOffset:])) != mf.FromOffset() {
+		return 0, false // an older segment's record: a reused file not written yet
+	}
 	off := record.StoreTimestampOffset(int32(binary.BigEndian.Uint32(head[record.OffSysFlag:])))
 	if off+8 > n {
 		return 0, false
@@ -453,6 +456,12 @@ func (s *Store) knownQueues() ([]queueKey, error) {
 // bytes in .broken files (CorruptionTruncate).
 func (s *Store) judgeEnd(end scanEnd) error {
 	durable := s.checkpoint.flushedOffset.Load()
+	if from := s.log.crcFrom.Load(); !s.abnormalOpen && end.corrupt != nil && from >= 0 && end.validEnd >= from && end.validEnd == durable {
+		// A log that recycles segments: after a clean close the bytes
+		// past its end are a pooled file's old ones, not zeros, and the
+		// close flushed exactly to the end and recorded it.
+		return nil
+	}
 	if !s.abnormalOpen && end.corrupt != nil {
 		// After a clean close nothing is torn: a bad record is corruption
 		// wherever it is (the checkpoint of a store closed by an older
@@ -527,7 +536,7 @@ func (s *Store) validDataAfter(offset int64) int64 {
 		if n, _ := mf.ReadAt(rec, 0); n != len(rec) {
 			continue
 		}
-		if _, err := record.Decode(rec, mf.FromOffset(), true); err == nil {
+		if r, err := record.Decode(rec, mf.FromOffset(), true); err == nil && r.PhysicalOffset == mf.FromOffset() {
 			return mf.FromOffset()
 		}
 	}

@@ -111,6 +111,12 @@ func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	spaceFull := used > float64(s.opts.DiskMaxUsedRatio)
+	if spaceFull && s.pool != nil {
+		// Pooled files are space retention can give back at once.
+		if n, err := s.pool.empty(); n > 0 || err != nil {
+			s.opts.Logger.Warn("the disk is full: removed the pooled CommitLog segments", slog.Int("removed", n), slog.Any("err", err))
+		}
+	}
 	if !timeUp && !spaceFull {
 		return 0, nil
 	}
@@ -134,7 +140,11 @@ func (s *Store) CleanExpired(ctx context.Context) (int, error) {
 		if s.keptForSlave(files[0], end, spaceFull, used) {
 			break
 		}
-		if err := s.log.queue.DeleteFirst(); err != nil {
+		var keep func(mappedfile.MappedFile) (bool, error)
+		if s.pool != nil {
+			keep = func(mf mappedfile.MappedFile) (bool, error) { return s.pool.retire(mf, spaceFull) }
+		}
+		if err := s.log.queue.DeleteFirstOr(keep); err != nil {
 			return deleted, err
 		}
 		deleted++

@@ -160,6 +160,11 @@ type Stats struct {
 	// segments the allocation service made, written with zeros before use
 	// or only fallocated (Options.PrewriteSegments).
 	SegmentsPrewritten, SegmentsFallocated uint64
+	// SegmentsRecycled counts the segments made from a file retention
+	// retired (Options.RecycleSegments), SegmentsRetired the files it put
+	// in the pool, and SegmentsPooled the files in the pool now.
+	SegmentsRecycled, SegmentsRetired uint64
+	SegmentsPooled                    int
 
 	// LockedBytes is the memory the store's backends hold mlocked (warmed
 	// segments with LockSegments, the transient pool's buffers); PagesLocked

@@ -47,6 +47,7 @@ type Store struct {
 	log        *commitLog
 	logics     *logics
 	alloc      *allocator
+	pool       *segmentPool // retired CommitLog segments kept for reuse; nil without the allocation service
 
 	dispatcher    *dispatcher
 	logicsFlusher *logicsFlusher
@@ -195,8 +196,22 @@ func (s *Store) openFiles() error {
 // segments and, for TruncateCommitLog, cuts it.
 func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 	o := s.opts
+	if o.RecycleSegments > 0 && (o.NoPreallocate || s.fs != storefs.OS()) {
+		return fmt.Errorf("open store: RecycleSegments needs the allocation service (not NoPreallocate) and a backend whose files are on disk (not %s): %w",
+			s.backend.Name(), ErrInvalidOption)
+	}
+	if s.fs == storefs.OS() {
+		maxRecord := max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes)
+		pool, err := openSegmentPool(s.fs, filepath.Join(s.dir, commitLogDirName), o.SegmentSizeBytes, o.RecycleSegments, maxRecord, o.Logger)
+		if err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+		if o.RecycleSegments > 0 {
+			s.pool = pool
+		}
+	}
 	if !o.NoPreallocate {
-		s.alloc = newAllocator(s.backend, s.fs, o, s.prewriteNext)
+		s.alloc = newAllocator(s.backend, s.fs, o, s.prewriteNext, s.pool)
 	}
 	var alloc segment.Allocator
 	if s.alloc != nil {
@@ -217,8 +232,13 @@ func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 	if err != nil {
 		return fmt.Errorf("open store: commitlog: %w", err)
 	}
+	crcFrom, err := loadRecordCRCFrom(s.fs, s.dir)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
 		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]*queueCounter)}
+	s.log.crcFrom.Store(crcFrom)
 	if !o.dispatchFromLog {
 		s.log.feed = newDispatchFeed()
 	}
@@ -243,6 +263,9 @@ func (s *Store) recoverAll(ctx context.Context) error {
 	}
 	if err := s.recover(ctx); err != nil {
 		return fmt.Errorf("open store %s: recovery: %w", s.dir, err)
+	}
+	if err := s.startRecycling(); err != nil {
+		return err
 	}
 	if err := storefs.WriteFileAtomic(s.fs, filepath.Join(s.dir, abortFileName), nil); err != nil {
 		return fmt.Errorf("open store: create abort file: %w", err)
@@ -315,10 +338,24 @@ func (s *Store) ReadMessage(ctx context.Context, physicalOffset int64) (record.R
 		return record.Record{}, err
 	}
 	r, err := record.Decode(buf, physicalOffset, true)
+	if err == nil {
+		err = checkStoredOffset(&r, physicalOffset)
+	}
 	if err != nil {
 		return record.Record{}, fmt.Errorf("read message at %d: %w", physicalOffset, err)
 	}
 	return r, nil
+}
+
+// checkStoredOffset refuses a record whose PHYSICALOFFSET is not where it
+// was read: an older segment's record in a reused file (RecycleSegments),
+// or a pointer that missed.
+func checkStoredOffset(r *record.Record, at int64) error {
+	if r.PhysicalOffset != at {
+		return &record.DecodeError{Offset: at, Field: "PHYSICALOFFSET",
+			Reason: fmt.Sprintf("says %d, the record is at %d", r.PhysicalOffset, at), Err: record.ErrCorrupt}
+	}
+	return nil
 }
 
 // Scan calls fn for every valid record from the CommitLog offset from (a
@@ -378,6 +415,9 @@ func (s *Store) Stats() Stats {
 	st.BytesBehindFlush = st.WroteOffset - st.FlushedOffset
 	if a := s.alloc; a != nil {
 		st.SegmentsPrewritten, st.SegmentsFallocated = a.prewritten.Load(), a.fallocated.Load()
+	}
+	if p := s.pool; p != nil {
+		st.SegmentsRecycled, st.SegmentsRetired, st.SegmentsPooled = p.recycled.Load(), p.retired.Load(), p.len()
 	}
 	if g := s.gate; g != nil {
 		st.DispatchLagLimit, st.DispatchWaits, st.DispatchWaitNs = g.limit, g.waits.Load(), g.waitedNs.Load()

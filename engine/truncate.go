@@ -216,6 +216,9 @@ func (s *Store) cutLog(ctx context.Context, offset int64, intent bool) error {
 	if err := s.log.queue.TruncateTo(ctx, offset); err != nil {
 		return err
 	}
+	if err := s.lowerRecordCRCFrom(offset); err != nil {
+		return err
+	}
 	s.log.committedOffset.Store(offset)
 	s.log.flushedOffset.Store(offset)
 	return nil

@@ -87,7 +87,8 @@ type Base struct {
 	closed atomic.Bool // Close or Delete called
 
 	cleanupDone atomic.Bool
-	cleanupErr  error // written before cleanupDone is set
+	cleanupErr  error  // written before cleanupDone is set
+	released    func() // Retire's: run after a cleanup that succeeded
 }
 
 // Semantics says how a backend's positions relate.
@@ -394,6 +395,26 @@ func (b *Base) Delete() error {
 	return removeErr
 }
 
+// Retirer is implemented by files built on Base. Retire is Delete without
+// the unlink: the file leaves service at once (no new reference), and
+// after the last reference goes and the backend has released the file's
+// memory and descriptors, released runs — from whichever goroutine
+// released last, so it must not block. The caller has moved the file out
+// of its directory's name space already (renamed it); until released runs
+// a reader that found the segment before may still read its old bytes.
+type Retirer interface {
+	Retire(released func()) error
+}
+
+// Retire implements Retirer.
+func (b *Base) Retire(released func()) error {
+	if !b.closed.CompareAndSwap(false, true) {
+		return b.ClosedError("retire")
+	}
+	b.released = released
+	return b.shutdown()
+}
+
 func (b *Base) shutdown() error {
 	b.refs.Shutdown(b.runCleanup)
 	if b.cleanupDone.Load() {
@@ -411,4 +432,7 @@ func (b *Base) runCleanup() {
 	}
 	b.cleanupErr = err
 	b.cleanupDone.Store(true)
+	if b.released != nil && err == nil {
+		b.released()
+	}
 }

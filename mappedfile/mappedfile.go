@@ -133,6 +133,14 @@ type Spec struct {
 	// need, returning false once a roll waits for that segment; nil writes
 	// at full speed.
 	PrewritePace func() bool
+	// RecycleFrom names a file of SizeBytes bytes that an older segment
+	// left (the engine's pool of segments retention retired), to take
+	// instead of creating one when Path does not exist: Open renames it to
+	// Path, syncs the directory and opens it as a new, empty segment (every
+	// position 0), though its bytes past the write position are the old
+	// segment's, not zeros. Its extents are written already, so Prewrite
+	// has nothing to do. When the file is gone Open creates Path as usual.
+	RecycleFrom string
 	// HugePages asks a backend that maps the file to back the mapping with
 	// transparent huge pages where the kernel can (madvise MADV_HUGEPAGE):
 	// pages faulted in then come as 2 MiB folios, one fault and one TLB

@@ -27,6 +27,10 @@ var ErrCorruptDirectory = errors.New("segment: directory is not a valid segment 
 // append can be retried; nothing already stored is affected.
 var ErrCreate = errors.New("segment: cannot create the next segment")
 
+// RecycleSuffix ends the name of a file kept for reuse (the engine's
+// segment pool): not a segment of the queue.
+const RecycleSuffix = ".recycle"
+
 // NameLength is the number of digits in a segment name.
 const NameLength = 20
 
@@ -132,6 +136,7 @@ func (q *Queue) list() ([]string, error) {
 	for _, name := range all {
 		switch {
 		case strings.HasSuffix(name, ".broken"): // cut bytes kept by recovery
+		case strings.HasSuffix(name, RecycleSuffix): // a file kept for reuse
 		case strings.HasSuffix(name, ".tmp"):
 			if err := storefs.RemoveDurably(q.fs, filepath.Join(q.dir, name)); err != nil {
 				return nil, fmt.Errorf("segment queue: remove leftover %s: %w", name, err)
@@ -388,6 +393,14 @@ func (q *Queue) SyncRange(ctx context.Context, from, to int64) error {
 // after, so Puts and reads never wait for an unlink or an munmap. A reader
 // that found the segment before keeps reading it until it releases it.
 func (q *Queue) DeleteFirst() error {
+	return q.DeleteFirstOr(nil)
+}
+
+// DeleteFirstOr is DeleteFirst, except that keep, when not nil, is offered
+// the segment first: when it reports true it has taken the file (renamed
+// and retired it, say) and the segment is not deleted. An error from keep
+// is returned; the segment has left the queue either way.
+func (q *Queue) DeleteFirstOr(keep func(mappedfile.MappedFile) (bool, error)) error {
 	q.mu.Lock()
 	if len(q.files) == 0 {
 		q.mu.Unlock()
@@ -396,6 +409,11 @@ func (q *Queue) DeleteFirst() error {
 	f := q.files[0]
 	q.files = q.files[1:] // a flusher's snapshot of the slice keeps its entries
 	q.mu.Unlock()
+	if keep != nil {
+		if kept, err := keep(f); kept || err != nil {
+			return err
+		}
+	}
 	if err := f.Delete(); err != nil {
 		return fmt.Errorf("delete %s: %w", f.Path(), err)
 	}

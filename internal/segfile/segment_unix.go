@@ -23,6 +23,8 @@ import (
 // named spec.Path. existed reports whether the file was already there; its
 // size must then be spec.SizeBytes. extraFlags are added to O_RDWR
 // (O_DIRECT, for example: a prewrite then bypasses the page cache too).
+// With spec.RecycleFrom, a missing spec.Path is that file renamed (see
+// mappedfile.Spec), reported as not existed: a new segment.
 //
 // A backend that creates its files some other way gets the same result from
 // Prewrite(ctx, f, size) on its new file before the sync and rename.
@@ -50,8 +52,16 @@ func OpenOrCreate(ctx context.Context, spec mappedfile.Spec, extraFlags int) (f 
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, false, fmt.Errorf("open segment %s: %w", spec.Path, directIOHint(err, extraFlags))
 	}
-	if err := create(ctx, spec, extraFlags); err != nil {
-		return nil, false, fmt.Errorf("create segment %s: %w", spec.Path, err)
+	recycled := false
+	if spec.RecycleFrom != "" {
+		if recycled, err = recycle(spec); err != nil {
+			return nil, false, fmt.Errorf("create segment %s: %w", spec.Path, err)
+		}
+	}
+	if !recycled {
+		if err := create(ctx, spec, extraFlags); err != nil {
+			return nil, false, fmt.Errorf("create segment %s: %w", spec.Path, err)
+		}
 	}
 	// Open the renamed file by its name, so that it (and every operation
 	// the seam reports on it) carries the segment's path, not the
@@ -60,6 +70,37 @@ func OpenOrCreate(ctx context.Context, spec mappedfile.Spec, extraFlags int) (f 
 		return nil, false, fmt.Errorf("open segment %s after creating it: %w", spec.Path, err)
 	}
 	return f, false, nil
+}
+
+// recycle renames spec.RecycleFrom to spec.Path and syncs the directory,
+// so the name survives a power loss before anything is written under it.
+// It reports false, with no error, when the file is gone. A file of the
+// wrong size is refused (and left where it is).
+func recycle(spec mappedfile.Spec) (bool, error) {
+	st, err := os.Stat(spec.RecycleFrom)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("recycle %s: %w", spec.RecycleFrom, err)
+	}
+	if st.Size() != spec.SizeBytes {
+		return false, fmt.Errorf("recycle %s: file has %d bytes, segment size is %d: %w",
+			spec.RecycleFrom, st.Size(), spec.SizeBytes, mappedfile.ErrSizeMismatch)
+	}
+	if filepath.Dir(spec.RecycleFrom) != filepath.Dir(spec.Path) {
+		return false, fmt.Errorf("recycle %s as %s: not in the same directory (one directory sync must cover the rename): %w",
+			spec.RecycleFrom, spec.Path, mappedfile.ErrInvalidArgument)
+	}
+	if err := Rename(spec.RecycleFrom, spec.Path); err != nil {
+		return false, fmt.Errorf("recycle: %w", err)
+	}
+	if err := SyncDir(filepath.Dir(spec.Path)); err != nil {
+		// The new name may not survive a power loss: do not use it.
+		_ = Unlink(spec.Path)
+		return false, fmt.Errorf("recycle %s: %w", spec.RecycleFrom, err)
+	}
+	return true, nil
 }
 
 // create makes spec.Path durably: a temporary file, preallocated (and

@@ -1,0 +1,382 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/mappedfile"
+)
+
+// recycleOptions: small segments, retention by hand (CleanExpired) that
+// finds every full segment expired, a pool of 4.
+func recycleOptions(backend string) Options {
+	o := smallLogicsOptions(Options{Backend: backend, FlushMode: FlushSync, RecycleSegments: 4,
+		MaxMessageSizeBytes: 4 << 10, CleanInterval: time.Hour, DeleteWhen: "*", FileReservedTime: time.Nanosecond})
+	o.diskUsed = func(string) (float64, error) { return 10, nil }
+	return o
+}
+
+// fixedMessage is a message whose record has the same size and layout
+// for every i: a reused segment's records then lie exactly over the old
+// ones, the case where old bytes pass every check but the whole-record
+// checksum.
+func fixedMessage(i int) *Message {
+	body := make([]byte, 500)
+	for j := range body {
+		body[j] = byte(i*7 + j)
+	}
+	return &Message{Topic: "Recycle", QueueID: int32(i % 2), Body: body, Properties: []Property{
+		{Name: "TAGS", Value: "T" + fmt.Sprint(i%3)}, {Name: "KEYS", Value: fmt.Sprintf("k%08d", i)},
+		{Name: "UNIQ_KEY", Value: fmt.Sprintf("U%08d", i)},
+	}}
+}
+
+func putFixed(t *testing.T, s *Store, from, to int) []PutResult {
+	t.Helper()
+	var out []PutResult
+	for i := from; i < to; i++ {
+		res, err := s.Put(context.Background(), fixedMessage(i))
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		out = append(out, res)
+	}
+	last := out[len(out)-1]
+	waitFor(t, "dispatch", func() bool { return s.logics.dispatchedOffset.Load() >= last.PhysicalOffset+int64(last.Size) })
+	return out
+}
+
+// ageStore fills s past a few segments and lets retention retire every
+// full one into the pool.
+func ageStore(t *testing.T, s *Store, n int) {
+	t.Helper()
+	putFixed(t, s, 0, n)
+	if _, err := s.CleanExpired(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.SegmentsPooled < 2 {
+		t.Fatalf("%d segments pooled after retention (%d retired): the test needs two", st.SegmentsPooled, st.SegmentsRetired)
+	}
+}
+
+// checkMessages reads every result back by queue offset and compares its
+// UNIQ_KEY.
+func checkMessages(t *testing.T, s *Store, res []PutResult, from int) {
+	t.Helper()
+	ctx := context.Background()
+	for k, r := range res {
+		i := from + k
+		got, err := s.Get(ctx, "g", "Recycle", int32(i%2), r.QueueOffset, 1, nil)
+		if err != nil || got.Status != Found {
+			t.Fatalf("message %d: %v %v", i, got.Status, err)
+		}
+		m, err := got.Message(0)
+		got.Release()
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if u, _ := m.UniqKey(); u != fmt.Sprintf("U%08d", i) || m.PhysicalOffset != r.PhysicalOffset {
+			t.Fatalf("message %d: UNIQ_KEY %q at %d, want U%08d at %d", i, u, m.PhysicalOffset, i, r.PhysicalOffset)
+		}
+	}
+}
+
+// TestRecycledSegments runs a store whose retention feeds a pool of
+// segments on each disk backend: the new segments come from the pool
+// (their old bytes behind the write position), every message reads back,
+// Verify finds nothing wrong, and a clean close and reopen — the log's end
+// followed by old bytes, not zeros — keeps it all.
+func TestRecycledSegments(t *testing.T) {
+	for _, reg := range Backends() {
+		if reg.Volatile {
+			continue
+		}
+		t.Run(reg.Name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			o := recycleOptions(reg.Name)
+			if os.Getenv("RECYCLE_DEBUG") != "" {
+				o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			}
+			s := openStore(t, dir, o)
+			ageStore(t, s, 400)
+			res := putFixed(t, s, 400, 700)
+			st := s.Stats()
+			if st.SegmentsRecycled < 2 {
+				t.Fatalf("%d segments made from the pool (%d pooled, %d retired): want ≥ 2", st.SegmentsRecycled, st.SegmentsPooled, st.SegmentsRetired)
+			}
+			checkMessages(t, s, res, 400)
+			rep, err := s.Verify(ctx)
+			if err != nil || len(rep.Problems) > 0 {
+				t.Fatalf("verify: %v %v", err, rep.Problems)
+			}
+			last := s.log.queue.Last()
+			tail := make([]byte, 64)
+			if n, _ := last.ReadAt(tail, last.WrotePosition()); n > 0 {
+				t.Logf("bytes after the end: % x", tail[:n])
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if stale := oldBytesAfterEnd(t, dir, st.WroteOffset, o.SegmentSizeBytes); !stale {
+				t.Fatal("the active segment holds zeros after its end: the test needs a reused one")
+			}
+			s = openStore(t, dir, o)
+			defer s.Close()
+			if got := s.MaxOffset(); got != st.WroteOffset {
+				t.Fatalf("after a clean reopen the log ends at %d, it ended at %d", got, st.WroteOffset)
+			}
+			checkMessages(t, s, res, 400)
+			more := putFixed(t, s, 700, 800)
+			checkMessages(t, s, more, 700)
+		})
+	}
+}
+
+// oldBytesAfterEnd reports whether the CommitLog file holding end has
+// bytes that are not zero after it.
+func oldBytesAfterEnd(t *testing.T, dir string, end, segSize int64) bool {
+	t.Helper()
+	from := end - end%segSize
+	b, err := os.ReadFile(filepath.Join(dir, commitLogDirName, fmt.Sprintf("%020d", from)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range b[end-from:] {
+		if c != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRecycledTornRecordIsCut: after a crash, the last record of a reused
+// segment holds the properties the file held before (same length, other
+// values) — what a write whose last page never reached the device leaves
+// over a pooled file. BODYCRC, the lengths and the 0x02 at the end all
+// pass; the whole-record checksum must not, so recovery cuts the log
+// before the record instead of serving it with another message's keys.
+func TestRecycledTornRecordIsCut(t *testing.T) {
+	for _, backend := range []string{"mmap", "uring-direct"} {
+		t.Run(backend, func(t *testing.T) {
+			dir := t.TempDir()
+			o := recycleOptions(backend)
+			s := openStore(t, dir, o)
+			ageStore(t, s, 400)
+			res := putFixed(t, s, 400, 700)
+			if s.Stats().SegmentsRecycled < 2 {
+				t.Fatal("no segment came from the pool")
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			last := res[len(res)-1]
+			// The old use of the file: the same record, another message's keys.
+			path := filepath.Join(dir, commitLogDirName, fmt.Sprintf("%020d", last.PhysicalOffset-last.PhysicalOffset%o.SegmentSizeBytes))
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pos := last.PhysicalOffset % o.SegmentSizeBytes
+			rec := make([]byte, last.Size)
+			if _, err := f.ReadAt(rec, pos); err != nil {
+				t.Fatal(err)
+			}
+			i := strings.Index(string(rec), "U00000699")
+			if i < 0 {
+				t.Fatal("the last record has no UNIQ_KEY U00000699")
+			}
+			if _, err := f.WriteAt([]byte("U00000007"), pos+int64(i)); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// A crash: the abort file is there and the checkpoint knew
+			// durable only what came before the last record.
+			if err := os.WriteFile(filepath.Join(dir, abortFileName), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cpPath := filepath.Join(dir, checkpointFileName)
+			cp, err := os.ReadFile(cpPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			binary.BigEndian.PutUint64(cp[24:], uint64(last.PhysicalOffset))
+			if err := os.WriteFile(cpPath, cp, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s = openStore(t, dir, o)
+			defer s.Close()
+			if got := s.MaxOffset(); got != last.PhysicalOffset {
+				r, rerr := s.ReadMessage(context.Background(), last.PhysicalOffset)
+				u, _ := r.UniqKey()
+				t.Fatalf("recovery kept the log to %d, want it cut at %d; the record there reads UNIQ_KEY %q (%v)", got, last.PhysicalOffset, u, rerr)
+			}
+			checkMessages(t, s, res[:len(res)-1], 400)
+		})
+	}
+}
+
+// TestPooledFileWaitsForItsReaders: a segment retention retires while a
+// reader holds it is not taken until the reader lets go, and its bytes
+// stay the old ones meanwhile.
+func TestPooledFileWaitsForItsReaders(t *testing.T) {
+	dir := t.TempDir()
+	o := recycleOptions("mmap")
+	o.RecycleSegments = 1
+	s := openStore(t, dir, o)
+	defer s.Close()
+	putFixed(t, s, 0, 300)
+	first := s.log.queue.First()
+	if !first.Retain() {
+		t.Fatal("retain the first segment")
+	}
+	before := make([]byte, 4096)
+	if _, err := first.ReadAt(before, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CleanExpired(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s.pool.len() != 1 {
+		t.Fatalf("%d files pooled, want 1", s.pool.len())
+	}
+	if ps := s.pool.take(1 << 40); ps != nil {
+		t.Fatalf("took %s while a reader holds it", ps.path)
+	}
+	after := make([]byte, 4096)
+	if _, err := first.ReadAt(after, 0); err != nil || string(after) != string(before) {
+		t.Fatalf("the reader's bytes changed (%v)", err)
+	}
+	first.Release()
+	ps := s.pool.take(1 << 40)
+	if ps == nil {
+		t.Fatal("the released file cannot be taken")
+	}
+	if ps.oldFrom != 0 || !strings.HasSuffix(ps.path, segmentRecycleName(0)) {
+		t.Fatalf("pooled %s from %d", ps.path, ps.oldFrom)
+	}
+	if s.pool.take(ps.oldFrom) != nil {
+		t.Fatal("a file was taken for an offset it held")
+	}
+}
+
+func segmentRecycleName(from int64) string { return fmt.Sprintf("%020d%s", from, recycleSuffix) }
+
+// TestPrepareZeroesTheOldBlank: the end-of-segment blank of a pooled file
+// is zeroed before reuse (it carries no offset of its own), and nothing
+// before it is touched.
+func TestPrepareZeroesTheOldBlank(t *testing.T) {
+	const size, maxRecord = 64 << 10, 4 << 10
+	path := filepath.Join(t.TempDir(), segmentRecycleName(0))
+	data := make([]byte, size)
+	for i := range data[:size-3000] {
+		data[i] = 0xAA
+	}
+	record.PutBlank(data[size-3000:], 3000)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &segmentPool{size: size, tail: maxRecord + record.BlankSize}
+	if err := p.prepare(context.Background(), &pooledSegment{path: path}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blankAt := size - 3000
+	for i := blankAt; i < blankAt+record.BlankSize; i++ {
+		if got[i] != 0 {
+			t.Fatalf("byte %d of the blank is 0x%02x after prepare", i-blankAt, got[i])
+		}
+	}
+	if got[0] != 0xAA || got[blankAt-4097] != 0xAA {
+		t.Fatal("prepare zeroed more than the blank's block")
+	}
+}
+
+// TestRecyclingStaysOn: a store that recycled keeps writing and checking
+// whole-record checksums after RecycleSegments goes back to 0, and its
+// pooled files are removed; the in-memory backend refuses the option.
+func TestRecyclingStaysOn(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o := recycleOptions("mmap")
+	s := openStore(t, dir, o)
+	ageStore(t, s, 300)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.RecycleSegments = 0
+	s = openStore(t, dir, o)
+	defer s.Close()
+	res := putFixed(t, s, 300, 310)
+	r, err := s.ReadMessage(ctx, res[0].PhysicalOffset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := record.LookupProperty(r.Properties, record.PropRecordCRC); !ok {
+		t.Fatalf("a record written after recycling stopped has no %s property: %q", record.PropRecordCRC, r.Properties)
+	}
+	names, err := os.ReadDir(filepath.Join(dir, commitLogDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n.Name(), recycleSuffix) {
+			t.Fatalf("pooled file %s left with RecycleSegments 0", n.Name())
+		}
+	}
+	mem := Options{BackendImpl: mappedfile.NewMemFS(mappedfile.MemOptions{}), RecycleSegments: 2, Logger: quietLogger}
+	if _, err := Open(ctx, t.TempDir(), memIndexSizes(mem)); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("RecycleSegments on the in-memory backend: %v", err)
+	}
+}
+
+// TestRecyclingSlaveNeedsTheChecksum: a slave that recycles segments takes
+// replicated records only with the whole-record checksum its recovery will
+// check — from a master that does not write it, replication fails with a
+// clear error; from one that does, the records go in and read back.
+func TestRecyclingSlaveNeedsTheChecksum(t *testing.T) {
+	ctx := context.Background()
+	for _, masterRecycles := range []bool{false, true} {
+		t.Run(fmt.Sprint("masterRecycles=", masterRecycles), func(t *testing.T) {
+			mo := recycleOptions("mmap")
+			if !masterRecycles {
+				mo.RecycleSegments = 0
+			}
+			master := openStore(t, t.TempDir(), mo)
+			defer master.Close()
+			res := putFixed(t, master, 0, 20)
+			so := recycleOptions("mmap")
+			so.Role = Slave
+			slave := openStore(t, t.TempDir(), so)
+			defer slave.Close()
+			_, err := slave.AppendReplicated(ctx, 0, logBytes(t, master, 0, master.MaxOffset()))
+			if !masterRecycles {
+				if !errors.Is(err, ErrReplicaData) || !strings.Contains(err.Error(), "whole-record checksum") {
+					t.Fatalf("records without the checksum: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := slave.ReadMessage(ctx, res[19].PhysicalOffset)
+			if u, _ := r.UniqKey(); err != nil || u != "U00000019" {
+				t.Fatalf("replicated record: %q %v", u, err)
+			}
+		})
+	}
+}
