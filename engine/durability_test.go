@@ -611,3 +611,61 @@ func TestDispatchRetriesNoSpace(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoveryKeepsAUnitWhoseRecordRetentionDeleted: a queue's last
+// durable ConsumeQueue unit points into a segment retention has deleted
+// (the queue got no record since), the queue then takes records whose
+// units are still in the page cache when the power goes. Recovery cannot
+// check that unit against its record — the record is gone — and must keep
+// it: dropped as damaged, it left a gap the re-dispatch could not fill,
+// and the store would not open (found by the power-loss trials on an aged
+// store).
+func TestRecoveryKeepsAUnitWhoseRecordRetentionDeleted(t *testing.T) {
+	ctx := context.Background()
+	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+	o := smallLogicsOptions(Options{BackendImpl: fs, FlushMode: FlushSync, CleanInterval: time.Hour,
+		DeleteWhen: "*", FileReservedTime: time.Nanosecond,
+		ConsumeQueueFlushInterval: time.Hour, ConsumeQueueFlushThoroughInterval: time.Hour})
+	o.diskUsed = func(string) (float64, error) { return 10, nil }
+	dir := t.TempDir()
+	s := openStore(t, dir, o)
+	putN(t, s, "G", 2, 120, 500, nil) // both queues, over several segments
+	for s.log.queue.Len() < 6 {       // then queue 0 alone, into a new segment
+		if _, err := s.Put(ctx, testMessage("G", 0, 0, 500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil { // every unit durable
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, o)
+	if _, err := s.CleanExpired(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q1, err := s.logics.queue(ctx, queueKey{topic: "G", queueID: 1}, false)
+	if err != nil || q1 == nil {
+		t.Fatal("queue 1", err)
+	}
+	if q1.MinOffset() != q1.MaxOffset() || q1.MaxOffset() == 0 {
+		t.Fatalf("queue 1 holds [%d, %d) after retention: the test needs every unit it has to point before the log's start", q1.MinOffset(), q1.MaxOffset())
+	}
+	var acked []PutResult
+	for i := 0; i < 5; i++ { // durable records whose units are not
+		res, err := s.Put(ctx, testMessage("G", 1, 1000+i, 500))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, res)
+	}
+	fs.Crash(mappedfile.TornNone, nil)
+	reopenAfter(s, fs)
+	s = openStore(t, dir, o)
+	defer s.Close()
+	for _, r := range acked {
+		got, err := s.Get(ctx, "g", "G", 1, r.QueueOffset, 1, nil)
+		if err != nil || got.Status != Found || got.Messages[0].PhysicalOffset != r.PhysicalOffset {
+			t.Fatalf("queue offset %d after the power loss: %v %v", r.QueueOffset, got.Status, err)
+		}
+		got.Release()
+	}
+}

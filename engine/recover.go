@@ -334,9 +334,14 @@ func (s *Store) truncateQueues(ctx context.Context, logStart, validEnd, reputFro
 			return 0, fmt.Errorf("truncate consume queue %s/%d: %w", key.topic, key.queueID, err)
 		}
 		// A torn page can leave a last unit that points at the right record
-		// with a wrong size or tags code: check it against the record.
+		// with a wrong size or tags code: check it against the record. A
+		// unit whose record retention deleted cannot be checked and is
+		// kept: dropped, it would leave a gap no re-dispatch fills (the
+		// queue's next record is in the log, its own is not). A torn one
+		// that points there while its record is in the log is replaced
+		// by the re-dispatch, which starts at the log's start for it.
 		if n := cq.MaxOffset(); n > cq.MinOffset() {
-			if u, err := cq.Get(n - 1); err != nil || !s.unitMatches(ctx, key, n-1, u) {
+			if u, err := cq.Get(n - 1); err != nil || (u.PhysicalOffset >= logStart && !s.unitMatches(ctx, key, n-1, u)) {
 				if err := cq.TruncateAt(ctx, n-1); err != nil {
 					return 0, fmt.Errorf("drop the damaged last unit of %s/%d: %w", key.topic, key.queueID, err)
 				}

@@ -18,6 +18,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"produce", "--dir", "x", "--topic", "T", "--queues", "0"},
 		{"produce", "--dir", "x", "--topic", "T", "--flush", "sometimes"},
 		{"produce", "--dir", "x", "--topic", "T", "--nope"},
+		{"produce", "--dir", "x", "--topic", "T", "--recycle-segments", "-1"},
 		{"dump"},
 		{"dump", "--dir", "x", "--max", "-1"},
 		{"consume", "--dir", "x", "--topic", "T"},

@@ -27,7 +27,7 @@ import (
 )
 
 var (
-	fuseTrials   = flag.Int("fuse.trials", 5, "power-loss trials per backend in TestPowerLossFUSE (5: each backend gets each kind of trial once)")
+	fuseTrials   = flag.Int("fuse.trials", 6, "power-loss trials per backend in TestPowerLossFUSE (6: each backend gets each kind of trial once)")
 	fuseBackends = flag.String("fuse.backends", "mmap,transient,uring,uring-direct", "backends of TestPowerLossFUSE, comma separated")
 	fuseSeed     = flag.Uint64("fuse.seed", 1, "seed of TestPowerLossFUSE's first trial (a failure names the seed that replays it)")
 	fuseLog      = flag.Bool("fuse.log", false, "log every power-loss trial's crash reports and process logs (a failure's are always logged)")
@@ -41,10 +41,11 @@ const (
 	plChained         // kill only, restart, produce more, power loss
 	plRecovery        // power loss, then another during the recovering open
 	plAsync           // async flush: what the store reported flushed survives
+	plRecycled        // sync, power loss, in segments reused from retention's pool
 	plKinds
 )
 
-var plKindNames = [plKinds]string{"sync", "strict", "chained", "recovery", "async"}
+var plKindNames = [plKinds]string{"sync", "strict", "chained", "recovery", "async", "recycled"}
 
 // errCannotRun marks a backend this machine cannot run (no io_uring).
 var errCannotRun = errors.New("backend cannot run here")
@@ -69,7 +70,10 @@ func TestPowerLossFUSE(t *testing.T) {
 			kinds := map[string]int{}
 			var checked, failed int
 			for i := 0; i < *fuseTrials; i++ {
-				seed := *fuseSeed + uint64(i*len(backends)+bi)
+				// Consecutive seeds for a backend: its trials go through
+				// every kind (a seed picks its kind), whatever the number
+				// of backends; the backends' seeds are 2³² apart.
+				seed := *fuseSeed + uint64(i) + uint64(bi)<<32
 				tr := newPLTrial(t, backend, seed)
 				n, err := tr.run()
 				if errors.Is(err, errCannotRun) {
@@ -306,6 +310,8 @@ func (tr *plTrial) run() (int, error) {
 		}
 	case plAsync:
 		acks, err = tr.producePhase(50+tr.rng.IntN(400), true, true)
+	case plRecycled:
+		acks, err = tr.recycledPhase()
 	}
 	if err != nil {
 		return 0, err
@@ -388,6 +394,78 @@ func (tr *plTrial) create() error {
 	return nil
 }
 
+// plRecycle is the pool of the recycled trials' stores.
+const plRecycle = 4
+
+// recycledPhase ages the store on the mount — five segments filled, four
+// retired by retention into its pool — then runs a sync producer that
+// reuses them (--recycle-segments) until at least one roll into a reused
+// segment, kills it and cuts the power: a torn record over a pooled
+// file's old bytes must not come back, an acknowledged one must.
+func (tr *plTrial) recycledPhase() ([]ack, error) {
+	d, err := tr.mount(crashfs.Config{})
+	if err != nil {
+		return nil, err
+	}
+	if err := tr.create(); err != nil {
+		tr.cut(d)
+		return nil, err
+	}
+	if err := tr.age(); err != nil {
+		tr.cut(d)
+		return nil, err
+	}
+	tr.logf("store aged: %d segments pooled\n", plRecycle)
+	perSegment := plSegmentSize / (tr.size + 200)
+	return tr.producePhaseOn(d, perSegment+1+tr.rng.IntN(2*perSegment), true, false, "--recycle-segments", fmt.Sprint(plRecycle))
+}
+
+// age fills the store with plRecycle+1 segments of messages shaped like
+// the producer's and lets retention retire plRecycle of them into the pool.
+func (tr *plTrial) age() error {
+	ctx := context.Background()
+	s, err := engine.Open(ctx, tr.store(), engine.Options{Backend: tr.backend, SegmentSizeBytes: plSegmentSize, RecycleSegments: plRecycle,
+		DeleteWhen: "*", FileReservedTime: time.Nanosecond, CleanInterval: time.Hour})
+	if err != nil {
+		return fmt.Errorf("age the store: %w", err)
+	}
+	body := make([]byte, tr.size)
+	for i := 0; s.MaxOffset() <= plRecycle*plSegmentSize; i++ {
+		m := &engine.Message{Topic: "Crash", QueueID: int32(i % plQueues), Body: body, Properties: []engine.Property{
+			{Name: "TAGS", Value: "K"}, {Name: "KEYS", Value: fmt.Sprintf("old%d", i)}}}
+		if _, err := s.Put(ctx, m); err != nil {
+			s.Close()
+			return fmt.Errorf("age the store: %w", err)
+		}
+	}
+	if _, err := s.Flush(ctx); err != nil {
+		s.Close()
+		return fmt.Errorf("age the store: %w", err)
+	}
+	if err := s.WaitDispatched(ctx, s.MaxOffset()); err != nil {
+		s.Close()
+		return fmt.Errorf("age the store: %w", err)
+	}
+	for {
+		n, err := s.CleanExpired(ctx)
+		if err != nil {
+			s.Close()
+			return fmt.Errorf("age the store: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	pooled := s.Stats().SegmentsPooled
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("age the store: %w", err)
+	}
+	if pooled != plRecycle {
+		return fmt.Errorf("age the store: %d segments pooled, want %d", pooled, plRecycle)
+	}
+	return nil
+}
+
 // reportedAck is a line of the flush-reporting producer: an ack (of an
 // async-flush Put: stored, not yet durable) and the store's FlushedOffset
 // right after it.
@@ -400,15 +478,16 @@ type reportedAck struct {
 // SIGKILLs it and, with powerLoss, cuts the power at once. With async the
 // producer is the flush-reporting one, and what is returned are the acks
 // the store reported flushed.
-func (tr *plTrial) producePhaseOn(d *crashfs.Daemon, killAfter int, powerLoss, async bool) ([]ack, error) {
+func (tr *plTrial) producePhaseOn(d *crashfs.Daemon, killAfter int, powerLoss, async bool, extra ...string) ([]ack, error) {
 	var cmd *exec.Cmd
 	if async {
 		cmd = selfCmd("--dir", tr.store(), "--backend", tr.backend, "--size", fmt.Sprint(tr.size),
 			"--queues", fmt.Sprint(plQueues))
 		cmd.Env = append(cmd.Env, envReporter+"=1")
 	} else {
-		cmd = mqstoreCmd("produce", "--dir", tr.store(), "--topic", "Crash", "--queues", fmt.Sprint(plQueues), "--count", "1000000",
-			"--size", fmt.Sprint(tr.size), "--flush", "sync", "--print-acks", "--backend", tr.backend, "--keys", "--tags", "K")
+		args := []string{"produce", "--dir", tr.store(), "--topic", "Crash", "--queues", fmt.Sprint(plQueues), "--count", "1000000",
+			"--size", fmt.Sprint(tr.size), "--flush", "sync", "--print-acks", "--backend", tr.backend, "--keys", "--tags", "K"}
+		cmd = mqstoreCmd(append(args, extra...)...)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -45,6 +45,7 @@ type produceFlags struct {
 	dir, topic, tags, backend, flush *string
 	queues, size, waitSlaves         *int
 	count, segmentSize               *int64
+	recycle                          *int
 	keys, printAcks, keepGoing       *bool
 	h                                *haFlags
 }
@@ -61,6 +62,8 @@ func addProduceFlags(fs *flag.FlagSet) *produceFlags {
 		backend:     fs.String("backend", engine.DefaultOptions().Backend, "I/O backend: "+backendList()),
 		flush:       fs.String("flush", "async", "flush mode: async or sync"),
 		segmentSize: fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB; must match an existing store)"),
+		recycle: fs.Int("recycle-segments", 0, "keep up to N CommitLog segments retention deletes and reuse them as new segments "+
+			"(engine.Options.RecycleSegments; once used, records carry a whole-record checksum)"),
 		printAcks: fs.Bool("print-acks", false, "print one JSON line per acknowledged message (after the chosen flush and replication); "+
 			"a message stored but not acknowledged gets a line with its \"status\""),
 		waitSlaves: fs.Int("wait-slaves", 0, "with --ha-listen: wait until this many slaves are connected before producing"),
@@ -70,7 +73,7 @@ func addProduceFlags(fs *flag.FlagSet) *produceFlags {
 	}
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqstore produce --dir DIR --topic T [--queues N] [--count N] [--size BYTES] [--tags TAG] [--keys]\n"+
-			"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--print-acks] [--keep-going]\n"+
+			"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--recycle-segments N] [--print-acks] [--keep-going]\n"+
 			"       [--role async-master|sync-master --ha-listen ADDR [--wait-slaves N]]\n\n"+
 			"With --ha-listen the store is a replication master in this process: slaves (mqstore slave) connect\n"+
 			"there; with --role sync-master a message is acknowledged only once a slave has it.")
@@ -90,6 +93,8 @@ func (f *produceFlags) options(fs *flag.FlagSet, stderr io.Writer) (engine.Optio
 		return engine.Options{}, mo, cli.BadFlag(fs, "--count must not be negative, got %d", *f.count)
 	case *f.size < 0:
 		return engine.Options{}, mo, cli.BadFlag(fs, "--size must not be negative, got %d", *f.size)
+	case *f.recycle < 0:
+		return engine.Options{}, mo, cli.BadFlag(fs, "--recycle-segments must not be negative, got %d", *f.recycle)
 	case *f.waitSlaves < 0:
 		return engine.Options{}, mo, cli.BadFlag(fs, "--wait-slaves must not be negative, got %d", *f.waitSlaves)
 	case *f.waitSlaves > 0 && *f.h.listen == "":
@@ -109,7 +114,7 @@ func (f *produceFlags) options(fs *flag.FlagSet, stderr io.Writer) (engine.Optio
 	case role == engine.SyncMaster && *f.h.listen == "":
 		return engine.Options{}, mo, cli.BadFlag(fs, "--role sync-master needs --ha-listen, where its slaves connect")
 	}
-	o := engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize}
+	o := engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize, RecycleSegments: *f.recycle}
 	if *f.h.listen != "" {
 		log := textLogger(stderr)
 		o.Logger = log
