@@ -258,6 +258,28 @@ func validateNumbers(c *Config) error {
 	case c.SearchProbes < 0 || (c.SearchProbes > 0 && c.SearchDuration <= 0):
 		return fmt.Errorf("search probes %d of %v: want probes ≥ 0 and a positive duration", c.SearchProbes, c.SearchDuration)
 	}
+	return validateRecycling(c)
+}
+
+// validateRecycling checks --recycle-segments (the run's and a sweep's
+// policies'): not negative, and only with backends whose segments are
+// files on disk.
+func validateRecycling(c *Config) error {
+	stores := []StoreConfig{c.Store}
+	for _, p := range c.Policies {
+		stores = append(stores, p.Store)
+	}
+	for _, st := range stores {
+		n := st.RecycleSegments
+		if n < 0 {
+			return fmt.Errorf("--recycle-segments %d: want ≥ 0 (0: no recycling)", n)
+		}
+		for _, b := range c.Backends {
+			if reg, err := mappedfile.Registered().Lookup(b); n > 0 && err == nil && reg.Volatile {
+				return fmt.Errorf("--recycle-segments %d with the %s backend: its segments are not files on disk, there is nothing to recycle; leave it out of --backends or use --recycle-segments 0", n, b)
+			}
+		}
+	}
 	return nil
 }
 

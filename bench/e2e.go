@@ -27,6 +27,9 @@ func e2eRepeat(ctx context.Context, store StoreConfig, dir, backend, flush strin
 	if spec.SizeBytes < 8 {
 		return failedRepeat(fmt.Errorf("e2e needs bodies of at least 8 bytes (the timestamp), got %d", spec.SizeBytes)), nil
 	}
+	if err := ageStore(ctx, store, dir, backend); err != nil {
+		return setupFailed(ctx, err), nil
+	}
 	s, err := storeOpen(ctx, store, dir, backend, flush)
 	if err != nil {
 		return failedRepeat(err), nil

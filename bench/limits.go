@@ -193,7 +193,7 @@ func (r *runner) groupCommitLimits(ctx context.Context) {
 		return
 	}
 	for _, size := range cfg.Sizes {
-		rec := recordBytes(cfg.Store.Message, size)
+		rec := storeRecordBytes(cfg.Store, size)
 		for _, n := range cfg.Producers {
 			for _, split := range groupCommitSplits(n) {
 				probe := device.SyncProbe{Count: max(cfg.SyncProbeCount, len(split)), InFlight: len(split), Prewritten: true}

@@ -129,10 +129,26 @@ func mix64(z uint64) uint64 {
 // message of kind with a body of sizeBytes (every message of a kind has
 // the same size): what the group-commit limit writes per message.
 func recordBytes(kind string, sizeBytes int) int {
+	return messageRecordBytes(kind, sizeBytes, false)
+}
+
+// storeRecordBytes is the size of the CommitLog record a store cell with
+// store's options writes for a body of sizeBytes: recordBytes of the
+// store's message, with the whole-record checksum property
+// (record.PropRecordCRC) a store with RecycleSegments adds to every
+// record.
+func storeRecordBytes(store StoreConfig, sizeBytes int) int {
+	return messageRecordBytes(store.Message, sizeBytes, store.RecycleSegments > 0)
+}
+
+func messageRecordBytes(kind string, sizeBytes int, recordCRC bool) int {
 	m := newProducerMessages(kind, 0, sizeBytes).next()
 	props, err := record.EncodeProperties(nil, m.Properties)
 	if err != nil {
 		panic(fmt.Sprintf("bench: the %s message's properties do not encode: %v", kind, err)) // a programming error
+	}
+	if recordCRC {
+		props = record.AppendRecordCRC(props)
 	}
 	return record.Size(m, len(props))
 }

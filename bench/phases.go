@@ -88,7 +88,7 @@ func (r *runner) newCell(sys system, workload, pressure string, t *target) runfi
 	}
 	if !sys.peer {
 		c.Message = messageKind(sys.pol.Store.Message)
-		c.RecordBytes = recordBytes(c.Message, sys.size)
+		c.RecordBytes = storeRecordBytes(sys.pol.Store, sys.size)
 		c.Replication, c.HADelayNs = sys.repl, sys.delay.Nanoseconds()
 		c.Durability = cellDurability(sys, nil)
 		_, c.Tuning, _ = backendOptions(sys.pol.Store, sys.backend, sys.pol.Flush)

@@ -24,6 +24,9 @@ const (
 	// for it to connect and to acknowledge what was written, stopping it.
 	replRunOverhead  = 1500 * time.Millisecond
 	floorRunOverhead = 50 * time.Millisecond
+	// fillBytesPerSec is how fast a store is filled before its cell:
+	// consume's and recovery's logs, an aged store's segments.
+	fillBytesPerSec = 300e6
 	// minWindow is the shortest automatic window; maxWindow the longest.
 	minWindow = time.Second
 	maxWindow = 20 * time.Second
@@ -120,9 +123,15 @@ func replan(p runfile.Plan, c *Config, root bool, targets int) runfile.Plan {
 	p.EstimatedSeconds = rounds*(runs(n.storeCells, w, storeRunOverhead)+runs(n.replCells, w, replRunOverhead)+runs(n.peerCells, w, peerRunOverhead)+runs(n.floors, w, floorRunOverhead)) +
 		runs(n.probes, c.SearchDuration, storeRunOverhead) + runs(n.profiles, c.ProfileDuration, 0) + limitSeconds(c)*float64(targets)
 	if hasWorkload(c, WorkloadConsume) || hasWorkload(c, WorkloadRecovery) {
-		// Consume and recovery: filling their stores dominates (~300 MB/s).
+		// Consume and recovery: filling their stores dominates.
 		bytes := float64(c.ConsumeBytes+c.RecoveryBytes) * float64(len(c.Backends)*len(c.Sizes)*targets)
-		p.EstimatedSeconds += bytes/300e6 + float64(c.Repeat)*bytes/1e9
+		p.EstimatedSeconds += bytes/fillBytesPerSec + float64(c.Repeat)*bytes/1e9
+	}
+	if segs := c.Store.RecycleSegments; segs > 0 {
+		// Every store run of a window, a search probe or a profile is aged
+		// first (ageStore): segs segments and a little more written.
+		aged := rounds*float64(n.storeCells+n.replCells) + float64(n.probes+n.profiles)
+		p.EstimatedSeconds += aged * float64(segs) * float64(c.Store.SegmentSizeBytes) / fillBytesPerSec
 	}
 	return p
 }
@@ -141,7 +150,7 @@ func limitSeconds(c *Config) float64 {
 		// written), for one sync in flight and, from two producers, for two.
 		for _, size := range c.Sizes {
 			for _, n := range c.Producers {
-				bytes := float64(c.SyncProbeCount) * float64(n*recordBytes(c.Store.Message, size))
+				bytes := float64(c.SyncProbeCount) * float64(n*storeRecordBytes(c.Store, size))
 				sync += float64(len(groupCommitSplits(n))) * (float64(c.SyncProbeCount)*200e-6 + 2*bytes/1e9)
 			}
 		}

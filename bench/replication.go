@@ -430,15 +430,18 @@ type masterSide struct {
 	closers []func() error
 }
 
-// open opens the store as a master with sys's role and options, its
-// ha.Master on a loopback port and the proxy; it returns the store's
-// options and their record (optionsMap).
+// open opens the store as a master with sys's role and options (aged
+// first: ageStore), its ha.Master on a loopback port and the proxy; it
+// returns the store's options and their record (optionsMap).
 func (ms *masterSide) open(ctx context.Context, store StoreConfig, dir string, sys system) (engine.Options, map[string]string, error) {
 	opts, err := storeOptions(store, sys.backend, sys.pol.Flush)
 	if err != nil {
 		return opts, nil, err
 	}
 	opts.Role = replicationRole(sys.repl)
+	if err := ageStore(ctx, store, dir, sys.backend); err != nil {
+		return opts, nil, err
+	}
 	if ms.s, err = engine.Open(ctx, dir, opts); err != nil {
 		return opts, nil, fmt.Errorf("open the master (%s): %w", sys.backend, err)
 	}
@@ -481,7 +484,7 @@ func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir s
 	defer ms.close()
 	opts, options, err := ms.open(ctx, store, dir, sys)
 	if err != nil {
-		return failedRepeat(err), options
+		return setupFailed(ctx, err), options
 	}
 	s, m := ms.s, ms.m
 	slave, err := startSlave(ctx, store, slaveDir, sys.backend, sys.pol.Flush, ms.addr)

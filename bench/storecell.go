@@ -38,8 +38,8 @@ func storeOptions(s StoreConfig, backend, flush string) (engine.Options, error) 
 		SyncFlushTimeout: s.SyncFlushTimeout, CommitInterval: s.CommitInterval, CommitLeastPages: s.CommitLeastPages,
 		GroupCommitBatching: batching,
 		WarmSegments:        s.WarmSegments, LockSegments: s.LockSegments, ProfileLabels: s.ProfileLabels,
-		PacePrewrite: s.PacePrewrite,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
+		PacePrewrite: s.PacePrewrite, RecycleSegments: s.RecycleSegments,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil
 }
 
 func storeOpen(ctx context.Context, store StoreConfig, dir, backend, flush string) (*engine.Store, error) {
@@ -148,12 +148,13 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 	return &runfile.StoreCounters{Puts: b.Puts - a.Puts, Flushes: b.Flushes - a.Flushes, Commits: b.Commits - a.Commits,
 		Rolls: b.Rolls - a.Rolls, FlushDiskTimeouts: b.FlushDiskTimeouts - a.FlushDiskTimeouts,
 		SegmentsPrewritten: b.SegmentsPrewritten - a.SegmentsPrewritten, SegmentsFallocated: b.SegmentsFallocated - a.SegmentsFallocated,
-		FlushNs: int64(b.FlushLatency.Total - a.FlushLatency.Total)}
+		SegmentsRecycled: b.SegmentsRecycled - a.SegmentsRecycled,
+		FlushNs:          int64(b.FlushLatency.Total - a.FlushLatency.Total)}
 }
 
-// storeRepeat opens a fresh store in dir, runs spec against it with its
-// durability reported, drains it (Store.Flush), closes it (timed: closeNs)
-// and removes it. The returned options are the store's effective ones
+// storeRepeat opens a fresh store in dir (aged first: ageStore), runs
+// spec against it with its durability reported, drains it (Store.Flush),
+// closes it (timed: closeNs) and removes it. The returned options are the store's effective ones
 // (nil when Open failed). A hook (the profiler) is handed the store and
 // the run of the window, which takes a load.Spec.Window for the hook's
 // own start and stop: the warm-up runs before it, on the same store and
@@ -161,6 +162,9 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 // measure, warm.
 func storeRepeat(ctx context.Context, cfg StoreConfig, dir, backend, flush string, spec load.Spec, hook func(s *engine.Store, run func(window func() (end func())))) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
+	if err := ageStore(ctx, cfg, dir, backend); err != nil {
+		return setupFailed(ctx, err), nil
+	}
 	s, err := storeOpen(ctx, cfg, dir, backend, flush)
 	if err != nil {
 		return failedRepeat(err), nil

@@ -404,3 +404,42 @@ func TestMachineLineSaysTHP(t *testing.T) {
 		t.Errorf("a run without the setting names one:\n%s", b.String())
 	}
 }
+
+// TestSummaryNamesTheAgedStore: with --recycle-segments the store line
+// says mqstore's cells ran on an aged store and the peers did not, with
+// the range of segments the measured windows took from the pool; without
+// it nothing speaks of aging.
+func TestSummaryNamesTheAgedStore(t *testing.T) {
+	f := fakeRun()
+	if out := Summary(f); strings.Contains(out, "aged") || strings.Contains(out, "--recycle-segments") {
+		t.Errorf("a run of fresh stores speaks of aging:\n%s", out)
+	}
+	f.Config.Store.RecycleSegments = 4
+	for i := range f.Cells {
+		for j := range f.Cells[i].Repeats {
+			r := &f.Cells[i].Repeats[j]
+			r.Store = &runfile.StoreCounters{SegmentsRecycled: uint64(2 + j%2), SegmentsFallocated: uint64(j % 2)}
+			if r.Warm {
+				r.Store.SegmentsRecycled = 9 // not a measured window
+			}
+		}
+	}
+	Analyze(f)
+	out := Summary(f)
+	for _, want := range []string{
+		"- mqstore's throughput, latency and e2e cells ran on an aged store: 4 segments retired by retention before the window, reused as new segments (--recycle-segments 4)",
+		"The peers' logs start fresh, not aged",
+		"A measured window took 2–3 segments from the pool and made 0–1 new",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "consume and recovery") {
+		t.Errorf("a run without consume or recovery cells speaks of them:\n%s", out)
+	}
+	f.Config.Workloads = []string{"throughput", "recovery"}
+	if out := Summary(f); !strings.Contains(out, "the consume and recovery cells keep up to that many segments but fill a fresh store") {
+		t.Errorf("the recovery cells' fresh stores are not named:\n%s", out)
+	}
+}

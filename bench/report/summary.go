@@ -86,6 +86,9 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 		paced = "; a segment made ahead is pre-written in synced steps (--pace-prewrite)"
 	}
 	fmt.Fprintf(b, "- store: segment %s%s; every cell's effective engine options are in run.json (`cells[].options`)\n", runfile.SizeLabel(int(c.Store.SegmentSizeBytes)), paced)
+	if n := recyclingNote(f); n != "" {
+		fmt.Fprintf(b, "- %s\n", n)
+	}
 	if n := messageNote(f); n != "" {
 		fmt.Fprintf(b, "- message: %s\n", n)
 	}
@@ -94,6 +97,47 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 		fmt.Fprintf(b, "- replication: %s\n", reps)
 	}
 	b.WriteString("\n")
+}
+
+// recyclingNote says how the mqstore cells' stores were aged
+// (StoreConfig.RecycleSegments) and how many of their windows' new
+// segments came from the pool; "" when they were not.
+func recyclingNote(f *runfile.RunFile) string {
+	n := f.Config.Store.RecycleSegments
+	if n <= 0 {
+		return ""
+	}
+	note := fmt.Sprintf("mqstore's throughput, latency and e2e cells ran on an aged store: %d segments retired by retention before the window, reused as new segments (--recycle-segments %d); "+
+		"every mqstore record then carries a whole-record checksum property. The peers' logs start fresh, not aged", n, n)
+	if slices.ContainsFunc(f.Config.Workloads, func(w string) bool { return w == "consume" || w == "recovery" }) {
+		note += "; the consume and recovery cells keep up to that many segments but fill a fresh store"
+	}
+	var took, made []uint64
+	for c := range ptrs(f.Cells) {
+		if c.Peer {
+			continue
+		}
+		for _, r := range c.Repeats {
+			if !r.Warm && r.Store != nil {
+				took = append(took, r.Store.SegmentsRecycled)
+				made = append(made, r.Store.SegmentsPrewritten+r.Store.SegmentsFallocated)
+			}
+		}
+	}
+	if len(took) > 0 {
+		note += fmt.Sprintf(". A measured window took %s segments from the pool and made %s new (run.json `cells[].repeats[].store`: segmentsRecycled, segmentsPrewritten, segmentsFallocated)",
+			countRange(took), countRange(made))
+	}
+	return note
+}
+
+// countRange is "a" or "a–b": the least and the most of xs.
+func countRange(xs []uint64) string {
+	lo, hi := slices.Min(xs), slices.Max(xs)
+	if lo == hi {
+		return strconv.FormatUint(lo, 10)
+	}
+	return fmt.Sprintf("%d–%d", lo, hi)
 }
 
 // writeBackendSettings names the options each backend ran with where they

@@ -113,6 +113,12 @@ type StoreConfig struct {
 	LockSegments        bool   `json:"lockSegments,omitempty"`
 	// PacePrewrite is engine.Options.PacePrewrite.
 	PacePrewrite bool `json:"pacePrewrite,omitempty"`
+	// RecycleSegments is engine.Options.RecycleSegments (every mqstore
+	// cell). When > 0, each store of a throughput, latency or e2e cell
+	// (the master's, with a slave) is aged before its window: that many
+	// full segments written and retired by retention into the pool, so the
+	// window's new segments are reused files. The peers are not aged.
+	RecycleSegments int `json:"recycleSegments,omitempty"`
 	// BackendOptions are backends' own options as JSON, by backend name
 	// (--backend-options); a backend not named runs with its defaults.
 	BackendOptions map[string]string `json:"backendOptions,omitempty"`

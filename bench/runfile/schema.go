@@ -349,6 +349,10 @@ type StoreCounters struct {
 	// per segment).
 	SegmentsPrewritten uint64 `json:"segmentsPrewritten,omitempty"`
 	SegmentsFallocated uint64 `json:"segmentsFallocated,omitempty"`
+	// SegmentsRecycled counts the CommitLog segments the allocation service
+	// took from the pool of retired ones in the window
+	// (StoreConfig.RecycleSegments) instead of making them.
+	SegmentsRecycled uint64 `json:"segmentsRecycled,omitempty"`
 	// FlushNs is the time the store spent in its durable flushes in the
 	// window, those that moved the flushed offset (engine.Stats'
 	// FlushLatency.Total at the window's end less at its start): in sync

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mqstore/mqstore/bench"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -139,6 +142,47 @@ func TestRunConfigFile(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), c.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), c.stderrIn) {
 			t.Errorf("mqbench %q: exit %d, stderr lacks %q:\n%s", c.args, code, c.stderrIn, stderr.String())
+		}
+	}
+}
+
+// TestRecycleSegmentsFlag: --recycle-segments sets the store cells'
+// RecycleSegments (from the flag or a --config file), is listed by -h, and
+// a negative count or the in-memory backend is refused with an error that
+// names the flag.
+func TestRecycleSegmentsFlag(t *testing.T) {
+	cfg := bench.DefaultConfig()
+	var m matrixFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	m.register(fs, &cfg, false)
+	if err := fs.Parse([]string{"--recycle-segments", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.apply(&cfg, false); err != nil || cfg.Store.RecycleSegments != 3 {
+		t.Fatalf("apply: %v; RecycleSegments %d, want 3", err, cfg.Store.RecycleSegments)
+	}
+	if d := bench.DefaultConfig(); d.Store.RecycleSegments != 0 {
+		t.Errorf("the default recycles %d segments", d.Store.RecycleSegments)
+	}
+	negative := filepath.Join(t.TempDir(), "negative.json")
+	if err := os.WriteFile(negative, []byte(`{"store": {"segmentSizeBytes": 1048576, "recycleSegments": -2}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args     []string
+		code     int
+		stderrIn string
+	}{
+		{[]string{"run", "--recycle-segments", "-1"}, 2, "--recycle-segments -1: want ≥ 0"},
+		{[]string{"run", "--recycle-segments", "many"}, 2, "-recycle-segments"},
+		{[]string{"run", "--config", negative}, 2, "--recycle-segments -2: want ≥ 0"},
+		{[]string{"run", "--recycle-segments", "2", "--backends", "mem"}, 2, "--recycle-segments 2 with the mem backend"},
+		{[]string{"sweep", "--recycle-segments", "-1"}, 2, "--recycle-segments -1: want ≥ 0"},
+		{[]string{"run", "-h"}, 0, "-recycle-segments"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), c.args, &stdout, &stderr); code != c.code || !strings.Contains(stderr.String(), c.stderrIn) {
+			t.Errorf("mqbench %q: exit %d, want %d; stderr lacks %q:\n%s", c.args, code, c.code, c.stderrIn, stderr.String())
 		}
 	}
 }
