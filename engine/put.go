@@ -128,7 +128,7 @@ func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutSt
 		return 0, MessageIllegal, fmt.Errorf("body of %d bytes exceeds the maximum message size %d", len(m.Body), s.opts.MaxMessageSizeBytes)
 	}
 	props, err := record.EncodeProperties(e.props[:0], m.Properties)
-	e.recordCRC = s.log.crcFrom.Load() >= 0
+	e.recordCRC = s.recordCRC
 	if err == nil && e.recordCRC {
 		props = record.AppendRecordCRC(props)
 	}

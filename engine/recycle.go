@@ -287,6 +287,7 @@ func (s *Store) startRecycling() error {
 	if err := s.lowerRecordCRCFrom(end); err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
+	s.recordCRC = s.log.crcFrom.Load() >= 0
 	if s.opts.RecycleSegments == 0 {
 		return nil
 	}
@@ -294,6 +295,7 @@ func (s *Store) startRecycling() error {
 		if err := s.writeRecordCRCFrom(end); err != nil {
 			return fmt.Errorf("open store: %w", err)
 		}
+		s.recordCRC = true
 	}
 	if s.pool != nil {
 		s.pool.enabled.Store(true)

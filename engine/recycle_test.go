@@ -380,3 +380,43 @@ func TestRecyclingSlaveNeedsTheChecksum(t *testing.T) {
 		})
 	}
 }
+
+// TestLastNonZero: the search for a pooled file's old blank looks only at
+// the end's window, finds the last byte that is not zero, and reports -1
+// for zeros.
+func TestLastNonZero(t *testing.T) {
+	const size = 200 << 10
+	path := filepath.Join(t.TempDir(), "f")
+	data := make([]byte, size)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, c := range []struct {
+		set    int64 // a byte made non-zero (-1: none)
+		window int64
+		want   int64
+	}{
+		{-1, 100 << 10, -1},
+		{size - 1, 100 << 10, size - 1},
+		{size - 70000, 100 << 10, size - 70000}, // in the second chunk read
+		{size - 150000, 100 << 10, -1},          // before the window
+		{10, size, 10},
+	} {
+		clear(data)
+		if c.set >= 0 {
+			data[c.set] = 1
+		}
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := lastNonZero(f, size, c.window)
+		if err != nil || got != c.want {
+			t.Errorf("byte %d set, window %d: got %d (%v), want %d", c.set, c.window, got, err, c.want)
+		}
+	}
+}

@@ -48,6 +48,10 @@ type Store struct {
 	logics     *logics
 	alloc      *allocator
 	pool       *segmentPool // retired CommitLog segments kept for reuse; nil without the allocation service
+	// recordCRC: every record appended carries the whole-record checksum
+	// (the log's crcFrom is set). Set before the first append, never
+	// cleared; read by every Put, so not beside the append lock's line.
+	recordCRC bool
 
 	dispatcher    *dispatcher
 	logicsFlusher *logicsFlusher
