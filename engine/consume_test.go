@@ -28,14 +28,23 @@ func smallLogicsOptions(o Options) Options {
 // putN stores n messages round robin over queues and waits until they are dispatched.
 func putN(t testing.TB, s *Store, topic string, queues, n, size int, tags func(i int) string) []PutResult {
 	t.Helper()
-	ctx := context.Background()
-	var out []PutResult
-	for i := 0; i < n; i++ {
+	return putAll(t, s, 0, n, func(i int) *Message {
 		m := testMessage(topic, int32(i%queues), i, size)
 		if tags != nil {
 			m.Properties[0].Value = tags(i)
 		}
-		res, err := s.Put(ctx, m)
+		return m
+	})
+}
+
+// putAll stores message(i) for i in [from, to) and waits until they are
+// dispatched.
+func putAll(t testing.TB, s *Store, from, to int, message func(i int) *Message) []PutResult {
+	t.Helper()
+	ctx := context.Background()
+	var out []PutResult
+	for i := from; i < to; i++ {
+		res, err := s.Put(ctx, message(i))
 		if err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}

@@ -42,17 +42,7 @@ func fixedMessage(i int) *Message {
 
 func putFixed(t *testing.T, s *Store, from, to int) []PutResult {
 	t.Helper()
-	var out []PutResult
-	for i := from; i < to; i++ {
-		res, err := s.Put(context.Background(), fixedMessage(i))
-		if err != nil {
-			t.Fatalf("put %d: %v", i, err)
-		}
-		out = append(out, res)
-	}
-	last := out[len(out)-1]
-	waitFor(t, "dispatch", func() bool { return s.logics.dispatchedOffset.Load() >= last.PhysicalOffset+int64(last.Size) })
-	return out
+	return putAll(t, s, from, to, fixedMessage)
 }
 
 // ageStore fills s past a few segments and lets retention retire every

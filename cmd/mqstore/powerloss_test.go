@@ -361,6 +361,16 @@ func (tr *plTrial) logReport(rep *crashfs.Report, err error) error {
 
 // producePhase mounts and runs producePhaseOn.
 func (tr *plTrial) producePhase(killAfter int, powerLoss, async bool) ([]ack, error) {
+	d, err := tr.mountNewStore()
+	if err != nil {
+		return nil, err
+	}
+	return tr.producePhaseOn(d, killAfter, powerLoss, async)
+}
+
+// mountNewStore mounts crashfs and creates the store on it (the power is
+// cut when that fails).
+func (tr *plTrial) mountNewStore() (*crashfs.Daemon, error) {
 	d, err := tr.mount(crashfs.Config{})
 	if err != nil {
 		return nil, err
@@ -370,7 +380,7 @@ func (tr *plTrial) producePhase(killAfter int, powerLoss, async bool) ([]ack, er
 		return nil, err
 	}
 	tr.logf("store created\n")
-	return tr.producePhaseOn(d, killAfter, powerLoss, async)
+	return d, nil
 }
 
 // create makes the store on the mount with small ConsumeQueue and index
@@ -403,12 +413,8 @@ const plRecycle = 4
 // segment, kills it and cuts the power: a torn record over a pooled
 // file's old bytes must not come back, an acknowledged one must.
 func (tr *plTrial) recycledPhase() ([]ack, error) {
-	d, err := tr.mount(crashfs.Config{})
+	d, err := tr.mountNewStore()
 	if err != nil {
-		return nil, err
-	}
-	if err := tr.create(); err != nil {
-		tr.cut(d)
 		return nil, err
 	}
 	if err := tr.age(); err != nil {
