@@ -563,6 +563,37 @@ func TestPlanCountsCells(t *testing.T) {
 	}
 }
 
+// With --recycle-segments the estimate adds the aging of every mqstore
+// run of a window or a search probe (not the peers' probes) and the filling
+// of pebble-wal's recycled WAL before each of its runs; the other peers
+// are not aged.
+func TestPlanCountsAging(t *testing.T) {
+	estimate := func(peer string, segments int) float64 {
+		cfg := DefaultConfig()
+		cfg.Backends, cfg.Sizes, cfg.Flushes, cfg.Peers, cfg.Pressures = []string{"mmap", "uring"}, []int{1024}, []string{"async", "sync"}, []string{peer}, []string{"none"}
+		cfg.Producers, cfg.Rates, cfg.Repeat, cfg.SearchProbes, cfg.NoLimits, cfg.Profile = []int{4, 16}, []float64{1000, 5000}, 5, 3, true, false
+		cfg.Duration, cfg.Warmup = time.Second, 200*time.Millisecond
+		cfg.Store.SegmentSizeBytes, cfg.Store.RecycleSegments = 64<<20, segments
+		return plan(&cfg, false, 1).EstimatedSeconds
+	}
+	perRun := 2 * float64(64<<20) / fillBytesPerSec
+	// mqstore: 6 rounds of 17 cells (the twin included) and 12 probes;
+	// pebble-wal: 6 rounds of 8 cells and 6 probes.
+	for _, c := range []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"mqstore aged", estimate("nats", 2) - estimate("nats", 0), (6*17 + 12) * perRun},
+		{"pebble-wal recycled", estimate("pebble-wal", 2) - estimate("nats", 2), (6*8 + 6) * perRun},
+		{"fresh stores", estimate("pebble-wal", 0) - estimate("nats", 0), 0},
+	} {
+		if d := c.got - c.want; d > 1e-6 || d < -1e-6 {
+			t.Errorf("%s: %v s more, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
 func TestRepeatSeedsDifferAcrossRoundsOnly(t *testing.T) {
 	a, b := repeatSeed(1, 3), repeatSeed(1, 3)
 	if a != b || a == repeatSeed(1, 4) || a == repeatSeed(2, 3) {

@@ -82,7 +82,7 @@ func (r *runner) floorRun(ph *phaseEnv, rate float64, inPeers bool) func(context
 		sp := spec(&r.cfg, "latency", 1, 0, rate, time.Duration(c.WindowNs), seed)
 		if inPeers {
 			dir := filepath.Join(ph.t.work, runfile.SafeName(fmt.Sprintf("%s-r%d", c.Name, round)))
-			rep, _ := peerRepeat(ctx, r.peerCmd, dir, "no-op", "async", sp)
+			rep, _ := peerRepeat(ctx, r.peerCmd, dir, "no-op", "async", sp, StoreConfig{})
 			return rep
 		}
 		res := load.Run(ctx, sp, nil, nil, func(int) load.Op { return func(context.Context) error { return nil } })

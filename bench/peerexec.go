@@ -150,10 +150,29 @@ func listPeers(ctx context.Context, command string) (peerList, error) {
 	return names, nil
 }
 
-// peerRepeat runs one repeat of spec on peer through the mqpeer command; it
-// returns what the peer said about itself beside it (nil when it said
-// nothing readable).
-func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load.Spec) (runfile.Repeat, *load.PeerOutput) {
+// recycledWALPeer is the peer that runs on a recycled log when mqstore's
+// cells run on an aged store (--recycle-segments): pebble-wal, pebble's WAL
+// alone, whose mqpeer reuses a WAL file it filled beforehand as pebble's
+// WAL manager reuses an obsolete one (mqpeer --recycle-wal,
+// load.RecycleWALFlag). The other peers write new files.
+const recycledWALPeer = "pebble-wal"
+
+// peerRecycledWALBytes is the recycled WAL mqbench asks of peer in a run on
+// store: with store.RecycleSegments N > 0, N × the segment size — the bytes
+// mqstore's aging retires into the pool before a window — for pebble-wal;
+// 0 (a new file, no flag) for the other peers and for fresh stores.
+func peerRecycledWALBytes(store StoreConfig, peer string) int64 {
+	if peer != recycledWALPeer || store.RecycleSegments <= 0 {
+		return 0
+	}
+	return int64(store.RecycleSegments) * store.SegmentSizeBytes
+}
+
+// peerRepeat runs one repeat of spec on peer through the mqpeer command, on
+// a recycled WAL when store asks for one of that peer
+// (peerRecycledWALBytes); it returns what the peer said about itself beside
+// it (nil when it said nothing readable).
+func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load.Spec, store StoreConfig) (runfile.Repeat, *load.PeerOutput) {
 	defer os.RemoveAll(dir)
 	if peer == RemotingPeer {
 		var err error
@@ -172,6 +191,11 @@ func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load
 		// The peer keeps the same time series as a store cell, so the
 		// generator does the same work in every system's process.
 		args = append(args, "--series-interval", spec.SeriesInterval.String())
+	}
+	if b := peerRecycledWALBytes(store, peer); b > 0 {
+		// Filled and reused before the warm-up, as mqstore's aging runs
+		// before its cells' windows.
+		args = append(args, "--"+load.RecycleWALFlag, strconv.FormatInt(b, 10))
 	}
 	cmd := exec.CommandContext(ctx, command, args...)
 	// Ctrl-C: ask mqpeer to stop (it still prints what it measured).

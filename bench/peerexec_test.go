@@ -10,6 +10,7 @@ import (
 
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/runfile"
 )
 
 // --peers remoting finds the interop module from inside the repository
@@ -44,13 +45,60 @@ func TestPeerRepeatAsksForTheSeries(t *testing.T) {
 	c := &Config{Warmup: 10 * time.Millisecond}
 	for _, workload := range []string{string(load.Throughput), string(load.Latency)} {
 		s := spec(c, workload, 1024, 4, 1000, 50*time.Millisecond, 1)
-		peerRepeat(context.Background(), script, filepath.Join(root, "d"), "pebble-wal", "sync", s)
+		peerRepeat(context.Background(), script, filepath.Join(root, "d"), "pebble-wal", "sync", s, StoreConfig{})
 		b, err := os.ReadFile(argsFile)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(string(b), "--series-interval\n"+host.SampleInterval.String()+"\n") {
 			t.Fatalf("%s: the peer was run with\n%s\nwithout --series-interval %v", workload, b, host.SampleInterval)
+		}
+	}
+}
+
+// With --recycle-segments N the peer repeats, run as runJob runs them from
+// the run's store options, pass pebble-wal --recycle-wal N × the segment
+// size (the bytes mqstore's aging retires before a window) in both flush
+// modes, and no other peer the flag; without recycling no peer gets it.
+func TestPeerRepeatRecyclesPebbleWALOnly(t *testing.T) {
+	root := t.TempDir()
+	argsFile := filepath.Join(root, "args")
+	script := filepath.Join(root, "peer.sh")
+	body := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + argsFile + "\necho '{}'\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 3} {
+		cfg := Config{Warmup: 10 * time.Millisecond, Peers: []string{"pebble-wal", "pebble", "nats", "nats-inproc"},
+			Sizes: []int{1024}, Flushes: []string{"sync", "async"},
+			Store: StoreConfig{SegmentSizeBytes: 64 << 20, RecycleSegments: n}}
+		r := &runner{cfg: cfg, peerCmd: script}
+		ph := &phaseEnv{t: &target{work: root}}
+		ran := 0
+		for _, sys := range systems(&r.cfg, PressureNone) {
+			if !sys.peer {
+				continue
+			}
+			ran++
+			if err := os.Remove(argsFile); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			c := &runfile.Cell{Name: "throughput-" + sys.backend + "-" + sys.pol.Flush, WindowNs: int64(50 * time.Millisecond)}
+			r.runJob(ph, sys, "throughput", 4, 0)(context.Background(), c, 0, 1)
+			b, err := os.ReadFile(argsFile)
+			if err != nil {
+				t.Fatalf("%s: the peer did not run: %v", c.Name, err)
+			}
+			args := string(b)
+			switch want := n > 0 && sys.backend == "pebble-wal"; {
+			case want && !strings.Contains(args, "--recycle-wal\n201326592\n"):
+				t.Errorf("--recycle-segments %d, %s: the peer was run with\n%s\nwithout --recycle-wal 201326592 (3 × 64 MiB)", n, c.Name, args)
+			case !want && strings.Contains(args, "--recycle-wal"):
+				t.Errorf("--recycle-segments %d, %s: the peer was run with\n%s\nwith --recycle-wal", n, c.Name, args)
+			}
+		}
+		if ran != 8 {
+			t.Fatalf("%d peer systems, want 4 peers × 2 flush modes", ran)
 		}
 	}
 }

@@ -307,7 +307,7 @@ func (r *runner) runJob(ph *phaseEnv, sys system, workload string, producers int
 			if workload == WorkloadE2E {
 				return failedRepeat(fmt.Errorf("e2e is not built for peers"))
 			}
-			rep, info := peerRepeat(ctx, r.peerCmd, dir, sys.backend, sys.pol.Flush, sp)
+			rep, info := peerRepeat(ctx, r.peerCmd, dir, sys.backend, sys.pol.Flush, sp, r.cfg.Store)
 			applyPeer(c, info)
 			return rep
 		}

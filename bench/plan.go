@@ -37,6 +37,10 @@ const (
 // skipped), searches their maximum probes.
 type planCounts struct {
 	storeCells, replCells, peerCells, floors, probes, profiles int
+	// peerProbes are the peers' search probes (in probes too);
+	// walPeerCells and walPeerProbes the cells and probes of the peer that
+	// runs on a recycled WAL with --recycle-segments (recycledWALPeer).
+	peerProbes, walPeerCells, walPeerProbes int
 }
 
 func countPlan(c *Config, root bool, targets int) planCounts {
@@ -55,12 +59,20 @@ func countPlan(c *Config, root bool, targets int) planCounts {
 			for _, sys := range systems(c, pressure) {
 				switch {
 				case sys.peer:
+					cells, probes := 0, 0
 					if thr {
-						n.peerCells += len(c.Producers)
+						cells += len(c.Producers)
 					}
 					if hasWorkload(c, "latency") {
-						n.peerCells += len(c.Rates)
-						n.probes += c.SearchProbes
+						cells += len(c.Rates)
+						probes += c.SearchProbes
+					}
+					n.peerCells += cells
+					n.probes += probes
+					n.peerProbes += probes
+					if sys.backend == recycledWALPeer {
+						n.walPeerCells += cells
+						n.walPeerProbes += probes
 					}
 				case sys.replicated(): // without pressure only
 					if thr {
@@ -130,7 +142,9 @@ func replan(p runfile.Plan, c *Config, root bool, targets int) runfile.Plan {
 	if segs := c.Store.RecycleSegments; segs > 0 {
 		// Every store run of a window, a search probe or a profile is aged
 		// first (ageStore): segs segments and a little more written.
-		aged := rounds*float64(n.storeCells+n.replCells) + float64(n.probes+n.profiles)
+		// So is every run of pebble-wal (peerRecycledWALBytes): its log
+		// filled to as many bytes.
+		aged := rounds*float64(n.storeCells+n.replCells+n.walPeerCells) + float64(n.probes-n.peerProbes+n.walPeerProbes+n.profiles)
 		p.EstimatedSeconds += aged * float64(segs) * float64(c.Store.SegmentSizeBytes) / fillBytesPerSec
 	}
 	return p

@@ -41,3 +41,18 @@ type PeerOutput struct {
 	GoVersion  string            `json:"goVersion"`
 	Error      string            `json:"error,omitempty"`
 }
+
+// RecycleWALFlag is mqpeer's flag, without its dashes, that runs the
+// pebble-wal peer on a recycled WAL file: before the warm-up the peer
+// writes a log of at least that many bytes with its own writer, closes it
+// and reuses the file for the window's log as pebble's WAL manager reuses
+// an obsolete WAL. pebble-wal alone takes it (mqpeer refuses it for the
+// other peers), so it is not one of PeerFlags. mqbench passes it to
+// pebble-wal when its mqstore cells run on an aged store
+// (--recycle-segments N: N × the segment size).
+const RecycleWALFlag = "recycle-wal"
+
+// RecycledLogOption is the PeerOutput.Options key of a peer whose window
+// wrote over a recycled log file, saying what that file was and how it was
+// reused; a peer without it wrote its logs into new files.
+const RecycledLogOption = "recycledLog"

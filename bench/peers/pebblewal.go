@@ -3,6 +3,7 @@ package peers
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,9 +19,33 @@ import (
 // bits into every chunk, and a reader must be given the same number.
 const pebbleWALFileNum = 1
 
+// pebbleWALRecycledFileNum is the log number of the window's log on a
+// recycled file (WithRecycledWAL): the log pebbleWALFileNum, filled and
+// closed before the window, is reused as the next log, as pebble's WAL
+// manager gives a new WAL a higher file number and, when its recycler holds
+// an obsolete WAL, that WAL's file.
+const pebbleWALRecycledFileNum = pebbleWALFileNum + 1
+
 // PebbleWALFile is the name of pebble-wal's log in its directory (pebble's
-// WAL naming: the file number, six digits, ".log").
-var PebbleWALFile = fmt.Sprintf("%06d.log", pebbleWALFileNum)
+// WAL naming: the file number, six digits, ".log"); on a recycled file, the
+// obsolete log's name before it is reused.
+var PebbleWALFile = pebbleWALName(pebbleWALFileNum)
+
+// PebbleWALRecycledFile is the name of the window's log on a recycled file:
+// PebbleWALFile renamed.
+var PebbleWALRecycledFile = pebbleWALName(pebbleWALRecycledFileNum)
+
+func pebbleWALName(logNum uint64) string { return fmt.Sprintf("%06d.log", logNum) }
+
+// The obsolete log a recycled WAL reuses is filled with records of
+// pebbleWALAgingRecordBytes, one synced (SyncRecord, waited for) every
+// pebbleWALAgingSyncBytes — what it holds does not matter to the window
+// that writes over it, only that its extents are written and on the device
+// — and closed, which syncs it.
+const (
+	pebbleWALAgingRecordBytes = 64 << 10
+	pebbleWALAgingSyncBytes   = 16 << 20
+)
 
 // pebbleWALPreallocateBytes is how far ahead the log file is fallocated:
 // pebble's DB preallocates each WAL by 110 % of its memtable size
@@ -52,12 +77,14 @@ type pebbleWALPeer struct {
 	// syncs counts the log's fdatasyncs (records per sync shows the group
 	// commit).
 	syncs atomic.Int64
+	// logNum is the log's number in its chunk headers (a reader's).
+	logNum uint64
 
 	mu     sync.Mutex // serialises the LogWriter's record calls and Close
 	closed bool
 }
 
-func describePebbleWAL(sync bool) (Info, error) {
+func describePebbleWAL(sync bool, recycledBytes int64) (Info, error) {
 	version, versionErr := moduleVersion(pebbleModule)
 	info := Info{Name: PebbleWAL, Flush: flushName(sync), Version: version, Options: map[string]string{
 		"writer":           "record.LogWriter (pebble's WAL writer), one record per message: the message body",
@@ -68,8 +95,22 @@ func describePebbleWAL(sync bool) (Info, error) {
 		"minSyncInterval":  "0 (none)",
 		"syncCall":         "fdatasync (vfs syncingFile.Sync → File.SyncData)",
 	}}
+	on := ""
+	if recycledBytes > 0 {
+		on = fmt.Sprintf(" on a recycled WAL file (log %d)", pebbleWALRecycledFileNum)
+		info.Options["file"] = fmt.Sprintf("%s, a recycled WAL file, as pebble's WAL manager reuses an obsolete log: %s filled beforehand "+
+			"by this peer's writer to at least %d bytes (log number %d, %d KiB records, one synced every %d MiB; closed: EOF trailer, fdatasync), "+
+			"renamed to %s by vfs.ReuseForWrite (no truncation), directory synced, then written over from offset 0 "+
+			"in the recyclable chunk format with synced offsets (walSyncChunks: every chunk header carries log number %d, "+
+			"so a reader stops at the old log's chunks past the new log's end); vfs.NewSyncingFile",
+			PebbleWALRecycledFile, PebbleWALFile, recycledBytes, pebbleWALFileNum, pebbleWALAgingRecordBytes>>10,
+			pebbleWALAgingSyncBytes>>20, PebbleWALRecycledFile, pebbleWALRecycledFileNum)
+		info.Options[load.RecycledLogOption] = fmt.Sprintf("%d bytes requested: log %d written, synced and closed, "+
+			"its file reused as log %d and written over (not timed, not in the positions or the result)",
+			recycledBytes, pebbleWALFileNum, pebbleWALRecycledFileNum)
+	}
 	if sync {
-		info.Label = "pebble " + version + " record.LogWriter, group-committed SyncRecord"
+		info.Label = "pebble " + version + " record.LogWriter" + on + ", group-committed SyncRecord"
 		info.Options["commit"] = "SyncRecord under a mutex, the wait outside it; a sync-queue slot reserved first " +
 			"(" + strconv.Itoa(record.SyncConcurrency) + " slots, pebble's commit pipeline); the flush loop syncs once for every queued waiter"
 		info.Durability = DurabilityInfo{
@@ -79,7 +120,7 @@ func describePebbleWAL(sync bool) (Info, error) {
 			Mechanism:    "fdatasync of the log by the LogWriter's flush loop, group-committed",
 		}
 	} else {
-		info.Label = "pebble " + version + " record.LogWriter, WriteRecord without sync"
+		info.Label = "pebble " + version + " record.LogWriter" + on + ", WriteRecord without sync"
 		info.Options["commit"] = "WriteRecord under a mutex (no WaitGroup: no sync requested)"
 		info.Durability = DurabilityInfo{
 			Ack:          "when the record is copied into the LogWriter's in-memory block, before any write(2)",
@@ -98,29 +139,125 @@ func flushName(sync bool) string {
 	return FlushAsync
 }
 
-func openPebbleWAL(dir string, info Info) (*pebbleWALPeer, error) {
+// openPebbleWAL opens pebble-wal in dir: on a new log file, or with
+// recycledBytes > 0 on a recycled one (agePebbleWAL makes the obsolete log,
+// which is then reused as pebble's WAL manager does it).
+func openPebbleWAL(ctx context.Context, dir string, info Info, recycledBytes int64) (*pebbleWALPeer, error) {
 	fs := vfs.Default
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pebble-wal: %w", err)
 	}
-	path := filepath.Join(dir, PebbleWALFile)
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return nil, fmt.Errorf("pebble-wal: create %s: %w", path, err)
+	p := &pebbleWALPeer{info: info, sync: info.Flush == FlushSync, path: filepath.Join(dir, PebbleWALFile),
+		logNum: pebbleWALFileNum, syncSlots: make(chan struct{}, record.SyncConcurrency)}
+	var f vfs.File
+	var err error
+	if recycledBytes > 0 {
+		obsolete, err := agePebbleWAL(ctx, fs, dir, recycledBytes)
+		if err != nil {
+			return nil, fmt.Errorf("pebble-wal: recycled WAL: %w", err)
+		}
+		p.path, p.logNum = filepath.Join(dir, PebbleWALRecycledFile), pebbleWALRecycledFileNum
+		if f, err = reusePebbleWAL(fs, obsolete, p.path, recycledBytes); err != nil {
+			return nil, fmt.Errorf("pebble-wal: recycled WAL: %w", err)
+		}
+	} else if f, err = fs.Create(p.path, vfs.WriteCategoryUnspecified); err != nil {
+		return nil, fmt.Errorf("pebble-wal: create %s: %w", p.path, err)
 	}
 	if err := syncDir(fs, dir); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("pebble-wal: %w", err)
 	}
-	p := &pebbleWALPeer{info: info, sync: info.Flush == FlushSync, path: path,
-		syncSlots: make(chan struct{}, record.SyncConcurrency)}
 	file := countingSyncs{File: vfs.NewSyncingFile(f, vfs.SyncingFileOptions{PreallocateSize: pebbleWALPreallocateBytes}),
 		syncs: &p.syncs}
-	p.writer = record.NewLogWriter(file, pebbleWALFileNum, record.LogWriterConfig{
-		QueueSemChan:        p.syncSlots,
+	p.writer = newPebbleWALWriter(file, p.logNum, p.syncSlots)
+	return p, nil
+}
+
+// newPebbleWALWriter is the peer's LogWriter on file, stamping logNum in
+// its chunks: pebble's WAL writer as its WAL manager configures it at
+// FormatNewest (WAL sync chunks), with the commit pipeline's sync queue.
+func newPebbleWALWriter(file vfs.File, logNum uint64, syncSlots chan struct{}) *record.LogWriter {
+	return withLogNum(record.NewLogWriter, file, logNum, record.LogWriterConfig{
+		QueueSemChan:        syncSlots,
 		WriteWALSyncOffsets: func() bool { return true },
 	})
-	return p, nil
+}
+
+// withLogNum calls newLogWriter with logNum as its file-number type (an
+// internal pebble type, named here only through the function's signature).
+func withLogNum[N ~uint64](newLogWriter func(io.Writer, N, record.LogWriterConfig) *record.LogWriter,
+	w io.Writer, logNum uint64, cfg record.LogWriterConfig) *record.LogWriter {
+	return newLogWriter(w, N(logNum), cfg)
+}
+
+// agePebbleWAL makes the obsolete WAL a recycled log reuses, as a running
+// pebble leaves one: a new log file (PebbleWALFile, log number
+// pebbleWALFileNum, the directory synced) filled by the peer's own writer
+// with records until it holds at least bytes, one record in every
+// pebbleWALAgingSyncBytes synced, then closed (LogWriter.Close: the EOF
+// trailer, a final fdatasync). It returns the file's path.
+func agePebbleWAL(ctx context.Context, fs vfs.FS, dir string, bytes int64) (string, error) {
+	aging := &pebbleWALPeer{sync: true, path: filepath.Join(dir, PebbleWALFile), logNum: pebbleWALFileNum,
+		syncSlots: make(chan struct{}, record.SyncConcurrency)}
+	f, err := fs.Create(aging.path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", aging.path, err)
+	}
+	if err := syncDir(fs, dir); err != nil {
+		_ = f.Close()
+		return "", err
+	}
+	aging.writer = newPebbleWALWriter(vfs.NewSyncingFile(f, vfs.SyncingFileOptions{PreallocateSize: pebbleWALPreallocateBytes}),
+		aging.logNum, aging.syncSlots)
+	body := load.Body(0, pebbleWALAgingRecordBytes)
+	var done sync.WaitGroup
+	var syncErr error
+	for end, synced := int64(0), int64(0); end < bytes; {
+		if err := ctx.Err(); err != nil {
+			_ = aging.Close()
+			return "", fmt.Errorf("fill %s: %w", aging.path, err)
+		}
+		if end-synced < pebbleWALAgingSyncBytes {
+			aging.mu.Lock()
+			err = aging.writeLocked(body)
+			aging.mu.Unlock()
+			end = aging.written.Load()
+		} else {
+			end, err = aging.syncRecord(ctx, body, &done, &syncErr)
+			synced = end
+		}
+		if err != nil {
+			_ = aging.Close()
+			return "", fmt.Errorf("fill %s to %d bytes: %w", aging.path, bytes, err)
+		}
+	}
+	if err := aging.Close(); err != nil {
+		return "", fmt.Errorf("fill %s to %d bytes: %w", aging.path, bytes, err)
+	}
+	return aging.path, nil
+}
+
+// reusePebbleWAL reuses the obsolete log at oldPath as the new log newPath
+// as pebble's WAL manager does (wal.StandaloneManager.Create): ReuseForWrite
+// renames it and opens it for writing without truncating it; the manager
+// then learns the file's size from Stat, since ReuseForWrite may create a
+// new file instead — here that is an error, the file must hold at least
+// bytes. The caller syncs the directory.
+func reusePebbleWAL(fs vfs.FS, oldPath, newPath string, bytes int64) (vfs.File, error) {
+	f, err := fs.ReuseForWrite(oldPath, newPath, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, fmt.Errorf("reuse %s as %s: %w", oldPath, newPath, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("stat %s: %w", newPath, err)
+	}
+	if fi.Size() < bytes {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s holds %d bytes after ReuseForWrite, want the obsolete log's %d or more: the file was not reused", newPath, fi.Size(), bytes)
+	}
+	return f, nil
 }
 
 // countingSyncs counts a file's successful Syncs.

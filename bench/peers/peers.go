@@ -5,7 +5,9 @@
 //
 //   - pebble-wal: pebble's WAL alone — record.LogWriter on a preallocated
 //     file, concurrent producers group-committed as pebble's commit pipeline
-//     does it (sync), or WriteRecord without a sync (async);
+//     does it (sync), or WriteRecord without a sync (async); on a new file,
+//     or on a recycled one (WithRecycledWAL) as a running pebble reuses its
+//     obsolete WAL files;
 //   - pebble: a pebble DB tuned for an append workload;
 //   - nats: an embedded NATS server with JetStream file storage, published to
 //     with PublishAsync over loopback TCP, as a broker is used;
@@ -85,6 +87,9 @@ var (
 	ErrUnknownPeer = errors.New("unknown peer")
 	// ErrBadFlush: the flush mode is neither async nor sync.
 	ErrBadFlush = errors.New("bad flush mode")
+	// ErrBadRecycledWAL: a recycled WAL was asked of a peer other than
+	// pebble-wal, or with a negative size.
+	ErrBadRecycledWAL = errors.New("bad recycled WAL")
 )
 
 // Names lists the peers.
@@ -104,6 +109,9 @@ type Config struct {
 	// open-loop workers, each with one outstanding message as an mqstore
 	// Put): NATS's PublishAsync pending window. 0: nats.go's default window.
 	Outstanding int
+	// RecycledWALBytes > 0 runs pebble-wal on a recycled WAL file of at
+	// least that many bytes (WithRecycledWAL); 0: a new file.
+	RecycledWALBytes int64
 
 	outstandingSet bool
 }
@@ -120,6 +128,15 @@ func WithOutstanding(n int) Option {
 	return func(c *Config) { c.Outstanding, c.outstandingSet = n, true }
 }
 
+// WithRecycledWAL runs pebble-wal on a recycled WAL file: before the
+// warm-up the peer fills a log of at least bytes with its own writer
+// (records, synced), closes it, and reuses the file for the window's log
+// as pebble's WAL manager reuses an obsolete WAL — renamed to the next log
+// number and written over. Not timed or counted. Only pebble-wal takes it
+// (Describe and Open refuse it for the others with ErrBadRecycledWAL);
+// 0 keeps the new file.
+func WithRecycledWAL(bytes int64) Option { return func(c *Config) { c.RecycledWALBytes = bytes } }
+
 func newConfig(opts []Option) (Config, error) {
 	c := Config{SyncInterval: DefaultSyncInterval}
 	for _, o := range opts {
@@ -130,6 +147,9 @@ func newConfig(opts []Option) (Config, error) {
 	}
 	if c.outstandingSet && c.Outstanding <= 0 {
 		return c, fmt.Errorf("peers: %d outstanding requests: want > 0", c.Outstanding)
+	}
+	if c.RecycledWALBytes < 0 {
+		return c, fmt.Errorf("peers: %w of %d bytes: want ≥ 0 (0: a new file)", ErrBadRecycledWAL, c.RecycledWALBytes)
 	}
 	return c, nil
 }
@@ -148,10 +168,14 @@ func Describe(name, flush string, opts ...Option) (Info, error) {
 	}
 	switch name {
 	case PebbleWAL:
-		return describePebbleWAL(sync)
-	case Pebble:
-		return describePebble(sync)
-	case NATS, NATSInProc:
+		return describePebbleWAL(sync, cfg.RecycledWALBytes)
+	case Pebble, NATS, NATSInProc:
+		if cfg.RecycledWALBytes > 0 {
+			return Info{}, fmt.Errorf("peers: %w: %s takes none, only %s runs on a recycled WAL file", ErrBadRecycledWAL, name, PebbleWAL)
+		}
+		if name == Pebble {
+			return describePebble(sync)
+		}
 		return describeNATS(name == NATSInProc, sync, cfg)
 	}
 	return Info{}, unknownPeer(name)
@@ -167,7 +191,7 @@ func Open(ctx context.Context, name, dir, flush string, opts ...Option) (Peer, e
 	cfg, _ := newConfig(opts) // checked by Describe
 	switch name {
 	case PebbleWAL:
-		return openPebbleWAL(dir, info)
+		return openPebbleWAL(ctx, dir, info, cfg.RecycledWALBytes)
 	case Pebble:
 		return openPebble(dir, info)
 	default:

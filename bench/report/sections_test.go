@@ -406,9 +406,10 @@ func TestMachineLineSaysTHP(t *testing.T) {
 }
 
 // TestSummaryNamesTheAgedStore: with --recycle-segments the store line
-// says mqstore's cells ran on an aged store and the peers did not, with
-// the range of segments the measured windows took from the pool; without
-// it nothing speaks of aging.
+// says mqstore's cells ran on an aged store, with the range of segments
+// the measured windows took from the pool, and which peers ran on a
+// recycled WAL (those whose options say so) and which on new files;
+// without it nothing speaks of aging.
 func TestSummaryNamesTheAgedStore(t *testing.T) {
 	f := fakeRun()
 	if out := Summary(f); strings.Contains(out, "aged") || strings.Contains(out, "--recycle-segments") {
@@ -428,12 +429,33 @@ func TestSummaryNamesTheAgedStore(t *testing.T) {
 	out := Summary(f)
 	for _, want := range []string{
 		"- mqstore's throughput, latency and e2e cells ran on an aged store: 4 segments retired by retention before the window, reused as new segments (--recycle-segments 4)",
-		"The peers' logs start fresh, not aged",
 		"A measured window took 2–3 segments from the pool and made 0–1 new",
+		"Peers: `nats` wrote new files, not aged",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "recycled WAL") {
+		t.Errorf("no peer reported a recycled log, yet:\n%s", out)
+	}
+	// pebble-wal on a recycled WAL (its options say so), nats fresh.
+	wal := f.Peers[0]
+	wal.Name, wal.Backend = "throughput-pebble-wal-1024-sync-p4", "pebble-wal"
+	wal.Options = map[string]string{load.RecycledLogOption: "805306368 bytes requested: log 1 written, synced and closed, its file reused as log 2"}
+	f.Peers = append(f.Peers, wal)
+	f.Config.Store.SegmentSizeBytes = 192 << 20
+	out = Summary(f)
+	if want := "Peers: `pebble-wal` ran on a recycled WAL file of 4 × 192MiB, the retired segments' bytes: filled by its own writer and closed before the warm-up, " +
+		"then renamed to the next log number and written over, as a running pebble reuses an obsolete WAL (run.json `peers[].options.recycledLog`); `nats` wrote new files, not aged"; !strings.Contains(out, want) {
+		t.Errorf("missing %q in:\n%s", want, out)
+	}
+	// A peer that never reported its options is named neither way.
+	silent := f.Peers[0]
+	silent.Name, silent.Backend, silent.Options = "throughput-pebble-1024-sync-p4", "pebble", nil
+	f.Peers = append(f.Peers, silent)
+	if out := Summary(f); strings.Contains(out, "`pebble`") {
+		t.Errorf("a peer without options is named:\n%s", out)
 	}
 	if strings.Contains(out, "consume and recovery") {
 		t.Errorf("a run without consume or recovery cells speaks of them:\n%s", out)

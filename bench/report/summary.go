@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 )
 
@@ -100,15 +101,16 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 }
 
 // recyclingNote says how the mqstore cells' stores were aged
-// (StoreConfig.RecycleSegments) and how many of their windows' new
-// segments came from the pool; "" when they were not.
+// (StoreConfig.RecycleSegments), how many of their windows' new segments
+// came from the pool, and which peers ran on recycled logs
+// (peersRecyclingNote); "" when they were not aged.
 func recyclingNote(f *runfile.RunFile) string {
 	n := f.Config.Store.RecycleSegments
 	if n <= 0 {
 		return ""
 	}
 	note := fmt.Sprintf("mqstore's throughput, latency and e2e cells ran on an aged store: %d segments retired by retention before the window, reused as new segments (--recycle-segments %d); "+
-		"every mqstore record then carries a whole-record checksum property. The peers' logs start fresh, not aged", n, n)
+		"every mqstore record then carries a whole-record checksum property", n, n)
 	if slices.ContainsFunc(f.Config.Workloads, func(w string) bool { return w == "consume" || w == "recovery" }) {
 		note += "; the consume and recovery cells keep up to that many segments but fill a fresh store"
 	}
@@ -128,7 +130,47 @@ func recyclingNote(f *runfile.RunFile) string {
 		note += fmt.Sprintf(". A measured window took %s segments from the pool and made %s new (run.json `cells[].repeats[].store`: segmentsRecycled, segmentsPrewritten, segmentsFallocated)",
 			countRange(took), countRange(made))
 	}
+	if p := peersRecyclingNote(f); p != "" {
+		note += ". " + p
+	}
 	return note
+}
+
+// peersRecyclingNote says, in a run of aged stores, which peers' windows
+// wrote over a recycled log (a cell whose options have
+// load.RecycledLogOption: pebble-wal, given the retired segments' bytes)
+// and which wrote new files; "" without peer cells that reported options.
+func peersRecyclingNote(f *runfile.RunFile) string {
+	var recycled, fresh []string
+	for c := range ptrs(f.Peers) {
+		if c.Options[load.RecycledLogOption] != "" && !slices.Contains(recycled, c.Backend) {
+			recycled = append(recycled, c.Backend)
+		}
+	}
+	for c := range ptrs(f.Peers) {
+		// A cell without options never heard from its peer: it says nothing
+		// of the peer's files.
+		if c.Options != nil && !slices.Contains(recycled, c.Backend) && !slices.Contains(fresh, c.Backend) {
+			fresh = append(fresh, c.Backend)
+		}
+	}
+	quoted := func(names []string) string {
+		return "`" + strings.Join(names, "`, `") + "`"
+	}
+	var parts []string
+	if len(recycled) > 0 {
+		st := f.Config.Store
+		parts = append(parts, fmt.Sprintf("%s ran on a recycled WAL file of %d × %s, the retired segments' bytes: filled by its own writer and closed before the warm-up, "+
+			"then renamed to the next log number and written over, as a running pebble reuses an obsolete WAL (run.json `peers[].options.%s`)",
+			quoted(recycled), st.RecycleSegments, runfile.SizeLabel(int(st.SegmentSizeBytes)), load.RecycledLogOption))
+	}
+	if len(fresh) > 0 {
+		parts = append(parts, quoted(fresh)+" wrote new files, not aged")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "Peers: " + strings.Join(parts, "; ")
 }
 
 // countRange is "a" or "a–b": the least and the most of xs.

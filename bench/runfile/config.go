@@ -117,7 +117,9 @@ type StoreConfig struct {
 	// cell). When > 0, each store of a throughput, latency or e2e cell
 	// (the master's, with a slave) is aged before its window: that many
 	// full segments written and retired by retention into the pool, so the
-	// window's new segments are reused files. The peers are not aged.
+	// window's new segments are reused files. The pebble-wal peer then
+	// runs on a recycled WAL file of that many segments' bytes (its
+	// options' recycledLog says so), the other peers on new files.
 	RecycleSegments int `json:"recycleSegments,omitempty"`
 	// BackendOptions are backends' own options as JSON, by backend name
 	// (--backend-options); a backend not named runs with its defaults.

@@ -3,7 +3,8 @@
 // store's module) and the peers (in this module). Exit 2 on bad flags (an
 // unknown peer is named with the valid ones), 1 when the peer fails to open
 // or the run fails (the JSON still says why). --list prints the peers as a
-// JSON array of {"name", "label"}.
+// JSON array of {"name", "label"}. --recycle-wal BYTES runs pebble-wal on a
+// recycled WAL file (peers.WithRecycledWAL); the other peers refuse it.
 package main
 
 import (
@@ -34,6 +35,9 @@ func run(ctx context.Context, args []string) int {
 	pf := load.RegisterPeerFlags(fs, "", "peer: "+strings.Join(peers.Names(), ", ")+", or "+NoOp+" (the load generator's floor) (required)")
 	peer, dir, flush, list, profileDir := pf.Peer, pf.Dir, pf.Flush, pf.List, pf.ProfileDir
 	syncInterval := fs.Duration("sync-interval", peers.DefaultSyncInterval, "async sync interval, matched to mqstore's flush interval")
+	recycleWAL := fs.Int64(load.RecycleWALFlag, 0, peers.PebbleWAL+" only: before the warm-up, fill a WAL file to at least `BYTES` with the peer's "+
+		"writer (records, synced, closed) and run the window's log on that file recycled, as pebble reuses an obsolete WAL "+
+		"(renamed to the next log number, written over in the recyclable chunk format); not timed or counted (0: a new file)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -54,6 +58,15 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "mqpeer:", err)
 		return 2
 	}
+	switch {
+	case *recycleWAL < 0:
+		fmt.Fprintf(os.Stderr, "mqpeer: --%s %d: want ≥ 0 bytes (0: a new file)\n", load.RecycleWALFlag, *recycleWAL)
+		return 2
+	case *recycleWAL > 0 && *peer == NoOp:
+		fmt.Fprintf(os.Stderr, "mqpeer: --%s with --peer %s: the no-op peer writes no log; only %s runs on a recycled WAL file\n",
+			load.RecycleWALFlag, NoOp, peers.PebbleWAL)
+		return 2
+	}
 	if *peer == NoOp {
 		// The load generator's floor in this process: the same schedule
 		// against an operation that does nothing.
@@ -63,10 +76,15 @@ func run(ctx context.Context, args []string) int {
 		}
 		return emit(out, 0)
 	}
-	peerOpts := []peers.Option{peers.WithSyncInterval(*syncInterval), peers.WithOutstanding(spec.Workers())}
+	peerOpts := []peers.Option{peers.WithSyncInterval(*syncInterval), peers.WithOutstanding(spec.Workers()),
+		peers.WithRecycledWAL(*recycleWAL)}
 	info, err := peers.Describe(*peer, *flush, peerOpts...)
 	if errors.Is(err, peers.ErrUnknownPeer) || errors.Is(err, peers.ErrBadFlush) {
 		fmt.Fprintln(os.Stderr, "mqpeer:", err)
+		return 2
+	}
+	if errors.Is(err, peers.ErrBadRecycledWAL) {
+		fmt.Fprintf(os.Stderr, "mqpeer: --%s with --peer %s: %v\n", load.RecycleWALFlag, *peer, err)
 		return 2
 	}
 	if err != nil {
