@@ -410,3 +410,39 @@ func TestLastNonZero(t *testing.T) {
 		}
 	}
 }
+
+// TestFullDiskEmptiesThePool: pooled files are space; with the disk over
+// DiskMaxUsedRatio retention removes them before anything else, and
+// retires nothing into the pool while it deletes segments.
+func TestFullDiskEmptiesThePool(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o := recycleOptions("mmap")
+	used := 10.0
+	o.diskUsed = func(string) (float64, error) { return used, nil }
+	s := openStore(t, dir, o)
+	defer s.Close()
+	ageStore(t, s, 300)
+	putFixed(t, s, 300, 400) // a segment more for retention to delete
+	retired := s.Stats().SegmentsRetired
+	if s.Stats().SegmentsPooled == 0 {
+		t.Fatal("nothing pooled before the full-disk pass")
+	}
+	used = 90
+	if _, err := s.CleanExpired(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.SegmentsPooled != 0 || st.SegmentsRetired != retired {
+		t.Fatalf("after a pass on a full disk: %d pooled, %d retired (were %d)", st.SegmentsPooled, st.SegmentsRetired, retired)
+	}
+	names, err := os.ReadDir(filepath.Join(dir, commitLogDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n.Name(), recycleSuffix) {
+			t.Fatalf("pooled file %s left on a full disk", n.Name())
+		}
+	}
+}
