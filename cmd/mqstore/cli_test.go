@@ -19,6 +19,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"produce", "--dir", "x", "--topic", "T", "--flush", "sometimes"},
 		{"produce", "--dir", "x", "--topic", "T", "--nope"},
 		{"produce", "--dir", "x", "--topic", "T", "--recycle-segments", "-1"},
+		{"serve", "--dir", "x", "--role", "async-master", "--recycle-segments", "-2"},
 		{"dump"},
 		{"dump", "--dir", "x", "--max", "-1"},
 		{"consume", "--dir", "x", "--topic", "T"},

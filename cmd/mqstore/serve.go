@@ -174,6 +174,7 @@ func runSlave(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type serveFlags struct {
 	dir, backend, flush *string
 	segmentSize         *int64
+	recycle             *int
 	statusEvery         *time.Duration
 	h                   *haFlags
 	bf                  *brokerFlags
@@ -189,6 +190,8 @@ func addServeFlags(fs *flag.FlagSet, name string) *serveFlags {
 		flush:       fs.String("flush", "async", "flush mode: async or sync"),
 		segmentSize: fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB); a slave's must be its master's"),
 		statusEvery: fs.Duration("status-interval", 5*time.Second, "how often to log the replication state (0: never)"),
+		recycle: fs.Int("recycle-segments", 0, "keep up to N CommitLog segments retention deletes and reuse them as new segments "+
+			"(engine.Options.RecycleSegments; once used, records carry a whole-record checksum, so set it on the master of a slave that uses it)"),
 	}
 	role := ""
 	if name == "slave" {
@@ -203,7 +206,7 @@ func addServeFlags(fs *flag.FlagSet, name string) *serveFlags {
 				"Runs a slave store (serve --role slave) until SIGINT or SIGTERM: it replicates the master's CommitLog\nand serves reads.")
 		} else {
 			fmt.Fprintln(fs.Output(), "usage: mqstore serve --dir DIR --role async-master|sync-master|slave [--ha-listen ADDR] [--master HOST:PORT]\n"+
-				"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--remoting-listen ADDR --namesrv ADDR]\n\n"+
+				"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--recycle-segments N] [--remoting-listen ADDR --namesrv ADDR]\n\n"+
 				"Runs a store until SIGINT or SIGTERM, then closes it cleanly. A master listens for slaves on --ha-listen;\n"+
 				"a slave replicates the master at --master. The replication state is logged every --status-interval.\n"+
 				"With --remoting-listen the store is also a RocketMQ broker: RocketMQ clients produce and consume through it,\n"+
@@ -241,8 +244,10 @@ func (f *serveFlags) options(fs *flag.FlagSet, log *slog.Logger) (engine.Options
 		return engine.Options{}, cli.BadFlag(fs, "--master is for a slave; a %v listens on --ha-listen", r)
 	case *f.statusEvery < 0:
 		return engine.Options{}, cli.BadFlag(fs, "--status-interval must not be negative")
+	case *f.recycle < 0:
+		return engine.Options{}, cli.BadFlag(fs, "--recycle-segments must not be negative, got %d", *f.recycle)
 	}
-	return h.storeOptions(engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize, Logger: log}, r), nil
+	return h.storeOptions(engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize, RecycleSegments: *f.recycle, Logger: log}, r), nil
 }
 
 // serve runs a master or a slave until ctx ends (SIGINT, SIGTERM), then
@@ -257,7 +262,7 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		return err
 	}
 	if f.fo.on() {
-		return serveFailover(ctx, fs, f.fo, f.h, f.bf, *f.dir, *f.backend, *f.flush, *f.segmentSize, *f.statusEvery, stderr)
+		return serveFailover(ctx, fs, f.fo, f.h, f.bf, *f.dir, *f.backend, *f.flush, *f.segmentSize, *f.recycle, *f.statusEvery, stderr)
 	}
 	log := textLogger(stderr)
 	o, err := f.options(fs, log)

@@ -70,9 +70,12 @@ func (f *failoverFlags) on() bool {
 // serveFailover runs a broker of a broker set that follows the failover
 // controller until ctx ends.
 func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerFlags, dir, backend, flush string,
-	segmentSize int64, every time.Duration, stderr io.Writer) error {
+	segmentSize int64, recycle int, every time.Duration, stderr io.Writer) error {
 	if err := checkFailoverFlags(fs, f, h, bf); err != nil {
 		return err
+	}
+	if recycle < 0 {
+		return cli.BadFlag(fs, "--recycle-segments must not be negative, got %d", recycle)
 	}
 	mode, err := engine.ParseFlushMode(flush)
 	if err != nil {
@@ -102,7 +105,7 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	if len(addrs) == 0 {
 		return cli.BadFlag(fs, "--controller-peers is required (or --controller to run one here)")
 	}
-	o, err := failoverOptions(fs, f, h, bf, dir, backend, mode, segmentSize, addrs, log)
+	o, err := failoverOptions(fs, f, h, bf, dir, backend, mode, segmentSize, recycle, addrs, log)
 	if err != nil {
 		return err
 	}
@@ -138,7 +141,7 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 
 // failoverOptions are the failover broker's options from the flags.
 func failoverOptions(fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerFlags, dir, backend string, mode engine.FlushMode,
-	segmentSize int64, addrs []string, log *slog.Logger) (failover.Options, error) {
+	segmentSize int64, recycle int, addrs []string, log *slog.Logger) (failover.Options, error) {
 	haListen := *h.listen
 	if haListen == "" {
 		haListen = ha.DefaultListenAddr
@@ -154,7 +157,7 @@ func failoverOptions(fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerF
 	}
 	o := failover.Options{Set: *f.set, ID: max(*bf.id, 0), Dir: dir, Controllers: addrs, HAListen: haListen, HAAdvertise: *f.haAdv,
 		LeaseTimeout: *f.lease, HeartbeatInterval: *f.heartbeat, MinInSyncReplicas: *h.minInSync, AckTimeout: *h.slaveTimeout,
-		Store: engine.Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: segmentSize, SlaveTimeout: *h.slaveTimeout,
+		Store: engine.Options{Backend: backend, FlushMode: mode, SegmentSizeBytes: segmentSize, RecycleSegments: recycle, SlaveTimeout: *h.slaveTimeout,
 			HASlaveFallbehindMax: *h.fallbehind, Logger: log},
 		Master: ha.MasterOptions{SendHeartbeatInterval: *h.heartbeat, HousekeepingInterval: *h.housekeeping, TransferBatchSize: *h.batch,
 			TLS: serverTLS, Secret: secret, Logger: log},
