@@ -375,8 +375,10 @@ type Options struct {
 	// full disk (DiskMaxUsedRatio) empties the pool. Once a store has
 	// recycled, every record it writes carries a whole-record checksum
 	// (record.PropRecordCRC, 20 bytes of properties) that recovery checks,
-	// even after RecycleSegments is set back to 0 (docs/formats.md). Not
-	// for the in-memory backend.
+	// even after RecycleSegments is set back to 0 (docs/formats.md). A
+	// slave's records are its master's: it starts reusing segments at the
+	// first replicated record that carries the checksum. Not for the
+	// in-memory backend.
 	RecycleSegments int
 
 	// Role is the store's part in replication (RocketMQ's brokerRole):

@@ -291,6 +291,13 @@ func (s *Store) startRecycling() error {
 	if s.opts.RecycleSegments == 0 {
 		return nil
 	}
+	if s.opts.Role == Slave && s.log.crcFrom.Load() < 0 {
+		// A slave's records are its master's bytes: it starts reusing
+		// segments at the first replicated record that carries the
+		// checksum (startSlaveRecycling), not before.
+		s.opts.Logger.Info("a slave reuses CommitLog segments from the first replicated record that carries a whole-record checksum (its master must recycle too)")
+		return nil
+	}
 	if s.log.crcFrom.Load() < 0 {
 		if err := s.writeRecordCRCFrom(end); err != nil {
 			return fmt.Errorf("open store: %w", err)
@@ -300,6 +307,24 @@ func (s *Store) startRecycling() error {
 	if s.pool != nil {
 		s.pool.enabled.Store(true)
 	}
+	return nil
+}
+
+// startSlaveRecycling, on a slave with RecycleSegments that has not
+// recycled yet, is called with each replicated record before it is
+// appended: at the first that carries a valid whole-record checksum it
+// records that every record from there on does (the checks that follow
+// hold the master to it) and lets the allocation service take pooled
+// files. Every segment made before was a new file. appendMu held.
+func (s *Store) startSlaveRecycling(rec []byte, at int64) error {
+	if s.pool == nil || s.log.crcFrom.Load() >= 0 || record.CheckRecordCRC(rec, at) != nil {
+		return nil
+	}
+	if err := s.writeRecordCRCFrom(at); err != nil {
+		return err
+	}
+	s.pool.enabled.Store(true)
+	s.opts.Logger.Info("the master writes whole-record checksums: reusing CommitLog segments from here on", slog.Int64("offset", at))
 	return nil
 }
 

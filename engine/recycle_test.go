@@ -334,40 +334,54 @@ func TestRecyclingStaysOn(t *testing.T) {
 	}
 }
 
-// TestRecyclingSlaveNeedsTheChecksum: a slave that recycles segments takes
-// replicated records only with the whole-record checksum its recovery will
-// check — from a master that does not write it, replication fails with a
-// clear error; from one that does, the records go in and read back.
-func TestRecyclingSlaveNeedsTheChecksum(t *testing.T) {
+// TestRecyclingSlaveFollowsItsMaster: a slave with RecycleSegments starts
+// reusing segments at the first replicated record that carries the
+// whole-record checksum (its recovery checks every record from there), not
+// before — replicating a master that does not recycle, it takes every
+// record and reuses nothing — and from there on refuses a record without a
+// valid one.
+func TestRecyclingSlaveFollowsItsMaster(t *testing.T) {
 	ctx := context.Background()
-	for _, masterRecycles := range []bool{false, true} {
-		t.Run(fmt.Sprint("masterRecycles=", masterRecycles), func(t *testing.T) {
-			mo := recycleOptions("mmap")
-			if !masterRecycles {
-				mo.RecycleSegments = 0
-			}
-			master := openStore(t, t.TempDir(), mo)
-			defer master.Close()
-			res := putFixed(t, master, 0, 20)
-			so := recycleOptions("mmap")
-			so.Role = Slave
-			slave := openStore(t, t.TempDir(), so)
-			defer slave.Close()
-			_, err := slave.AppendReplicated(ctx, 0, logBytes(t, master, 0, master.MaxOffset()))
-			if !masterRecycles {
-				if !errors.Is(err, ErrReplicaData) || !strings.Contains(err.Error(), "whole-record checksum") {
-					t.Fatalf("records without the checksum: %v", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := slave.ReadMessage(ctx, res[19].PhysicalOffset)
-			if u, _ := r.UniqKey(); err != nil || u != "U00000019" {
-				t.Fatalf("replicated record: %q %v", u, err)
-			}
-		})
+	mdir := t.TempDir()
+	mo := recycleOptions("mmap")
+	mo.RecycleSegments = 0
+	master := openStore(t, mdir, mo)
+	putFixed(t, master, 0, 20)
+	so := recycleOptions("mmap")
+	so.Role = Slave
+	sdir := t.TempDir()
+	slave := openStore(t, sdir, so)
+	defer slave.Close()
+	plainEnd := master.MaxOffset()
+	if _, err := slave.AppendReplicated(ctx, 0, logBytes(t, master, 0, plainEnd)); err != nil {
+		t.Fatalf("records without the checksum: %v", err)
+	}
+	if from := slave.log.crcFrom.Load(); from >= 0 || slave.pool.enabled.Load() {
+		t.Fatalf("the slave recycles (checksums from %d) before its master writes checksums", from)
+	}
+	if err := master.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mo.RecycleSegments = 4 // the master starts recycling: its records carry the checksum
+	master = openStore(t, mdir, mo)
+	defer master.Close()
+	res := putFixed(t, master, 20, 40)
+	if _, err := slave.AppendReplicated(ctx, plainEnd, logBytes(t, master, plainEnd, master.MaxOffset())); err != nil {
+		t.Fatal(err)
+	}
+	if from := slave.log.crcFrom.Load(); from != plainEnd || !slave.pool.enabled.Load() {
+		t.Fatalf("the slave's checksums start at %d (pool enabled %v), want %d", from, slave.pool.enabled.Load(), plainEnd)
+	}
+	r, err := slave.ReadMessage(ctx, res[19].PhysicalOffset)
+	if u, _ := r.UniqKey(); err != nil || u != "U00000039" {
+		t.Fatalf("replicated record: %q %v", u, err)
+	}
+	// A record whose checksum does not hold is refused from now on.
+	next := putFixed(t, master, 40, 41)[0]
+	bad := logBytes(t, master, next.PhysicalOffset, next.PhysicalOffset+int64(next.Size))
+	bad[len(bad)-2] ^= 1 // a digit of the checksum
+	if _, err := slave.AppendReplicated(ctx, next.PhysicalOffset, bad); !errors.Is(err, ErrReplicaData) || !strings.Contains(err.Error(), "whole-record checksum") {
+		t.Fatalf("a record with a wrong checksum: %v", err)
 	}
 }
 

@@ -661,11 +661,14 @@ func (s *Store) checkReplicaUnitLocked(unit []byte, at int64) error {
 	if err == nil {
 		err = checkTail(unit, &rec, at)
 	}
+	if err == nil {
+		err = s.startSlaveRecycling(unit, at)
+	}
 	if from := s.log.crcFrom.Load(); err == nil && from >= 0 && at >= from {
 		// This store's recovery will require it: a master that does not
 		// write it must not fill a log that recycles segments.
 		if err = record.CheckRecordCRC(unit, at); err != nil {
-			err = fmt.Errorf("this store recycles CommitLog segments, so every record from offset %d must carry a whole-record checksum (set RecycleSegments on the master too): %w", from, err)
+			err = fmt.Errorf("this store recycles CommitLog segments, so every record from offset %d must carry a whole-record checksum (the master stopped writing it): %w", from, err)
 		}
 	}
 	if err != nil {

@@ -191,7 +191,7 @@ func addServeFlags(fs *flag.FlagSet, name string) *serveFlags {
 		segmentSize: fs.Int64("segment-size", 0, "CommitLog segment size in bytes for a new store (default 1 GiB); a slave's must be its master's"),
 		statusEvery: fs.Duration("status-interval", 5*time.Second, "how often to log the replication state (0: never)"),
 		recycle: fs.Int("recycle-segments", 0, "keep up to N CommitLog segments retention deletes and reuse them as new segments "+
-			"(engine.Options.RecycleSegments; once used, records carry a whole-record checksum, so set it on the master of a slave that uses it)"),
+			"(engine.Options.RecycleSegments; once used, records carry a whole-record checksum; a slave reuses segments once its master does)"),
 	}
 	role := ""
 	if name == "slave" {
