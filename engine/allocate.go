@@ -262,6 +262,21 @@ func (a *allocator) Close() error {
 		select {
 		case <-req.ready:
 			if req.file != nil {
+				// Made ahead and never written: back to the pool, where
+				// there is one with room (under the name of the offset it
+				// was made for, so it is not taken for that offset: a
+				// reopened log may reach it before its next roll);
+				// otherwise it stays, and the next open's recovery removes
+				// it as a segment past the log's end.
+				if a.pool != nil && req.file.WrotePosition() == 0 {
+					kept, err := a.pool.retire(req.file, false)
+					if err != nil {
+						errs = append(errs, err)
+					}
+					if kept || err != nil {
+						continue
+					}
+				}
 				if err := req.file.Close(); err != nil {
 					errs = append(errs, err)
 				}

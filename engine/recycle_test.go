@@ -460,3 +460,38 @@ func TestFullDiskEmptiesThePool(t *testing.T) {
 		}
 	}
 }
+
+// TestMadeAheadSegmentReturnsToThePool: the segment the allocation
+// service made ahead and nobody wrote goes back to the pool at Close
+// (named by the offset it was made for, so it is not taken for that
+// offset), instead of waiting in the log's directory for the next open to
+// remove it.
+func TestMadeAheadSegmentReturnsToThePool(t *testing.T) {
+	dir := t.TempDir()
+	o := recycleOptions("mmap")
+	s := openStore(t, dir, o)
+	putFixed(t, s, 0, 150) // a roll or two: the next segment is made ahead
+	end := s.MaxOffset()
+	next := end - end%o.SegmentSizeBytes + o.SegmentSizeBytes
+	waitFor(t, "the segment made ahead", func() bool {
+		_, err := os.Stat(filepath.Join(dir, commitLogDirName, fmt.Sprintf("%020d", next)))
+		return err == nil
+	})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, commitLogDirName, fmt.Sprintf("%020d", next))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the segment made ahead at %d is still in the log's directory (%v)", next, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, commitLogDirName, segmentRecycleName(next))); err != nil {
+		t.Fatalf("the segment made ahead is not in the pool: %v", err)
+	}
+	s = openStore(t, dir, o)
+	defer s.Close()
+	if st := s.Stats(); st.SegmentsPooled != 1 || s.MaxOffset() != end {
+		t.Fatalf("reopened: %d pooled, log ends at %d (was %d)", st.SegmentsPooled, s.MaxOffset(), end)
+	}
+	if ps := s.pool.take(next); ps != nil {
+		t.Fatalf("the pooled file was taken for the offset it was made for: %s", ps.path)
+	}
+}
