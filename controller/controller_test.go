@@ -233,8 +233,16 @@ func TestControllerFailover(t *testing.T) {
 		if c == leader {
 			continue
 		}
-		_, err := c.Register(ctx, RegisterRequest{Set: "s", Addr: "x", RegisterCode: "z"})
+		// A follower learns who leads from the leader's next append: the
+		// entries above may have committed on the other follower alone.
+		var err error
 		var nl *NotLeaderError
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			_, err = c.Register(ctx, RegisterRequest{Set: "s", Addr: "x", RegisterCode: "z"})
+			if !errors.As(err, &nl) || nl.LeaderID != "" || time.Now().After(deadline) {
+				break
+			}
+		}
 		if !errors.As(err, &nl) || nl.LeaderID != leader.ID() {
 			t.Fatalf("register on a follower: %v", err)
 		}
