@@ -3,10 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/segfile"
 )
 
 // The messages that age a store: large bodies, so that filling the
@@ -48,6 +50,17 @@ func ageStore(ctx context.Context, store StoreConfig, dir, backend string) error
 	}
 	if err := s.Close(); err != nil {
 		return fmt.Errorf("age the store: close: %w", err)
+	}
+	// A running store's retired segments were written long before they are
+	// reused: their pages are no longer in the page cache.
+	pooled, err := filepath.Glob(filepath.Join(dir, "commitlog", "*.recycle"))
+	if err != nil {
+		return fmt.Errorf("age the store: %w", err)
+	}
+	for _, p := range pooled {
+		if err := segfile.DropCache(p); err != nil {
+			return fmt.Errorf("age the store: %w", err)
+		}
 	}
 	return nil
 }

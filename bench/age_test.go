@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,7 +13,32 @@ import (
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/testenv"
+	"github.com/mqstore/mqstore/mappedfile"
 )
+
+// agedBackend is the backend the ageing tests run: the one that reuses
+// segments (the others write through the page cache and refuse
+// RecycleSegments); it needs io_uring and O_DIRECT.
+func agedBackend(t *testing.T) string {
+	t.Helper()
+	const backend = "uring-direct"
+	o, err := storeOptions(StoreConfig{SegmentSizeBytes: 1 << 20}, backend, "async")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := engine.Open(context.Background(), filepath.Join(t.TempDir(), "probe"), o)
+	if errors.Is(err, mappedfile.ErrUnsupported) {
+		testenv.Skip(t, testenv.Uring, "the ageing tests run the %s backend: %v", backend, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return backend
+}
 
 // TestAgedStoreRepeatReusesSegments: with RecycleSegments a store repeat
 // runs on an aged store, and its window takes new segments from the pool
@@ -24,7 +50,7 @@ func TestAgedStoreRepeatReusesSegments(t *testing.T) {
 		t.Run("recycle-"+strconv.Itoa(n), func(t *testing.T) {
 			store := StoreConfig{SegmentSizeBytes: 1 << 20, RecycleSegments: n}
 			dir := filepath.Join(t.TempDir(), "s")
-			rep, options := storeRepeat(context.Background(), store, dir, "mmap", "async", sp, nil)
+			rep, options := storeRepeat(context.Background(), store, dir, agedBackend(t), "async", sp, nil)
 			if rep.Status != runfile.StatusOK || rep.Store == nil {
 				t.Fatalf("%s: %s (store counters %v)", rep.Status, rep.Reason, rep.Store)
 			}
@@ -53,7 +79,7 @@ func TestAgedStoreRepeatReusesSegments(t *testing.T) {
 func TestAgeStoreFillsThePool(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	if err := ageStore(ctx, StoreConfig{SegmentSizeBytes: 1 << 20}, filepath.Join(root, "fresh"), "mmap"); err != nil {
+	if err := ageStore(ctx, StoreConfig{SegmentSizeBytes: 1 << 20}, filepath.Join(root, "fresh"), agedBackend(t)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "fresh")); !os.IsNotExist(err) {
@@ -61,7 +87,7 @@ func TestAgeStoreFillsThePool(t *testing.T) {
 	}
 	store := StoreConfig{SegmentSizeBytes: 1 << 20, RecycleSegments: 2}
 	dir := filepath.Join(root, "aged")
-	if err := ageStore(ctx, store, dir, "mmap"); err != nil {
+	if err := ageStore(ctx, store, dir, agedBackend(t)); err != nil {
 		t.Fatal(err)
 	}
 	pooled, _ := filepath.Glob(filepath.Join(dir, "commitlog", "*.recycle"))
@@ -69,7 +95,7 @@ func TestAgeStoreFillsThePool(t *testing.T) {
 		entries, _ := os.ReadDir(filepath.Join(dir, "commitlog"))
 		t.Fatalf("pooled files %v, want %d; commitlog holds %v", pooled, store.RecycleSegments, entries)
 	}
-	o, err := storeOptions(store, "mmap", "sync")
+	o, err := storeOptions(store, agedBackend(t), "sync")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +117,7 @@ func TestStoreRecordBytesCountTheRecordChecksum(t *testing.T) {
 	for _, kind := range MessageKinds() {
 		for _, n := range []int{0, 1} {
 			store := StoreConfig{SegmentSizeBytes: 1 << 20, RecycleSegments: n, Message: kind}
-			o, err := storeOptions(store, "mmap", "async")
+			o, err := storeOptions(store, agedBackend(t), "async")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,6 +146,7 @@ func TestStoreRecordBytesCountTheRecordChecksum(t *testing.T) {
 // were aged (and, with no peer in the run, nothing of peers).
 func TestRecycleSegmentsRun(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.Backends = []string{agedBackend(t)}
 	cfg.Workloads, cfg.Repeat, cfg.AA, cfg.Warmup = []string{"throughput"}, 1, false, 0
 	cfg.Store.SegmentSizeBytes, cfg.Store.RecycleSegments = 1<<20, 3
 	f, dir, err := Run(context.Background(), cfg, RunOptions{})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 )
@@ -169,7 +171,8 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 
 // ageStoreForBench fills a store in dir with n segments and one more, async, with
 // 64 KiB messages, and lets retention retire the n full ones into the
-// pool (Options.RecycleSegments): a store that has been running.
+// pool (Options.RecycleSegments), their pages dropped from the page cache:
+// a store that has been running.
 func ageStoreForBench(ctx context.Context, dir string, o Options, n int) error {
 	o.FlushMode, o.DeleteWhen, o.FileReservedTime, o.CleanInterval = FlushAsync, "*", time.Nanosecond, time.Hour
 	s, err := Open(ctx, dir, o)
@@ -204,6 +207,17 @@ func ageStoreForBench(ctx context.Context, dir string, o Options, n int) error {
 	pooled := s.Stats().SegmentsPooled
 	if err := s.Close(); err != nil {
 		return err
+	}
+	// A running store's retired segments were written long before they are
+	// reused: their pages are no longer in the page cache.
+	names, err := filepath.Glob(filepath.Join(dir, commitLogDirName, "*"+recycleSuffix))
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := segfile.DropCache(name); err != nil {
+			return err
+		}
 	}
 	if pooled < n {
 		return fmt.Errorf("%d segments pooled, want %d", pooled, n)

@@ -377,8 +377,11 @@ type Options struct {
 	// (record.PropRecordCRC, 20 bytes of properties) that recovery checks,
 	// even after RecycleSegments is set back to 0 (docs/formats.md). A
 	// slave's records are its master's: it starts reusing segments at the
-	// first replicated record that carries the checksum. Not for the
-	// in-memory backend.
+	// first replicated record that carries the checksum. Only for a
+	// backend whose writes bypass the page cache (uring-direct): through the
+	// page cache a reused file's pages, no longer cached, are read back
+	// before they are written, and reuse measured slower (mmap, transient)
+	// or no faster (uring) than a fresh segment; Open refuses it there.
 	RecycleSegments int
 
 	// Role is the store's part in replication (RocketMQ's brokerRole):

@@ -75,6 +75,12 @@ type pooledSegment struct {
 	released atomic.Bool // no reader holds it any more
 }
 
+// recyclePageCacheWhy is why a backend that writes through the page cache
+// does not reuse segments: only O_DIRECT writes gain from written extents.
+const recyclePageCacheWhy = "its writes go through the page cache, where a reused file's pages, no longer cached, " +
+	"are read back from the device before they are written: measured, reuse made mmap slower by half and transient " +
+	"slower, and uring no faster (sync, 64 producers, docs/design.md); only O_DIRECT writes gain from its written extents"
+
 // recycleSuffix ends the name of a pooled file: its old segment name and
 // this. The segment queue skips such names.
 const recycleSuffix = segment.RecycleSuffix

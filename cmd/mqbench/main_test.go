@@ -155,7 +155,7 @@ func TestRecycleSegmentsFlag(t *testing.T) {
 	var m matrixFlags
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	m.register(fs, &cfg, false)
-	if err := fs.Parse([]string{"--recycle-segments", "3"}); err != nil {
+	if err := fs.Parse([]string{"--recycle-segments", "3", "--backends", "uring-direct"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.apply(&cfg, false); err != nil || cfg.Store.RecycleSegments != 3 {
@@ -177,6 +177,8 @@ func TestRecycleSegmentsFlag(t *testing.T) {
 		{[]string{"run", "--recycle-segments", "many"}, 2, "-recycle-segments"},
 		{[]string{"run", "--config", negative}, 2, "--recycle-segments -2: want ≥ 0"},
 		{[]string{"run", "--recycle-segments", "2", "--backends", "mem"}, 2, "--recycle-segments 2 with the mem backend"},
+		{[]string{"run", "--recycle-segments", "2", "--backends", "uring-direct,mmap"}, 2, "--recycle-segments 2 with the mmap backend"},
+		{[]string{"run", "--recycle-segments", "2", "--backends", "transient"}, 2, "--recycle-segments 2 with the transient backend"},
 		{[]string{"sweep", "--recycle-segments", "-1"}, 2, "--recycle-segments -1: want ≥ 0"},
 		{[]string{"run", "-h"}, 0, "-recycle-segments"},
 	} {

@@ -46,6 +46,7 @@ func Rename(string, string) error                       { return unsupported("re
 func Unlink(string) error                               { return unsupported("unlink") }
 func Remove(string) error                               { return unsupported("remove") }
 func SyncDir(string) error                              { return unsupported("fsync of a directory") }
+func DropCache(string) error                            { return nil }
 
 func OpenOrCreate(_ context.Context, spec mappedfile.Spec, _ int) (*os.File, bool, error) {
 	return nil, false, fmt.Errorf("open segment %s: %w", spec.Path, unsupported("segment files"))

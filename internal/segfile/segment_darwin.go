@@ -18,3 +18,7 @@ func SendFile(ctx context.Context, w io.Writer, f *os.File, off, n int64) (int64
 
 // DirectIOAlignment is 4096: no backend uses O_DIRECT on macOS.
 func DirectIOAlignment(string) (offsetAlign, memAlign int64) { return 4096, 4096 }
+
+// DropCache does nothing on macOS, which has no posix_fadvise: the file's
+// pages stay cached.
+func DropCache(string) error { return nil }

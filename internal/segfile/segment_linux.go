@@ -96,3 +96,17 @@ func DirectIOAlignment(path string) (offsetAlign, memAlign int64) {
 	}
 	return int64(st.Dio_offset_align), int64(st.Dio_mem_align)
 }
+
+// DropCache asks the kernel to drop path's clean pages from the page cache
+// (posix_fadvise DONTNEED): what a file written long ago looks like.
+func DropCache(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("drop the cached pages of %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("drop the cached pages of %s: fadvise: %w", path, err)
+	}
+	return nil
+}
