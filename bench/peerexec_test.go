@@ -31,17 +31,26 @@ func TestInteropModuleDir(t *testing.T) {
 	}
 }
 
+// argsRecordingPeer writes a peer program into dir that records its
+// arguments, one per line, in the file it returns, and prints an empty
+// result.
+func argsRecordingPeer(t *testing.T, dir string) (script, argsFile string) {
+	t.Helper()
+	argsFile = filepath.Join(dir, "args")
+	script = filepath.Join(dir, "peer.sh")
+	body := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + argsFile + "\necho '{}'\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script, argsFile
+}
+
 // A peer repeat runs the store cells' spec: the peer program is asked for
 // the same latency time series, so the generator does the same work in
 // every system's process.
 func TestPeerRepeatAsksForTheSeries(t *testing.T) {
 	root := t.TempDir()
-	argsFile := filepath.Join(root, "args")
-	script := filepath.Join(root, "peer.sh")
-	body := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + argsFile + "\necho '{}'\n"
-	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	script, argsFile := argsRecordingPeer(t, root)
 	c := &Config{Warmup: 10 * time.Millisecond}
 	for _, workload := range []string{string(load.Throughput), string(load.Latency)} {
 		s := spec(c, workload, 1024, 4, 1000, 50*time.Millisecond, 1)
@@ -62,12 +71,7 @@ func TestPeerRepeatAsksForTheSeries(t *testing.T) {
 // modes, and no other peer the flag; without recycling no peer gets it.
 func TestPeerRepeatRecyclesPebbleWALOnly(t *testing.T) {
 	root := t.TempDir()
-	argsFile := filepath.Join(root, "args")
-	script := filepath.Join(root, "peer.sh")
-	body := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + argsFile + "\necho '{}'\n"
-	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	script, argsFile := argsRecordingPeer(t, root)
 	for _, n := range []int{0, 3} {
 		cfg := Config{Warmup: 10 * time.Millisecond, Peers: []string{"pebble-wal", "pebble", "nats", "nats-inproc"},
 			Sizes: []int{1024}, Flushes: []string{"sync", "async"},
