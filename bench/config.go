@@ -275,12 +275,8 @@ func validateRecycling(c *Config) error {
 			return fmt.Errorf("--recycle-segments %d: want ≥ 0 (0: no recycling)", n)
 		}
 		for _, b := range c.Backends {
-			reg, err := mappedfile.Registered().Lookup(b)
-			switch {
-			case n > 0 && err == nil && reg.Volatile:
-				return fmt.Errorf("--recycle-segments %d with the %s backend: its segments are not files on disk, there is nothing to recycle; leave it out of --backends or use --recycle-segments 0", n, b)
-			case n > 0 && err == nil && !reg.DirectIO:
-				return fmt.Errorf("--recycle-segments %d with the %s backend: the store reuses segments only where its writes bypass the page cache (uring-direct; engine.Options.RecycleSegments says why); leave it out of --backends or use --recycle-segments 0", n, b)
+			if err := engine.RecyclingRefusal(b); n > 0 && err != nil {
+				return fmt.Errorf("--recycle-segments %d with the %s backend: %v; leave it out of --backends or use --recycle-segments 0", n, b, err)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
@@ -210,7 +211,7 @@ func ageStoreForBench(ctx context.Context, dir string, o Options, n int) error {
 	}
 	// A running store's retired segments were written long before they are
 	// reused: their pages are no longer in the page cache.
-	names, err := filepath.Glob(filepath.Join(dir, commitLogDirName, "*"+recycleSuffix))
+	names, err := filepath.Glob(filepath.Join(dir, commitLogDirName, "*"+segment.RecycleSuffix))
 	if err != nil {
 		return err
 	}

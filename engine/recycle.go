@@ -75,19 +75,31 @@ type pooledSegment struct {
 	released atomic.Bool // no reader holds it any more
 }
 
-// recyclePageCacheWhy is why a backend that writes through the page cache
-// does not reuse segments: only O_DIRECT writes gain from written extents.
-const recyclePageCacheWhy = "its writes go through the page cache, where a reused file's pages, no longer cached, " +
-	"are read back from the device before they are written: measured, reuse made mmap slower by half and transient " +
-	"slower, and uring no faster (sync, 64 producers, docs/design.md); only O_DIRECT writes gain from its written extents"
-
-// recycleSuffix ends the name of a pooled file: its old segment name and
-// this. The segment queue skips such names.
-const recycleSuffix = segment.RecycleSuffix
+// RecyclingRefusal says why a store refuses Options.RecycleSegments on the
+// named backend; nil where it reuses segments (a backend it does not know
+// is Open's to refuse). Only writes that bypass the page cache gain from a
+// reused file's written extents: through the page cache its pages, no
+// longer cached, are read back from the device before they are written,
+// and reuse measured slower (mmap, transient) or no faster (uring) than a
+// fresh segment (docs/design.md, "Only with O_DIRECT").
+func RecyclingRefusal(backend string) error {
+	reg, err := lookupBackend(backend)
+	switch {
+	case err != nil:
+		return nil
+	case reg.Volatile:
+		return fmt.Errorf("its segments are not files on disk, there is nothing to reuse: %w", ErrInvalidOption)
+	case !reg.DirectIO:
+		return fmt.Errorf("its writes go through the page cache, where a reused file's pages, no longer cached, "+
+			"are read back from the device before they are written: reuse measured slower (mmap, transient) or no faster "+
+			"(uring) than a fresh segment (sync, 64 producers, docs/design.md); only O_DIRECT writes (uring-direct) gain: %w", ErrInvalidOption)
+	}
+	return nil
+}
 
 // pooledName is the name of the pooled file that held the segment at from.
 func pooledName(dir string, from int64) string {
-	return filepath.Join(dir, segment.Name(from)+recycleSuffix)
+	return filepath.Join(dir, segment.Name(from)+segment.RecycleSuffix)
 }
 
 // openSegmentPool loads the pooled files left in dir by an earlier run
@@ -103,7 +115,7 @@ func openSegmentPool(fsys storefs.FS, dir string, size int64, max int, maxRecord
 		return nil, fmt.Errorf("segment pool: list %s: %w", dir, err)
 	}
 	for _, name := range names {
-		base, ok := strings.CutSuffix(name, recycleSuffix)
+		base, ok := strings.CutSuffix(name, segment.RecycleSuffix)
 		if !ok {
 			continue
 		}

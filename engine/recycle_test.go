@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -264,7 +265,7 @@ func TestPooledFileWaitsForItsReaders(t *testing.T) {
 	}
 }
 
-func segmentRecycleName(from int64) string { return fmt.Sprintf("%020d%s", from, recycleSuffix) }
+func segmentRecycleName(from int64) string { return filepath.Base(pooledName("", from)) }
 
 // TestPrepareZeroesTheOldBlank: the end-of-segment blank of a pooled file
 // is zeroed before reuse (it carries no offset of its own), and nothing
@@ -496,7 +497,7 @@ func TestMadeAheadSegmentReturnsToThePool(t *testing.T) {
 // pooledFiles lists the pooled files in a store's CommitLog directory.
 func pooledFiles(t *testing.T, dir string) []string {
 	t.Helper()
-	names, err := filepath.Glob(filepath.Join(dir, commitLogDirName, "*"+recycleSuffix))
+	names, err := filepath.Glob(filepath.Join(dir, commitLogDirName, "*"+segment.RecycleSuffix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,9 +204,8 @@ func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 		return fmt.Errorf("open store: RecycleSegments needs the allocation service (not NoPreallocate) and a backend whose files are on disk (not %s): %w",
 			s.backend.Name(), ErrInvalidOption)
 	}
-	if reg, err := lookupBackend(s.backend.Name()); o.RecycleSegments > 0 && err == nil && !reg.DirectIO && !reg.Volatile {
-		return fmt.Errorf("open store: RecycleSegments with the %s backend: %s; use uring-direct: %w",
-			reg.Name, recyclePageCacheWhy, ErrInvalidOption)
+	if err := RecyclingRefusal(s.backend.Name()); o.RecycleSegments > 0 && err != nil {
+		return fmt.Errorf("open store: RecycleSegments with the %s backend: %w", s.backend.Name(), err)
 	}
 	if s.fs == storefs.OS() {
 		maxRecord := max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes)

@@ -244,7 +244,7 @@ const (
 func newPLTrial(t *testing.T, backend string, seed uint64) *plTrial {
 	rng := rand.New(rand.NewPCG(seed, 0x706c))
 	tr := &plTrial{t: t, backend: backend, seed: seed, kind: int(seed % plKinds), rng: rng, names: crashfs.NamesDurable, start: time.Now()}
-	if tr.kind == plRecycled && !recycles(backend) {
+	if tr.kind == plRecycled && engine.RecyclingRefusal(backend) != nil {
 		tr.kind = plSync // the store refuses RecycleSegments on this backend
 	}
 	if tr.kind == plStrict || rng.IntN(3) == 0 {
@@ -405,17 +405,6 @@ func (tr *plTrial) create() error {
 		return fmt.Errorf("create the store: %w", err)
 	}
 	return nil
-}
-
-// recycles reports whether the store reuses segments on backend: only
-// where its writes bypass the page cache; the others refuse the option.
-func recycles(backend string) bool {
-	for _, reg := range engine.Backends() {
-		if reg.Name == backend {
-			return reg.DirectIO && !reg.Volatile
-		}
-	}
-	return false
 }
 
 // plRecycle is the pool of the recycled trials' stores.
