@@ -207,8 +207,10 @@ func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 	if err := RecyclingRefusal(s.backend.Name()); o.RecycleSegments > 0 && err != nil {
 		return fmt.Errorf("open store: RecycleSegments with the %s backend: %w", s.backend.Name(), err)
 	}
+	maxRecord := max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes)
 	if s.fs == storefs.OS() {
-		maxRecord := max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes)
+		// Opened whatever RecycleSegments is: with 0 it removes the pooled
+		// files an earlier run left.
 		pool, err := openSegmentPool(s.fs, filepath.Join(s.dir, commitLogDirName), o.SegmentSizeBytes, o.RecycleSegments, maxRecord, o.Logger)
 		if err != nil {
 			return fmt.Errorf("open store: %w", err)
@@ -244,7 +246,7 @@ func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
-		maxRecordBytes: max(o.MaxMessageSizeBytes, params.MaxMessageSizeBytes), queueOffsets: make(map[queueKey]*queueCounter)}
+		maxRecordBytes: maxRecord, queueOffsets: make(map[queueKey]*queueCounter)}
 	s.log.crcFrom.Store(crcFrom)
 	if !o.dispatchFromLog {
 		s.log.feed = newDispatchFeed()
