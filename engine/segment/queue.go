@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mqstore/mqstore/engine/storefs"
 	"github.com/mqstore/mqstore/internal/invariants"
@@ -73,6 +74,22 @@ type Queue struct {
 
 	mu    sync.RWMutex
 	files []mappedfile.MappedFile // ascending by FromOffset, contiguous
+	// last is files' last entry, stored under mu's write lock whenever
+	// files changes: Last, which every append calls, reads it without mu
+	// (a read lock is an atomic add on a line every producer shares).
+	last atomic.Pointer[lastFile]
+}
+
+// lastFile holds a queue's last segment (atomic.Pointer needs a type).
+type lastFile struct{ mf mappedfile.MappedFile }
+
+// publishLastLocked stores files' last entry in last; mu is write-locked.
+func (q *Queue) publishLastLocked() {
+	if len(q.files) == 0 {
+		q.last.Store(nil)
+		return
+	}
+	q.last.Store(&lastFile{mf: q.files[len(q.files)-1]})
 }
 
 // Config says where a queue lives and how its files are made.
@@ -122,6 +139,7 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		}
 		q.files = append(q.files, mf)
 	}
+	q.publishLastLocked() // q is not shared yet
 	return q, nil
 }
 
@@ -191,12 +209,10 @@ func (q *Queue) First() mappedfile.MappedFile {
 
 // Last returns the newest segment or nil.
 func (q *Queue) Last() mappedfile.MappedFile {
-	q.mu.RLock()
-	defer q.mu.RUnlock()
-	if len(q.files) == 0 {
-		return nil
+	if l := q.last.Load(); l != nil {
+		return l.mf
 	}
-	return q.files[len(q.files)-1]
+	return nil
 }
 
 // Find returns the segment holding the global offset, or nil.
@@ -284,6 +300,7 @@ func (q *Queue) NextForAppend(ctx context.Context, startOffset int64) (mappedfil
 		invariants.Equal("a new segment starts where the last one ends", mf.FromOffset(), prev.FromOffset()+q.segmentSizeBytes)
 	}
 	q.files = append(q.files, mf)
+	q.publishLastLocked()
 	q.mu.Unlock()
 	return mf, nil
 }
@@ -354,6 +371,7 @@ func (q *Queue) TruncateTo(ctx context.Context, offset int64) error {
 		}
 		// A new slice: a flusher may hold a snapshot of the old one.
 		q.files = append([]mappedfile.MappedFile(nil), q.files[:n-1]...)
+		q.publishLastLocked()
 		if err := q.fs.SyncDir(q.dir); err != nil {
 			return fmt.Errorf("delete %s past offset %d: %w", f.Path(), offset, err)
 		}
@@ -408,6 +426,7 @@ func (q *Queue) DeleteFirstOr(keep func(mappedfile.MappedFile) (bool, error)) er
 	}
 	f := q.files[0]
 	q.files = q.files[1:] // a flusher's snapshot of the slice keeps its entries
+	q.publishLastLocked()
 	q.mu.Unlock()
 	if keep != nil {
 		if kept, err := keep(f); kept || err != nil {
@@ -434,5 +453,6 @@ func (q *Queue) Close() error {
 		}
 	}
 	q.files = nil
+	q.publishLastLocked()
 	return errors.Join(errs...)
 }
