@@ -19,6 +19,13 @@ const (
 	DefaultCleanInterval    = 10 * time.Second
 )
 
+// CheckDeleteWhen reports whether s is a valid Options.DeleteWhen (hours
+// 0-23 separated by ';', or "*"); the error wraps ErrInvalidOption.
+func CheckDeleteWhen(s string) error {
+	_, err := parseDeleteWhen(s)
+	return err
+}
+
 // parseDeleteWhen parses RocketMQ's deleteWhen: hours separated by ';'
 // ("04", "04;16"), or "*" for any hour.
 func parseDeleteWhen(s string) (map[int]bool, error) {

@@ -47,6 +47,7 @@ type produceFlags struct {
 	count, segmentSize               *int64
 	recycle                          *int
 	keys, printAcks, keepGoing       *bool
+	rf                               *retentionFlags
 	h                                *haFlags
 }
 
@@ -69,11 +70,13 @@ func addProduceFlags(fs *flag.FlagSet) *produceFlags {
 		waitSlaves: fs.Int("wait-slaves", 0, "with --ha-listen: wait until this many slaves are connected before producing"),
 		keepGoing: fs.Bool("keep-going", false, "go on after a message stored without acknowledgement (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE, "+
 			"IN_SYNC_REPLICAS_NOT_ENOUGH)"),
-		h: addHAFlags(fs, "async-master", false),
+		rf: addRetentionFlags(fs),
+		h:  addHAFlags(fs, "async-master", false),
 	}
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqstore produce --dir DIR --topic T [--queues N] [--count N] [--size BYTES] [--tags TAG] [--keys]\n"+
-			"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--recycle-segments N] [--print-acks] [--keep-going]\n"+
+			"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--recycle-segments N] [--file-reserved-time D --delete-when HOURS]\n"+
+			"       [--print-acks] [--keep-going]\n"+
 			"       [--role async-master|sync-master --ha-listen ADDR [--wait-slaves N]]\n\n"+
 			"With --ha-listen the store is a replication master in this process: slaves (mqstore slave) connect\n"+
 			"there; with --role sync-master a message is acknowledged only once a slave has it.")
@@ -115,6 +118,9 @@ func (f *produceFlags) options(fs *flag.FlagSet, stderr io.Writer) (engine.Optio
 		return engine.Options{}, mo, cli.BadFlag(fs, "--role sync-master needs --ha-listen, where its slaves connect")
 	}
 	o := engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize, RecycleSegments: *f.recycle}
+	if err := f.rf.apply(fs, &o); err != nil {
+		return engine.Options{}, mo, err
+	}
 	if *f.h.listen != "" {
 		log := textLogger(stderr)
 		o.Logger = log

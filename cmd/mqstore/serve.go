@@ -176,6 +176,7 @@ type serveFlags struct {
 	segmentSize         *int64
 	recycle             *int
 	statusEvery         *time.Duration
+	rf                  *retentionFlags
 	h                   *haFlags
 	bf                  *brokerFlags
 	fo                  *failoverFlags
@@ -193,6 +194,7 @@ func addServeFlags(fs *flag.FlagSet, name string) *serveFlags {
 		recycle: fs.Int("recycle-segments", 0, "keep up to N CommitLog segments retention deletes and reuse them as new segments "+
 			"(engine.Options.RecycleSegments; once used, records carry a whole-record checksum; a slave reuses segments once its master does)"),
 	}
+	f.rf = addRetentionFlags(fs)
 	role := ""
 	if name == "slave" {
 		role = "-"
@@ -206,7 +208,8 @@ func addServeFlags(fs *flag.FlagSet, name string) *serveFlags {
 				"Runs a slave store (serve --role slave) until SIGINT or SIGTERM: it replicates the master's CommitLog\nand serves reads.")
 		} else {
 			fmt.Fprintln(fs.Output(), "usage: mqstore serve --dir DIR --role async-master|sync-master|slave [--ha-listen ADDR] [--master HOST:PORT]\n"+
-				"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--recycle-segments N] [--remoting-listen ADDR --namesrv ADDR]\n\n"+
+				"       [--backend NAME] [--flush async|sync] [--segment-size BYTES] [--recycle-segments N] [--file-reserved-time D --delete-when HOURS]\n"+
+				"       [--remoting-listen ADDR --namesrv ADDR]\n\n"+
 				"Runs a store until SIGINT or SIGTERM, then closes it cleanly. A master listens for slaves on --ha-listen;\n"+
 				"a slave replicates the master at --master. The replication state is logged every --status-interval.\n"+
 				"With --remoting-listen the store is also a RocketMQ broker: RocketMQ clients produce and consume through it,\n"+
@@ -247,7 +250,11 @@ func (f *serveFlags) options(fs *flag.FlagSet, log *slog.Logger) (engine.Options
 	case *f.recycle < 0:
 		return engine.Options{}, cli.BadFlag(fs, "--recycle-segments must not be negative, got %d", *f.recycle)
 	}
-	return h.storeOptions(engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize, RecycleSegments: *f.recycle, Logger: log}, r), nil
+	o := engine.Options{Backend: *f.backend, FlushMode: mode, SegmentSizeBytes: *f.segmentSize, RecycleSegments: *f.recycle, Logger: log}
+	if err := f.rf.apply(fs, &o); err != nil {
+		return engine.Options{}, err
+	}
+	return h.storeOptions(o, r), nil
 }
 
 // serve runs a master or a slave until ctx ends (SIGINT, SIGTERM), then
@@ -262,7 +269,7 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 		return err
 	}
 	if f.fo.on() {
-		return serveFailover(ctx, fs, f.fo, f.h, f.bf, *f.dir, *f.backend, *f.flush, *f.segmentSize, *f.recycle, *f.statusEvery, stderr)
+		return serveFailover(ctx, fs, f.fo, f.h, f.bf, f.rf, *f.dir, *f.backend, *f.flush, *f.segmentSize, *f.recycle, *f.statusEvery, stderr)
 	}
 	log := textLogger(stderr)
 	o, err := f.options(fs, log)
@@ -308,10 +315,11 @@ func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.Master
 	if err != nil {
 		return errors.Join(err, bf.close(nil), m.Close(), store.Close())
 	}
-	stop := logStatus(every, func() { logMaster(log, store, m) })
+	stop := logStatus(every, func() { logMaster(log, store, m); logStore(log, store) })
 	<-ctx.Done()
 	stop()
 	logMaster(log, store, m)
+	logStore(log, store)
 	return errors.Join(bf.close(b), m.Close(), store.Close())
 }
 
@@ -333,11 +341,22 @@ func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOp
 	// One line once the store is open (and SIGTERM handled: main set that
 	// up first), as the master says where it listens.
 	fmt.Fprintf(stderr, "ha slave of %s serving %s\n", so.MasterAddress, dir)
-	stop := logStatus(every, func() { logSlave(log, s) })
+	stop := logStatus(every, func() { logSlave(log, s); logStore(log, store) })
 	err = s.Run(ctx)
 	stop()
 	logSlave(log, s)
+	logStore(log, store)
 	return errors.Join(err, bf.close(b), store.Close())
+}
+
+// logStore logs the store's extent and its segments: retention and reuse
+// show here (segmentsRetired went into the pool, segmentsRecycled came out
+// of it as new segments).
+func logStore(log *slog.Logger, store *engine.Store) { logStats(log, store.Stats()) }
+
+func logStats(log *slog.Logger, st engine.Stats) {
+	log.Info("store", slog.Int64("minOffset", st.MinOffset), slog.Int64("flushedOffset", st.FlushedOffset), slog.Int("segments", st.Segments),
+		slog.Uint64("segmentsRetired", st.SegmentsRetired), slog.Uint64("segmentsRecycled", st.SegmentsRecycled), slog.Int("segmentsPooled", st.SegmentsPooled))
 }
 
 // logStatus calls f every interval until the returned stop is called.

@@ -69,13 +69,17 @@ func (f *failoverFlags) on() bool {
 
 // serveFailover runs a broker of a broker set that follows the failover
 // controller until ctx ends.
-func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerFlags, dir, backend, flush string,
+func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *haFlags, bf *brokerFlags, rf *retentionFlags, dir, backend, flush string,
 	segmentSize int64, recycle int, every time.Duration, stderr io.Writer) error {
 	if err := checkFailoverFlags(fs, f, h, bf); err != nil {
 		return err
 	}
 	if recycle < 0 {
 		return cli.BadFlag(fs, "--recycle-segments must not be negative, got %d", recycle)
+	}
+	var retention engine.Options
+	if err := rf.apply(fs, &retention); err != nil {
+		return err
 	}
 	mode, err := engine.ParseFlushMode(flush)
 	if err != nil {
@@ -109,6 +113,8 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	if err != nil {
 		return err
 	}
+	o.Store.FileReservedTime, o.Store.DeleteWhen = retention.FileReservedTime, retention.DeleteWhen
+	o.Store.DiskMaxUsedRatio, o.Store.CleanInterval = retention.DiskMaxUsedRatio, retention.CleanInterval
 	var front *remotingFront
 	var storeHost netip.AddrPort
 	if *bf.listen != "" {
@@ -283,11 +289,17 @@ func logFailover(log *slog.Logger, b *failover.Broker) {
 	if st.SlaveError != "" {
 		attrs = append(attrs, slog.String("slaveError", st.SlaveError))
 	}
+	var stats *engine.Stats
 	b.WithStore(func(s *engine.Store) error {
 		attrs = append(attrs, slog.Int64("maxOffset", s.MaxOffset()))
+		st := s.Stats()
+		stats = &st
 		return nil
 	})
 	log.Info("failover", attrs...)
+	if stats != nil {
+		logStats(log, *stats)
+	}
 }
 
 // remotingFront serves a failover broker's store to RocketMQ clients on
