@@ -33,6 +33,7 @@ var (
 	loadBackendOpts = flag.String("load-backend-options", "", `BenchmarkPutLoad: the backend's own options as JSON (uring-direct: '{"SyncMethod":1}')`)
 	loadRecycle     = flag.Int("load-recycle", 0, "BenchmarkPutLoad: Options.RecycleSegments; the store is aged first (this many 64 MiB segments filled, then retired into the pool by retention), so the window writes into reused segments")
 	loadBatching    = flag.String("load-batching", "", "BenchmarkPutLoad: Options.GroupCommitBatching: auto, merge or convoys")
+	loadSegment     = flag.Int64("load-segment", 64<<20, "BenchmarkPutLoad: Options.SegmentSizeBytes")
 )
 
 // BenchmarkPutLoad is a closed loop of N producer goroutines, each putting
@@ -103,7 +104,7 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 			b.Fatalf("-load-backend-options: %v", err)
 		}
 	}
-	o := Options{Backend: backend, BackendOptions: backendOpts, FlushMode: mode, SegmentSizeBytes: 64 << 20, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
+	o := Options{Backend: backend, BackendOptions: backendOpts, FlushMode: mode, SegmentSizeBytes: *loadSegment, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
 		PrewriteSegments: prewrite, GroupCommitBatching: batching, dispatchFromLog: *loadFromLog, RecycleSegments: *loadRecycle}
 	dir := b.TempDir()
 	if *loadRecycle > 0 {
