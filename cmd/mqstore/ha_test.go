@@ -291,26 +291,18 @@ func TestKillSyncMasterLosesNoAck(t *testing.T) {
 	t.Logf("%d SIGKILL trials of a SYNC_MASTER producer, %d with a lost or wrong acknowledged message", *haKillTrials, violations)
 }
 
-func gcd(a, b int) int {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-func killSyncMasterTrial(t *testing.T, masterBackend, slaveBackend string, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, 16))
-	base := t.TempDir()
-	m, s := filepath.Join(base, "M"), filepath.Join(base, "S")
-	size := 1 + rng.IntN(2000)
-	killAfter := 1 + rng.IntN(400)
-	const queues = 3
-	producer := startProcess(t, true, "produce", "--dir", m, "--topic", "HA", "--queues", fmt.Sprint(queues), "--count", "100000000",
-		"--size", fmt.Sprint(size), "--keys", "--role", "sync-master", "--ha-listen", "127.0.0.1:0", "--wait-slaves", "1",
-		"--flush", "async", "--print-acks", "--backend", masterBackend, "--segment-size", "262144")
+// killSyncMaster runs a SYNC_MASTER producer (mqstore produce with
+// produceArgs, printing its acks, async flush, waiting for one slave) and a
+// slave of it (mqstore slave with slaveArgs), kills the producer with
+// SIGKILL at a random moment after its killAfter-th ack, reads the acks it
+// printed before it died — all acknowledged: the slave was there — and
+// stops the slave. The processes are returned for their stderr.
+func killSyncMaster(t *testing.T, rng *rand.Rand, killAfter int, produceArgs, slaveArgs []string) ([]ack, *process, *process) {
+	t.Helper()
+	producer := startProcess(t, true, append(append([]string{"produce"}, produceArgs...), "--count", "100000000", "--keys",
+		"--role", "sync-master", "--ha-listen", "127.0.0.1:0", "--wait-slaves", "1", "--flush", "async", "--print-acks")...)
 	addr := producer.waitLine(t, listeningRE)[1]
-	slave := startProcess(t, false, "slave", "--dir", s, "--master", addr, "--backend", slaveBackend, "--segment-size", "262144",
-		"--status-interval", "0")
+	slave := startProcess(t, false, append(append([]string{"slave"}, slaveArgs...), "--master", addr)...)
 	var acks, notAcked []ack
 	sc := bufio.NewScanner(producer.stdout)
 	readAcks(sc, killAfter, &acks, &notAcked)
@@ -331,6 +323,43 @@ func killSyncMasterTrial(t *testing.T, masterBackend, slaveBackend string, seed 
 	if code := slave.stop(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("the slave exited %d:\n%s", code, slave.stderr())
 	}
+	return acks, producer, slave
+}
+
+// restartPair serves a master again (mqstore serve --role async-master
+// with masterArgs) and its slave (mqstore slave with slaveArgs), waits
+// until the slave has followed it to masterEnd — without finding the logs
+// diverged — and stops both.
+func restartPair(t *testing.T, masterArgs, slaveArgs []string, masterEnd int64) {
+	t.Helper()
+	server := startProcess(t, false, append(append([]string{"serve"}, masterArgs...), "--role", "async-master", "--ha-listen", "127.0.0.1:0",
+		"--status-interval", "0")...)
+	addr := server.waitLine(t, listeningRE)[1]
+	slave := startProcess(t, false, append(append([]string{"slave"}, slaveArgs...), "--master", addr, "--status-interval", "50ms")...)
+	slave.waitLine(t, regexp.MustCompile(fmt.Sprintf(`msg=replication .* connected=true offset=%d `, masterEnd)))
+	if code := slave.stop(t, syscall.SIGTERM); code != 0 || strings.Contains(slave.stderr(), "diverged") {
+		t.Fatalf("the slave after the restart: exit %d:\n%s", code, slave.stderr())
+	}
+	server.stop(t, syscall.SIGTERM)
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func killSyncMasterTrial(t *testing.T, masterBackend, slaveBackend string, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 16))
+	base := t.TempDir()
+	m, s := filepath.Join(base, "M"), filepath.Join(base, "S")
+	size := 1 + rng.IntN(2000)
+	killAfter := 1 + rng.IntN(400)
+	const queues = 3
+	acks, _, _ := killSyncMaster(t, rng, killAfter,
+		[]string{"--dir", m, "--topic", "HA", "--queues", fmt.Sprint(queues), "--size", fmt.Sprint(size), "--backend", masterBackend, "--segment-size", "262144"},
+		[]string{"--dir", s, "--backend", slaveBackend, "--segment-size", "262144", "--status-interval", "0"})
 	start, end := verifyStore(t, s)
 	checkAcksOn(t, s, acks, size, queues)
 	mb, sb := commitLogBytes(t, m), commitLogBytes(t, s)
@@ -344,15 +373,7 @@ func killSyncMasterTrial(t *testing.T, masterBackend, slaveBackend string, seed 
 	if masterEnd < end {
 		t.Fatalf("the master recovered up to %d after the kill; the slave holds up to %d", masterEnd, end)
 	}
-	server := startProcess(t, false, "serve", "--dir", m, "--role", "async-master", "--ha-listen", "127.0.0.1:0", "--backend", masterBackend,
-		"--status-interval", "0")
-	addr = server.waitLine(t, listeningRE)[1]
-	slave = startProcess(t, false, "slave", "--dir", s, "--master", addr, "--backend", slaveBackend, "--status-interval", "50ms")
-	slave.waitLine(t, regexp.MustCompile(fmt.Sprintf(`msg=replication .* connected=true offset=%d `, masterEnd)))
-	if code := slave.stop(t, syscall.SIGTERM); code != 0 || strings.Contains(slave.stderr(), "diverged") {
-		t.Fatalf("the slave after the restart: exit %d:\n%s", code, slave.stderr())
-	}
-	server.stop(t, syscall.SIGTERM)
+	restartPair(t, []string{"--dir", m, "--backend", masterBackend}, []string{"--dir", s, "--backend", slaveBackend}, masterEnd)
 	if _, e := verifyStore(t, s); e != masterEnd || !bytes.Equal(commitLogBytes(t, m)[start:e], commitLogBytes(t, s)[start:e]) {
 		t.Fatalf("after the restart the slave ends at %d (master %d) or differs", e, masterEnd)
 	}

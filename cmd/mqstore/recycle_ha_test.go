@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"flag"
 	"fmt"
@@ -12,10 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-
-	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 var storeLineRE = regexp.MustCompile(`msg=store .*segmentsRecycled=(\d+)`)
@@ -55,30 +51,10 @@ func killRecyclingMasterTrial(t *testing.T, seed uint64) {
 	// Segments expire 100 ms after their newest message: the slave keeps the
 	// last few, whose acknowledged messages are checked.
 	retention := []string{"--recycle-segments", pool, "--file-reserved-time", "100ms", "--delete-when", "*", "--clean-interval", "20ms"}
-	producer := startProcess(t, true, append([]string{"produce", "--dir", m, "--topic", "HA", "--queues", fmt.Sprint(queues),
-		"--count", "100000000", "--size", fmt.Sprint(size), "--keys", "--role", "sync-master", "--ha-listen", "127.0.0.1:0",
-		"--wait-slaves", "1", "--flush", "async", "--print-acks", "--backend", backend, "--segment-size", fmt.Sprint(segment)}, retention...)...)
-	addr := producer.waitLine(t, listeningRE)[1]
-	slave := startProcess(t, false, append([]string{"slave", "--dir", s, "--master", addr, "--backend", backend,
-		"--segment-size", fmt.Sprint(segment), "--status-interval", "0"}, retention...)...)
-	var acks, notAcked []ack
-	sc := bufio.NewScanner(producer.stdout)
-	readAcks(sc, killAfter, &acks, &notAcked)
-	if len(acks) < killAfter {
-		if strings.Contains(producer.stderr()+slave.stderr(), "unsupported on this system") {
-			testenv.Skip(t, testenv.Uring, "%s", producer.stderr()+slave.stderr())
-		}
-		t.Fatalf("the producer ended after %d acks, before the kill:\n%s\nslave:\n%s", len(acks), producer.stderr(), slave.stderr())
-	}
-	producer.cmd.Process.Signal(syscall.SIGKILL)
-	readAcks(sc, 1<<30, &acks, &notAcked)
-	<-producer.done
-	if len(notAcked) > 0 {
-		t.Fatalf("with the slave connected, %d messages were not acknowledged, first %+v", len(notAcked), notAcked[0])
-	}
-	if code := slave.stop(t, syscall.SIGTERM); code != 0 {
-		t.Fatalf("the slave exited %d:\n%s", code, slave.stderr())
-	}
+	acks, producer, slave := killSyncMaster(t, rng, killAfter,
+		append([]string{"--dir", m, "--topic", "HA", "--queues", fmt.Sprint(queues), "--size", fmt.Sprint(size), "--backend", backend,
+			"--segment-size", fmt.Sprint(segment)}, retention...),
+		append([]string{"--dir", s, "--backend", backend, "--segment-size", fmt.Sprint(segment), "--status-interval", "0"}, retention...))
 	for _, dir := range []string{m, s} {
 		if _, err := os.Stat(filepath.Join(dir, "recordcrc")); err != nil {
 			t.Fatalf("%s does not reuse segments (no recordcrc file): %v\nmaster:\n%s\nslave:\n%s", dir, err, producer.stderr(), slave.stderr())
@@ -112,15 +88,7 @@ func killRecyclingMasterTrial(t *testing.T, seed uint64) {
 	if masterEnd < end {
 		t.Fatalf("the master recovered up to %d after the kill; the slave holds up to %d", masterEnd, end)
 	}
-	server := startProcess(t, false, append([]string{"serve", "--dir", m, "--role", "async-master", "--ha-listen", "127.0.0.1:0",
-		"--backend", backend, "--status-interval", "0"}, retention...)...)
-	addr = server.waitLine(t, listeningRE)[1]
-	slave = startProcess(t, false, append([]string{"slave", "--dir", s, "--master", addr, "--backend", backend, "--status-interval", "50ms"}, retention...)...)
-	slave.waitLine(t, regexp.MustCompile(fmt.Sprintf(`msg=replication .* connected=true offset=%d `, masterEnd)))
-	if code := slave.stop(t, syscall.SIGTERM); code != 0 || strings.Contains(slave.stderr(), "diverged") {
-		t.Fatalf("the slave after the restart: exit %d:\n%s", code, slave.stderr())
-	}
-	server.stop(t, syscall.SIGTERM)
+	restartPair(t, append([]string{"--dir", m, "--backend", backend}, retention...), append([]string{"--dir", s, "--backend", backend}, retention...), masterEnd)
 	s2, e2 := verifyStore(t, s)
 	m2, _ := verifyStore(t, m)
 	from = max(s2, m2)
