@@ -91,11 +91,29 @@ func (s *Store) scanCommitLog(ctx context.Context, from int64, sc *recoveryScan)
 // cutTornTail judges the end the scan found (judgeEnd), cuts the CommitLog
 // there and, after a crash, syncs what recovery is about to claim durable.
 func (s *Store) cutTornTail(ctx context.Context, logStart int64, end scanEnd) error {
-	if err := s.judgeEnd(end); err != nil {
+	closeEnd, err := s.judgeEnd(end)
+	if err != nil {
 		return err
 	}
 	q := s.log.queue
-	if err := q.TruncateTo(ctx, end.validEnd); err != nil {
+	// The tail past the valid end is zeroed, durably, so that no later scan
+	// can take anything there for a record — unless the last run closed
+	// cleanly and the log ends exactly where its close flushed to. Then
+	// nothing of this log lies past the end: a clean close flushes
+	// everything appended and records that offset, O_DIRECT commits
+	// zero-pad their tail block, and what follows is zeros or, in a reused
+	// segment, a pooled file's old records, whose PHYSICALOFFSET names
+	// another segment (a file is never reused for the offset it held), so
+	// scans stop there. Zeroing it would read, and for a reused segment
+	// write, up to a whole segment at every restart. After a crash, or
+	// where a corrupt record cut the log short of its close, records of
+	// this log may follow (a complete one behind a torn one): those are
+	// zeroed, or a later append of the same length could bring them back.
+	truncate := q.TruncateTo
+	if closeEnd {
+		truncate = q.EndAt
+	}
+	if err := truncate(ctx, end.validEnd); err != nil {
 		return err
 	}
 	if !s.abnormalOpen {
@@ -458,14 +476,18 @@ func (s *Store) knownQueues() ([]queueKey, error) {
 // the checkpoint knew durable, an invalid record or a zero is a torn tail
 // after a crash: it is cut (RocketMQ's rule). Before it, durable data was
 // lost or damaged: Open stops (CorruptionStop) or cuts and keeps the cut
-// bytes in .broken files (CorruptionTruncate).
-func (s *Store) judgeEnd(end scanEnd) error {
+// bytes in .broken files (CorruptionTruncate). closeEnd reports that the
+// end is the one the last run's clean close flushed to and recorded.
+func (s *Store) judgeEnd(end scanEnd) (closeEnd bool, err error) {
 	durable := s.checkpoint.flushedOffset.Load()
+	if !s.abnormalOpen && end.corrupt == nil && end.validEnd == durable {
+		return true, nil // zeros at the end a clean close recorded
+	}
 	if from := s.log.crcFrom.Load(); !s.abnormalOpen && end.corrupt != nil && from >= 0 && end.validEnd >= from && end.validEnd == durable {
 		// A log that recycles segments: after a clean close the bytes
 		// past its end are a pooled file's old ones, not zeros, and the
 		// close flushed exactly to the end and recorded it.
-		return nil
+		return true, nil
 	}
 	if !s.abnormalOpen && end.corrupt != nil {
 		// After a clean close nothing is torn: a bad record is corruption
@@ -477,7 +499,7 @@ func (s *Store) judgeEnd(end scanEnd) error {
 		if end.corrupt != nil {
 			s.opts.Logger.Warn("truncating a torn CommitLog tail", slog.Int64("offset", end.validEnd), slog.Any("reason", end.corrupt))
 		}
-		return nil
+		return false, nil
 	}
 	reason := "the data ends there (zeros or a missing segment)"
 	if end.corrupt != nil {
@@ -488,14 +510,14 @@ func (s *Store) judgeEnd(end scanEnd) error {
 		msg += fmt.Sprintf(" (valid records follow at %d)", later)
 	}
 	if s.opts.OnCorruption != CorruptionTruncate {
-		return fmt.Errorf("%s; open with OnCorruption: CorruptionTruncate to cut the log there and keep the rest in .broken files: %w", msg, ErrCorrupt)
+		return false, fmt.Errorf("%s; open with OnCorruption: CorruptionTruncate to cut the log there and keep the rest in .broken files: %w", msg, ErrCorrupt)
 	}
 	if err := s.saveBroken(end.validEnd); err != nil {
-		return fmt.Errorf("%s: keeping the cut bytes: %w", msg, err)
+		return false, fmt.Errorf("%s: keeping the cut bytes: %w", msg, err)
 	}
 	s.opts.Logger.Error("cutting the CommitLog at a corrupt record", slog.String("what", msg))
 	s.checkpoint.flushedOffset.Store(end.validEnd)
-	return nil
+	return false, nil
 }
 
 // saveBroken copies the CommitLog bytes from offset on into

@@ -136,6 +136,92 @@ func TestRecycledSegments(t *testing.T) {
 	}
 }
 
+// TestReopenKeepsTheOldTail: after a clean close a reused segment's bytes
+// past the end are a pooled file's old records, and a clean reopen leaves
+// them (reading and writing up to a segment of them cost every restart);
+// the log still ends where it did and takes appends. After a crash the
+// tail past the cut is zeroed: there a complete record of this log may
+// follow a torn one, and a later append of the same length would bring it
+// back.
+func TestReopenKeepsTheOldTail(t *testing.T) {
+	for _, backend := range []string{"uring-direct"} {
+		t.Run(backend, func(t *testing.T) {
+			dir := t.TempDir()
+			o := recycleOptions(backend)
+			s := openStore(t, dir, o)
+			ageStore(t, s, 400)
+			res := putFixed(t, s, 400, 700)
+			end := s.Stats().WroteOffset
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if !oldBytesAfterEnd(t, dir, end, o.SegmentSizeBytes) {
+				t.Fatal("the active segment holds zeros after its end: the test needs a reused one")
+			}
+			s = openStore(t, dir, o)
+			if !oldBytesAfterEnd(t, dir, end, o.SegmentSizeBytes) {
+				t.Fatal("a clean reopen zeroed the reused segment's tail")
+			}
+			if got := s.MaxOffset(); got != end {
+				t.Fatalf("after a clean reopen the log ends at %d, it ended at %d", got, end)
+			}
+			more := putFixed(t, s, 700, 720)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openStore(t, dir, o)
+			checkMessages(t, s, res, 400)
+			checkMessages(t, s, more, 700)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			// A crash that tore the second-newest record: the newest,
+			// complete, lies past the cut.
+			torn, newest := more[len(more)-2], more[len(more)-1]
+			seg := filepath.Join(dir, commitLogDirName, fmt.Sprintf("%020d", torn.PhysicalOffset-torn.PhysicalOffset%o.SegmentSizeBytes))
+			f, err := os.OpenFile(seg, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte{0xFF, 0xFF}, torn.PhysicalOffset%o.SegmentSizeBytes+int64(torn.Size)-8); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, abortFileName), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cpPath := filepath.Join(dir, checkpointFileName)
+			cp, err := os.ReadFile(cpPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			binary.BigEndian.PutUint64(cp[24:], uint64(torn.PhysicalOffset))
+			if err := os.WriteFile(cpPath, cp, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s = openStore(t, dir, o)
+			defer s.Close()
+			if got := s.MaxOffset(); got != torn.PhysicalOffset {
+				t.Fatalf("after the crash the log ends at %d, want it cut at the torn record, %d", got, torn.PhysicalOffset)
+			}
+			b, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := newest.PhysicalOffset % o.SegmentSizeBytes
+			for i, c := range b[at : at+int64(newest.Size)] {
+				if c != 0 {
+					t.Fatalf("after the crash the record past the cut still has byte %#x at %d: recovery must zero the tail", c, newest.PhysicalOffset+int64(i))
+				}
+			}
+			checkMessages(t, s, more[:len(more)-2], 700)
+		})
+	}
+}
+
 // oldBytesAfterEnd reports whether the CommitLog file holding end has
 // bytes that are not zero after it.
 func oldBytesAfterEnd(t *testing.T, dir string, end, segSize int64) bool {

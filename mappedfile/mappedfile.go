@@ -249,6 +249,17 @@ type MappedFile interface {
 	Err() error
 }
 
+// EndSetter is implemented by a MappedFile that can take recovery's end
+// without zeroing the bytes past it: SetEnd is Truncate without the zeroing
+// and its sync. It is for a file whose bytes past validEnd are known to hold
+// nothing a later scan could take for a record of this file (after a clean
+// close that flushed exactly to validEnd: zeros, or a reused file's old
+// records, which carry another segment's offsets). The file must not be in
+// use. A file without it is truncated.
+type EndSetter interface {
+	SetEnd(ctx context.Context, validEnd int64) error
+}
+
 // Overwriter is implemented by files that can rewrite bytes already
 // appended (mmap, mem): the IndexFile appends its entries but updates its
 // header and hash slots in place. The range must lie below WrotePosition.

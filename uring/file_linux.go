@@ -807,6 +807,20 @@ func (f *file) Cool() error {
 // before anything claims they are. A segment with room left gets a staging
 // buffer first: if none can be had, Truncate fails and changes nothing.
 func (f *file) Truncate(ctx context.Context, validEnd int64) error {
+	return f.truncate(ctx, validEnd, true)
+}
+
+var _ mappedfile.EndSetter = (*file)(nil)
+
+// SetEnd implements mappedfile.EndSetter: Truncate without the zeroing and
+// the sync — a clean reopen of a segment need not read, nor write, the rest
+// of it (up to a whole segment: the bytes past the end of a reused one are
+// its old records).
+func (f *file) SetEnd(ctx context.Context, validEnd int64) error {
+	return f.truncate(ctx, validEnd, false)
+}
+
+func (f *file) truncate(ctx context.Context, validEnd int64, zero bool) error {
 	f.commitMu.Lock()
 	defer f.commitMu.Unlock()
 	f.flushMu.Lock()
@@ -834,16 +848,18 @@ func (f *file) Truncate(ctx context.Context, validEnd int64) error {
 			f.backend.pool.giveBack(l.buf)
 		}
 	}
-	if _, err := zeroTail(ctx, f.readFile, validEnd, f.SizeBytes()); err != nil {
-		giveBackNew()
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: truncate %s at %d: %w", f.name, f.Path(), validEnd, err)
+	if zero {
+		if _, err := zeroTail(ctx, f.readFile, validEnd, f.SizeBytes()); err != nil {
+			giveBackNew()
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: truncate %s at %d: %w", f.name, f.Path(), validEnd, err)
+			}
+			return f.Fail(fmt.Errorf("%s: truncate %s at %d: %w", f.name, f.Path(), validEnd, err))
 		}
-		return f.Fail(fmt.Errorf("%s: truncate %s at %d: %w", f.name, f.Path(), validEnd, err))
-	}
-	if err := segfile.Fdatasync(f.Path(), int(f.readFile.Fd())); err != nil {
-		giveBackNew()
-		return f.Fail(fmt.Errorf("%s: truncate at %d: %w", f.name, validEnd, err))
+		if err := segfile.Fdatasync(f.Path(), int(f.readFile.Fd())); err != nil {
+			giveBackNew()
+			return f.Fail(fmt.Errorf("%s: truncate at %d: %w", f.name, validEnd, err))
+		}
 	}
 	if l != nil && f.direct {
 		if err := f.loadTail(l, validEnd); err != nil {

@@ -362,6 +362,19 @@ func (q *Queue) forPending(ctx context.Context, from int64, leastPages int,
 // there (its tail zeroed durably). It does not sync the bytes before offset:
 // see SyncRange.
 func (q *Queue) TruncateTo(ctx context.Context, offset int64) error {
+	return q.truncateTo(ctx, offset, true)
+}
+
+// EndAt is TruncateTo for a clean reopen: the segment holding offset takes
+// it as its end without zeroing its tail (mappedfile.EndSetter, where the
+// backend has it; Truncate otherwise). Only for a queue whose bytes past
+// offset hold nothing of this log's (see mappedfile.EndSetter); segments
+// starting after offset are deleted as by TruncateTo.
+func (q *Queue) EndAt(ctx context.Context, offset int64) error {
+	return q.truncateTo(ctx, offset, false)
+}
+
+func (q *Queue) truncateTo(ctx context.Context, offset int64, zero bool) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for n := len(q.files); n > 0 && q.files[n-1].FromOffset() > offset; n = len(q.files) {
@@ -378,7 +391,13 @@ func (q *Queue) TruncateTo(ctx context.Context, offset int64) error {
 	}
 	if n := len(q.files); n > 0 {
 		if f := q.files[n-1]; f.FromOffset()+f.SizeBytes() > offset {
-			if err := f.Truncate(ctx, offset-f.FromOffset()); err != nil {
+			var err error
+			if es, ok := f.(mappedfile.EndSetter); ok && !zero {
+				err = es.SetEnd(ctx, offset-f.FromOffset())
+			} else {
+				err = f.Truncate(ctx, offset-f.FromOffset())
+			}
+			if err != nil {
 				return fmt.Errorf("truncate %s at %d: %w", f.Path(), offset, err)
 			}
 		}
