@@ -40,6 +40,11 @@ func ageStore(ctx context.Context, store StoreConfig, dir, backend string) error
 		return fmt.Errorf("age the store: %w", err)
 	}
 	o.DeleteWhen, o.FileReservedTime, o.CleanInterval = "*", time.Nanosecond, time.Hour
+	// Pre-written: the segment the window starts in is the ageing's last,
+	// which the ageing barely wrote; fallocated, its unwritten extents
+	// would make every durable write there commit an extent change too,
+	// where a running store's active segment is a reused one.
+	o.PrewriteSegments = engine.PrewriteOn
 	s, err := engine.Open(ctx, dir, o)
 	if err != nil {
 		return fmt.Errorf("age the store: open %s: %w", backend, err)

@@ -184,6 +184,9 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 // a store that has been running.
 func ageStoreForBench(ctx context.Context, dir string, o Options, n int) error {
 	o.FlushMode, o.DeleteWhen, o.FileReservedTime, o.CleanInterval = FlushAsync, "*", time.Nanosecond, time.Hour
+	// Pre-written: the window starts in the ageing's last segment (as
+	// mqbench's ageing does).
+	o.PrewriteSegments = PrewriteOn
 	s, err := Open(ctx, dir, o)
 	if err != nil {
 		return err
