@@ -146,19 +146,11 @@ func TestRecycledSegments(t *testing.T) {
 func TestReopenKeepsTheOldTail(t *testing.T) {
 	for _, backend := range []string{"uring-direct"} {
 		t.Run(backend, func(t *testing.T) {
-			dir := t.TempDir()
-			o := recycleOptions(backend)
-			s := openStore(t, dir, o)
-			ageStore(t, s, 400)
-			res := putFixed(t, s, 400, 700)
-			end := s.Stats().WroteOffset
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
+			dir, o, res, end := agedClosedStore(t, backend)
 			if !oldBytesAfterEnd(t, dir, end, o.SegmentSizeBytes) {
 				t.Fatal("the active segment holds zeros after its end: the test needs a reused one")
 			}
-			s = openStore(t, dir, o)
+			s := openStore(t, dir, o)
 			if !oldBytesAfterEnd(t, dir, end, o.SegmentSizeBytes) {
 				t.Fatal("a clean reopen zeroed the reused segment's tail")
 			}
@@ -179,29 +171,8 @@ func TestReopenKeepsTheOldTail(t *testing.T) {
 			// A crash that tore the second-newest record: the newest,
 			// complete, lies past the cut.
 			torn, newest := more[len(more)-2], more[len(more)-1]
-			seg := filepath.Join(dir, commitLogDirName, fmt.Sprintf("%020d", torn.PhysicalOffset-torn.PhysicalOffset%o.SegmentSizeBytes))
-			f, err := os.OpenFile(seg, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.WriteAt([]byte{0xFF, 0xFF}, torn.PhysicalOffset%o.SegmentSizeBytes+int64(torn.Size)-8); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, abortFileName), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cpPath := filepath.Join(dir, checkpointFileName)
-			cp, err := os.ReadFile(cpPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			binary.BigEndian.PutUint64(cp[24:], uint64(torn.PhysicalOffset))
-			if err := os.WriteFile(cpPath, cp, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			seg := patchLog(t, dir, o.SegmentSizeBytes, torn.PhysicalOffset+int64(torn.Size)-8, []byte{0xFF, 0xFF})
+			fakeCrash(t, dir, torn.PhysicalOffset)
 			s = openStore(t, dir, o)
 			defer s.Close()
 			if got := s.MaxOffset(); got != torn.PhysicalOffset {
@@ -219,6 +190,63 @@ func TestReopenKeepsTheOldTail(t *testing.T) {
 			}
 			checkMessages(t, s, more[:len(more)-2], 700)
 		})
+	}
+}
+
+// patchLog writes b over the closed store's CommitLog at the log offset
+// off and returns the file it wrote.
+func patchLog(t *testing.T, dir string, segSize, off int64, b []byte) string {
+	t.Helper()
+	path := segmentPath(dir, off-off%segSize)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(b, off%segSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// agedClosedStore makes a store on backend whose messages 400–699 went
+// into segments taken from the pool, closed cleanly; it returns the
+// store's directory and options, the Puts' results and the log's end.
+func agedClosedStore(t *testing.T, backend string) (string, Options, []PutResult, int64) {
+	t.Helper()
+	dir := t.TempDir()
+	o := recycleOptions(backend)
+	s := openStore(t, dir, o)
+	ageStore(t, s, 400)
+	res := putFixed(t, s, 400, 700)
+	st := s.Stats()
+	if st.SegmentsRecycled < 2 {
+		t.Fatalf("%d segments came from the pool, want at least 2", st.SegmentsRecycled)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, o, res, st.WroteOffset
+}
+
+// fakeCrash makes the closed store in dir look as if its last run had
+// crashed with the CommitLog durable up to durable: the abort file is
+// there, and the checkpoint's flushed offset says so.
+func fakeCrash(t *testing.T, dir string, durable int64) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, abortFileName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cpPath := filepath.Join(dir, checkpointFileName)
+	cp, err := os.ReadFile(cpPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint64(cp[24:], uint64(durable))
+	if err := os.WriteFile(cpPath, cp, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -248,54 +276,23 @@ func oldBytesAfterEnd(t *testing.T, dir string, end, segSize int64) bool {
 func TestRecycledTornRecordIsCut(t *testing.T) {
 	for _, backend := range []string{"uring-direct"} {
 		t.Run(backend, func(t *testing.T) {
-			dir := t.TempDir()
-			o := recycleOptions(backend)
-			s := openStore(t, dir, o)
-			ageStore(t, s, 400)
-			res := putFixed(t, s, 400, 700)
-			if s.Stats().SegmentsRecycled < 2 {
-				t.Fatal("no segment came from the pool")
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
+			dir, o, res, _ := agedClosedStore(t, backend)
 			last := res[len(res)-1]
 			// The old use of the file: the same record, another message's keys.
-			path := filepath.Join(dir, commitLogDirName, fmt.Sprintf("%020d", last.PhysicalOffset-last.PhysicalOffset%o.SegmentSizeBytes))
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			b, err := os.ReadFile(segmentPath(dir, last.PhysicalOffset-last.PhysicalOffset%o.SegmentSizeBytes))
 			if err != nil {
 				t.Fatal(err)
 			}
 			pos := last.PhysicalOffset % o.SegmentSizeBytes
-			rec := make([]byte, last.Size)
-			if _, err := f.ReadAt(rec, pos); err != nil {
-				t.Fatal(err)
-			}
-			i := strings.Index(string(rec), "U00000699")
+			i := strings.Index(string(b[pos:pos+int64(last.Size)]), "U00000699")
 			if i < 0 {
 				t.Fatal("the last record has no UNIQ_KEY U00000699")
 			}
-			if _, err := f.WriteAt([]byte("U00000007"), pos+int64(i)); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			// A crash: the abort file is there and the checkpoint knew
-			// durable only what came before the last record.
-			if err := os.WriteFile(filepath.Join(dir, abortFileName), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cpPath := filepath.Join(dir, checkpointFileName)
-			cp, err := os.ReadFile(cpPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			binary.BigEndian.PutUint64(cp[24:], uint64(last.PhysicalOffset))
-			if err := os.WriteFile(cpPath, cp, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			s = openStore(t, dir, o)
+			patchLog(t, dir, o.SegmentSizeBytes, last.PhysicalOffset+int64(i), []byte("U00000007"))
+			// A crash: the checkpoint knew durable only what came before
+			// the last record.
+			fakeCrash(t, dir, last.PhysicalOffset)
+			s := openStore(t, dir, o)
 			defer s.Close()
 			if got := s.MaxOffset(); got != last.PhysicalOffset {
 				r, rerr := s.ReadMessage(context.Background(), last.PhysicalOffset)
