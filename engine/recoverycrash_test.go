@@ -143,9 +143,6 @@ func (h *logRecorder) int64Attr(msg, key string) (int64, bool) {
 // the store's goroutines, so a single run does not always hit it: it runs
 // behind -crash.rebuild.
 func TestPowerLossWhileRecoveryRebuildsTheIndex(t *testing.T) {
-	if !*crashRebuild {
-		t.Skip("every crash point of a recovering open, about 20 s (3 min under -race): run with -crash.rebuild")
-	}
 	ctx := context.Background()
 	for _, tail := range []mappedfile.TornTail{mappedfile.TornPartialPage, mappedfile.TornRandomPages} {
 		t.Run(tail.String(), func(t *testing.T) {

@@ -2,6 +2,7 @@ package interop
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,15 +15,29 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/mqstore/mqstore/broker"
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/namesrv"
 )
 
+// TestMain quiets the client's log and leaves out the tests that run only
+// when asked (-interop.failover; not under -short).
 func TestMain(m *testing.M) {
 	// The client logs every failed reconnection of the clients earlier tests
 	// leave running (see newProducer); INTEROP_LOG shows them.
 	rlog.SetLogLevel("fatal")
 	if os.Getenv("INTEROP_LOG") != "" {
 		rlog.SetLogLevel("warn")
+	}
+	flag.Parse()
+	var leaveOut []string
+	if !*failover { // about 90 s: only with -interop.failover
+		leaveOut = append(leaveOut, "TestConsumeFromSlaveAfterMasterDies")
+	}
+	if testing.Short() { // builds the client's examples
+		leaveOut = append(leaveOut, "TestClientExamples")
+	}
+	if err := testenv.LeaveOut(leaveOut...); err != nil {
+		panic(err)
 	}
 	os.Exit(runWithBinDir(m))
 }

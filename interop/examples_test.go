@@ -16,9 +16,6 @@ import (
 // a broker: the producer sends 10 messages to topic "test", the consumer
 // (started after it, as a user would) receives the 10.
 func TestClientExamples(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the client's examples (-short)")
-	}
 	producer := build(t, "github.com/apache/rocketmq-client-go/v2/examples/producer/simple")
 	consumer := build(t, "github.com/apache/rocketmq-client-go/v2/examples/consumer/simple")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

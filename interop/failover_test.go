@@ -21,9 +21,6 @@ var failover = flag.Bool("interop.failover", false,
 // 4.x's failover: the name server drops the master when its connection
 // closes, and the client's next route refresh sends its pulls to the slave.
 func TestConsumeFromSlaveAfterMasterDies(t *testing.T) {
-	if !*failover {
-		t.Skip("a 90 s trial: run with -interop.failover")
-	}
 	ns, err := namesrv.Start(namesrv.Options{ListenAddr: "127.0.0.1:0", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@
 package testenv
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -64,6 +65,25 @@ func Skip(t testing.TB, need, format string, args ...any) {
 		t.Fatalf("%s (%s=%s makes this a failure)", msg, EnvRequire, os.Getenv(EnvRequire))
 	}
 	t.Skip(msg)
+}
+
+// LeaveOut keeps the named top-level tests out of this run, as -test.skip
+// does (added to any pattern already given): for long trials that run only
+// when their flag asks, so that a run without it shows no skip. Call it
+// from TestMain after flag.Parse and before m.Run.
+func LeaveOut(tests ...string) error {
+	if len(tests) == 0 {
+		return nil
+	}
+	f := flag.Lookup("test.skip")
+	if f == nil {
+		return fmt.Errorf("testenv: no -test.skip flag (call LeaveOut from TestMain, after flag.Parse)")
+	}
+	pattern := "^(" + strings.Join(tests, "|") + ")$"
+	if cur := f.Value.String(); cur != "" {
+		pattern = cur + "|" + pattern
+	}
+	return f.Value.Set(pattern)
 }
 
 // NeedFUSE skips (or fails, see Skip) unless the test can mount a FUSE

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"flag"
 	"os"
 	"os/exec"
 	"strings"
@@ -51,5 +52,29 @@ func TestSkipBecomesFailure(t *testing.T) {
 	out, err = run("root,uring")
 	if err == nil || !strings.Contains(out, "--- FAIL") {
 		t.Fatalf("with %s=root,uring the child must fail; err=%v\n%s", EnvRequire, err, out)
+	}
+}
+
+// TestLeaveOut: the names join -test.skip's pattern, after any already
+// there, and match whole test names only.
+func TestLeaveOut(t *testing.T) {
+	f := flag.Lookup("test.skip")
+	old := f.Value.String()
+	t.Cleanup(func() { f.Value.Set(old) })
+	f.Value.Set("")
+	if err := LeaveOut("TestA", "TestB"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Value.String(); got != "^(TestA|TestB)$" {
+		t.Fatalf("-test.skip %q", got)
+	}
+	if err := LeaveOut("TestC"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Value.String(); got != "^(TestA|TestB)$|^(TestC)$" {
+		t.Fatalf("-test.skip %q after a second call", got)
+	}
+	if err := LeaveOut(); err != nil || f.Value.String() != "^(TestA|TestB)$|^(TestC)$" {
+		t.Fatalf("LeaveOut() changed -test.skip to %q (%v)", f.Value.String(), err)
 	}
 }
