@@ -9,12 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,24 +166,63 @@ func diskBackends() []string {
 	return out
 }
 
-// commitLogBytes concatenates a store's CommitLog segment files.
-func commitLogBytes(t testing.TB, dir string) []byte {
+// segmentedLog is a store's CommitLog segment files by start offset.
+type segmentedLog struct {
+	size  int64
+	files map[int64][]byte
+}
+
+// commitLogFrom reads a store's CommitLog segments (retention may have
+// deleted the first ones: each is placed by its name).
+func commitLogFrom(t testing.TB, dir string) segmentedLog {
 	t.Helper()
 	names, err := filepath.Glob(filepath.Join(dir, "commitlog", "[0-9]*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sort.Strings(names)
-	var out []byte
+	l := segmentedLog{files: map[int64][]byte{}}
 	for _, n := range names {
-		if strings.Contains(filepath.Base(n), ".") {
-			continue
+		base := filepath.Base(n)
+		if strings.Contains(base, ".") {
+			continue // a pooled segment, a temporary file
+		}
+		var from int64
+		if _, err := fmt.Sscanf(base, "%d", &from); err != nil {
+			t.Fatalf("segment name %s: %v", n, err)
 		}
 		b, err := os.ReadFile(n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, b...)
+		l.files[from], l.size = b, int64(len(b))
+	}
+	return l
+}
+
+// slice returns the log's bytes [from, to), which its segments must hold.
+func (l segmentedLog) slice(t testing.TB, from, to int64) []byte {
+	t.Helper()
+	var out []byte
+	for at := from; at < to; {
+		seg := at - at%l.size
+		b, ok := l.files[seg]
+		if !ok {
+			t.Fatalf("no segment holds offset %d", at)
+		}
+		n := min(to, seg+l.size) - at
+		out = append(out, b[at-seg:at-seg+n]...)
+		at += n
+	}
+	return out
+}
+
+// commitLogBytes concatenates a store's CommitLog segment files.
+func commitLogBytes(t testing.TB, dir string) []byte {
+	t.Helper()
+	l := commitLogFrom(t, dir)
+	var out []byte
+	for _, from := range slices.Sorted(maps.Keys(l.files)) {
+		out = append(out, l.files[from]...)
 	}
 	return out
 }

@@ -35,6 +35,15 @@ func addRetentionFlags(fs *flag.FlagSet) *retentionFlags {
 
 // apply checks the flags and sets them in o.
 func (r *retentionFlags) apply(fs *flag.FlagSet, o *engine.Options) error {
+	if err := r.check(fs); err != nil {
+		return err
+	}
+	r.set(o)
+	return nil
+}
+
+// check reports the first bad retention flag as a usage error.
+func (r *retentionFlags) check(fs *flag.FlagSet) error {
 	switch {
 	case *r.reserved <= 0:
 		return cli.BadFlag(fs, "--file-reserved-time must be positive, got %v", *r.reserved)
@@ -46,6 +55,10 @@ func (r *retentionFlags) apply(fs *flag.FlagSet, o *engine.Options) error {
 	if err := engine.CheckDeleteWhen(*r.when); err != nil {
 		return cli.BadFlag(fs, "--delete-when: %v", err)
 	}
-	o.FileReservedTime, o.DeleteWhen, o.DiskMaxUsedRatio, o.CleanInterval = *r.reserved, *r.when, *r.ratio, *r.every
 	return nil
+}
+
+// set sets the checked flags in o.
+func (r *retentionFlags) set(o *engine.Options) {
+	o.FileReservedTime, o.DeleteWhen, o.DiskMaxUsedRatio, o.CleanInterval = *r.reserved, *r.when, *r.ratio, *r.every
 }

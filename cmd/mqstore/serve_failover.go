@@ -77,8 +77,7 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	if recycle < 0 {
 		return cli.BadFlag(fs, "--recycle-segments must not be negative, got %d", recycle)
 	}
-	var retention engine.Options
-	if err := rf.apply(fs, &retention); err != nil {
+	if err := rf.check(fs); err != nil {
 		return err
 	}
 	mode, err := engine.ParseFlushMode(flush)
@@ -113,8 +112,7 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 	if err != nil {
 		return err
 	}
-	o.Store.FileReservedTime, o.Store.DeleteWhen = retention.FileReservedTime, retention.DeleteWhen
-	o.Store.DiskMaxUsedRatio, o.Store.CleanInterval = retention.DiskMaxUsedRatio, retention.CleanInterval
+	rf.set(&o.Store)
 	var front *remotingFront
 	var storeHost netip.AddrPort
 	if *bf.listen != "" {
