@@ -190,6 +190,9 @@ func TestBadMasterBacksOff(t *testing.T) {
 	if st.Backoff != fastSlave.ReconnectMaxBackoff {
 		t.Fatalf("backoff %v after %d failed sessions; want the maximum %v", st.Backoff, st.Connects, fastSlave.ReconnectMaxBackoff)
 	}
+	// The slave counts a connect once its dial returns, which can be
+	// before this listener's goroutine has recorded the accept.
+	waitUntil(t, "8 accepts recorded", func() bool { mu.Lock(); defer mu.Unlock(); return len(accepted) >= 8 })
 	mu.Lock()
 	defer mu.Unlock()
 	if gap := accepted[7].Sub(accepted[6]); gap < fastSlave.ReconnectMaxBackoff {
