@@ -66,8 +66,14 @@ type commitLog struct {
 	flushedOffset   atomic.Int64
 }
 
-// queueCounter is the next queue offset of one queue (guarded by appendMu).
-type queueCounter struct{ next int64 }
+// queueCounter is the next queue offset of one queue (guarded by appendMu),
+// and the queue's topic as its first record named it: the string a fed
+// record names its topic by, which lives as long as the queue (a Put's own
+// topic string may be garbage once it returns; see fedBatch.next).
+type queueCounter struct {
+	next  int64
+	topic string
+}
 
 // counter returns the counter of key without a lock; nil when the queue
 // has none yet.
@@ -84,7 +90,7 @@ func (c *commitLog) counterLocked(key queueKey) *queueCounter {
 	if qc := c.queueOffsets[key]; qc != nil {
 		return qc
 	}
-	qc := &queueCounter{}
+	qc := &queueCounter{topic: key.topic}
 	if c.queueTable.Load() == nil { // not shared yet (recovery): no copy
 		c.queueOffsets[key] = qc
 		return qc
@@ -173,7 +179,9 @@ func (e *encodeBuffer) EncodeAt(dst []byte, filePos int64) error {
 	copy(dst[sizeEnd:], rec[sizeEnd:])
 	if e.feed != nil {
 		// Before the backend publishes the record (dispatchFeed's order).
-		r := e.fed
+		// Completed in place and passed by pointer: one copy of it, into
+		// the feed, not two.
+		r := &e.fed
 		r.before, r.offset = e.before, e.fromOffset+filePos
 		r.queueOffset, r.storeTimestamp, r.size = e.queueOffset, e.storeTimestamp, int32(e.size)
 		e.feed.push(r, e.hashes)
@@ -265,6 +273,7 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, qc *queue
 		queueOffset = qc.next
 	}
 	e.queueOffset = queueOffset
+	e.fed.topic = qc.topic
 	// The clock was read before the lock: keep store timestamps in log
 	// order, as a reading under the lock kept them.
 	e.storeTimestamp = max(now.UnixMilli(), c.lastStoreTimestamp.Load())

@@ -5,9 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/mqstore/mqstore/engine/consumequeue"
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -165,6 +168,49 @@ func TestFeedKeysReadsAsDispatch(t *testing.T) {
 		hashes, tags := feedKeys(nil, m)
 		if !slices.Equal(hashes, want) || tags != record.TagsCode(string(p.Tags)) {
 			t.Errorf("message %d (%v): fed hashes %v tags code %d, dispatch reads %v %d", i, m.Properties, hashes, tags, want, record.TagsCode(string(p.Tags)))
+		}
+	}
+}
+
+// TestFedRecordsNameTheQueuesTopic: a fed record names its topic by the
+// string its queue counter keeps, not by the string its Put passed, which
+// may be garbage once Put returns; fedBatch.next does not clear the records
+// of a batch it is done with, so this is what keeps old entries from
+// holding producers' strings alive.
+func TestFedRecordsNameTheQueuesTopic(t *testing.T) {
+	ctx := context.Background()
+	const size = 1 << 16
+	q, err := segment.Open(ctx, segment.Config{Dir: "/f/commitlog", Backend: mappedfile.NewMemFS(mappedfile.MemOptions{}), SegmentSizeBytes: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &commitLog{queue: q, segmentSizeBytes: size, maxRecordBytes: size / 2, queueOffsets: map[queueKey]*queueCounter{}, feed: newDispatchFeed()}
+	c.crcFrom.Store(-1)
+	var puts []string
+	for i := range 3 {
+		topic := strings.Clone("FeedTopic") // each Put's own string
+		puts = append(puts, topic)
+		m := &Message{Topic: topic, Body: []byte{byte(i)}}
+		e := &encodeBuffer{size: record.Size(m, 0), feed: c.feed, fed: fedRecord{topic: "stale"}}
+		e.buf = make([]byte, e.size)
+		if err := record.Encode(e.buf, m, nil); err != nil {
+			t.Fatal(err)
+		}
+		key := queueKey{topic: topic}
+		if _, err := c.appendLocked(ctx, e, c.counterLocked(key), 0, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := c.queueOffsets[queueKey{topic: "FeedTopic"}].topic
+	if len(c.feed.records) != 3 {
+		t.Fatalf("%d records fed, want 3", len(c.feed.records))
+	}
+	for i, r := range c.feed.records {
+		if r.topic != "FeedTopic" || unsafe.StringData(r.topic) != unsafe.StringData(kept) {
+			t.Errorf("record %d names topic %q at %p, want the queue's string at %p", i, r.topic, unsafe.StringData(r.topic), unsafe.StringData(kept))
+		}
+		if i > 0 && unsafe.StringData(r.topic) == unsafe.StringData(puts[i]) {
+			t.Errorf("record %d holds its Put's topic string", i)
 		}
 	}
 }
