@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -519,6 +520,40 @@ func TestEncodeAtWritesFinalBytesOnce(t *testing.T) {
 	}
 	if !bytes.Equal(dst, e.buf[:e.size]) {
 		t.Fatal("the segment bytes differ from the buffer they were copied from: fields were patched in the segment after the copy")
+	}
+}
+
+// TestEncodeAtRecordCRC: the whole-record checksum a Put's record carries
+// (a store that recycles segments) is the CRC of every byte before it, the
+// fields patched under the lock included, with IPv6 hosts and a v2 topic
+// moving them, and with a body of 0 bytes.
+func TestEncodeAtRecordCRC(t *testing.T) {
+	o := Options{StoreHost: netip.MustParseAddrPort("[2001:db8::1]:10911")}.withDefaults()
+	s := &Store{opts: o, recordCRC: true, log: &commitLog{}}
+	e := &encodeBuffer{}
+	long := strings.Repeat("V2Topic", 30) // > 127 bytes: a v2 record
+	for _, topic := range []string{"T", long} {
+		for i, size := range []int{100, 333, 0, 4096} {
+			m := testMessage(topic, 2, i, size)
+			if i%2 == 1 {
+				m.BornHost = netip.MustParseAddrPort("[2001:db8::2]:4000")
+			}
+			if _, _, err := s.encode(e, m, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			e.queueOffset, e.storeTimestamp, e.fromOffset = int64(i), 1_700_000_000_000+int64(i), 1<<30
+			dst := make([]byte, e.size)
+			if err := e.EncodeAt(dst, 4096); err != nil {
+				t.Fatal(err)
+			}
+			r, err := record.Decode(dst, 1<<30+4096, true)
+			if err != nil {
+				t.Fatalf("record %d (%d-byte body, topic %d bytes): %v", i, size, len(topic), err)
+			}
+			if err := record.CheckRecordCRC(dst, r.PhysicalOffset); err != nil {
+				t.Fatalf("record %d (%d-byte body, topic %d bytes): %v", i, size, len(topic), err)
+			}
+		}
 	}
 }
 
