@@ -227,14 +227,17 @@ func (c *commitLog) appendRecord(ctx context.Context, e *encodeBuffer, key queue
 		now = clock()
 	}
 	c.lockedSince.Store(now.UnixNano())
-	defer func() {
-		c.lockedSince.Store(0)
-		c.appendMu.Unlock()
-	}()
+	defer c.unlockAppend()
 	if qc == nil {
 		qc = c.counterLocked(key) // the queue's first record
 	}
 	return c.appendLocked(ctx, e, qc, sysFlag, now)
+}
+
+// unlockAppend releases the append lock appendRecord took.
+func (c *commitLog) unlockAppend() {
+	c.lockedSince.Store(0)
+	c.appendMu.Unlock()
 }
 
 // transactionPrepared and transactionRollback records do not take a queue
@@ -252,18 +255,7 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, qc *queue
 	}
 	e.before = mf.FromOffset() + mf.WrotePosition()
 	if remaining := mf.SizeBytes() - mf.WrotePosition(); int64(e.size)+record.BlankSize > remaining {
-		// RocketMQ's END_FILE: the record does not fit with room for a
-		// blank after it, so the rest of the segment becomes the blank.
-		if remaining < record.BlankSize {
-			// Every append leaves room for the blank: the segment is not
-			// what this log wrote.
-			return res, fmt.Errorf("segment %s has %d bytes left, too few for the end-of-segment blank: %w", mf.Path(), remaining, mappedfile.ErrInvalidArgument)
-		}
-		if _, err := mf.Append(int(remaining), c.blank); err != nil {
-			return res, fmt.Errorf("write blank at the end of %s: %w", mf.Path(), err)
-		}
-		invariants.Equal("an end-of-segment blank ends at its segment's end", mf.WrotePosition(), mf.SizeBytes())
-		if mf, err = c.queue.NextForAppend(ctx, 0); err != nil {
+		if mf, err = c.roll(ctx, mf, remaining); err != nil {
 			return res, err
 		}
 		res.rolled = true
@@ -280,7 +272,7 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, qc *queue
 	e.fromOffset = mf.FromOffset()
 	pos, err := mf.Append(e.size, e)
 	if err != nil {
-		return res, fmt.Errorf("append %d bytes to %s: %w", e.size, mf.Path(), err)
+		return res, appendFailed(e.size, mf, err)
 	}
 	if takesQueueOffset(sysFlag) {
 		qc.next = queueOffset + 1
@@ -291,6 +283,31 @@ func (c *commitLog) appendLocked(ctx context.Context, e *encodeBuffer, qc *queue
 	res.queueOffset = queueOffset
 	res.storeTimestamp = e.storeTimestamp
 	return res, nil
+}
+
+// roll ends mf, which has remaining bytes left and no room for the next
+// record with a blank after it, with RocketMQ's END_FILE blank over the
+// rest, and returns the next segment. Out of line, as the other slow paths
+// of an append: with hundreds of producers an append's stack lines are
+// cold, and a wider frame touches more of them.
+//
+//go:noinline
+func (c *commitLog) roll(ctx context.Context, mf mappedfile.MappedFile, remaining int64) (mappedfile.MappedFile, error) {
+	if remaining < record.BlankSize {
+		// Every append leaves room for the blank: the segment is not
+		// what this log wrote.
+		return nil, fmt.Errorf("segment %s has %d bytes left, too few for the end-of-segment blank: %w", mf.Path(), remaining, mappedfile.ErrInvalidArgument)
+	}
+	if _, err := mf.Append(int(remaining), c.blank); err != nil {
+		return nil, fmt.Errorf("write blank at the end of %s: %w", mf.Path(), err)
+	}
+	invariants.Equal("an end-of-segment blank ends at its segment's end", mf.WrotePosition(), mf.SizeBytes())
+	return c.queue.NextForAppend(ctx, 0)
+}
+
+//go:noinline
+func appendFailed(n int, mf mappedfile.MappedFile, err error) error {
+	return fmt.Errorf("append %d bytes to %s: %w", n, mf.Path(), err)
 }
 
 // commit moves written bytes toward the files (buffered backends).

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -59,10 +60,14 @@ func newDispatchFeed() *dispatchFeed { return &dispatchFeed{limit: defaultFeedLi
 // push feeds a record; the append lock is held.
 func (f *dispatchFeed) push(r *fedRecord, hashes []int32) {
 	f.mu.Lock()
-	if len(f.records) < f.limit {
+	if n := len(f.records); n < f.limit {
 		f.hashes = append(f.hashes, hashes...)
 		r.hashesEnd = int32(len(f.hashes))
-		f.records = append(f.records, *r)
+		if n == cap(f.records) {
+			f.records = slices.Grow(f.records, 1)
+		}
+		f.records = f.records[:n+1]
+		f.records[n] = *r
 	}
 	f.mu.Unlock()
 }

@@ -43,10 +43,11 @@ func (s *Store) Put(ctx context.Context, m *Message) (PutResult, error) {
 	return res, err
 }
 
+// put is Put's body. Its refusals are built by putFailed and pageCacheBusy,
+// out of line: their formatting's temporaries would otherwise widen this
+// frame, and with hundreds of producers a Put's stack lines are cold.
 func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutResult, error) {
-	fail := func(st PutStatus, err error) (PutResult, error) {
-		return PutResult{Status: st}, fmt.Errorf("put to %s/%d: %w: %w", m.Topic, m.QueueID, statusError(st), err)
-	}
+	fail := func(st PutStatus, err error) (PutResult, error) { return putFailed(m, st, err) }
 	if st, err := s.refusal(); err != nil {
 		return fail(st, err)
 	}
@@ -63,8 +64,7 @@ func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutR
 	}
 	if since := s.log.lockedSince.Load(); since != 0 && now.UnixNano()-since > int64(s.opts.OSPageCacheBusyTimeout) {
 		encodeBuffers.Put(e)
-		s.stats.osPageCacheBusy.Add(1)
-		return fail(OSPageCacheBusy, fmt.Errorf("append lock held for %v", time.Duration(now.UnixNano()-since)))
+		return s.pageCacheBusy(m, time.Duration(now.UnixNano()-since))
 	}
 	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, sysFlag, now, s.opts.now)
 	encodeBuffers.Put(e)
@@ -98,9 +98,33 @@ func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutR
 		pprof.SetGoroutineLabels(s.labels.wait)
 	}
 	if err := s.waitDurable(ctx, &res, start); err != nil {
-		return res, fmt.Errorf("put to %s/%d at offset %d: %w", m.Topic, m.QueueID, res.PhysicalOffset, err)
+		return res, putNotDurable(m, res.PhysicalOffset, err)
 	}
 	return res, nil
+}
+
+// putFailed is a refused Put's result and error.
+//
+//go:noinline
+func putFailed(m *Message, st PutStatus, err error) (PutResult, error) {
+	return PutResult{Status: st}, fmt.Errorf("put to %s/%d: %w: %w", m.Topic, m.QueueID, statusError(st), err)
+}
+
+// pageCacheBusy refuses a Put with OSPageCacheBusy: the append lock has
+// been held for held.
+//
+//go:noinline
+func (s *Store) pageCacheBusy(m *Message, held time.Duration) (PutResult, error) {
+	s.stats.osPageCacheBusy.Add(1)
+	return putFailed(m, OSPageCacheBusy, fmt.Errorf("append lock held for %v", held))
+}
+
+// putNotDurable wraps the error of a Put appended at offset but not
+// confirmed durable (or not replicated).
+//
+//go:noinline
+func putNotDurable(m *Message, offset int64, err error) error {
+	return fmt.Errorf("put to %s/%d at offset %d: %w", m.Topic, m.QueueID, offset, err)
 }
 
 // refusal is why the store takes no Put now (closed, a slave, writes or
@@ -129,10 +153,10 @@ func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutSt
 		return 0, MessageIllegal, err
 	}
 	if m.QueueID < 0 {
-		return 0, MessageIllegal, fmt.Errorf("queue id %d is negative", m.QueueID)
+		return 0, MessageIllegal, negativeQueueID(m.QueueID)
 	}
 	if len(m.Body) > s.opts.MaxMessageSizeBytes {
-		return 0, MessageIllegal, fmt.Errorf("body of %d bytes exceeds the maximum message size %d", len(m.Body), s.opts.MaxMessageSizeBytes)
+		return 0, MessageIllegal, tooLarge("body", len(m.Body), s.opts.MaxMessageSizeBytes)
 	}
 	props, err := record.EncodeProperties(e.props[:0], m.Properties)
 	e.recordCRC = s.recordCRC
@@ -144,7 +168,7 @@ func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutSt
 		return 0, MessageIllegal, err
 	}
 	if len(props) > record.MaxPropertiesBytes {
-		return 0, PropertiesSizeExceeded, fmt.Errorf("properties are %d bytes, at most %d", len(props), record.MaxPropertiesBytes)
+		return 0, PropertiesSizeExceeded, propertiesTooLarge(len(props))
 	}
 	stored := *m
 	stored.StoreHost = s.opts.StoreHost
@@ -153,7 +177,7 @@ func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutSt
 	}
 	size := record.Size(&stored, len(props))
 	if size > s.opts.MaxMessageSizeBytes {
-		return 0, MessageIllegal, fmt.Errorf("record of %d bytes exceeds the maximum message size %d", size, s.opts.MaxMessageSizeBytes)
+		return 0, MessageIllegal, tooLarge("record", size, s.opts.MaxMessageSizeBytes)
 	}
 	if cap(e.buf) < size {
 		e.buf = make([]byte, size+size/4)
@@ -168,6 +192,21 @@ func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutSt
 		e.fed = fedRecord{queueID: m.QueueID, sysFlag: stored.SysFlag, tagsCode: tagsCode} // its topic: the append's
 	}
 	return stored.SysFlag, PutOK, nil
+}
+
+// encode's refusals, out of line (see put).
+
+//go:noinline
+func negativeQueueID(id int32) error { return fmt.Errorf("queue id %d is negative", id) }
+
+//go:noinline
+func tooLarge(what string, n, maxBytes int) error {
+	return fmt.Errorf("%s of %d bytes exceeds the maximum message size %d", what, n, maxBytes)
+}
+
+//go:noinline
+func propertiesTooLarge(n int) error {
+	return fmt.Errorf("properties are %d bytes, at most %d", n, record.MaxPropertiesBytes)
 }
 
 // waitDurable waits until the record is flushed (sync flush) and
@@ -195,6 +234,17 @@ func (s *Store) waitDurable(ctx context.Context, res *PutResult, start time.Time
 	if replErr == nil && s.repl.waiters != nil {
 		replErr = s.repl.waiters.end(ctx, replW)
 	}
+	if flushErr == nil && replErr == nil {
+		return nil
+	}
+	return s.notDurable(res, flushErr, replErr)
+}
+
+// notDurable sets the status of a Put whose flush or replication failed
+// (either error may be nil) and returns its error. Out of line (see put).
+//
+//go:noinline
+func (s *Store) notDurable(res *PutResult, flushErr, replErr error) error {
 	var errs []error
 	if replErr != nil {
 		switch {

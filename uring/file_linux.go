@@ -120,16 +120,12 @@ func (f *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
 	defer f.Release()
 	l := f.lease.Load()
 	if l == nil || l.refs.Closing() {
-		return 0, fmt.Errorf("%s: %s: append at %d: %w", f.name, f.Path(), wrote, ErrNoStagingBuffer)
+		return 0, f.appendFailed(wrote, ErrNoStagingBuffer)
 	}
 	ringBytes := l.buf.ringBytes
 	end := wrote + int64(n)
 	if end-f.fileReadable.Load() > ringBytes {
-		if int64(n) > ringBytes-f.align {
-			return 0, fmt.Errorf("%s: %s: append of %d bytes is larger than the staging ring (%d bytes; Options.StagingBytes): %w",
-				f.name, f.Path(), n, ringBytes, mappedfile.ErrInvalidArgument)
-		}
-		if err := f.makeRoom(end, ringBytes); err != nil {
+		if err := f.makeRoomFor(n, end, ringBytes); err != nil {
 			return 0, err
 		}
 	}
@@ -145,23 +141,58 @@ func (f *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
 		dst := l.buf.ring[off : off+int64(n) : off+int64(n)]
 		if err := enc.EncodeAt(dst, wrote); err != nil {
 			clear(dst)
-			return 0, fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)
+			return 0, f.encodeFailed(wrote, err)
 		}
-	} else {
-		// The append wraps: encode it aside, then copy the two pieces.
-		tmp := l.buf.wrapBuffer(n)
-		err := enc.EncodeAt(tmp, wrote)
-		if err != nil {
-			clear(tmp)
-		}
-		k := copy(l.buf.ring[off:], tmp)
-		copy(l.buf.ring, tmp[k:])
-		if err != nil {
-			return 0, fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)
-		}
+	} else if err := appendWrapped(l, off, n, wrote, enc); err != nil {
+		return 0, f.encodeFailed(wrote, err)
 	}
 	f.PublishWrote(end)
 	return wrote, nil
+}
+
+// The slow paths of Append, out of line: with hundreds of producers an
+// append's stack lines are cold, and their temporaries would widen its
+// frame.
+
+// appendFailed is the error of an append at wrote that found err.
+//
+//go:noinline
+func (f *file) appendFailed(wrote int64, err error) error {
+	return fmt.Errorf("%s: %s: append at %d: %w", f.name, f.Path(), wrote, err)
+}
+
+// encodeFailed is the error of an encoder that failed at wrote.
+//
+//go:noinline
+func (f *file) encodeFailed(wrote int64, err error) error {
+	return fmt.Errorf("%s: %s: encode at %d: %w", f.name, f.Path(), wrote, err)
+}
+
+// makeRoomFor checks that an append of n bytes fits the ring at all, and
+// commits so that it fits now (makeRoom).
+//
+//go:noinline
+func (f *file) makeRoomFor(n int, end, ringBytes int64) error {
+	if int64(n) > ringBytes-f.align {
+		return fmt.Errorf("%s: %s: append of %d bytes is larger than the staging ring (%d bytes; Options.StagingBytes): %w",
+			f.name, f.Path(), n, ringBytes, mappedfile.ErrInvalidArgument)
+	}
+	return f.makeRoom(end, ringBytes)
+}
+
+// appendWrapped encodes an append that wraps round the ring's end aside,
+// then copies the two pieces; a failed encoder's bytes are cleared.
+//
+//go:noinline
+func appendWrapped(l *lease, off int64, n int, wrote int64, enc mappedfile.Encoder) error {
+	tmp := l.buf.wrapBuffer(n)
+	err := enc.EncodeAt(tmp, wrote)
+	if err != nil {
+		clear(tmp)
+	}
+	k := copy(l.buf.ring[off:], tmp)
+	copy(l.buf.ring, tmp[k:])
+	return err
 }
 
 // makeRoom commits the pending bytes so that the ring can take an append

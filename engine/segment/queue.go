@@ -261,10 +261,18 @@ func (q *Queue) ReadableOffset() int64 {
 // segment created at the offset after it (startOffset when the queue is
 // empty). The caller holds the append lock.
 func (q *Queue) NextForAppend(ctx context.Context, startOffset int64) (mappedfile.MappedFile, error) {
-	last := q.Last()
-	if last != nil && last.WrotePosition() < last.SizeBytes() {
+	if last := q.Last(); last != nil && last.WrotePosition() < last.SizeBytes() {
 		return last, nil
 	}
+	return q.nextSegment(ctx, startOffset)
+}
+
+// nextSegment is NextForAppend's slow path, apart so that its frame does
+// not widen the one every append runs through.
+//
+//go:noinline
+func (q *Queue) nextSegment(ctx context.Context, startOffset int64) (mappedfile.MappedFile, error) {
+	last := q.Last()
 	from := startOffset - startOffset%q.segmentSizeBytes
 	if last != nil {
 		from = last.FromOffset() + q.segmentSizeBytes
