@@ -63,6 +63,8 @@ func (f *dispatchFeed) push(r *fedRecord, hashes []int32) {
 	if n := len(f.records); n < f.limit {
 		f.hashes = append(f.hashes, hashes...)
 		r.hashesEnd = int32(len(f.hashes))
+		// Stored straight into its slot: append(f.records, *r) copied the
+		// record to a stack temporary first.
 		if n == cap(f.records) {
 			f.records = slices.Grow(f.records, 1)
 		}

@@ -43,37 +43,24 @@ func (s *Store) Put(ctx context.Context, m *Message) (PutResult, error) {
 	return res, err
 }
 
-// put is Put's body. Its refusals are built by putFailed and pageCacheBusy,
-// out of line: their formatting's temporaries would otherwise widen this
-// frame, and with hundreds of producers a Put's stack lines are cold.
+// put is Put's body. Its refusals are built out of line (putFailed and
+// the helpers below encode): their formatting's temporaries would otherwise
+// widen this frame, and with hundreds of producers a Put's stack lines are
+// cold.
 func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutResult, error) {
-	fail := func(st PutStatus, err error) (PutResult, error) { return putFailed(m, st, err) }
 	if st, err := s.refusal(); err != nil {
-		return fail(st, err)
+		return putFailed(m, st, err)
 	}
-	// The encode buffer goes back to the pool as soon as the append has
-	// copied it, not after the wait for durability: with hundreds of
-	// producers waiting, holding it made as many buffers circulate, each
-	// cold in the cache when its next Put encoded into it; returned at
-	// once, a handful per P stay warm.
-	e := encodeBuffers.Get().(*encodeBuffer)
-	sysFlag, st, err := s.encode(e, m, now)
-	if err != nil {
-		encodeBuffers.Put(e)
-		return fail(st, err)
-	}
-	if since := s.log.lockedSince.Load(); since != 0 && now.UnixNano()-since > int64(s.opts.OSPageCacheBusyTimeout) {
-		encodeBuffers.Put(e)
-		return s.pageCacheBusy(m, time.Duration(now.UnixNano()-since))
-	}
-	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, sysFlag, now, s.opts.now)
-	encodeBuffers.Put(e)
-	if err != nil {
-		if errors.Is(err, segment.ErrCreate) || errors.Is(err, context.Canceled) {
-			return fail(CreateMappedFileFailed, err)
-		}
+	ar, st, err := s.appendMessage(ctx, m, now)
+	switch {
+	case err == nil:
+	case st != PutOK:
+		return putFailed(m, st, err)
+	case errors.Is(err, segment.ErrCreate) || errors.Is(err, context.Canceled):
+		return putFailed(m, CreateMappedFileFailed, err)
+	default:
 		s.writeFailed("append", err)
-		return fail(ServiceNotAvailable, err)
+		return putFailed(m, ServiceNotAvailable, err)
 	}
 	if ar.rolled {
 		s.stats.rolls.Add(1)
@@ -103,6 +90,29 @@ func (s *Store) put(ctx context.Context, m *Message, start, now time.Time) (PutR
 	return res, nil
 }
 
+// appendMessage encodes m and appends it. A refusal before the append
+// comes with its status; an error of the append itself with PutOK.
+//
+// The encode buffer goes back to the pool when it returns, as soon as the
+// append has copied it, not after the wait for durability: with hundreds
+// of producers waiting, holding it made as many buffers circulate, each
+// cold in the cache when its next Put encoded into it; returned at once, a
+// handful per P stay warm.
+func (s *Store) appendMessage(ctx context.Context, m *Message, now time.Time) (appendResult, PutStatus, error) {
+	e := encodeBuffers.Get().(*encodeBuffer)
+	defer encodeBuffers.Put(e)
+	sysFlag, st, err := s.encode(e, m, now)
+	if err != nil {
+		return appendResult{}, st, err
+	}
+	if since := s.log.lockedSince.Load(); since != 0 && now.UnixNano()-since > int64(s.opts.OSPageCacheBusyTimeout) {
+		s.stats.osPageCacheBusy.Add(1)
+		return appendResult{}, OSPageCacheBusy, lockHeld(time.Duration(now.UnixNano() - since))
+	}
+	ar, err := s.log.appendRecord(ctx, e, queueKey{topic: m.Topic, queueID: m.QueueID}, sysFlag, now, s.opts.now)
+	return ar, PutOK, err
+}
+
 // putFailed is a refused Put's result and error.
 //
 //go:noinline
@@ -110,14 +120,11 @@ func putFailed(m *Message, st PutStatus, err error) (PutResult, error) {
 	return PutResult{Status: st}, fmt.Errorf("put to %s/%d: %w: %w", m.Topic, m.QueueID, statusError(st), err)
 }
 
-// pageCacheBusy refuses a Put with OSPageCacheBusy: the append lock has
-// been held for held.
+// lockHeld is OSPageCacheBusy's reason: the append lock has been held for
+// held.
 //
 //go:noinline
-func (s *Store) pageCacheBusy(m *Message, held time.Duration) (PutResult, error) {
-	s.stats.osPageCacheBusy.Add(1)
-	return putFailed(m, OSPageCacheBusy, fmt.Errorf("append lock held for %v", held))
-}
+func lockHeld(held time.Duration) error { return fmt.Errorf("append lock held for %v", held) }
 
 // putNotDurable wraps the error of a Put appended at offset but not
 // confirmed durable (or not replicated).
