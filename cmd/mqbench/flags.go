@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +113,24 @@ func listFlag[T any](v *[]T, parse func(string) (T, error)) value[[]T] {
 
 func strsFlag(v *[]string) value[[]string] {
 	return listFlag(v, func(s string) (string, error) { return s, nil })
+}
+
+// peersFlag is --peers: peer names, or none (no peer, as the other axes
+// spell it; the same as an empty list).
+func peersFlag(v *[]string) value[[]string] {
+	f := strsFlag(v)
+	parse := f.parse
+	f.parse = func(s string) ([]string, error) {
+		names, err := parse(s)
+		if err != nil || !slices.Contains(names, "none") {
+			return names, err
+		}
+		if len(names) > 1 {
+			return nil, fmt.Errorf("peers %q: none runs no peer, so it cannot be listed with others", s)
+		}
+		return nil, nil
+	}
+	return f
 }
 
 func sizesFlag(v *[]int) value[[]int] {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,6 +35,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"run", "--lock-segments"}, 2, "add --warm-segments"},
 		{[]string{"run", "--workloads", "latency", "--rates", ""}, 2, "need a --rates ladder"},
 		{[]string{"run", "--replication", "semi"}, 2, `replication "semi"`},
+		{[]string{"run", "--peers", "none,pebble-wal"}, 2, `peers "none,pebble-wal": none runs no peer`},
 		{[]string{"run", "--ha-delay", "1ms"}, 2, "--ha-delay 1ms needs a slave"},
 		{[]string{"run", "--replication", "none", "--slave-dir", "/tmp"}, 2, "--slave-dir /tmp needs a slave"},
 		{[]string{"run", "--replication", "sync", "--slave-dir", "/nonexistent/dir"}, 2, "not a directory"},
@@ -185,6 +187,35 @@ func TestRecycleSegmentsFlag(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), c.args, &stdout, &stderr); code != c.code || !strings.Contains(stderr.String(), c.stderrIn) {
 			t.Errorf("mqbench %q: exit %d, want %d; stderr lacks %q:\n%s", c.args, code, c.code, c.stderrIn, stderr.String())
+		}
+	}
+}
+
+// TestPeersNone: --peers none runs no peer, as an empty list does (the
+// default config has peers, so the flag must clear them), and a list
+// naming peers keeps them.
+func TestPeersNone(t *testing.T) {
+	for _, c := range []struct {
+		arg  string
+		want []string
+	}{
+		{"none", nil},
+		{"", nil},
+		{" none ", nil},
+		{"pebble-wal,nats", []string{"pebble-wal", "nats"}},
+	} {
+		cfg := bench.DefaultConfig()
+		if len(cfg.Peers) == 0 {
+			t.Fatal("the default config runs no peer: the test cannot tell none from the default")
+		}
+		var m matrixFlags
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		m.register(fs, &cfg, false)
+		if err := fs.Parse([]string{"--peers", c.arg}); err != nil {
+			t.Fatalf("--peers %q: %v", c.arg, err)
+		}
+		if !slices.Equal(cfg.Peers, c.want) {
+			t.Errorf("--peers %q: peers %q, want %q", c.arg, cfg.Peers, c.want)
 		}
 	}
 }
