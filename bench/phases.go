@@ -366,7 +366,7 @@ func (r *runner) throughputPhase(ctx context.Context, ph *phaseEnv) {
 	}
 	if ph.pressure == PressureNone && ph.ti == 0 && r.cfg.Profile && len(r.cfg.Policies) == 0 && ctx.Err() == nil {
 		for _, j := range jobs {
-			if !j.sys.peer && !j.sys.replicated() && j.cell.TwinOf == "" && j.cell.Producers == r.cfg.Producers[0] && j.cell.Status == runfile.StatusOK {
+			if !j.sys.peer && !j.sys.replicated() && j.cell.TwinOf == "" && j.cell.Producers == r.cfg.ProfiledProducers() && j.cell.Status == runfile.StatusOK {
 				r.profile(ctx, j.sys, j.cell.Name)
 			}
 		}
@@ -501,11 +501,11 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 }
 
 // profileRepeat is the profiled run of a throughput cell in a fresh store
-// in dir: the cell's first producer count for ProfileDuration, after the
+// in dir: at Config.ProfiledProducers for ProfileDuration, after the
 // warm-up the measured repeats get (storeRepeat runs it before the hook,
 // which starts the profilers), with the engine's stage labels on.
 func profileRepeat(ctx context.Context, cfg *Config, dir string, sys system, hook func(*engine.Store, func(window func() (end func())))) runfile.Repeat {
-	sp := spec(cfg, "throughput", sys.size, cfg.Producers[0], 0, cfg.ProfileDuration, repeatSeed(cfg.Seed, 0))
+	sp := spec(cfg, "throughput", sys.size, cfg.ProfiledProducers(), 0, cfg.ProfileDuration, repeatSeed(cfg.Seed, 0))
 	store := sys.pol.Store
 	store.ProfileLabels = true // the engine labels its goroutines by stage: the CPU by stage
 	rep, _ := storeRepeat(ctx, store, dir, sys.backend, sys.pol.Flush, sp, hook)

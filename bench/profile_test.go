@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -227,5 +228,30 @@ func TestProfilerClockReads(t *testing.T) {
 	}
 	if got[runfile.StageProfiler] != 3e7 || got["wait"] != 1e7 {
 		t.Errorf("stages %+v: want the profiler's clock reads (30 ms) apart from the scheduler's (10 ms, wait)", s.Stages)
+	}
+}
+
+// TestProfileProducers: the profiled run is at --profile-producers when it
+// is set, at the first of --producers otherwise (as runs from before the
+// option were), and a count that is not among --producers is refused by
+// name.
+func TestProfileProducers(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Producers = []int{4, 64, 256}
+	if got := cfg.ProfiledProducers(); got != 4 {
+		t.Errorf("by default the run profiles %d producers, want the first of --producers, 4", got)
+	}
+	cfg.ProfileProducers = 256
+	if got := cfg.ProfiledProducers(); got != 256 {
+		t.Errorf("--profile-producers 256 profiles %d producers", got)
+	}
+	if err := Validate(&cfg); err != nil {
+		t.Fatalf("--profile-producers 256 with --producers 4,64,256: %v", err)
+	}
+	for _, n := range []int{16, -1} {
+		cfg.ProfileProducers = n
+		if err := Validate(&cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--profile-producers %d", n)) {
+			t.Errorf("--profile-producers %d with --producers 4,64,256: %v, want it refused by name", n, err)
+		}
 	}
 }

@@ -278,7 +278,7 @@ func writeProfiles(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Profiles) == 0 {
 		return
 	}
-	b.WriteString("## Profiles (top functions by flat share; an extra unmeasured run of each throughput cell)\n\n")
+	fmt.Fprintf(b, "## Profiles (top functions by flat share; an extra unmeasured run of each system's throughput cell at %d producers)\n\n", f.Config.ProfiledProducers())
 	fmt.Fprintf(b, "Files: `%s/%s/<cell>.{cpu,heap,block,mutex}.pprof` — open with `go tool pprof -top FILE` (see profiles/README.md).\n\n", f.Config.ProfilesRoot, f.ID)
 	for _, cell := range distinct(mapped(f.Profiles, func(p runfile.ProfileSummary) string { return p.Cell })) {
 		fmt.Fprintf(b, "### %s\n\n", cell)
@@ -327,7 +327,7 @@ func writeStageCPU(b *strings.Builder, f *runfile.RunFile) {
 		return len(runfile.StageOrder) // a stage this report does not know, before other
 	}
 	slices.SortStableFunc(stages, func(a, b string) int { return rank(a) - rank(b) })
-	b.WriteString("## CPU by stage (µs of CPU per message, and % of the CPU profile; the profiled run of each throughput cell)\n\n")
+	fmt.Fprintf(b, "## CPU by stage (µs of CPU per message, and %% of the CPU profile; the profiled run of each system's throughput cell at %d producers)\n\n", f.Config.ProfiledProducers())
 	heads := append([]string{"cell", "samples>"}, mapped(stages, func(st string) string { return st + ">" })...)
 	t := newTable(b, append(heads, "total>")...)
 	us := func(v, pct float64, known bool) string {

@@ -85,6 +85,9 @@ type Config struct {
 	ProfilesRoot    string        `json:"profilesRoot"`
 	Profile         bool          `json:"profile"`
 	ProfileDuration time.Duration `json:"profileDurationNs"`
+	// ProfileProducers is the producer count whose throughput cells get
+	// the profiled run (0: the first of Producers).
+	ProfileProducers int `json:"profileProducers,omitempty"`
 
 	NoLimits bool `json:"noLimits"`
 	// DeviceProbeBytes is what the O_DIRECT probe writes; SyncProbeCount
@@ -94,6 +97,16 @@ type Config struct {
 	PeerCommand      string `json:"peerCommand,omitempty"`
 
 	Store StoreConfig `json:"store"`
+}
+
+// ProfiledProducers is the producer count whose throughput cells get the
+// profiled run: ProfileProducers (--profile-producers), or — by default,
+// and in runs from before that option — the first of Producers.
+func (c *Config) ProfiledProducers() int {
+	if c.ProfileProducers > 0 || len(c.Producers) == 0 {
+		return c.ProfileProducers
+	}
+	return c.Producers[0]
 }
 
 // StoreConfig are the engine options every store cell uses (zero: the
