@@ -106,11 +106,13 @@ bench-sweep:
 
 ## bench-durable: the durable-path table — sync flush at 1, 4, 16, 64 and 256 producers, every backend and the pebble-wal peer,
 ## 1 KiB, 5 measured repeats of 1 s, the device limits (the 4 KiB write+fdatasync on a fallocated and on a pre-written
-## file, segment creation). About 6 minutes on 2 cores (the estimate is printed at the start). Async end to end beside it:
+## file, segment creation), and each backend's CPU by stage from a 3 s profiled run at 256 producers. About 7 minutes on
+## 2 cores (the estimate is printed at the start). Async end to end beside it:
 ## BENCH_FLAGS='--flush async,sync --workloads throughput,e2e --rates 1000'.
 bench-durable:
 	$(GO) run ./cmd/mqbench run --dir . --sizes 1024 --flush sync --workloads throughput --producers 1,4,16,64,256 --peers pebble-wal \
-		--repeat 5 --duration 1s --warmup 200ms --no-profile --segment-size 64MiB --probe-bytes 256MiB --sync-probes 300 $(BENCH_FLAGS)
+		--repeat 5 --duration 1s --warmup 200ms --profile-producers 256 --profile-duration 3s --segment-size 64MiB --probe-bytes 256MiB \
+		--sync-probes 300 $(BENCH_FLAGS)
 
 ## bench-replication: the replication comparison — mmap and uring-direct, 1 KiB, async and sync flush, each without a slave, with an
 ## ASYNC_MASTER slave and with a SYNC_MASTER slave (its own process and directory), closed loop at 16 and 64 producers and the
