@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -259,7 +258,7 @@ func validateNumbers(c *Config) error {
 	case c.SearchProbes < 0 || (c.SearchProbes > 0 && c.SearchDuration <= 0):
 		return fmt.Errorf("search probes %d of %v: want probes ≥ 0 and a positive duration", c.SearchProbes, c.SearchDuration)
 	case c.ProfileProducers < 0 || (c.ProfileProducers > 0 && !slices.Contains(c.Producers, c.ProfileProducers)):
-		return fmt.Errorf("--profile-producers %d: want one of --producers (%s), or 0 for the first", c.ProfileProducers, joinInts(c.Producers))
+		return fmt.Errorf("--profile-producers %d: want one of --producers %v, or 0 for the first", c.ProfileProducers, c.Producers)
 	}
 	return validateRecycling(c)
 }
@@ -341,12 +340,3 @@ func spec(c *Config, workload string, sizeBytes, producers int, rate float64, wi
 // repeatSeed is the arrivals' seed of repeat i: the same for every system
 // in that repeat, different between repeats (splitmix64 of seed and i).
 func repeatSeed(seed uint64, i int) uint64 { return mix64(seed + uint64(i+1)*0x9E3779B97F4A7C15) }
-
-// joinInts is xs comma-separated.
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
-}

@@ -11,11 +11,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,18 +107,21 @@ func cell(dir, backend, flush string, producers int, window time.Duration, size 
 	time.Sleep(window)
 	measuring.Store(false)
 	elapsed := time.Since(start)
-	u1, s1, err := cpu()
+	u1, s1, cpuErr := cpu()
 	stop.Store(true)
 	wg.Wait()
-	if cerr := s.Close(); err == nil {
-		err = cerr
+	if err := s.Close(); err != nil {
+		return 0, 0, 0, fmt.Errorf("close: %w", err)
 	}
 	if p := failed.Load(); p != nil {
 		return 0, 0, 0, fmt.Errorf("put: %w", *p)
 	}
+	if cpuErr != nil {
+		return 0, 0, 0, cpuErr
+	}
 	n := float64(total.Load())
-	if err != nil || n == 0 {
-		return 0, 0, 0, fmt.Errorf("no message in the window (%v)", err)
+	if n == 0 {
+		return 0, 0, 0, errors.New("no Put completed in the window")
 	}
 	return n / elapsed.Seconds(), float64(u1-u0) / 1e3 / n, float64(s1-s0) / 1e3 / n, nil
 }
@@ -139,12 +143,8 @@ func summary(w io.Writer, r io.Reader, order []string) error {
 	type key struct{ build, cell string }
 	rates, cpus := map[key][]float64{}, map[key][]float64{}
 	var builds, cells []string
-	seen := map[string]bool{}
 	for _, b := range order {
-		if !seen["b"+b] {
-			seen["b"+b] = true
-			builds = append(builds, b)
-		}
+		builds = appendNew(builds, b)
 	}
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
@@ -164,14 +164,7 @@ func summary(w io.Writer, r io.Reader, order []string) error {
 			v[i] = x
 		}
 		k := key{f[1], f[2] + " " + f[3]}
-		if !seen["b"+k.build] {
-			seen["b"+k.build] = true
-			builds = append(builds, k.build)
-		}
-		if !seen["c"+k.cell] {
-			seen["c"+k.cell] = true
-			cells = append(cells, k.cell)
-		}
+		builds, cells = appendNew(builds, k.build), appendNew(cells, k.cell)
 		rates[k] = append(rates[k], v[0])
 		cpus[k] = append(cpus[k], v[1]+v[2])
 	}
@@ -187,17 +180,23 @@ func summary(w io.Writer, r io.Reader, order []string) error {
 				row = append(row, "—")
 				continue
 			}
-			sort.Float64s(rs)
-			row = append(row, fmt.Sprintf("%s [%s–%s], %.3g µs", si(median(rs)), si(rs[0]), si(rs[len(rs)-1]), median(cpus[key{b, c}])))
+			row = append(row, fmt.Sprintf("%s [%s–%s], %.3g µs", si(median(rs)), si(slices.Min(rs)), si(slices.Max(rs)), median(cpus[key{b, c}])))
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
 	return nil
 }
 
+// appendNew appends s to list unless list has it.
+func appendNew(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
+
 func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
+	s := slices.Sorted(slices.Values(xs))
 	n := len(s)
 	if n%2 == 1 {
 		return s[n/2]
