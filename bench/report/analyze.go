@@ -5,10 +5,7 @@ import (
 	"iter"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-
-	"golang.org/x/perf/benchmath"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -159,48 +156,6 @@ func ratios(f *runfile.RunFile) []runfile.Ratio {
 	return append(out, sendfileRatios(f)...)
 }
 
-// findLimit is the run's measured limit of that name on target (and body
-// size, unless 0).
-func findLimit(f *runfile.RunFile, name string, size int, target string) *runfile.Limit {
-	for l := range ptrs(f.Limits) {
-		if l.Name == name && l.Status == runfile.StatusOK && (size == 0 || l.SizeBytes == size) && l.Target == target {
-			return l
-		}
-	}
-	return nil
-}
-
-// limitRatios relates a cell to the limits beside the store: the device's
-// bandwidth and sync latency, the group commit's limit.
-func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
-	var out []runfile.Ratio
-	add := func(kind, name string, size int, fig, limitFig, note string) {
-		if l := findLimit(f, name, size, c.Target); l != nil {
-			out = append(out, ratioOf(kind, c, l.Name, fig, l.Interval(limitFig), note))
-		}
-	}
-	if c.Workload == "throughput" && c.Flush == "async" && c.DurableMBps > 0 {
-		// The device's bandwidth bounds async cells; sync cells are bound
-		// by the device's flush latency (below).
-		for _, name := range []string{runfile.LimitDeviceSeq, runfile.LimitFioSeq} {
-			add("device", name, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s (no sync: what the device accepts)")
-		}
-		add("device", runfile.LimitDeviceSeqDurable, 0, "durableMBps", "mbPerSec", "durable record MB/s ÷ sequential O_DIRECT MB/s to the fdatasync after them: what the device makes durable")
-	}
-	if c.Workload == "throughput" && c.Flush == "sync" {
-		if ref, against, ok := groupCommitLimit(f, c); ok {
-			out = append(out, ratioOf("group-commit", c, against, "msgsPerSec", ref,
-				fmt.Sprintf("acknowledged msgs/s ÷ the device's %d records of %d B per write+fdatasync, as one or split over two in flight (msgs/s, the better of the two): how close the group commit comes to the device", c.Producers, c.RecordBytes)))
-		}
-	}
-	if c.Workload == "latency" && c.Flush == "sync" {
-		for _, name := range []string{runfile.LimitDeviceSync, runfile.LimitDeviceSyncPrewritten, runfile.LimitFioSync} {
-			add("device", name, 0, "p50Ns", "p50Ns", "open-loop p50 ÷ one 4 KiB write+fdatasync p50: how many device syncs a durable append costs")
-		}
-	}
-	return out
-}
-
 func peerRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	var out []runfile.Ratio
 	for _, p := range f.Peers {
@@ -287,96 +242,11 @@ func sendfileRatios(f *runfile.RunFile) []runfile.Ratio {
 	return out
 }
 
-// groupCommitLimit is the device's group-commit limit for a sync
-// throughput cell: the better of the one- and two-in-flight limits'
-// msgs/s at its producer count and record size, on its target. The
-// interval of the better of two figures, each within its own interval, is
-// [the higher low, the higher high]. A two-in-flight limit of a run file
-// older than schema 5 is no bound (see boundsItsProducers).
-func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell) (runfile.Interval, string, bool) {
-	var best runfile.Interval
-	var from []string
-	for l := range ptrs(f.Limits) {
-		if l.Name != runfile.LimitGroupCommit || l.Status != runfile.StatusOK || l.Target != c.Target || l.Producers != c.Producers ||
-			l.SizeBytes != c.SizeBytes || l.RecordBytes != c.RecordBytes || c.RecordBytes == 0 || !boundsItsProducers(f, l) {
-			continue
-		}
-		iv := l.Interval("msgsPerSec")
-		if iv.Median > best.Median {
-			best.Median, best.Level = iv.Median, iv.Level
-		}
-		best.Lo, best.Hi = max(best.Lo, iv.Lo), max(best.Hi, iv.Hi)
-		from = append(from, strconv.Itoa(l.InFlight))
-	}
-	if len(from) == 0 {
-		return best, "", false
-	}
-	return best, fmt.Sprintf("%s ×%d (%s in flight)", runfile.LimitGroupCommit, c.Producers, strings.Join(from, " or ")), true
-}
-
-// boundsItsProducers says whether a group-commit limit keeps no more
-// records outstanding than its producer count: every one but the
-// two-in-flight limits of run files before schema 5, whose two writers
-// each wrote N records per op.
-func boundsItsProducers(f *runfile.RunFile, l *runfile.Limit) bool {
-	return l.InFlight < 2 || f.Schema >= 5
-}
-
 func sustainedNo(c *runfile.Cell) bool { return c.Sustained != nil && !*c.Sustained }
 
 func notSustained(cs ...*runfile.Cell) []string {
 	cs = slices.DeleteFunc(cs, func(c *runfile.Cell) bool { return !sustainedNo(c) })
 	return mapped(cs, func(c *runfile.Cell) string { return c.Backend })
-}
-
-var aaFigures = map[string][]string{
-	"throughput": {"msgsPerSec", "durableMBps", "p99Ns"},
-	"latency":    {"p50Ns", "p99Ns", "p999Ns"},
-	"e2e":        {"p50Ns", "p99Ns", "p999Ns"},
-}
-
-const aaAlpha = 0.05
-
-// aaComparisons compares each A/A twin with the cell it repeats, figure by
-// figure, by the Mann-Whitney U test over their measured repeats
-// (benchmath.AssumeNothing, as benchstat): Different when p < aaAlpha.
-func aaComparisons(f *runfile.RunFile) []runfile.Comparison {
-	out := []runfile.Comparison{}
-	cells := allCells(f)
-	thresholds := benchmath.Thresholds{CompareAlpha: aaAlpha}
-	values := func(c *runfile.Cell, fig string) []float64 {
-		return mapped(c.MeasuredRepeats(), func(r *runfile.Repeat) float64 { return r.Figures.Figure(fig) })
-	}
-	for _, twin := range cells {
-		if twin.TwinOf == "" || !twin.Measured() {
-			continue
-		}
-		for _, a := range cells {
-			if a.Name != twin.TwinOf || !a.Measured() {
-				continue
-			}
-			for _, fig := range aaFigures[a.Workload] {
-				if a.Figures.Figure(fig) == 0 && twin.Figures.Figure(fig) == 0 {
-					continue
-				}
-				xa, xb := values(a, fig), values(twin, fig)
-				cmp := benchmath.AssumeNothing.Compare(benchmath.NewSample(xa, &thresholds), benchmath.NewSample(xb, &thresholds))
-				out = append(out, runfile.Comparison{A: a.Name, B: twin.Name, Figure: fig, AInterval: a.Interval(fig), BInterval: twin.Interval(fig),
-					P: cmp.P, N: min(len(xa), len(xb)), Different: cmp.P < aaAlpha})
-			}
-		}
-	}
-	return out
-}
-
-// uTestMinP is the smallest p the U test can reach with n repeats on
-// each side (both samples entirely apart): 2 / C(2n, n).
-func uTestMinP(n int) float64 {
-	c := 1.0
-	for i := 1; i <= n; i++ {
-		c = c * float64(n+i) / float64(i)
-	}
-	return 2 / c
 }
 
 // candidate is one backend × flush policy for a recommendation.

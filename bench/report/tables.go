@@ -122,30 +122,6 @@ func deviceLabel(f *runfile.RunFile, target string) string {
 	return target
 }
 
-func writeAA(b *strings.Builder, f *runfile.RunFile) {
-	if len(f.AA) == 0 {
-		return
-	}
-	b.WriteString("## A/A check (one cell measured twice, as if two systems)\n\n")
-	t := newTable(b, "cell", "figure", "A>", "A again>", "U test>", "verdict")
-	different, n := 0, 0
-	for _, c := range f.AA {
-		verdict := "no significant difference ✓"
-		if c.Different {
-			verdict = "**called different ✗**"
-			different++
-		}
-		n = max(n, c.N)
-		t.row(c.A, c.Figure, ci(c.AInterval, figFormat(c.Figure)), ci(c.BInterval, figFormat(c.Figure)), fmt.Sprintf("p = %.2f (n = %d)", c.P, c.N), verdict)
-	}
-	if different > 0 {
-		fmt.Fprintf(b, "\n**The harness called an identical cell different in %d of %d figure(s)**: this run's differences of that size are not to be trusted (a noisy machine, or drift across the run).\n\n", different, len(f.AA))
-		return
-	}
-	fmt.Fprintf(b, "\nThe U test (α = %.2f) does not call the twin different in any of %d figures. With %d repeats a side the smallest p it can reach is %.3f: it calls a difference only when the two sets of repeats barely overlap. This shows the harness did not invent a difference of that size in this run; it says nothing about smaller ones, and each figure had a %.0f %% chance of a false call by chance alone.\n\n",
-		aaAlpha, len(f.AA), n, uTestMinP(n), 100*aaAlpha)
-}
-
 func sustainedText(c *runfile.Cell) string {
 	switch {
 	case c.DurableAtDrainOnly:
