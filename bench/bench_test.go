@@ -282,7 +282,8 @@ func (fakeProber) DurableSequentialWrite(_ context.Context, _ string, total int6
 }
 
 // SyncWrites: the writes' latencies are 1..count µs (half that
-// pre-written), and the writers overlap perfectly.
+// pre-written, four fifths of it with O_DIRECT), and the writers overlap
+// perfectly.
 func (fakeProber) SyncWrites(_ context.Context, _ string, p device.SyncProbe) (device.SyncResult, error) {
 	per := p.Count / p.InFlight
 	r := device.SyncResult{Latencies: make([]time.Duration, per*p.InFlight)}
@@ -290,6 +291,9 @@ func (fakeProber) SyncWrites(_ context.Context, _ string, p device.SyncProbe) (d
 		r.Latencies[i] = time.Duration(i+1) * time.Microsecond
 		if p.Prewritten {
 			r.Latencies[i] /= 2
+		}
+		if p.Direct {
+			r.Latencies[i] = r.Latencies[i] * 4 / 5
 		}
 		r.Elapsed += r.Latencies[i]
 		if p.WriterBytes != nil {
@@ -383,6 +387,30 @@ func TestLimitsAndProgressReachItsTotal(t *testing.T) {
 		if two != nil && (!within(two.OpsPerSec, 2*one.OpsPerSec) || !within(two.MsgsPerSec, one.MsgsPerSec) || !within(two.MBPerSec, one.MBPerSec)) {
 			t.Errorf("%d producers, two in flight: %v ops/s %v msgs/s %v MB/s against one's %v, %v, %v", n,
 				two.OpsPerSec, two.MsgsPerSec, two.MBPerSec, one.OpsPerSec, one.MsgsPerSec, one.MBPerSec)
+		}
+	}
+	// The other ways: O_DIRECT on a pre-written file, and both on a
+	// fallocated one, one in flight each.
+	for _, v := range []struct {
+		name   string
+		factor float64 // ops/s against the page cache's on a pre-written file
+		method string
+	}{
+		{runfile.LimitGroupCommitDirect, 5.0 / 4, "pwritev2 with RWF_DSYNC"},
+		{runfile.LimitGroupCommitFallocated, 1.0 / 2, "pwrite + fdatasync"},
+		{runfile.LimitGroupCommitDirectFallocated, 5.0 / 8, "pwritev2 with RWF_DSYNC"},
+	} {
+		for _, n := range cfg.Producers {
+			one := groupCommit[[2]int{n, 1}]
+			i := slices.IndexFunc(f.Limits, func(l runfile.Limit) bool { return l.Name == v.name && l.Producers == n })
+			if i < 0 {
+				t.Fatalf("no %s limit at %d producers", v.name, n)
+			}
+			l := &f.Limits[i]
+			if _, written := runfile.GroupCommitLimit(l.Name); l.InFlight != 1 || l.RecordBytes != rec || !strings.HasPrefix(l.Params["method"], v.method) ||
+				!within(l.OpsPerSec, v.factor*one.OpsPerSec) || written != strings.Contains(l.Params["file"], "pre-written") {
+				t.Errorf("%s at %d producers: %+v, want %v× the ops/s of %s", v.name, n, l, v.factor, runfile.LimitGroupCommit)
+			}
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")

@@ -155,64 +155,94 @@ var pacedSteps = "synced " + runfile.SizeLabel(segfile.PrewriteStepBytes) + " st
 // prewrittenFile says how the sync probes' pre-written file is made.
 const prewrittenFile = "made as the engine makes a pre-written segment (segfile.OpenOrCreate with Prewrite: zeros through the page cache, synced): each fdatasync commits data only, no extent conversion"
 
-// groupCommitRuns is how many group-commit limits the run measures: for
-// each body size, one per producer count with one sync in flight and one
-// per count of two or more with two (one producer cannot have two), when
-// it has sync store cells in the closed loop; none otherwise.
-func groupCommitRuns(c *Config) int {
+// groupCommitVariant is one way the group-commit limit writes its N
+// records per op.
+type groupCommitVariant struct {
+	name               string
+	direct, prewritten bool
+	short              string // the method, in the tool's name
+	method, file       string
+}
+
+// groupCommitVariants are the group-commit limits: N records per op
+// through the page cache (pwrite + fdatasync: the buffered backends'
+// sync) and with O_DIRECT (one pwritev2 with RWF_DSYNC of the blocks that
+// cover them: uring-direct's), each on a pre-written file (written
+// extents: what a pre-written or a reused segment gives, a sync commits
+// data only) and on a fallocated one (what a new segment that is not
+// pre-written gives: each sync also commits an extent conversion). Only
+// the first also runs with two in flight: two O_DIRECT writes of a shared
+// tail block cannot be.
+var groupCommitVariants = []groupCommitVariant{
+	{runfile.LimitGroupCommit, false, true, "pwrite + fdatasync", "pwrite + fdatasync", prewrittenFile},
+	{runfile.LimitGroupCommitDirect, true, true, "O_DIRECT pwritev2 RWF_DSYNC", "pwritev2 with RWF_DSYNC of the aligned blocks covering the N records, O_DIRECT (uring-direct's commit; the next op starts in the block where the last one ended)",
+		"made as the engine makes uring-direct's pre-written segment (segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros, synced): a write commits data only"},
+	{runfile.LimitGroupCommitFallocated, false, false, "pwrite + fdatasync", "pwrite + fdatasync", fallocatedFile},
+	{runfile.LimitGroupCommitDirectFallocated, true, false, "O_DIRECT pwritev2 RWF_DSYNC", "pwritev2 with RWF_DSYNC of the aligned blocks covering the N records, O_DIRECT (uring-direct's commit)", fallocatedFile},
+}
+
+// fallocatedFile says how the group-commit limits' fallocated file is made.
+const fallocatedFile = "made as the engine makes a segment it does not pre-write (segfile.OpenOrCreate: fallocated, unwritten extents): each sync also commits the extent conversion of the blocks it wrote"
+
+// groupCommitProbe is one group-commit limit of a run.
+type groupCommitProbe struct {
+	variant  groupCommitVariant
+	size, n  int   // body size, producers
+	split    []int // records per writer
+	recBytes int
+}
+
+// groupCommitProbes are the run's group-commit limits: for each body size
+// and producer count N, every variant with all N records in one op, and,
+// from two producers on, the page-cache variant with them split over two
+// writers in flight (⌈N/2⌉ and ⌊N/2⌋: N closed-loop producers never have
+// more than N records outstanding, so two syncs of N records each would
+// be no bound of theirs); none when the run has no sync store cells in
+// the closed loop.
+func groupCommitProbes(c *Config) []groupCommitProbe {
 	if !hasFlush(c, "sync") || !hasWorkload(c, string(load.Throughput)) || len(c.Backends) == 0 {
-		return 0
+		return nil
 	}
-	n := 0
-	for _, p := range c.Producers {
-		n += len(groupCommitSplits(p))
-	}
-	return len(c.Sizes) * n
-}
-
-// groupCommitSplits is how n producers' records can be in flight: all n in
-// one sync, and, from two producers on, ⌈n/2⌉ and ⌊n/2⌋ in two syncs at
-// once — n closed-loop producers never have more than n records
-// outstanding, so two syncs of n records each would be no bound of theirs.
-func groupCommitSplits(n int) [][]int {
-	splits := [][]int{{n}}
-	if n >= 2 {
-		splits = append(splits, []int{n - n/2, n / 2})
-	}
-	return splits
-}
-
-// groupCommitLimits measures, for each body size and producer count N of
-// the run, N records of the run's message written as one pwrite and
-// fdatasynced, one op at a time, and the N records split over two writers
-// at once on two parts of one pre-written file: the device's bound on a
-// group commit of N producers (msgs/s = records written per second).
-func (r *runner) groupCommitLimits(ctx context.Context) {
-	cfg := r.cfg
-	if groupCommitRuns(&cfg) == 0 {
-		return
-	}
-	for _, size := range cfg.Sizes {
-		rec := storeRecordBytes(cfg.Store, size)
-		for _, n := range cfg.Producers {
-			for _, split := range groupCommitSplits(n) {
-				probe := device.SyncProbe{Count: max(cfg.SyncProbeCount, len(split)), InFlight: len(split), Prewritten: true}
-				var perOp, writeBytes []string
-				for _, records := range split {
-					probe.WriterBytes = append(probe.WriterBytes, records*rec)
-					perOp, writeBytes = append(perOp, strconv.Itoa(records)), append(writeBytes, strconv.Itoa(records*rec))
+	var out []groupCommitProbe
+	for _, size := range c.Sizes {
+		rec := storeRecordBytes(c.Store, size)
+		for _, n := range c.Producers {
+			for _, v := range groupCommitVariants {
+				out = append(out, groupCommitProbe{variant: v, size: size, n: n, split: []int{n}, recBytes: rec})
+				if v.name == runfile.LimitGroupCommit && n >= 2 {
+					out = append(out, groupCommitProbe{variant: v, size: size, n: n, split: []int{n - n/2, n / 2}, recBytes: rec})
 				}
-				writers := "one op at a time"
-				if len(split) > 1 {
-					writers = "two goroutines at once, each on its own part of the one file (two syncs in flight on one segment), the N records split between them"
-				}
-				l := runfile.Limit{Name: runfile.LimitGroupCommit, Tool: "mqbench device probe (N records per pwrite + fdatasync, pre-written file)",
-					SizeBytes: size, RecordBytes: rec, Producers: n, InFlight: len(split), Dir: r.work,
-					Params: map[string]string{"writeBytes": strings.Join(writeBytes, " and "), "recordsPerOp": strings.Join(perOp, " and "), "count": strconv.Itoa(probe.Count),
-						"message": messageKind(cfg.Store.Message), "writers": writers, "file": prewrittenFile}}
-				r.repeatLimit(ctx, &l, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, rec) })
 			}
 		}
+	}
+	return out
+}
+
+// groupCommitLimits measures the run's group-commit limits
+// (groupCommitProbes): the device's bound on a group commit of N producers
+// (msgs/s = records written per second), each way a commit can write.
+func (r *runner) groupCommitLimits(ctx context.Context) {
+	cfg := r.cfg
+	for _, g := range groupCommitProbes(&cfg) {
+		probe := device.SyncProbe{Count: max(cfg.SyncProbeCount, len(g.split)), InFlight: len(g.split), Prewritten: g.variant.prewritten, Direct: g.variant.direct}
+		var perOp, writeBytes []string
+		for _, records := range g.split {
+			probe.WriterBytes = append(probe.WriterBytes, records*g.recBytes)
+			perOp, writeBytes = append(perOp, strconv.Itoa(records)), append(writeBytes, strconv.Itoa(records*g.recBytes))
+		}
+		writers := "one op at a time"
+		if len(g.split) > 1 {
+			writers = "two goroutines at once, each on its own part of the one file (two syncs in flight on one segment), the N records split between them"
+		}
+		file := "pre-written file"
+		if !g.variant.prewritten {
+			file = "fallocated file"
+		}
+		l := runfile.Limit{Name: g.variant.name, Tool: "mqbench device probe (N records per " + g.variant.short + ", " + file + ")",
+			SizeBytes: g.size, RecordBytes: g.recBytes, Producers: g.n, InFlight: len(g.split), Dir: r.work,
+			Params: map[string]string{"writeBytes": strings.Join(writeBytes, " and "), "recordsPerOp": strings.Join(perOp, " and "), "count": strconv.Itoa(probe.Count),
+				"message": messageKind(cfg.Store.Message), "writers": writers, "method": g.variant.method, "file": g.variant.file}}
+		r.repeatLimit(ctx, &l, func() (runfile.Figures, error) { return deviceSync(ctx, r.prober, r.work, probe, g.recBytes) })
 	}
 }
 

@@ -159,15 +159,14 @@ func limitSeconds(c *Config) float64 {
 	seq := float64(c.DeviceProbeBytes) / 1e9 * 2              // probe and fio at ~1 GB/s
 	sync := float64(c.SyncProbeCount) * 200e-6 * 3            // fallocated, pre-written, fio
 	segments := 2*float64(c.Store.SegmentSizeBytes)/1e9 + 0.1 // two pre-written ones at ~1 GB/s, a fallocated one
-	if groupCommitRuns(c) > 0 {
-		// Per op ~200 µs and its bytes at ~1 GB/s, twice (pre-written, then
-		// written), for one sync in flight and, from two producers, for two.
-		for _, size := range c.Sizes {
-			for _, n := range c.Producers {
-				bytes := float64(c.SyncProbeCount) * float64(n*storeRecordBytes(c.Store, size))
-				sync += float64(len(groupCommitSplits(n))) * (float64(c.SyncProbeCount)*200e-6 + 2*bytes/1e9)
-			}
+	// Per op ~200 µs, and its file's bytes at ~1 GB/s twice for a
+	// pre-written one (the zeros, then the writes), once otherwise.
+	for _, g := range groupCommitProbes(c) {
+		bytes := float64(c.SyncProbeCount) * float64(g.n*g.recBytes)
+		if g.variant.prewritten {
+			bytes *= 2
 		}
+		sync += float64(c.SyncProbeCount)*200e-6 + bytes/1e9
 	}
 	return r * (seq + sync + segments)
 }
@@ -179,7 +178,7 @@ func limitRuns(c *Config, targets int) int {
 	}
 	// seq, sync, pre-written sync, three segments, fio's two, the
 	// group-commit limits
-	return targets * c.Repeat * (6 + 2 + groupCommitRuns(c))
+	return targets * c.Repeat * (6 + 2 + len(groupCommitProbes(c)))
 }
 
 func planLine(p *runfile.Plan, c *Config) string {

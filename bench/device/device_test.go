@@ -71,6 +71,8 @@ func TestSyncWrites(t *testing.T) {
 		{WriteBytes: 4096, Count: 20, InFlight: 1, Prewritten: true},
 		{WriteBytes: 16 * 1290, Count: 21, InFlight: 2, Prewritten: true},                  // 10 each: not block-sized, not block-aligned
 		{WriterBytes: []int{3 * 1290, 2 * 1290}, Count: 20, InFlight: 2, Prewritten: true}, // 5 producers' records split over two syncs
+		{WriteBytes: 16 * 1290, Count: 20, InFlight: 1, Prewritten: true, Direct: true},    // each op's blocks rewrite the last one's tail
+		{WriteBytes: 4096, Count: 20, InFlight: 1, Direct: true},
 	} {
 		dir := t.TempDir()
 		r, err := SyncWrites(context.Background(), dir, p)
@@ -103,7 +105,7 @@ func TestSyncWrites(t *testing.T) {
 		noFilesLeft(t, dir)
 	}
 	for _, bad := range []SyncProbe{{WriteBytes: 4096, Count: 0, InFlight: 1}, {WriteBytes: 0, Count: 5, InFlight: 1}, {WriteBytes: 4096, Count: 1, InFlight: 2},
-		{WriterBytes: []int{4096}, Count: 4, InFlight: 2}, {WriterBytes: []int{4096, 0}, Count: 4, InFlight: 2}} {
+		{WriterBytes: []int{4096}, Count: 4, InFlight: 2}, {WriterBytes: []int{4096, 0}, Count: 4, InFlight: 2}, {WriteBytes: 4096, Count: 4, InFlight: 2, Direct: true}} {
 		if _, err := SyncWrites(context.Background(), t.TempDir(), bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%+v: %v, want ErrInvalidArgument", bad, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sync"
@@ -185,6 +186,9 @@ func SyncWrites(ctx context.Context, dir string, p SyncProbe) (SyncResult, error
 		return SyncResult{}, err
 	}
 	per, starts, largest := p.layout()
+	if p.Direct {
+		return directSyncWrites(ctx, dir, p, per, starts[1])
+	}
 	size := (starts[p.InFlight] + 4095) &^ 4095
 	f, err := probeSegment(ctx, dir, size, p.Prewritten, false)
 	if err != nil {
@@ -224,6 +228,65 @@ func syncWriter(ctx context.Context, fd int, block []byte, offset int64, count i
 		}
 		if err := unix.Fdatasync(fd); err != nil {
 			return latencies, fmt.Errorf("device: sync probe: fdatasync: %w", err)
+		}
+		latencies = append(latencies, time.Since(start))
+	}
+	return latencies, nil
+}
+
+// directSyncWrites runs a Direct probe: one writer, count ops of n bytes
+// each (total bytes in all), each one pwritev2(RWF_DSYNC) of the aligned
+// blocks covering its bytes in an O_DIRECT file.
+func directSyncWrites(ctx context.Context, dir string, p SyncProbe, count int, total int64) (SyncResult, error) {
+	n := p.writeBytes(0)
+	// Room for the last op's whole blocks at any alignment up to maxAlign.
+	const maxAlign = 64 << 10
+	size := (total+4095)&^4095 + 2*maxAlign
+	f, err := probeSegment(ctx, dir, size, p.Prewritten, true)
+	if err != nil {
+		return SyncResult{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	offAlign, memAlign := segfile.DirectIOAlignment(f.Name())
+	align := max(offAlign, memAlign, 512)
+	if align > maxAlign || align&(align-1) != 0 {
+		return SyncResult{}, fmt.Errorf("device: direct sync probe: O_DIRECT alignment %d bytes on %s: want a power of two up to %d: %w", align, dir, maxAlign, ErrUnsupported)
+	}
+	// The most one op writes: its bytes and the start of the block the
+	// last one ended in. Anonymous memory is page-aligned.
+	span := (int64(n) + 2*align - 1) &^ (align - 1)
+	mem, err := unix.Mmap(-1, 0, int(span), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return SyncResult{}, fmt.Errorf("device: direct sync probe: a buffer of %d bytes: %w", span, err)
+	}
+	defer unix.Munmap(mem)
+	fillRandom(mem)
+	start := time.Now()
+	lat, err := directWriter(ctx, int(f.Fd()), mem, n, count, align)
+	return SyncResult{Latencies: lat, Bytes: int64(len(lat)) * int64(n), Elapsed: time.Since(start)}, err
+}
+
+// directWriter makes count ops of n bytes each at consecutive offsets from
+// 0, each one pwritev2(RWF_DSYNC) of the aligned blocks that cover it, and
+// returns each one's latency.
+func directWriter(ctx context.Context, fd int, buf []byte, n, count int, align int64) ([]time.Duration, error) {
+	latencies := make([]time.Duration, 0, count)
+	var end int64
+	for range count {
+		if err := ctx.Err(); err != nil {
+			return latencies, fmt.Errorf("device: direct sync probe: %w", err)
+		}
+		lo := end &^ (align - 1)
+		end += int64(n)
+		hi := (end + align - 1) &^ (align - 1)
+		start := time.Now()
+		w, err := unix.Pwritev2(fd, [][]byte{buf[:hi-lo]}, lo, unix.RWF_DSYNC)
+		if err == nil && int64(w) != hi-lo {
+			err = fmt.Errorf("wrote %d of %d bytes: %w", w, hi-lo, io.ErrShortWrite)
+		}
+		if err != nil {
+			return latencies, fmt.Errorf("device: direct sync probe: pwritev2(RWF_DSYNC) [%d,+%d): %w", lo, hi-lo, err)
 		}
 		latencies = append(latencies, time.Since(start))
 	}

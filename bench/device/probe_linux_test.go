@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/mqstore/mqstore/internal/testenv"
@@ -42,4 +43,44 @@ func TestDurableSequentialWrite(t *testing.T) {
 		t.Fatalf("a failed sync: %v, want EIO", err)
 	}
 	noFilesLeft(t, dir)
+}
+
+// TestDirectWriterCoversItsBytes: a direct probe's ops write whole aligned
+// blocks that cover their bytes, each starting in the block where the last
+// one ended, and nothing past the last op's last block.
+func TestDirectWriterCoversItsBytes(t *testing.T) {
+	const n, count, align = 1290, 7, 4096
+	f, err := probeSegment(context.Background(), t.TempDir(), 64<<10, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf, err := unix.Mmap(-1, 0, 2*align, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(buf)
+	for i := range buf {
+		buf[i] = 0xab
+	}
+	lat, err := directWriter(context.Background(), int(f.Fd()), buf, n, count, align)
+	if err != nil || len(lat) != count {
+		t.Fatalf("%d ops, %v: want %d and no error", len(lat), err, count)
+	}
+	got, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := (n*count + align - 1) &^ (align - 1)
+	for i, c := range got {
+		if want := byte(0xab); i >= end {
+			want = 0
+			if c != want {
+				t.Fatalf("byte %d is %#x past the last op's blocks (end %d): want 0", i, c, end)
+			}
+		} else if c != want {
+			t.Fatalf("byte %d is %#x: want %#x, the ops' blocks cover [0, %d)", i, c, want, end)
+		}
+	}
 }

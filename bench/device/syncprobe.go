@@ -25,6 +25,14 @@ import (
 // syncs in flight has only N records outstanding between them, so its
 // bound is two writers of ⌈N/2⌉ and ⌊N/2⌋ records, not two of N.
 //
+// Direct (one writer only) makes each op what uring-direct's sync commit
+// is instead: the file is opened with O_DIRECT (and pre-written with
+// O_DIRECT zeros), and each op is one pwritev2 with RWF_DSYNC of the
+// aligned blocks covering its bytes, no fdatasync. The ops follow each
+// other in the file as records do: the next starts in the block where the
+// last one ended, which it writes again (partly written, as a commit's
+// tail block is).
+//
 // One 4 KiB writer is the device's durable-append latency; N records of a
 // cell's size per write with one writer, and N split over two, its
 // group-commit limit.
@@ -32,6 +40,7 @@ type SyncProbe struct {
 	WriteBytes, Count, InFlight int
 	WriterBytes                 []int
 	Prewritten                  bool
+	Direct                      bool
 }
 
 // check refuses a probe that cannot run: sizes and counts must be positive,
@@ -50,6 +59,10 @@ func (p *SyncProbe) check() error {
 	if bad {
 		return fmt.Errorf("device: sync probe of %d writes of %d bytes (per writer: %v), %d in flight: want positive sizes, one per writer when given, "+
 			"and at least one write per writer: %w", p.Count, p.WriteBytes, p.WriterBytes, p.InFlight, ErrInvalidArgument)
+	}
+	if p.Direct && p.InFlight != 1 {
+		return fmt.Errorf("device: a direct sync probe with %d writers in flight: want one (two O_DIRECT writes of a shared tail block cannot be in flight at once): %w",
+			p.InFlight, ErrInvalidArgument)
 	}
 	return nil
 }

@@ -250,6 +250,59 @@ func TestMessageIsNamed(t *testing.T) {
 	}
 }
 
+// TestGroupCommitLimitFileStates: the ÷ group-commit limit is over the
+// best of the written-extent limits (page cache, one or two in flight, and
+// O_DIRECT); a cell whose measured windows made fallocated segments also
+// gets its ratio to the best of the fallocated limits, shown after it in
+// the throughput table, and a cell that made none does not.
+func TestGroupCommitLimitFileStates(t *testing.T) {
+	f := baseRun()
+	f.Config.Producers = []int{16}
+	c := known("throughput-uring-direct-1024-sync-p16", "throughput", "uring-direct", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
+	c.Message, c.RecordBytes = "bare", 1125
+	c.Repeats = []runfile.Repeat{{Warm: true, Store: &runfile.StoreCounters{SegmentsFallocated: 5}}, {Store: &runfile.StoreCounters{SegmentsPrewritten: 1}}}
+	gc := func(name string, inFlight int, med, lo, hi float64) runfile.Limit {
+		l := runfile.Limit{Name: name, Target: "vda", Status: runfile.StatusOK, SizeBytes: 1024, RecordBytes: 1125, Producers: 16,
+			InFlight: inFlight, Params: map[string]string{"message": "bare", "recordsPerOp": "16"}, CILevel: 0.9375}
+		l.Figures.MsgsPerSec, l.CILow.MsgsPerSec, l.CIHigh.MsgsPerSec = med, lo, hi
+		l.Repeats = []runfile.LimitRepeat{{Figures: l.Figures}}
+		return l
+	}
+	f.Limits = []runfile.Limit{gc(runfile.LimitGroupCommit, 1, 100e3, 95e3, 105e3), gc(runfile.LimitGroupCommit, 2, 90e3, 80e3, 110e3),
+		gc(runfile.LimitGroupCommitDirect, 1, 130e3, 120e3, 140e3), gc(runfile.LimitGroupCommitFallocated, 1, 60e3, 55e3, 65e3),
+		gc(runfile.LimitGroupCommitDirectFallocated, 1, 70e3, 65e3, 80e3)}
+	f.Cells = []runfile.Cell{c}
+	Analyze(f)
+	r := find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "group-commit" })
+	if !near(r.Median, 40.0/130) || !near(r.Low, 38.0/140) || !near(r.High, 42.0/120) ||
+		r.Against != "device-group-commit ×16 (1 or 2 in flight), device-group-commit-direct ×16 (1 in flight)" {
+		t.Errorf("written-extent ratio %+v", r)
+	}
+	for _, r := range f.Ratios {
+		if r.Kind == "group-commit-fallocated" {
+			t.Errorf("a cell whose measured windows made no fallocated segment (the warm one did) has a fallocated ratio: %+v", r)
+		}
+	}
+	f.Cells[0].Repeats[1].Store.SegmentsFallocated = 2
+	f.Ratios = nil
+	Analyze(f)
+	r = find(t, f.Ratios, func(r runfile.Ratio) bool { return r.Kind == "group-commit-fallocated" })
+	if !near(r.Median, 40.0/70) || r.Against != "device-group-commit-fallocated ×16 (1 in flight), device-group-commit-direct-fallocated ×16 (1 in flight)" ||
+		!strings.Contains(r.Note, "made 2 fallocated segments") {
+		t.Errorf("fallocated ratio %+v", r)
+	}
+	out := Summary(f)
+	for _, want := range []string{
+		"| 0.308× [0.271×–0.35×]; fallocated 0.571× [0.475×–0.646×] |",
+		"### sync store ÷ the device's group-commit limit on a fallocated file",
+		"| device-group-commit-direct | 1125 B (bare 1KiB body) | 16 | 1 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
 // TestGroupCommitLimit: a sync throughput cell ÷ the better of the one-
 // and two-in-flight group-commit limits at its producer count and record
 // size, with the interval [the higher low, the higher high] of the two;

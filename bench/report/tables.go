@@ -164,10 +164,20 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmt.Sprint(c.Producers),
-			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, ratioText(f, "group-commit", c), inFlush, sustainedText(c),
+			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, groupCommitText(f, c), inFlush, sustainedText(c),
 			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
 	}
-	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`). *in flush*: the share of the window mqstore spent in its durable flushes (with sync flush, the group commit's commit and sync; with async, the flush service's), with the mean flush in brackets: near the whole window with sync flush, the device's syncs set the rate and only more records per sync go faster; well below, the time between syncs does (the producers, the CPUs, the scheduler).\n\n")
+	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`). *in flush*: the share of the window mqstore spent in its durable flushes (with sync flush, the group commit's commit and sync; with async, the flush service's), with the mean flush in brackets: near the whole window with sync flush, the device's syncs set the rate and only more records per sync go faster; well below, the time between syncs does (the producers, the CPUs, the scheduler). *÷ group-commit limit*: msgs/s over the most the device made durable with the cell's producer count of its records per durable write on written extents (a pre-written file, as a pre-written or reused segment is), and, after *fallocated*, on a fallocated file — shown for a cell whose windows made fallocated segments, whose syncs then also committed extent conversions (the limits' table below says how each was measured).\n\n")
+}
+
+// groupCommitText is a sync cell's ÷ group-commit limit on written
+// extents, and on a fallocated file after it when the cell has that ratio.
+func groupCommitText(f *runfile.RunFile, c *runfile.Cell) string {
+	text := ratioText(f, kindGroupCommit, c)
+	if fa := ratioText(f, kindGroupCommitFallocated, c); fa != "—" {
+		text += "; fallocated " + fa
+	}
+	return text
 }
 
 func ratioText(f *runfile.RunFile, kind string, c *runfile.Cell) string {
@@ -484,7 +494,7 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 	for i := range f.Limits {
 		switch l := &f.Limits[i]; {
 		case l.Status != runfile.StatusOK:
-		case l.Name == runfile.LimitGroupCommit:
+		case isGroupCommitLimit(l.Name):
 			groupCommit = append(groupCommit, l)
 		default:
 			ok = append(ok, l)
@@ -508,13 +518,20 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("\n*device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring, timed to the last completion (no sync: what the device accepts, faster than it makes them durable where it has a volatile cache); *device-seq-write-durable*: the same writes and one fdatasync after them, timed to its return — the durable bandwidth an async cell's durable MB/s can reach. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost). Both are made at full speed, as the engine makes them unless Options.PacePrewrite (--pace-prewrite) writes a segment made ahead in synced steps, slower for the same bytes.\n\n")
 }
 
+// isGroupCommitLimit reports whether name is one of the group-commit
+// limits.
+func isGroupCommitLimit(name string) bool {
+	ok, _ := runfile.GroupCommitLimit(name)
+	return ok
+}
+
 // writeGroupCommitLimits is the device's group-commit limit at each
-// producer count: one row per count and syncs in flight.
+// producer count: one row per count, way of writing and syncs in flight.
 func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfile.Limit) {
 	if len(ls) == 0 {
 		return
 	}
-	b.WriteString("### The group-commit limit (N records per pwrite + fdatasync on a pre-written file: in one, or split over two in flight)\n\n")
+	b.WriteString("### The group-commit limit (N records per durable write: through the page cache or with O_DIRECT, on a pre-written or a fallocated file)\n\n")
 	t := newTable(b, "limit", "record>", "N (producers)>", "in flight>", "records per op>", "ops/s>", "msgs/s>", "MB/s>", "p50 per op>", "p99 per op>")
 	for _, l := range ls {
 		perOp := l.Params["recordsPerOp"]
@@ -528,7 +545,11 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 			fmt.Sprint(l.Producers), fmt.Sprint(l.InFlight), perOp, ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
 			ci(l.Interval("p50Ns"), fmtNsF), ci(l.Interval("p99Ns"), fmtNsF))
 	}
-	b.WriteString("\nThe best a group commit of N producers can do on this device: N closed-loop producers never have more than N records outstanding. *In flight 1*: each op writes the N records of the cell's message as one write, at the next offset of a file made as the engine makes a pre-written segment (data only, no extent conversion), then fdatasyncs. *In flight 2* (from two producers on): the N records split between two goroutines at once, ⌈N/2⌉ and ⌊N/2⌋ per op, each on its own part of the one file (two syncs in flight on one segment, as a pipelined commit would). msgs/s is the records written per second. A sync throughput cell's *÷ group-commit limit* is its msgs/s over the better of the two at its producer count.\n\n")
+	b.WriteString("\nWhat the device makes durable for a group commit of N producers: N closed-loop producers never have more than N records outstanding, so each op writes the N records of the cell's message at the next offset of one file, one op after another. ")
+	b.WriteString("*device-group-commit*: one pwrite, then fdatasync (the buffered backends' sync), on a file made as the engine makes a pre-written segment (written extents: a sync commits data only); from two producers on also *in flight 2*, the N records split between two goroutines at once, ⌈N/2⌉ and ⌊N/2⌋ per op, each on its own part of the file (two syncs in flight on one segment, as a pipelined commit would). ")
+	b.WriteString("*device-group-commit-direct*: one pwritev2 with RWF_DSYNC of the aligned blocks that cover the N records, O_DIRECT (uring-direct's commit: the next op starts in the block where the last one ended), on a file pre-written with O_DIRECT zeros; on a device with FUA writes it can beat the page cache's write and cache flush. ")
+	b.WriteString("*-fallocated*: the same on a file that is only fallocated, as a new segment the engine does not pre-write (unwritten extents: each sync also commits an extent conversion). ")
+	b.WriteString("msgs/s is the records written per second. A sync throughput cell's *÷ group-commit limit* is its msgs/s over the best of the written-extent limits at its producer count; a cell whose measured windows made fallocated segments (Options.PrewriteSegments auto fallocates once syncs carry 128 KiB or more) also gets its msgs/s over the best of the fallocated ones. The limits run once, before the cells: a device that drifts during the run moves the cells, not them.\n\n")
 }
 
 func writeRatios(b *strings.Builder, f *runfile.RunFile) {
@@ -536,9 +557,10 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## Ratios (median [the widest the intervals allow]; only comparable cells: not saturated, not generator-bound)\n\n")
-	titles := map[string]string{"device": "store ÷ device", "group-commit": "sync store ÷ the device's group-commit limit (same producers, same records)", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
+	titles := map[string]string{"device": "store ÷ device", "group-commit": "sync store ÷ the device's group-commit limit on written extents (same producers, same records)",
+		"group-commit-fallocated": "sync store ÷ the device's group-commit limit on a fallocated file (the cells whose windows made fallocated segments)", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
 		"sendfile": "consume: sendfile ÷ copy"}
-	for _, kind := range []string{"pressure", "sendfile", "device", "group-commit", "peer"} {
+	for _, kind := range []string{"pressure", "sendfile", "device", kindGroupCommit, kindGroupCommitFallocated, "peer"} {
 		rows := slices.DeleteFunc(slices.Clone(f.Ratios), func(r runfile.Ratio) bool { return r.Kind != kind })
 		if len(rows) == 0 {
 			continue

@@ -446,7 +446,8 @@ type Limit struct {
 	Params      map[string]string `json:"params,omitempty"`
 	Status      string            `json:"status"`
 	Reason      string            `json:"reason,omitempty"`
-	// Repeats: the first repeat of a limit that discards one is Warm.
+	// Repeats: every repeat of a limit is measured; none is discarded as
+	// a warm-up, so the first one runs cold.
 	Repeats []LimitRepeat `json:"repeats"`
 	Figures
 	CILow   Figures `json:"ciLow"`
@@ -482,13 +483,39 @@ const (
 	// pwrite and fdatasynced, one op after another (InFlight 1), or split
 	// between two writers at once (⌈N/2⌉ and ⌊N/2⌋ records per op), each on
 	// its own part of one pre-written file (InFlight 2, from two producers
-	// on): the best a group commit of that many producers can do on the
-	// device — msgs/s is the records written per second.
+	// on) — msgs/s is the records written per second.
 	LimitGroupCommit = "device-group-commit"
+	// LimitGroupCommitDirect: the same N records per op as uring-direct
+	// commits them — one pwritev2 with RWF_DSYNC of the aligned blocks that
+	// cover them, O_DIRECT, the next op starting in the block where the
+	// last one ended — on a file pre-written with O_DIRECT zeros (InFlight
+	// 1). On a device with FUA writes it can beat LimitGroupCommit.
+	LimitGroupCommitDirect = "device-group-commit-direct"
+	// LimitGroupCommitFallocated and LimitGroupCommitDirectFallocated:
+	// LimitGroupCommit (InFlight 1) and LimitGroupCommitDirect on a file
+	// that is only fallocated, as a new segment the engine does not
+	// pre-write: each sync also commits the extent conversion of the
+	// blocks it wrote.
+	LimitGroupCommitFallocated       = "device-group-commit-fallocated"
+	LimitGroupCommitDirectFallocated = "device-group-commit-direct-fallocated"
 )
+
+// GroupCommitLimit reports whether a limit is a group-commit limit, and
+// whether its file had written extents (pre-written) or was only
+// fallocated.
+func GroupCommitLimit(name string) (ok, written bool) {
+	switch name {
+	case LimitGroupCommit, LimitGroupCommitDirect:
+		return true, true
+	case LimitGroupCommitFallocated, LimitGroupCommitDirectFallocated:
+		return true, false
+	}
+	return false, false
+}
 
 // LimitRepeat is one measurement of a limit.
 type LimitRepeat struct {
+	// Warm is never set: no limit discards a repeat.
 	Warm    bool    `json:"warm,omitempty"`
 	Figures Figures `json:"figures"`
 }
