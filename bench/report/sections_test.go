@@ -189,23 +189,28 @@ func TestSustainedColumnSaysWhenTheIntervalStraddles(t *testing.T) {
 }
 
 // TestSustainableRateIsALowerBoundUntilNarrowed: a search whose probes ran
-// out before the sustained and the saturated rate came within 10 % reports
-// a lower bound, not a rate — in the search table and in the latency
-// table's column, which finds the cell's search by its group.
+// out before the sustained and the saturated rate came within 10 %, whose
+// probes never saturated, or one of whose probes was limited by the
+// generator's requests in flight reports a lower bound, not a rate — in
+// the search table and in the latency table's column, which finds the
+// cell's search by its group.
 func TestSustainableRateIsALowerBoundUntilNarrowed(t *testing.T) {
+	inFlightBound := []runfile.Probe{{RatePerSec: 29000, Status: runfile.StatusSaturated, AchievedPerSec: 28000, InFlightCapPerSec: 29000}}
 	for _, tc := range []struct {
 		sustainable, saturatedAt float64
+		probes                   []runfile.Probe
 		latency, search          string
 	}{
-		{1000, 25900, "≥ 1k (saturated at 25.9k; the probes ran out before 10 %)", "≥ 1k (not narrowed to 10 %)"},
-		{27200, 29000, "27.2k", "27.2k"},
-		{27200, 0, "27.2k", "27.2k"},
+		{1000, 25900, nil, "≥ 1k (saturated at 25.9k; the probes ran out before narrowing it to 10 %)", "≥ 1k (the probes ran out before narrowing it to 10 %)"},
+		{27200, 29000, nil, "27.2k", "27.2k"},
+		{27200, 0, nil, "≥ 27.2k (no probe saturated)", "≥ 27.2k (no probe saturated)"},
+		{27200, 29000, inFlightBound, "≥ 27.2k (saturated at 29k; the generator's requests in flight limited a probe)", "≥ 27.2k (the generator's requests in flight limited a probe)"},
 	} {
 		c := known("latency-mmap-1024-sync-r1000", "latency", "mmap", "sync", 1000, map[string][3]float64{"msgsPerSec": {1000, 990, 1010}})
 		c.SustainableRatePerSec = tc.sustainable
 		f := &runfile.RunFile{Cells: []runfile.Cell{c}, Searches: []runfile.RateSearch{{Group: runfile.SearchGroup("mmap", 1024, "sync", ""),
 			Backend: "mmap", Flush: "sync", Size: 1024, Target: "vda", Pressure: "none",
-			SustainableRatePerSec: tc.sustainable, SaturatedAtPerSec: tc.saturatedAt}}}
+			SustainableRatePerSec: tc.sustainable, SaturatedAtPerSec: tc.saturatedAt, Probes: tc.probes}}}
 		var lat, sea strings.Builder
 		writeLatency(&lat, f)
 		writeSearches(&sea, f)

@@ -216,8 +216,13 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 		floor, sustainable := orDash(c.FloorP999Ns > 0, fmtNs(c.FloorP999Ns)), "—"
 		if c.SustainableRatePerSec > 0 {
 			sustainable = fmtCount(c.SustainableRatePerSec)
-			if s := f.SearchOf(c); s != nil && !s.Narrowed() {
-				sustainable = "≥ " + sustainable + " (saturated at " + fmtCount(s.SaturatedAtPerSec) + "; the probes ran out before " + pctText(runfile.SearchResolution-1) + ")"
+			if s := f.SearchOf(c); s != nil {
+				if why := s.LowerBound(); why != "" {
+					if s.SaturatedAtPerSec > 0 {
+						why = "saturated at " + fmtCount(s.SaturatedAtPerSec) + "; " + why
+					}
+					sustainable = "≥ " + sustainable + " (" + why + ")"
+				}
 			}
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush,
@@ -269,15 +274,15 @@ func writeSearches(b *strings.Builder, f *runfile.RunFile) {
 		sus := "none found"
 		if s.SustainableRatePerSec > 0 {
 			sus = fmtCount(s.SustainableRatePerSec)
-			if !s.Narrowed() {
-				sus = "≥ " + sus + " (not narrowed to " + pctText(runfile.SearchResolution-1) + ")"
+			if why := s.LowerBound(); why != "" {
+				sus = "≥ " + sus + " (" + why + ")"
 			}
 		}
 		if s.Reason != "" {
 			sus += " (" + oneLine(s.Reason) + ")"
 		}
-		if bound {
-			sus += " — the generator's in flight, not the system, limited a probe: a lower bound of the system's"
+		if bound && s.SustainableRatePerSec <= 0 {
+			sus += " — the generator's in flight, not the system, limited a probe"
 		}
 		t.row(s.Backend+peerMark(s.Peer)+" "+runfile.SizeLabel(s.Size)+" "+s.Flush, sus, orDash(s.SaturatedAtPerSec > 0, fmtCount(s.SaturatedAtPerSec)),
 			orDash(s.InFlight > 0, fmt.Sprint(s.InFlight)), strings.Join(probes, ", "))

@@ -3,6 +3,7 @@ package runfile
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
@@ -530,10 +531,41 @@ func (l *Limit) Interval(figure string) Interval {
 const SearchResolution = 1.1
 
 // Narrowed reports whether the search got its sustained and saturated
-// rates within SearchResolution (or found nothing saturating): otherwise
-// its sustainable rate is only a lower bound (the probes ran out).
+// rates within SearchResolution. When it did not — the probes ran out, or
+// none saturated — its sustainable rate is only a lower bound.
 func (s *RateSearch) Narrowed() bool {
-	return s.SaturatedAtPerSec <= s.SustainableRatePerSec*SearchResolution
+	return s.SaturatedAtPerSec > 0 && s.SaturatedAtPerSec <= s.SustainableRatePerSec*SearchResolution
+}
+
+// InFlightBound reports whether a saturated probe of the search was
+// limited by the generator's requests in flight (Probe.InFlightBound):
+// then the system's sustainable rate may be above the search's, which is
+// only a lower bound of it.
+func (s *RateSearch) InFlightBound() bool {
+	for i := range s.Probes {
+		if s.Probes[i].InFlightBound() {
+			return true
+		}
+	}
+	return false
+}
+
+// LowerBound says why the search's sustainable rate is only a lower bound
+// of the system's — no probe saturated, the probes ran out before
+// SearchResolution, or the generator's requests in flight limited a
+// probe — or "" when it is the system's to within SearchResolution.
+func (s *RateSearch) LowerBound() string {
+	var why []string
+	switch {
+	case s.SaturatedAtPerSec <= 0:
+		why = append(why, "no probe saturated")
+	case !s.Narrowed():
+		why = append(why, fmt.Sprintf("the probes ran out before narrowing it to %.0f %%", 100*(SearchResolution-1)))
+	}
+	if s.InFlightBound() {
+		why = append(why, "the generator's requests in flight limited a probe")
+	}
+	return strings.Join(why, "; ")
 }
 
 // SearchGroup names the rate search of one system: backend, body size,
