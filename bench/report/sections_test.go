@@ -523,3 +523,28 @@ func TestSummaryNamesTheAgedStore(t *testing.T) {
 		t.Errorf("the recovery cells' fresh stores are not named:\n%s", out)
 	}
 }
+
+// TestLimitTailsWithFewSamplesAreBounds: a limit's percentile with fewer
+// than MinSamplesAbove of a repeat's probes above it is shown as a bound.
+func TestLimitTailsWithFewSamplesAreBounds(t *testing.T) {
+	for _, tc := range []struct {
+		count     string
+		p99, p999 string
+	}{
+		{"300", "≥ 400µs", "≥ 900µs"},
+		{"5000", "400µs", "≥ 900µs"},
+		{"20000", "400µs", "900µs"},
+		{"", "400µs", "900µs"}, // no count recorded: not marked
+	} {
+		f := baseRun()
+		l := runfile.Limit{Name: runfile.LimitDeviceSync, Tool: "probe", Status: runfile.StatusOK, SizeBytes: 4096, Params: map[string]string{"count": tc.count}}
+		l.Figures.MsgsPerSec, l.Figures.P50Ns, l.Figures.P99Ns, l.Figures.P999Ns = 5000, 200_000, 400_000, 900_000
+		l.CILow, l.CIHigh = l.Figures, l.Figures
+		f.Limits = []runfile.Limit{l}
+		var b strings.Builder
+		writeLimits(&b, f)
+		if want := "| 200µs | " + tc.p99 + " | " + tc.p999 + " |"; !strings.Contains(b.String(), want) {
+			t.Errorf("count %q: missing %q in:\n%s", tc.count, want, b.String())
+		}
+	}
+}

@@ -512,7 +512,9 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 	b.WriteString("## Limits (same run, same directory, no engine)\n\n")
 	t := newTable(b, "limit", "tool", "block/record>", "MB/s>", "ops/s>", "p50>", "p99>", "p99.9>")
 	for _, l := range ok {
-		lat := func(name string) string { return orDash(l.Figures.Figure(name) != 0, ci(l.Interval(name), fmtNsF)) }
+		lat := func(name string) string {
+			return orDash(l.Figures.Figure(name) != 0, orMore(thinTail(l, name), ci(l.Interval(name), fmtNsF)))
+		}
 		size := runfile.SizeLabel(l.SizeBytes)
 		if rec := l.Params["recordBytes"]; rec != "" { // a limit on records of a body size
 			size = rec + " B record (" + size + " body)"
@@ -520,7 +522,26 @@ func writeLimits(b *strings.Builder, f *runfile.RunFile) {
 		mbps := orDash(l.MBPerSec > 0, ci(l.Interval("mbPerSec"), fmtFloat)) // a limit that writes nothing has no bandwidth
 		t.row(limitLabel(f, l), l.Tool, size, mbps, ci(l.Interval("msgsPerSec"), fmtCount), lat("p50Ns"), lat("p99Ns"), lat("p999Ns"))
 	}
-	b.WriteString("\n*device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring, timed to the last completion (no sync: what the device accepts, faster than it makes them durable where it has a volatile cache); *device-seq-write-durable*: the same writes and one fdatasync after them, timed to its return — the durable bandwidth an async cell's durable MB/s can reach. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost). Both are made at full speed, as the engine makes them unless Options.PacePrewrite (--pace-prewrite) writes a segment made ahead in synced steps, slower for the same bytes.\n\n")
+	fmt.Fprintf(b, "\nEach latency is the median over the repeats of each repeat's own percentile; one that has fewer than %d of a repeat's probes above it (`--sync-probes` per repeat) is a bound (≥).", runfile.MinSamplesAbove)
+	b.WriteString(" *device-seq-write*: O_DIRECT 1 MiB writes at depth 32 through io_uring, timed to the last completion (no sync: what the device accepts, faster than it makes them durable where it has a volatile cache); *device-seq-write-durable*: the same writes and one fdatasync after them, timed to its return — the durable bandwidth an async cell's durable MB/s can reach. *device-fdatasync-4k*: 4 KiB pwrite + fdatasync, one at a time, into a fallocated file (each sync also commits an extent conversion); *device-fdatasync-4k-prewritten*: the same into a file pre-written as the engine pre-writes a segment (zeros through the page cache, synced) — data only: the physical cost of one durable append; fio's fdatasync figures time the fdatasync alone. *segment-create-fallocated* / *-prewritten* / *-prewritten-direct*: one segment of the run's size made per repeat by the allocation service's own code (segfile.OpenOrCreate: create, fallocate, [zeros through the page cache, or with O_DIRECT for uring-direct,] fdatasync, rename, directory sync) — p50 is its time; MB/s, for a pre-written one, the write bandwidth pre-writing takes (Options.PrewriteSegments' cost). Both are made at full speed, as the engine makes them unless Options.PacePrewrite (--pace-prewrite) writes a segment made ahead in synced steps, slower for the same bytes.\n\n")
+}
+
+// thinTail reports whether a limit's percentile (p50Ns, p99Ns, p999Ns)
+// rests on fewer than runfile.MinSamplesAbove of a repeat's probes above
+// it: each repeat's percentile is taken from its own count of probes, and
+// the figure is the median of the repeats', so such a one is a bound.
+// Limits that do not record their count are not marked.
+func thinTail(l *runfile.Limit, name string) bool {
+	n, err := strconv.Atoi(l.Params["count"])
+	if err != nil || n <= 0 {
+		return false
+	}
+	for _, q := range runfile.TailQuantiles {
+		if q.Name == name {
+			return float64(n)*(1-q.Q) < runfile.MinSamplesAbove
+		}
+	}
+	return false
 }
 
 // isGroupCommitLimit reports whether name is one of the group-commit
@@ -548,13 +569,13 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 		}
 		t.row(limitLabel(f, l), fmt.Sprintf("%d B (%s %s body)", l.RecordBytes, l.Params["message"], runfile.SizeLabel(l.SizeBytes)),
 			fmt.Sprint(l.Producers), fmt.Sprint(l.InFlight), perOp, ci(l.Interval("opsPerSec"), fmtCount), ci(l.Interval("msgsPerSec"), fmtCount), ci(l.Interval("mbPerSec"), fmtFloat),
-			ci(l.Interval("p50Ns"), fmtNsF), ci(l.Interval("p99Ns"), fmtNsF))
+			ci(l.Interval("p50Ns"), fmtNsF), orMore(thinTail(l, "p99Ns"), ci(l.Interval("p99Ns"), fmtNsF)))
 	}
 	b.WriteString("\nWhat the device makes durable for a group commit of N producers: N closed-loop producers never have more than N records outstanding, so each op writes the N records of the cell's message at the next offset of one file, one op after another. ")
 	b.WriteString("*device-group-commit*: one pwrite, then fdatasync (the buffered backends' sync), on a file made as the engine makes a pre-written segment (written extents: a sync commits data only); from two producers on also *in flight 2*, the N records split between two goroutines at once, ⌈N/2⌉ and ⌊N/2⌋ per op, each on its own part of the file (two syncs in flight on one segment, as a pipelined commit would). ")
 	b.WriteString("*device-group-commit-direct*: one pwritev2 with RWF_DSYNC of the aligned blocks that cover the N records, O_DIRECT (uring-direct's commit: the next op starts in the block where the last one ended), on a file pre-written with O_DIRECT zeros; on a device with FUA writes it can beat the page cache's write and cache flush. ")
 	b.WriteString("*-fallocated*: the same on a file that is only fallocated, as a new segment the engine does not pre-write (unwritten extents: each sync also commits an extent conversion). ")
-	b.WriteString("msgs/s is the records written per second. A sync throughput cell's *÷ group-commit limit* is its msgs/s over the best of the written-extent limits at its producer count; a cell whose measured windows made fallocated segments (Options.PrewriteSegments auto fallocates once syncs carry 128 KiB or more) also gets its msgs/s over the best of the fallocated ones. The limits run once, before the cells: a device that drifts during the run moves the cells, not them.\n\n")
+	fmt.Fprintf(b, "msgs/s is the records written per second. A sync throughput cell's *÷ group-commit limit* is its msgs/s over the best of the written-extent limits at its producer count; a cell whose measured windows made fallocated segments (Options.PrewriteSegments auto fallocates once syncs carry 128 KiB or more) also gets its msgs/s over the best of the fallocated ones. The limits run once, before the cells: a device that drifts during the run moves the cells, not them. A p99 per op with fewer than %d of a repeat's ops above it is a bound (≥).\n\n", runfile.MinSamplesAbove)
 }
 
 func writeRatios(b *strings.Builder, f *runfile.RunFile) {
