@@ -548,3 +548,25 @@ func TestLimitTailsWithFewSamplesAreBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestDurabilityRowPerPolicy: in a policy sweep each policy's cells get
+// their own durability row, named after the system, since the backends'
+// statements carry the intervals the cells ran with.
+func TestDurabilityRowPerPolicy(t *testing.T) {
+	f := baseRun()
+	var cells []runfile.Cell
+	for _, p := range []string{"fi=50ms", "fi=500ms"} {
+		c := known("throughput-transient-1024-async-p16-"+p, "throughput", "transient", "async", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})
+		c.Policy = p
+		c.Durability = &runfile.Durability{Ack: "in memory", ProcessCrash: "nothing", PowerLoss: "up to " + strings.TrimPrefix(p, "fi="), Mechanism: "flush every " + strings.TrimPrefix(p, "fi=")}
+		cells = append(cells, c)
+	}
+	f.Cells = cells
+	var b strings.Builder
+	writeDurability(&b, f)
+	for _, want := range []string{"| transient · fi=50ms | async | in memory | nothing | up to 50ms |", "| transient · fi=500ms | async | in memory | nothing | up to 500ms |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, b.String())
+		}
+	}
+}

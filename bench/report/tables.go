@@ -312,13 +312,13 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 // Durability, with this run's options), the peers' their own.
 func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 	type key struct {
-		backend, flush, repl string
-		delay                int64
-		peer                 bool
+		backend, flush, repl, policy string
+		delay                        int64
+		peer                         bool
 	}
 	rows := firstByKey(slices.DeleteFunc(allCells(f), func(c *runfile.Cell) bool {
 		return c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery"
-	}), func(c *runfile.Cell) key { return key{c.Backend, c.Flush, c.Replication, c.HADelayNs, c.Peer} })
+	}), func(c *runfile.Cell) key { return key{c.Backend, c.Flush, c.Replication, c.Policy, c.HADelayNs, c.Peer} })
 	if len(rows) == 0 {
 		return
 	}
@@ -340,6 +340,9 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 		} else {
 			name += slaveText(c)
 		}
+		if c.Policy != "" {
+			name += " · " + c.Policy
+		}
 		d := c.Durability
 		row := []string{name, c.Flush, d.Ack, d.ProcessCrash, d.PowerLoss}
 		if machine {
@@ -347,7 +350,7 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 		}
 		t.row(append(row, d.Mechanism)...)
 	}
-	b.WriteString("\nmqstore's rows are each backend's own statement — its registration's `Durability`, written beside the code whose system calls it names, for the options the cell ran with — with this run's flush and commit intervals; the peers' rows are what each peer reports about itself. A row is not comparable with another's throughput unless both acknowledge the same thing.\n\n")
+	b.WriteString("\nmqstore's rows are each backend's own statement — its registration's `Durability`, written beside the code whose system calls it names, for the options the cell ran with — with the flush and commit intervals its cells ran with (in a policy sweep, a row per policy, named after the system); the peers' rows are what each peer reports about itself. A row is not comparable with another's throughput unless both acknowledge the same thing.\n\n")
 }
 
 func writePressure(b *strings.Builder, f *runfile.RunFile) {
