@@ -570,3 +570,26 @@ func TestDurabilityRowPerPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoveryScannedIsTheMeasuredRepeats: the CommitLog a recovery cell
+// scanned is its measured repeats' median (with their range), not the
+// first repeat's, and never the warm one's.
+func TestRecoveryScannedIsTheMeasuredRepeats(t *testing.T) {
+	rep := func(warm bool, mb int64) runfile.Repeat {
+		r := runfile.Repeat{Warm: warm}
+		r.Result.PayloadBytes = mb * 1e6
+		return r
+	}
+	for _, tc := range []struct {
+		repeats []runfile.Repeat
+		want    string
+	}{
+		{[]runfile.Repeat{rep(true, 999), rep(false, 100), rep(false, 120), rep(false, 110)}, "110 MB [100–120]"},
+		{[]runfile.Repeat{rep(false, 100), rep(false, 100)}, "100 MB"},
+		{[]runfile.Repeat{rep(true, 100)}, "—"},
+	} {
+		if got := scannedText(&runfile.Cell{Repeats: tc.repeats}); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.repeats, got, tc.want)
+		}
+	}
+}

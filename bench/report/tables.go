@@ -318,7 +318,9 @@ func writeDurability(b *strings.Builder, f *runfile.RunFile) {
 	}
 	rows := firstByKey(slices.DeleteFunc(allCells(f), func(c *runfile.Cell) bool {
 		return c.Durability == nil || c.Workload == "consume" || c.Workload == "recovery"
-	}), func(c *runfile.Cell) key { return key{c.Backend, c.Flush, c.Replication, c.Policy, c.HADelayNs, c.Peer} })
+	}), func(c *runfile.Cell) key {
+		return key{c.Backend, c.Flush, c.Replication, c.Policy, c.HADelayNs, c.Peer}
+	})
 	if len(rows) == 0 {
 		return
 	}
@@ -463,14 +465,30 @@ func writeRecovery(b *strings.Builder, f *runfile.RunFile) {
 	fmt.Fprintf(b, "## Recovery (engine.Open after SIGKILL of a producer holding a %s CommitLog)\n\n", runfile.SizeLabel(int(f.Config.RecoveryBytes)))
 	t := newTable(b, "backend", "size>", "variant", "CommitLog scanned>", "open time>", "GB/s scanned>")
 	for _, c := range rows {
-		scanned := int64(0)
-		if len(c.Repeats) > 0 {
-			scanned = c.Repeats[0].Result.PayloadBytes
-		}
-		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant, fmt.Sprintf("%.0f MB", float64(scanned)/1e6),
+		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Variant, scannedText(c),
 			fig(c, "openNs", fmtNsF), fig(c, "mbPerSec", fmtGBps))
 	}
 	b.WriteString("\nA child process fills the store (async) and is killed with SIGKILL holding it; engine.Open then recovers it. MB/s counts the CommitLog bytes recovery scanned.\n\n")
+}
+
+// scannedText is the CommitLog a recovery cell's measured repeats
+// scanned: their median, with their range when they differ.
+func scannedText(c *runfile.Cell) string {
+	var mb []float64
+	for _, r := range c.Repeats {
+		if !r.Warm {
+			mb = append(mb, float64(r.Result.PayloadBytes)/1e6)
+		}
+	}
+	if len(mb) == 0 {
+		return "—"
+	}
+	slices.Sort(mb)
+	text := fmt.Sprintf("%.0f MB", runfile.Median(mb))
+	if mb[0] != mb[len(mb)-1] {
+		text += fmt.Sprintf(" [%.0f–%.0f]", mb[0], mb[len(mb)-1])
+	}
+	return text
 }
 
 func writeFailures(b *strings.Builder, f *runfile.RunFile) {
