@@ -68,7 +68,8 @@ func TestRemotingPeerProgram(t *testing.T) {
 			t.Fatalf("%s: %d delivered, delivery histogram of %d", tc.flush, r.Delivered, r.Delivery.Count())
 		}
 		if out.Peer != "remoting" || out.Flush != tc.flush || !strings.Contains(out.Label, "rocketmq-client-go v") ||
-			!strings.Contains(out.Label, tc.flush+" flush") || out.Version == "" || out.Durability == nil || out.Options["queues"] == "" {
+			!strings.Contains(out.Label, tc.flush+" flush") || out.Version == "" || out.Durability == nil || out.Options["queues"] == "" ||
+			!strings.Contains(out.Options["cpu"], "the broker's") || r.CPUUserNs+r.CPUSysNs <= 0 {
 			t.Fatalf("%s: the output does not say what ran: %+v", tc.flush, out)
 		}
 		t.Logf("%s %s: %d sent, %d delivered in the window, delivery p50 %v", tc.flush, r.Workload, r.Messages, r.Delivered,

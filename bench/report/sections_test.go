@@ -593,3 +593,21 @@ func TestRecoveryScannedIsTheMeasuredRepeats(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUText: no CPU reading shows —, and a remoting peer's figure from
+// before the peer counted its broker says it is the client's alone.
+func TestCPUText(t *testing.T) {
+	for _, tc := range []struct {
+		c    runfile.Cell
+		want string
+	}{
+		{runfile.Cell{}, "—"},
+		{runfile.Cell{Figures: runfile.Figures{CPUSecPerGiB: 3.5}}, "3.5"},
+		{runfile.Cell{Peer: true, Backend: "remoting", Options: map[string]string{"queues": "8"}, Figures: runfile.Figures{CPUSecPerGiB: 79.2}}, "79.2 (client only)"},
+		{runfile.Cell{Peer: true, Backend: "remoting", Options: map[string]string{"cpu": "this process's and the broker's"}, Figures: runfile.Figures{CPUSecPerGiB: 90}}, "90"},
+	} {
+		if got := cpuText(&tc.c); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.c, got, tc.want)
+		}
+	}
+}

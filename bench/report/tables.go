@@ -165,9 +165,23 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmt.Sprint(c.Producers),
 			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, groupCommitText(f, c), inFlush, sustainedText(c),
-			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), fig(c, "cpuSecPerGiB", fmtFloat), fig(c, "allocsPerMsg", fmtFloat))
+			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), cpuText(c), fig(c, "allocsPerMsg", fmtFloat))
 	}
-	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). CPU is the whole process (getrusage), not the kernel's writeback threads. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`). *in flush*: the share of the window mqstore spent in its durable flushes (with sync flush, the group commit's commit and sync; with async, the flush service's), with the mean flush in brackets: near the whole window with sync flush, the device's syncs set the rate and only more records per sync go faster; well below, the time between syncs does (the producers, the CPUs, the scheduler). *÷ group-commit limit*: msgs/s over the most the device made durable with the cell's producer count of its records per durable write on written extents (a pre-written file, as a pre-written or reused segment is), and, after *fallocated*, on a fallocated file — shown for a cell whose windows made fallocated segments, whose syncs then also committed extent conversions (the limits' table below says how each was measured).\n\n")
+	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). *CPU s/GiB*: CPU seconds per GiB (2^30 bytes) of message bodies accepted — the same bodies for every system, whatever its records add — of the whole process that runs the system (getrusage; the remoting peer adds its broker's, read from /proc; an older run's remoting row, which counted its client alone, says *client only*), not the kernel's writeback threads; — where the repeats have no CPU reading. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`). *in flush*: the share of the window mqstore spent in its durable flushes (with sync flush, the group commit's commit and sync; with async, the flush service's), with the mean flush in brackets: near the whole window with sync flush, the device's syncs set the rate and only more records per sync go faster; well below, the time between syncs does (the producers, the CPUs, the scheduler). *÷ group-commit limit*: msgs/s over the most the device made durable with the cell's producer count of its records per durable write on written extents (a pre-written file, as a pre-written or reused segment is), and, after *fallocated*, on a fallocated file — shown for a cell whose windows made fallocated segments, whose syncs then also committed extent conversions (the limits' table below says how each was measured).\n\n")
+}
+
+// cpuText is a throughput cell's CPU s/GiB: — without a reading, and
+// marked when it is a remoting peer's from before the peer counted its
+// broker (its options say nothing of its CPU).
+func cpuText(c *runfile.Cell) string {
+	if c.CPUSecPerGiB <= 0 {
+		return "—"
+	}
+	text := fig(c, "cpuSecPerGiB", fmtFloat)
+	if c.Peer && c.Backend == "remoting" && c.Options != nil && c.Options["cpu"] == "" {
+		text += " (client only)"
+	}
+	return text
 }
 
 // groupCommitText is a sync cell's ÷ group-commit limit on written

@@ -86,7 +86,7 @@ func runCell(ctx context.Context, cfg config, out *load.PeerOutput) (load.Result
 		return load.Result{}, bp.explain(err)
 	}
 
-	res, err := measure(ctx, cfg, ns.Addr())
+	res, err := measure(ctx, cfg, ns.Addr(), bp.cmd.Process.Pid, out.Options)
 	if err != nil {
 		return res, bp.explain(err)
 	}
@@ -96,8 +96,10 @@ func runCell(ctx context.Context, cfg config, out *load.PeerOutput) (load.Result
 	return res, nil
 }
 
-// measure runs the producers' workload with the consumer receiving.
-func measure(ctx context.Context, cfg config, nsAddr string) (load.Result, error) {
+// measure runs the producers' workload with the consumer receiving; the
+// CPU it reports is this process's and the broker's (brokerPid), and
+// options["cpu"] says so.
+func measure(ctx context.Context, cfg config, nsAddr string, brokerPid int, options map[string]string) (load.Result, error) {
 	resolver := primitive.NewPassthroughResolver([]string{nsAddr})
 	producers := make([]rocketmq.Producer, cfg.clients)
 	for i := range producers {
@@ -181,7 +183,20 @@ func measure(ctx context.Context, cfg config, nsAddr string) (load.Result, error
 	start := time.Now().Add(cfg.spec.Warmup)
 	windowEnd.Store(start.Add(cfg.spec.Duration).UnixNano())
 	windowStart.Store(start.UnixNano())
-	res := load.RunTimed(ctx, cfg.spec, nil, nil, func(worker int) load.TimedOp {
+	// The broker is part of the system under test: its CPU over the
+	// window counts beside this process's, read where the load reads its
+	// own (Spec.Window brackets those readings).
+	spec := cfg.spec
+	var brokerUser, brokerSys time.Duration
+	var brokerCPUErr error
+	spec.Window = func() func() {
+		u0, s0, err0 := processCPU(brokerPid)
+		return func() {
+			u1, s1, err1 := processCPU(brokerPid)
+			brokerUser, brokerSys, brokerCPUErr = u1-u0, s1-s0, errors.Join(err0, err1)
+		}
+	}
+	res := load.RunTimed(ctx, spec, nil, nil, func(worker int) load.TimedOp {
 		p := producers[worker%len(producers)]
 		body := load.Body(worker, cfg.spec.SizeBytes)
 		return func(ctx context.Context, intended time.Time) error {
@@ -200,6 +215,15 @@ func measure(ctx context.Context, cfg config, nsAddr string) (load.Result, error
 	if err := waitUntil(ctx, 10*time.Second, func() bool { return consumed.Load() >= produced.Load() }); err != nil && res.Error == "" {
 		res.Error = fmt.Sprintf("the consumer did not receive every message within 10 s of the producers' end (%d of %d)",
 			consumed.Load(), produced.Load())
+	}
+	if brokerCPUErr != nil {
+		// Half the system's CPU is no figure of it: none, and why.
+		res.CPUUserNs, res.CPUSysNs = 0, 0
+		options["cpu"] = "not measured: " + brokerCPUErr.Error()
+	} else {
+		res.CPUUserNs += brokerUser.Nanoseconds()
+		res.CPUSysNs += brokerSys.Nanoseconds()
+		options["cpu"] = "this process's (getrusage) and the broker's (/proc/<pid>/stat, 10 ms ticks) over the window"
 	}
 	mu.Lock()
 	res.Delivery = hist
