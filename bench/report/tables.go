@@ -617,7 +617,7 @@ func writeRatios(b *strings.Builder, f *runfile.RunFile) {
 	if len(f.Ratios) == 0 {
 		return
 	}
-	b.WriteString("## Ratios (median [the widest the intervals allow]; only comparable cells: not saturated, not generator-bound)\n\n")
+	b.WriteString("## Ratios (median [the widest the intervals allow]; only comparable cells — not saturated, not generator-bound — except the pressure gate's latency ratios, which take the merged tails of every measured cell and say where a bound leaves the verdict undetermined)\n\n")
 	titles := map[string]string{"device": "store ÷ device", "group-commit": "sync store ÷ the device's group-commit limit on written extents (same producers, same records)",
 		"group-commit-fallocated": "sync store ÷ the device's group-commit limit on a fallocated file (the cells whose windows made fallocated segments)", "peer": "mqstore ÷ peers (same producers, or the same rate)", "pressure": "under pressure ÷ unpressured (same cell otherwise)",
 		"sendfile": "consume: sendfile ÷ copy"}
