@@ -40,9 +40,9 @@ func limitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 		out = append(out, groupCommitRatios(f, c)...)
 	}
 	if c.Workload == "latency" && c.Flush == "sync" {
-		add("device", runfile.LimitDeviceSync, 0, "p50Ns", "p50Ns", "open-loop p50 ÷ one 4 KiB pwrite + fdatasync p50 on a fallocated file: how many device syncs a durable append costs")
-		add("device", runfile.LimitDeviceSyncPrewritten, 0, "p50Ns", "p50Ns", "open-loop p50 ÷ one 4 KiB pwrite + fdatasync p50 on a pre-written file: how many device syncs a durable append costs")
-		add("device", runfile.LimitFioSync, 0, "p50Ns", "p50Ns", "open-loop p50 ÷ fio's fdatasync p50 (fio times the sync apart from its 4 KiB write, so this ratio runs a little high)")
+		add("device", runfile.LimitDeviceSync, 0, "p50Ns", "p50Ns", "open-loop p50 (the median of the repeats' p50s) ÷ one 4 KiB pwrite + fdatasync p50 on a fallocated file: how many device syncs a durable append costs")
+		add("device", runfile.LimitDeviceSyncPrewritten, 0, "p50Ns", "p50Ns", "open-loop p50 (the median of the repeats' p50s) ÷ one 4 KiB pwrite + fdatasync p50 on a pre-written file: how many device syncs a durable append costs")
+		add("device", runfile.LimitFioSync, 0, "p50Ns", "p50Ns", "open-loop p50 (the median of the repeats' p50s) ÷ fio's fdatasync p50 (fio times the sync apart from its 4 KiB write, so this ratio runs a little high)")
 	}
 	return out
 }

@@ -127,7 +127,7 @@ func writeNamedComparison(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	fmt.Fprintf(b, "### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH (master to slave: %s)\n\n", delayText(f.Config.HADelay.Nanoseconds()))
-	b.WriteString("\"Usually configure master and slave with ASYNC_FLUSH, and SYNC_MASTER replication between them: even if one machine fails, no data is lost.\" Each group compares the four configurations at the same producers (closed loop: throughput, service-time percentiles) or the same offered rate (open loop: latency from the intended start); the ratio is to SYNC_FLUSH alone, a difference is called only where the intervals separate.\n\n")
+	b.WriteString("\"Usually configure master and slave with ASYNC_FLUSH, and SYNC_MASTER replication between them: even if one machine fails, no data is lost.\" Each group compares the four configurations at the same producers (closed loop: throughput, service-time percentiles) or the same offered rate (open loop: latency from the intended start); the ratio is to SYNC_FLUSH alone, a difference is called only where the intervals separate. Its p50, p99 and p99.9 are the median over the repeats of each repeat's own percentile, with their interval (the latency tables' percentiles pool the repeats' histograms instead).\n\n")
 	t := newTable(b, "backend, size", "point", "configuration", "status", "msgs/s>", "÷ SYNC_FLUSH alone", "p50>", "p99>", "p99.9>", "lag p50 / p99",
 		"losing the master's machine loses")
 	var verdicts []string
