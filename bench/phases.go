@@ -195,12 +195,39 @@ func (r *runner) runRounds(ctx context.Context, ph *phaseEnv, jobs []*job) {
 		r.progress.roundDone(round, r.cfg.Repeat, len(jobs))
 		r.checkpoint()
 	}
+	markCutShort(ctx, jobs, r.cfg.Repeat)
+}
+
+// markCutShort marks interrupted each job that Ctrl-C stopped before it
+// ran every round — the rounds after the interruption skip every job
+// without adding a repeat — unless a repeat of its own already failed or
+// was interrupted (finishCell says so). Its figures would rest on fewer
+// measured repeats than every other cell's, at a lower confidence than
+// the run states, so finishCell gives it none.
+func markCutShort(ctx context.Context, jobs []*job, repeat int) {
+	if ctx.Err() == nil {
+		return
+	}
+	for _, j := range jobs {
+		ran := len(j.cell.Repeats) // the warm one included
+		if j.done || ran > repeat {
+			continue
+		}
+		j.cell.Status = runfile.StatusInterrupted
+		if ran == 0 {
+			j.cell.Reason = "interrupted (Ctrl-C) before it ran"
+		} else {
+			j.cell.Reason = fmt.Sprintf("interrupted (Ctrl-C) after %d of its %d measured repeats", ran-1, repeat)
+		}
+	}
 }
 
 // finishCell sets a cell's status and its summary figures from its
 // repeats. A failed or interrupted repeat (the warm one included) fails
-// the cell: no figures. An open-loop cell is saturated (its figures kept,
-// as lower bounds) when cellSaturation says so.
+// the cell: no figures. A cell already marked interrupted (markCutShort:
+// Ctrl-C stopped it before its last round) stays so, without figures,
+// unless a repeat failed. An open-loop cell is saturated (its figures
+// kept, as lower bounds) when cellSaturation says so.
 func finishCell(c *runfile.Cell) {
 	var fs []runfile.Figures
 	var backlog []float64

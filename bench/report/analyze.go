@@ -249,7 +249,8 @@ func notSustained(cs ...*runfile.Cell) []string {
 	return mapped(cs, func(c *runfile.Cell) string { return c.Backend })
 }
 
-// candidate is one backend × flush policy for a recommendation.
+// candidate is one backend × flush policy for a recommendation, at the
+// producer count chosen for it (choosePolicyCell).
 type candidate struct {
 	label    string
 	thr      *runfile.Cell
@@ -257,23 +258,30 @@ type candidate struct {
 	notes    []string
 	// undetermined says what this run cannot decide about the candidate
 	// (its backlog's interval straddles the 10 % bar; a pressure gate that
-	// has no figure to decide on): kept, but never a pick on its own.
+	// has no figure to decide on): kept, but never a pick on its own —
+	// neither by durable MB/s nor by CPU per GiB.
 	undetermined []string
 	// pressureOnly: excluded by the pressure gate alone (a tail above the
 	// bar, or saturated under pressure at a rate it sustained without). When every
 	// candidate of a class is, the gate does not tell them apart, and they
 	// are ranked without it (said so).
 	pressureOnly bool
+	// notFastest says, when thr is not the policy's producer count with
+	// the most durable MB/s, what each faster count was and why it was not
+	// taken ("" when thr is the fastest).
+	notFastest string
 }
 
 const sustainUndetermined = "whether it sustains is undetermined"
 
 // recommendations picks, per target and size and for async, sync and any
 // durability, the backend and flush policy with the highest durable
-// throughput among those that qualify (see qualify). A pick is named only
-// when its interval separates from every other qualifying candidate's and
-// nothing about it is undetermined; otherwise the contenders are listed
-// as tied ("no significant difference") with no pick. For "any" (an
+// throughput among those that qualify (see qualify). Each policy's cell at
+// every producer count is qualified, and the policy stands for the best
+// one that qualifies (choosePolicyCell). A pick is named only when its
+// interval separates from every other qualifying candidate's and nothing
+// about it is undetermined; otherwise the contenders are listed as tied
+// ("no significant difference") with no pick. For "any" (an
 // acknowledgement may mean in memory), an async candidate that does not
 // separate above a qualifying sync one is dominated: the sync one gives a
 // durable acknowledgement at no measurable cost.
@@ -283,42 +291,111 @@ func recommendations(f *runfile.RunFile) []runfile.Recommendation {
 		target string
 		size   int
 	}
-	groups := map[key][]*candidate{}
-	var order []key
-	best := map[string]*candidate{}
+	type policy struct {
+		k     key
+		label string
+		cells []*runfile.Cell
+	}
+	var policies []*policy
+	byID := map[string]*policy{}
 	for c := range ptrs(f.Cells) {
 		if c.Workload != "throughput" || c.Pressure != "none" || c.TwinOf != "" || volatile(c.Backend) || c.Replication != "" {
 			continue // a replicated configuration is compared in its own section, not picked here
 		}
 		label := c.Backend + " " + orDefault(c.Policy, c.Flush)
-		k := key{c.Target, c.SizeBytes}
 		id := fmt.Sprintf("%s|%d|%s", c.Target, c.SizeBytes, label)
-		cd := &candidate{label: label, thr: c}
-		if prev, ok := best[id]; ok {
-			// Several producer counts: the one with the most durable MB/s.
-			if c.Measured() && (!prev.thr.Measured() || c.DurableMBps > prev.thr.DurableMBps) {
-				*prev = *cd
-			}
-			continue
+		p := byID[id]
+		if p == nil {
+			p = &policy{k: key{c.Target, c.SizeBytes}, label: label}
+			byID[id] = p
+			policies = append(policies, p)
 		}
-		best[id] = cd
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
+		p.cells = append(p.cells, c)
+	}
+	groups := map[key][]*candidate{}
+	var order []key
+	for _, p := range policies {
+		if _, ok := groups[p.k]; !ok {
+			order = append(order, p.k)
 		}
-		groups[k] = append(groups[k], cd)
+		groups[p.k] = append(groups[p.k], choosePolicyCell(f, p.label, p.cells))
 	}
 	for _, k := range order {
-		cands := groups[k]
-		for _, cd := range cands {
-			qualify(f, cd)
-		}
 		for _, durability := range []string{"async", "sync", "any"} {
-			if rec, ok := recommend(k.target, k.size, durability, cands); ok {
+			if rec, ok := recommend(k.target, k.size, durability, groups[k]); ok {
 				out = append(out, rec)
 			}
 		}
 	}
 	return out
+}
+
+// choosePolicyCell qualifies a policy's throughput cell at every producer
+// count and returns the candidate it stands for: the cell with the most
+// durable MB/s among those that qualify fully determined, else among those
+// that qualify with something undetermined, else among those the pressure
+// gate alone excluded (ranked without the gate when every policy of a
+// class is), else the fastest measured one, excluded. An excluded policy
+// says why at each producer count; a policy taken at a count that is not
+// its fastest says what each faster count gave and why it was not taken.
+func choosePolicyCell(f *runfile.RunFile, label string, cells []*runfile.Cell) *candidate {
+	cands := mapped(cells, func(c *runfile.Cell) *candidate {
+		cd := &candidate{label: label, thr: c}
+		qualify(f, cd)
+		return cd
+	})
+	rank := func(cd *candidate) int {
+		switch {
+		case cd.excluded == "" && len(cd.undetermined) == 0:
+			return 0
+		case cd.excluded == "":
+			return 1
+		case cd.pressureOnly:
+			return 2
+		}
+		return 3
+	}
+	faster := func(a, b *candidate) bool { // a has more durable MB/s than b (a measured cell before one that is not)
+		if a.thr.Measured() != b.thr.Measured() {
+			return a.thr.Measured()
+		}
+		return a.thr.DurableMBps > b.thr.DurableMBps
+	}
+	best := cands[0]
+	for _, cd := range cands[1:] {
+		if rank(cd) < rank(best) || rank(cd) == rank(best) && faster(cd, best) {
+			best = cd
+		}
+	}
+	var why []string
+	for _, cd := range cands {
+		if cd == best || !cd.thr.Measured() || !faster(cd, best) || rank(best) == 3 {
+			continue
+		}
+		reason := cd.excluded
+		if reason == "" {
+			reason = strings.Join(cd.undetermined, ", ")
+		}
+		why = append(why, fmt.Sprintf("%d producers: %s durable MB/s, %s", cd.thr.Producers, ci(durableIv(cd), fmtFloat), reason))
+	}
+	if len(why) > 0 {
+		best.notFastest = "not its fastest producer count — " + strings.Join(why, "; ")
+	}
+	if best.excluded != "" && len(cands) > 1 {
+		// Excluded at every producer count: why, at each.
+		var reasons []string
+		counts := map[string][]string{}
+		for _, cd := range cands {
+			if _, ok := counts[cd.excluded]; !ok {
+				reasons = append(reasons, cd.excluded)
+			}
+			counts[cd.excluded] = append(counts[cd.excluded], fmt.Sprint(cd.thr.Producers))
+		}
+		best.excluded = join(reasons, func(r string) string {
+			return fmt.Sprintf("at %s producers: %s", strings.Join(counts[r], ", "), r)
+		}, "; ")
+	}
+	return best
 }
 
 func durableIv(cd *candidate) runfile.Interval { return cd.thr.Interval("durableMBps") }
@@ -331,7 +408,9 @@ func durableIv(cd *candidate) runfile.Interval { return cd.thr.Interval("durable
 // and the text says so and keeps each one's exclusion. When the top ties
 // with others on durable MB/s, a tied candidate whose CPU per GiB is
 // significantly below every other tied one's is the pick (as fast, and
-// cheaper); otherwise there is no single pick.
+// cheaper) — only when nothing about any tied candidate is undetermined
+// and all of them ran at one producer count (cheapestOf); otherwise there
+// is no single pick.
 func recommend(target string, size int, durability string, cands []*candidate) (runfile.Recommendation, bool) {
 	rec := runfile.Recommendation{Target: target, SizeBytes: size, Durability: durability, Figure: "durableMBps"}
 	var ok, gated []*candidate
@@ -380,11 +459,16 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 		}
 	}
 	picked := top
-	if group := append([]*candidate{top}, tied...); cheapestOf(group) != nil && len(top.undetermined) == 0 {
-		picked = cheapestOf(group)
+	group := append([]*candidate{top}, tied...)
+	cheap, notAPick := cheapestOf(group)
+	if cheap != nil && notAPick == "" {
+		picked = cheap
 		writeCheaper(&rec, picked, group)
 	} else {
 		writeRecommendation(&rec, top, tied, next, fallback)
+		if cheap != nil {
+			rec.Text += fmt.Sprintf("; %s has significantly less CPU per GiB than the others tied with it, but that makes no pick: %s", cheap.label, notAPick)
+		}
 	}
 	if len(picked.notes) > 0 {
 		rec.Text += "; " + strings.Join(picked.notes, "; ")
@@ -393,23 +477,32 @@ func recommend(target string, size int, durability string, cands []*candidate) (
 		rec.Text += "; set aside: " + strings.Join(dominated, ", ")
 	}
 	if ungated {
-		rec.Text = fmt.Sprintf("every %s policy's tail under pressure is above %d× its own or saturated (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
-			orDefault(map[string]string{"any": "qualifying"}[durability], durability), PressureBar, rec.Text)
+		class := orDefault(map[string]string{"any": "qualifying"}[durability], durability)
+		who := fmt.Sprintf("every %s policy's tail under pressure is", class)
+		if len(gated) < len(rec.Excluded) {
+			who = fmt.Sprintf("the tail under pressure of every %s policy that no other rule excludes is", class)
+		}
+		rec.Text = fmt.Sprintf("%s above %d× its own or saturated (each exclusion below), so that gate does not tell them apart: ranked without it — %s",
+			who, PressureBar, rec.Text)
 	}
 	return rec, true
 }
 
 // cheapestOf is the candidate of group whose CPU per GiB is significantly
 // below every other's, nil when none is (or the group has one member, or
-// a member has no CPU figure).
-func cheapestOf(group []*candidate) *candidate {
+// a member has no CPU figure). notAPick says why that candidate may not
+// be picked on CPU ("" when it may): a member of the group is undetermined
+// (the rule never picks from a group it cannot fully judge), or the
+// members ran at different producer counts (CPU per GiB is compared only
+// between cells at equal producer counts).
+func cheapestOf(group []*candidate) (cheapest *candidate, notAPick string) {
 	if len(group) < 2 {
-		return nil
+		return nil, ""
 	}
 	best := group[0]
 	for _, cd := range group {
 		if cd.thr.CPUSecPerGiB <= 0 {
-			return nil
+			return nil, ""
 		}
 		if cd.thr.CPUSecPerGiB < best.thr.CPUSecPerGiB {
 			best = cd
@@ -418,10 +511,19 @@ func cheapestOf(group []*candidate) *candidate {
 	bi := best.thr.Interval("cpuSecPerGiB")
 	for _, cd := range group {
 		if cd != best && !(runfile.Separated(bi, cd.thr.Interval("cpuSecPerGiB")) && bi.Hi < cd.thr.Interval("cpuSecPerGiB").Lo) {
-			return nil
+			return nil, ""
 		}
 	}
-	return best
+	var why []string
+	if u := slices.DeleteFunc(slices.Clone(group), func(cd *candidate) bool { return len(cd.undetermined) == 0 }); len(u) > 0 {
+		why = append(why, "something about "+join(u, func(cd *candidate) string { return cd.label }, ", ")+" is undetermined (said above), and a tie with an undetermined member gives no pick")
+	}
+	if slices.ContainsFunc(group, func(cd *candidate) bool { return cd.thr.Producers != best.thr.Producers }) {
+		why = append(why, "they ran at different producer counts ("+join(group, func(cd *candidate) string {
+			return fmt.Sprintf("%s at %d", cd.label, cd.thr.Producers)
+		}, ", ")+"), and CPU per GiB is compared only at equal producer counts")
+	}
+	return best, strings.Join(why, "; and ")
 }
 
 // writeCheaper sets rec to the pick made on CPU among candidates tied on
@@ -436,8 +538,8 @@ func writeCheaper(rec *runfile.Recommendation, pick *candidate, group []*candida
 		others = append(others, describe(cd))
 		cpus = append(cpus, fmt.Sprintf("%s %s", cd.label, ci(cd.thr.Interval("cpuSecPerGiB"), fmtFloat)))
 	}
-	rec.Text = fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers, no significant difference from %s, and significantly less CPU: %s s/GiB against %s",
-		pick.label, ci(rec.Interval, fmtFloat), ciWords(pick.thr.CILevel), pick.thr.Producers, strings.Join(others, ", "),
+	rec.Text = fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers%s, no significant difference from %s, and significantly less CPU: %s s/GiB against %s",
+		pick.label, ci(rec.Interval, fmtFloat), ciWords(pick.thr.CILevel), pick.thr.Producers, parenthesized(pick.notFastest), strings.Join(others, ", "),
 		ci(pick.thr.Interval("cpuSecPerGiB"), fmtFloat), strings.Join(cpus, ", "))
 }
 
@@ -458,18 +560,32 @@ func setAsideDominated(ok []*candidate) (kept []*candidate, dominated []string) 
 	return kept, dominated
 }
 
-// describe is a candidate with its durable MB/s interval (and what is
-// undetermined about it).
+// describe is a candidate with its durable MB/s interval (and, when it is
+// not its policy's fastest producer count, which count it is and why; and
+// what is undetermined about it).
 func describe(cd *candidate) string {
-	parts := append([]string{ci(durableIv(cd), fmtFloat)}, cd.undetermined...)
+	parts := []string{ci(durableIv(cd), fmtFloat)}
+	if cd.notFastest != "" {
+		parts = append(parts, fmt.Sprintf("at %d producers, %s", cd.thr.Producers, cd.notFastest))
+	}
+	parts = append(parts, cd.undetermined...)
 	return fmt.Sprintf("%s (%s)", cd.label, strings.Join(parts, "; "))
+}
+
+// parenthesized is " (s)", or "" for an empty s.
+func parenthesized(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
 }
 
 // writeRecommendation sets rec's pick, ties and text from the ranked
 // candidates: the top, those tied with it, the next separated one and the
 // best fully determined one (when the top is not).
 func writeRecommendation(rec *runfile.Recommendation, top *candidate, tied []*candidate, next, fallback *candidate) {
-	head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers", top.label, ci(rec.Interval, fmtFloat), ciWords(top.thr.CILevel), top.thr.Producers)
+	head := fmt.Sprintf("%s: %s durable MB/s (%s) at %d producers%s", top.label, ci(rec.Interval, fmtFloat), ciWords(top.thr.CILevel), top.thr.Producers,
+		parenthesized(top.notFastest))
 	for _, u := range top.undetermined {
 		if u == sustainUndetermined {
 			head += fmt.Sprintf(", %s (backlog %s of what it wrote)", u, ci(top.thr.Interval("backlogShare"), fmtPct))
@@ -605,6 +721,11 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 	case !c.Measured():
 		cd.excluded = fmt.Sprintf("its throughput cell %s", c.Status)
 		return
+	case shortOfRepeats(f, c):
+		// A cell cut short (a run file from before the harness marked such
+		// cells interrupted): its interval is not the run's.
+		cd.excluded = fmt.Sprintf("its throughput cell has %d of the %d measured repeats the run asked for", len(c.MeasuredRepeats()), f.Config.Repeat)
+		return
 	case c.Sustained == nil:
 		cd.excluded = "reports no durability"
 		return
@@ -639,6 +760,12 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 				continue
 			}
 			at := fmt.Sprintf("%s pressure at %.0f/s", p.Pressure, p.RatePerSec)
+			if short := slices.DeleteFunc([]*runfile.Cell{base, p}, func(c *runfile.Cell) bool { return !shortOfRepeats(f, c) }); len(short) > 0 {
+				cd.undetermined = append(cd.undetermined, fmt.Sprintf("the pressure gate is undetermined (%s: %s)", at, join(short, func(c *runfile.Cell) string {
+					return fmt.Sprintf("%s has %d of the %d measured repeats the run asked for", c.Name, len(c.MeasuredRepeats()), f.Config.Repeat)
+				}, ", ")))
+				continue
+			}
 			switch {
 			case p.Status == runfile.StatusSaturated && base.Status == runfile.StatusOK:
 				cd.excluded = fmt.Sprintf("saturated under %s pressure at %.0f msgs/s, a rate it sustained without", p.Pressure, p.RatePerSec)
@@ -667,6 +794,13 @@ func qualify(f *runfile.RunFile, cd *candidate) {
 			}
 		}
 	}
+}
+
+// shortOfRepeats reports whether a measured cell has fewer measured
+// repeats than the run asked for (--repeat): a run cut short by Ctrl-C
+// before the harness marked such cells interrupted.
+func shortOfRepeats(f *runfile.RunFile, c *runfile.Cell) bool {
+	return c.Measured() && len(c.Repeats) > 0 && len(c.MeasuredRepeats()) < f.Config.Repeat
 }
 
 // whyBound says why a gate could not decide: which figures are bounds.

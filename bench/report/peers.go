@@ -126,14 +126,14 @@ func refAsyncMeasured(b *strings.Builder, ref map[string]*runfile.Cell) bool {
 func versus(c, ref *runfile.Cell, figure string) (text, note string) {
 	switch {
 	case !c.Measured() || !ref.Measured():
-		return "— (" + strings.TrimSpace(c.Status+" "+ref.Status) + ")", ""
+		return "— (" + strings.Join(unmeasuredSides(c, ref), ", ") + ")", ""
 	case figure == "durableMBps" && ref.DurableAtDrainOnly:
 		return "— ‡", fmt.Sprintf("‡ `%s` %s reports durable bytes only at Drain (its own statement: \"%s\"): no durable rate to divide by — an accounting limit of the peer, not a failure to keep up.",
 			ref.Backend, ref.Flush, mechanismOf(ref))
 	case figure == "durableMBps" && c.DurableAtDrainOnly:
 		return "— ‡", fmt.Sprintf("‡ `%s` %s reports durable bytes only at Drain: no durable rate to divide — an accounting limit of the peer, not a failure to keep up.", c.Backend, c.Flush)
 	case figure == "durableMBps" && (c.DurableMBps <= 0 || ref.DurableMBps <= 0):
-		return "— (no durable bytes in the window)", ""
+		return "— (" + strings.Join(noDurableRate(c, ref), ", ") + ")", ""
 	}
 	text, r, separated := cellRatio("peer", c, ref, figure)
 	if r.Missing != "" {
@@ -146,6 +146,39 @@ func versus(c, ref *runfile.Cell, figure string) (text, note string) {
 		text += " (" + strings.Join(notSustained(c, ref), ", ") + " not sustained)"
 	}
 	return text, ""
+}
+
+// unmeasuredSides names each of the cells that has no figures, with its
+// status ("uring failed", "pebble-wal interrupted").
+func unmeasuredSides(cs ...*runfile.Cell) []string {
+	var out []string
+	for _, c := range cs {
+		if !c.Measured() {
+			out = append(out, c.Backend+" "+c.Status)
+		}
+	}
+	return out
+}
+
+// noDurableRate says, for each of the cells without a durable MB/s,
+// why: it reports no durable position (in every measured repeat, or in
+// some), or its median durable MB/s over the window is 0.
+func noDurableRate(cs ...*runfile.Cell) []string {
+	var out []string
+	for _, c := range cs {
+		reps := c.MeasuredRepeats()
+		without := len(slices.DeleteFunc(slices.Clone(reps), func(r *runfile.Repeat) bool { return r.Result.Durability != nil }))
+		switch {
+		case c.DurableMBps > 0:
+		case without > 0 && without == len(reps):
+			out = append(out, c.Backend+" reports no durable position")
+		case without > 0:
+			out = append(out, fmt.Sprintf("%s reported no durable position in %d of its %d measured repeats", c.Backend, without, len(reps)))
+		default:
+			out = append(out, c.Backend+"'s durable MB/s in the window is 0 (median of its repeats)")
+		}
+	}
+	return out
 }
 
 // cellRatio is c's figure ÷ ref's as a table shows it ("— (why)" without

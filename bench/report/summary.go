@@ -70,15 +70,29 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	}
 	fmt.Fprintf(b, "- started %s, took %s (estimated %s)", f.StartedAt.Format(time.RFC3339), runTook(f).Round(time.Second),
 		(time.Duration(f.Plan.EstimatedSeconds) * time.Second).Round(time.Second))
+	short := shortCells(f)
 	if f.Interrupted {
-		b.WriteString(" — **interrupted (Ctrl-C): only the cells that finished are shown**")
+		b.WriteString(" — **interrupted (Ctrl-C)**: what it had not reached is missing")
+		if len(short) == 0 {
+			b.WriteString(", and a cell it cut short has no figures (listed as interrupted under *Failed, skipped or interrupted*)")
+		} else {
+			b.WriteString("; what it cut short and still shows with figures is named below with its repeats")
+		}
 	}
 	b.WriteString("\n")
 	if f.Command != "" {
 		fmt.Fprintf(b, "- command: `%s`\n", f.Command)
 	}
-	fmt.Fprintf(b, "- each cell: one unmeasured warm repeat, then %d measured repeats of %s after a %s warm-up, each in a fresh store; repeats run round-robin over the cells in a shuffled order, every system on the same arrivals in a round (seed %d + the round). Figures are **median [confidence interval of the median]**: order statistics, %s\n",
-		c.Repeat, time.Duration(f.Plan.WindowNs), c.Warmup, c.Seed, ciLevelText(c.Repeat))
+	except := ""
+	if len(short) > 0 {
+		except = " (except those named in the next line)"
+	}
+	fmt.Fprintf(b, "- each cell%s: one unmeasured warm repeat, then %d measured repeats of %s after a %s warm-up, each in a fresh store; repeats run round-robin over the cells in a shuffled order, every system on the same arrivals in a round (seed %d + the round). Figures are **median [confidence interval of the median]**: order statistics, %s\n",
+		except, c.Repeat, time.Duration(f.Plan.WindowNs), c.Warmup, c.Seed, ciLevelText(c.Repeat))
+	if len(short) > 0 {
+		fmt.Fprintf(b, "- **fewer measured repeats than %d** (the run cut them short): %s — each interval is at the confidence its own count gives, and no cell among them enters the recommendation\n",
+			c.Repeat, strings.Join(short, ", "))
+	}
 	fmt.Fprintf(b, "- window %s: %s\n", time.Duration(f.Plan.WindowNs), f.Plan.WindowWhy)
 	fmt.Fprintf(b, "- throughput: closed loop at %s producers; latency: open loop, %s arrivals at the absolute rates %s msgs/s (the same for every system), %d workers each owning its share of the schedule, latency from the *intended* start\n",
 		join(c.Producers, strconv.Itoa, ","), c.Arrival, join(c.Rates, fmtCount, ", "), c.InFlight)
@@ -218,6 +232,39 @@ func replicationAxis(f *runfile.RunFile) string {
 	}
 	return fmt.Sprintf("%s, crossed with the flush policies; each slave in its own process, %s; master to slave: %s", strings.Join(roles, ", "), where,
 		delayText(f.Config.HADelay.Nanoseconds()))
+}
+
+// shortCells names the cells and floors shown with figures that have
+// fewer measured repeats than the run asked for, each with its count and
+// the confidence that count gives: cut short by Ctrl-C in a run file from
+// before the harness marked such cells interrupted, or a consume or
+// recovery cell, whose repeats stop at the interruption.
+func shortCells(f *runfile.RunFile) []string {
+	var out []string
+	named := func(name string, n int) string { return fmt.Sprintf("%s %d (%s)", name, n, ciLevelShort(n)) }
+	for _, c := range allCells(f) {
+		if shortOfRepeats(f, c) {
+			out = append(out, named("`"+c.Name+"`", len(c.MeasuredRepeats())))
+		}
+	}
+	for _, fl := range f.Floors {
+		floorCell := runfile.Cell{Status: fl.Status, Repeats: fl.Repeats}
+		if shortOfRepeats(f, &floorCell) {
+			out = append(out, named(fmt.Sprintf("the floor at %s msgs/s (%s, %s pressure)", fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure),
+				len(floorCell.MeasuredRepeats())))
+		}
+	}
+	return out
+}
+
+// ciLevelShort is the confidence of the interval of the median of n
+// repeats, in a few words.
+func ciLevelShort(n int) string {
+	if n < 2 {
+		return "one repeat: no interval"
+	}
+	_, _, _, level := runfile.MedianCI(make([]float64, n))
+	return fmt.Sprintf("%.1f%% confidence", 100*level)
 }
 
 func ciLevelText(n int) string {
@@ -442,7 +489,7 @@ func writeAnswer(b *strings.Builder, f *runfile.RunFile) {
 		b.WriteString("This run has no throughput cells to recommend from.\n\n")
 		return
 	}
-	fmt.Fprintf(b, "Highest durable MB/s among the backend/flush policies that qualify (sustained; not saturated, nor above %d× their own tail, under pressure; not on an emulated device that models no seek), median [interval] of %d repeats; a pick only where it separates from the rest on durable MB/s, or, tied there, on CPU per GiB.\n\n",
+	fmt.Fprintf(b, "Highest durable MB/s among the backend/flush policies that qualify (sustained; not saturated, nor above %d× their own tail, under pressure; not on an emulated device that models no seek), median [interval] of %d repeats; a pick only where it separates from the rest on durable MB/s, or, tied there with every tied policy fully determined and at one producer count, on CPU per GiB.\n\n",
 		PressureBar, f.Config.Repeat)
 	last, lastSize := "", 0
 	for _, r := range f.Recommendations {
