@@ -65,8 +65,8 @@ func groupCommitRatios(f *runfile.RunFile, c *runfile.Cell) []runfile.Ratio {
 	var out []runfile.Ratio
 	if ref, against, how, ok := groupCommitLimit(f, c, true); ok {
 		out = append(out, ratioOf(kindGroupCommit, c, against, "msgsPerSec", ref,
-			fmt.Sprintf("acknowledged msgs/s ÷ the most the device made durable with %d records of %d B per durable write on written extents (a pre-written file; %s): how close the group commit comes to the device where its segments have written extents (pre-written or reused)",
-				c.Producers, c.RecordBytes, how)))
+			fmt.Sprintf("acknowledged msgs/s ÷ the most the device made durable with %d %s of %d B per durable write on written extents (a pre-written file; %s): how close the group commit comes to the device where its segments have written extents (pre-written or reused)",
+				c.Producers, plural(c.Producers, "record", "records"), c.RecordBytes, how)))
 	}
 	if made := fallocatedSegments(c); made > 0 {
 		if ref, against, how, ok := groupCommitLimit(f, c, false); ok {

@@ -592,7 +592,15 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 	if len(ls) == 0 {
 		return
 	}
-	b.WriteString("### The group-commit limit (N records per durable write: through the page cache or with O_DIRECT, on a pre-written or a fallocated file)\n\n")
+	direct := slices.ContainsFunc(ls, func(l *runfile.Limit) bool {
+		return l.Name == runfile.LimitGroupCommitDirect || l.Name == runfile.LimitGroupCommitDirectFallocated
+	})
+	fallocated := slices.ContainsFunc(ls, func(l *runfile.Limit) bool { _, written := runfile.GroupCommitLimit(l.Name); return !written })
+	if direct || fallocated {
+		b.WriteString("### The group-commit limit (N records per durable write: through the page cache or with O_DIRECT, on a pre-written or a fallocated file)\n\n")
+	} else { // a run from before the O_DIRECT and fallocated limits
+		b.WriteString("### The group-commit limit (N records per pwrite + fdatasync on a pre-written file: in one, or split over two in flight)\n\n")
+	}
 	t := newTable(b, "limit", "record>", "N (producers)>", "in flight>", "records per op>", "ops/s>", "msgs/s>", "MB/s>", "p50 per op>", "p99 per op>")
 	for _, l := range ls {
 		perOp := l.Params["recordsPerOp"]
@@ -608,9 +616,17 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 	}
 	b.WriteString("\nWhat the device makes durable for a group commit of N producers: N closed-loop producers never have more than N records outstanding, so each op writes the N records of the cell's message at the next offset of one file, one op after another. ")
 	b.WriteString("*device-group-commit*: one pwrite, then fdatasync (the buffered backends' sync), on a file made as the engine makes a pre-written segment (written extents: a sync commits data only); from two producers on also *in flight 2*, the N records split between two goroutines at once, ⌈N/2⌉ and ⌊N/2⌋ per op, each on its own part of the file (two syncs in flight on one segment, as a pipelined commit would). ")
-	b.WriteString("*device-group-commit-direct*: one pwritev2 with RWF_DSYNC of the aligned blocks that cover the N records, O_DIRECT (uring-direct's commit: the next op starts in the block where the last one ended), on a file pre-written with O_DIRECT zeros; on a device with FUA writes it can beat the page cache's write and cache flush. ")
-	b.WriteString("*-fallocated*: the same on a file that is only fallocated, as a new segment the engine does not pre-write (unwritten extents: each sync also commits an extent conversion). ")
-	fmt.Fprintf(b, "msgs/s is the records written per second. A sync throughput cell's *÷ group-commit limit* is its msgs/s over the best of the written-extent limits at its producer count; a cell whose measured windows made fallocated segments (Options.PrewriteSegments auto fallocates once syncs carry 128 KiB or more) also gets its msgs/s over the best of the fallocated ones. The limits run once, before the cells: a device that drifts during the run moves the cells, not them. A p99 per op with fewer than %d of a repeat's ops above it is a bound (≥).\n\n", runfile.MinSamplesAbove)
+	if direct {
+		b.WriteString("*device-group-commit-direct*: one pwritev2 with RWF_DSYNC of the aligned blocks that cover the N records, O_DIRECT (uring-direct's commit: the next op starts in the block where the last one ended), on a file pre-written with O_DIRECT zeros; on a device with FUA writes it can beat the page cache's write and cache flush. ")
+	}
+	if fallocated {
+		b.WriteString("*-fallocated*: the same on a file that is only fallocated, as a new segment the engine does not pre-write (unwritten extents: each sync also commits an extent conversion). ")
+	}
+	msgs := "msgs/s is the records written per second. A sync throughput cell's *÷ group-commit limit* is its msgs/s over the best of the written-extent limits at its producer count"
+	if fallocated {
+		msgs += "; a cell whose measured windows made fallocated segments (Options.PrewriteSegments auto fallocates once syncs carry 128 KiB or more) also gets its msgs/s over the best of the fallocated ones"
+	}
+	fmt.Fprintf(b, "%s. The limits run once, before the cells: a device that drifts during the run moves the cells, not them. A p99 per op with fewer than %d of a repeat's ops above it is a bound (≥).\n\n", msgs, runfile.MinSamplesAbove)
 }
 
 func writeRatios(b *strings.Builder, f *runfile.RunFile) {
