@@ -647,6 +647,79 @@ func TestWindowBracketsTheCPUReadings(t *testing.T) {
 	}
 }
 
+// notingDurability notes its calls: what TestPositionsAtTheWindowsEdges
+// orders against the CPU readings and the merge.
+type notingDurability struct{ note func(string) }
+
+func (d notingDurability) Positions() (int64, int64)       { d.note("positions"); return 0, 0 }
+func (d notingDurability) Drain(ctx context.Context) error { d.note("drain"); return nil }
+
+// TestPositionsAtTheWindowsEdges: the system's written and durable
+// positions are read as the window opens and as its last worker returns,
+// beside the CPU readings — before the workers' histograms are merged (a
+// flusher goes on during the merge, after the window's time) — and once
+// more after the drain.
+func TestPositionsAtTheWindowsEdges(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	note := func(e string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e != "op" {
+			events = append(events, e)
+		}
+	}
+	cpuNow = func() (time.Duration, time.Duration) { note("cpu"); return 0, 0 }
+	mergeWorkers = func(ws []*worker, set *seriesSet, start, end time.Time) phase {
+		note("merge")
+		return merge(ws, set, start, end)
+	}
+	t.Cleanup(func() { cpuNow, mergeWorkers = cpuTimes, merge })
+	for _, spec := range []Spec{
+		{Workload: Throughput, SizeBytes: 64, Producers: 2, Duration: 20 * time.Millisecond, Warmup: 10 * time.Millisecond},
+		{Workload: Latency, SizeBytes: 64, RatePerSec: 2000, InFlight: 2, Arrival: Constant, Duration: 20 * time.Millisecond, Warmup: 10 * time.Millisecond},
+	} {
+		events = nil
+		res := Run(context.Background(), spec, nil, notingDurability{note}, func(int) Op {
+			return func(context.Context) error { note("op"); return nil }
+		})
+		if res.Failed() {
+			t.Fatalf("%s: %s", spec.Workload, res.Error)
+		}
+		want := []string{"cpu", "cpu", "merge", "positions", "cpu", "cpu", "positions", "merge", "drain", "positions"}
+		if !slices.Equal(events, want) {
+			t.Errorf("%s: events %v, want %v", spec.Workload, events, want)
+		}
+	}
+}
+
+// TestWorkersAreMadeBeforeTheWindow: the workers' histograms are made
+// before the window opens, so a window of ops that allocate nothing
+// counts none of their allocations (hundreds of workers made inside it
+// started late, and their first arrivals' waits counted as latency).
+func TestWorkersAreMadeBeforeTheWindow(t *testing.T) {
+	const workers = 64
+	for _, spec := range []Spec{
+		{Workload: Throughput, SizeBytes: 64, Producers: workers, Duration: 20 * time.Millisecond},
+		{Workload: Latency, SizeBytes: 64, RatePerSec: 2000, InFlight: workers, Arrival: Constant, Duration: 20 * time.Millisecond},
+	} {
+		res := Run(context.Background(), spec, nil, nil, func(int) Op {
+			return func(context.Context) error { return nil }
+		})
+		if res.Failed() {
+			t.Fatalf("%s: %s", spec.Workload, res.Error)
+		}
+		// An open-loop worker's seven histograms and its sleeper made in the
+		// window are about 30 allocations a worker; what stays is the
+		// goroutines' own few.
+		if res.Mallocs >= 8*workers {
+			t.Errorf("%s: %d allocations in a window of ops that allocate nothing, %d workers", spec.Workload, res.Mallocs, workers)
+		}
+	}
+}
+
 // TestRealClockNow: RealClock's reading agrees with time.Now on both
 // clocks, and readings subtract by the monotonic clock.
 func TestRealClockNow(t *testing.T) {

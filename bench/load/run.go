@@ -46,17 +46,37 @@ func RunTimed(ctx context.Context, spec Spec, clock Clock, d Durability, newOp f
 	}
 	var before, after runtime.MemStats
 	runtime.GC()
-	runtime.ReadMemStats(&before)
 	var dur *DurabilityResult
 	if d != nil {
 		dur = &DurabilityResult{}
-		dur.WrittenStartBytes, dur.DurableStartBytes = d.Positions()
+	}
+	// The system's positions and the allocation count are read at the
+	// window's edges, beside the CPU: as it opens (the workers and their
+	// histograms already made) and as the last worker returns, before the
+	// workers' histograms are merged — not around the merge, during which
+	// a flusher goes on making bytes durable that the window's time does
+	// not cover. The caller's Window brackets the CPU readings innermost.
+	inner := spec.Window
+	spec.Window = func() func() {
+		if d != nil {
+			dur.WrittenStartBytes, dur.DurableStartBytes = d.Positions()
+		}
+		runtime.ReadMemStats(&before)
+		var innerEnd func()
+		if inner != nil {
+			innerEnd = inner()
+		}
+		return func() {
+			if innerEnd != nil {
+				innerEnd()
+			}
+			if d != nil {
+				dur.WrittenEndBytes, dur.DurableEndBytes = d.Positions()
+			}
+			runtime.ReadMemStats(&after)
+		}
 	}
 	ph, err := runPhase(ctx, spec, clock, ops)
-	if d != nil {
-		dur.WrittenEndBytes, dur.DurableEndBytes = d.Positions()
-	}
-	runtime.ReadMemStats(&after)
 	res.Messages, res.ElapsedNs, res.StartUnixNs = ph.messages, ph.elapsed.Nanoseconds(), ph.start.UnixNano()
 	res.PayloadBytes = ph.messages * int64(spec.SizeBytes)
 	res.CPUUserNs, res.CPUSysNs = int64(ph.cpuUser), int64(ph.cpuSys)
@@ -245,6 +265,15 @@ func runWorkers(parent context.Context, clock Clock, n int, open bool, d, interv
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	fail := &firstError{cancel: cancel}
+	// The workers and their histograms are made before the window opens:
+	// made inside it, the last ones started late (at hundreds of workers,
+	// megabytes to zero one after another), and their first arrivals'
+	// waits counted as the system's latency.
+	ws := make([]*worker, n)
+	set := newSeriesSet(time.Time{}, interval)
+	for i := range ws {
+		ws[i] = newWorker(open, set)
+	}
 	endWindow := func() {}
 	if window != nil {
 		endWindow = window()
@@ -252,11 +281,11 @@ func runWorkers(parent context.Context, clock Clock, n int, open bool, d, interv
 	user0, sys0 := cpuNow()
 	start := clock.Now()
 	end := start.Add(d)
-	ws := make([]*worker, n)
-	set := newSeriesSet(start, interval)
+	if set != nil {
+		set.start = start
+	}
 	var wg sync.WaitGroup
 	for i := range ws {
-		ws[i] = newWorker(open, set)
 		wg.Go(func() { loop(ctx, i, ws[i], start, end, fail) })
 	}
 	wg.Wait()
@@ -307,15 +336,20 @@ func openPhase(parent context.Context, spec Spec, clock Clock, ops []TimedOp) (p
 			return phase{}, err
 		}
 	}
-	loop := func(ctx context.Context, i int, w *worker, start, end time.Time, fail *firstError) {
-		sleep := clock.SleepUntil
+	// Each worker's sleeper is made before the window opens, as the
+	// workers are (runWorkers).
+	sleeps := make([]func(context.Context, time.Time), len(ops))
+	for i := range sleeps {
+		sleeps[i] = clock.SleepUntil
 		if _, real := clock.(RealClock); real {
 			if s, err := newPreciseSleeper(); err == nil {
 				defer s.Close()
-				sleep = s.SleepUntil
+				sleeps[i] = s.SleepUntil
 			}
 		}
-		w.runOpen(ctx, clock, sleep, scheds[i], ops[i], start, end, end.Add(spec.Grace()), fail)
+	}
+	loop := func(ctx context.Context, i int, w *worker, start, end time.Time, fail *firstError) {
+		w.runOpen(ctx, clock, sleeps[i], scheds[i], ops[i], start, end, end.Add(spec.Grace()), fail)
 	}
 	return runWorkers(parent, clock, len(ops), true, spec.Duration, spec.SeriesInterval, spec.Window, loop)
 }
