@@ -682,8 +682,9 @@ func gateFigure(p, base *runfile.Cell) string {
 const PressureBar = 2
 
 // gate is the pressure rule for one pressured cell against its
-// unpressured twin: "exclude", "pass" or "undetermined", with the ratio
-// and the figure it compared. A generator-bound unpressured tail bounds
+// unpressured twin: "exclude" (the ratio's interval above PressureBar),
+// "pass" (at or below it) or "undetermined" (straddling it, or bounds that
+// allow neither), with the ratio and the figure it compared. A generator-bound unpressured tail bounds
 // the store's from above, so the ratio it gives is a lower bound of the
 // store's: it can exclude, never pass. A saturated cell's, or one with too
 // few samples above its percentile, bounds from below. The gate decides
@@ -698,11 +699,13 @@ func gate(p, base *runfile.Cell) (verdict string, r runfile.Ratio, figure string
 	}
 	ratioAtLeast := (ps == exact || ps == atLeast) && (bs == exact || bs == atMost)
 	ratioAtMost := (ps == exact || ps == atMost) && (bs == exact || bs == atLeast)
-	above := r.Low > PressureBar
+	// Above the bar at the run's confidence excludes; at or below it at
+	// that confidence passes; an interval that straddles it decides
+	// nothing (its median may be on either side).
 	switch {
-	case ratioAtLeast && above:
+	case ratioAtLeast && r.Low > PressureBar:
 		return "exclude", r, figure
-	case ratioAtMost && !above:
+	case ratioAtMost && r.High <= PressureBar:
 		return "pass", r, figure
 	}
 	return "undetermined", r, figure

@@ -611,3 +611,32 @@ func TestCPUText(t *testing.T) {
 		}
 	}
 }
+
+// TestPressureGateStraddlingIsUndetermined: the gate passes a tail under
+// pressure only when the ratio's interval is at or below 2×, excludes it
+// only when above, and calls an interval across 2× undetermined — a
+// median of 2.73× is never a pass.
+func TestPressureGateStraddlingIsUndetermined(t *testing.T) {
+	cell := func(name, pressure string, p99, lo, hi int64) *runfile.Cell {
+		c := &runfile.Cell{Name: name, Workload: "latency", Pressure: pressure, Status: runfile.StatusOK, Tail: &runfile.Tail{Count: 100000}}
+		for _, n := range []string{"p999Ns", "p99Ns"} {
+			c.Tail.Points = append(c.Tail.Points, runfile.TailPoint{Name: n, ValueNs: p99, LoNs: lo, HiNs: hi, Above: 100})
+		}
+		return c
+	}
+	base := cell("base", "none", 1_000_000, 1_000_000, 1_000_000)
+	for _, tc := range []struct {
+		p99, lo, hi int64
+		want        string
+	}{
+		{2_730_000, 1_730_000, 6_260_000, "undetermined"},
+		{1_500_000, 1_200_000, 1_900_000, "pass"},
+		{1_900_000, 1_500_000, 2_000_000, "pass"},
+		{3_000_000, 2_500_000, 4_000_000, "exclude"},
+		{1_900_000, 1_500_000, 2_100_000, "undetermined"},
+	} {
+		if got, r, _ := gate(cell("p", "dirty", tc.p99, tc.lo, tc.hi), base); got != tc.want {
+			t.Errorf("ratio %.2f [%.2f–%.2f]: %s, want %s", r.Median, r.Low, r.High, got, tc.want)
+		}
+	}
+}
