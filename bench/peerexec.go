@@ -17,6 +17,7 @@ import (
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/engine"
 )
 
 // RemotingPeer is the --peers name of the remoting cell: RocketMQ's Go
@@ -187,6 +188,10 @@ func peerRepeat(ctx context.Context, command, dir, peer, flush string, spec load
 	if spec.RatePerSec > 0 {
 		args = append(args, "--rate", strconv.FormatFloat(spec.RatePerSec, 'f', -1, 64))
 	}
+	// An async peer syncs as often as mqstore flushes in this run (its
+	// --flush-interval, or the engine's default), not at a default of its
+	// own.
+	args = append(args, "--sync-interval", cmp.Or(store.FlushInterval, engine.DefaultFlushInterval).String())
 	if spec.SeriesInterval > 0 {
 		// The peer keeps the same time series as a store cell, so the
 		// generator does the same work in every system's process.

@@ -11,6 +11,7 @@ import (
 	"github.com/mqstore/mqstore/bench/host"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/engine"
 )
 
 // --peers remoting finds the interop module from inside the repository
@@ -103,6 +104,29 @@ func TestPeerRepeatRecyclesPebbleWALOnly(t *testing.T) {
 		}
 		if ran != 8 {
 			t.Fatalf("%d peer systems, want 4 peers × 2 flush modes", ran)
+		}
+	}
+}
+
+// TestPeerSyncsAsOftenAsTheStoreFlushes: an async peer is asked to sync at
+// the run's flush interval (the engine's default when the run sets none),
+// not at a default of its own.
+func TestPeerSyncsAsOftenAsTheStoreFlushes(t *testing.T) {
+	root := t.TempDir()
+	script, argsFile := argsRecordingPeer(t, root)
+	c := &Config{Warmup: 10 * time.Millisecond}
+	s := spec(c, string(load.Throughput), 1024, 4, 0, 50*time.Millisecond, 1)
+	for _, tc := range []struct {
+		store StoreConfig
+		want  time.Duration
+	}{{StoreConfig{}, engine.DefaultFlushInterval}, {StoreConfig{FlushInterval: 100 * time.Millisecond}, 100 * time.Millisecond}} {
+		peerRepeat(context.Background(), script, filepath.Join(root, "d"), "nats", "async", s, tc.store)
+		b, err := os.ReadFile(argsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "--sync-interval\n"+tc.want.String()+"\n") {
+			t.Errorf("flush interval %v: the peer was run with\n%s\nwithout --sync-interval %v", tc.store.FlushInterval, b, tc.want)
 		}
 	}
 }
