@@ -640,3 +640,22 @@ func TestPressureGateStraddlingIsUndetermined(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorTableNamesItsTarget: with floors on two targets the floor
+// table says which is which; with one it has no target column.
+func TestFloorTableNamesItsTarget(t *testing.T) {
+	f := baseRun()
+	f.Floors = []runfile.Floor{{RatePerSec: 1000, Pressure: "none", Target: "vda", Status: runfile.StatusOK, P50Ns: 1000},
+		{RatePerSec: 1000, Pressure: "none", Target: "hdd", Status: runfile.StatusOK, P50Ns: 2000}}
+	var b strings.Builder
+	writeFloors(&b, f)
+	if !strings.Contains(b.String(), "| target |") || !strings.Contains(b.String(), "| vda |") || !strings.Contains(b.String(), "| hdd |") {
+		t.Errorf("two targets' floors:\n%s", b.String())
+	}
+	f.Floors = f.Floors[:1]
+	b.Reset()
+	writeFloors(&b, f)
+	if strings.Contains(b.String(), "| target |") {
+		t.Errorf("one target's floors:\n%s", b.String())
+	}
+}

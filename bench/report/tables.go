@@ -310,12 +310,21 @@ func writeFloors(b *strings.Builder, f *runfile.RunFile) {
 		return
 	}
 	b.WriteString("## The harness's floor (the same schedule against a no-op, in the process that drives the cells)\n\n")
-	t := newTable(b, "rate>", "process", "pressure", "status", "p50>", "p99>", "merged p99.9>")
+	targets := len(distinct(mapped(f.Floors, func(fl runfile.Floor) string { return fl.Target }))) > 1
+	heads := []string{"rate>", "process", "pressure"}
+	if targets {
+		heads = append(heads, "target")
+	}
+	t := newTable(b, append(heads, "status", "p50>", "p99>", "merged p99.9>")...)
 	for _, fl := range f.Floors {
 		iv := func(name string, median int64) string {
 			return ci(runfile.Interval{Median: float64(median), Lo: fl.CILow.Figure(name), Hi: fl.CIHigh.Figure(name)}, fmtNsF)
 		}
-		t.row(fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure, fl.Status, iv("p50Ns", fl.P50Ns), iv("p99Ns", fl.P99Ns), fmtNs(floorP999(&fl)))
+		row := []string{fmtCount(fl.RatePerSec), orDefault(fl.Process, runfile.FloorMQBench), fl.Pressure}
+		if targets {
+			row = append(row, deviceLabel(f, fl.Target))
+		}
+		t.row(append(row, fl.Status, iv("p50Ns", fl.P50Ns), iv("p99Ns", fl.P99Ns), fmtNs(floorP999(&fl)))...)
 	}
 	b.WriteString("\n")
 }
@@ -393,7 +402,7 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("## Under pressure (open loop at the same rates; p99.9 and its ratio to the unpressured p99.9)\n\n")
+	fmt.Fprintf(b, "## Under pressure (open loop at the same rates; p99.9, and the gate's ratio to the unpressured tail: on p99.9, or on p99 where a p99.9 has fewer than %d samples above it — each cell names the figure)\n\n", runfile.MinSamplesAbove)
 	t := newTable(b, append([]string{"backend", "size>", "flush", "rate>", "none p99.9>"}, mapped(ps, func(p string) string { return p + " p99.9 (÷ none)>" })...)...)
 	for _, r := range rows {
 		c := r.base
@@ -415,7 +424,7 @@ func writePressure(b *strings.Builder, f *runfile.RunFile) {
 	for _, r := range rows {
 		for _, p := range ps {
 			if pc := r.by[p]; pc != nil && pc.Measured() {
-				fmt.Fprintf(b, "- %s at %s/s, %s: %s\n", label(f, r.base), fmtCount(r.base.RatePerSec), p, pressureEvidence(r.base, pc))
+				fmt.Fprintf(b, "- %s %s at %s/s, %s: %s\n", label(f, r.base), r.base.Flush, fmtCount(r.base.RatePerSec), p, pressureEvidence(r.base, pc))
 			}
 		}
 	}
