@@ -84,9 +84,9 @@ type SweepReference struct {
 	Series    []SweepSeries `json:"series"`
 }
 
-// SweepSeries is one backend × body size × target × pressure × flush of a
-// sweep: the policies on its Pareto front, slowest to fastest, and how
-// many policies it measured.
+// SweepSeries is one backend × body size × target × pressure × flush ×
+// producer count of a sweep: the policies on its Pareto front, slowest to
+// fastest, and how many policies it measured.
 type SweepSeries struct {
 	Backend   string `json:"backend"`
 	SizeBytes int    `json:"sizeBytes"`
@@ -99,11 +99,29 @@ type SweepSeries struct {
 	Front []SweepPoint `json:"front"`
 }
 
-// SweepPoint is a policy's durable msgs/s and p99.9 in a sweep.
+// SweepPoint is a policy's durable msgs/s and p99.9 in a sweep, and
+// whether its throughput cell sustained. A point that did not sustain is
+// never recommended: it pushes no sustained point off a front, is on one
+// only when no policy beats it, and is never quoted as a front's end.
 type SweepPoint struct {
-	Policy      string   `json:"policy"`
+	Policy string `json:"policy"`
+	// Producers is the closed loop's producer count of the throughput cell
+	// the point's durable msgs/s comes from, the same for every point of a
+	// series (0 in references copied before it was recorded).
+	Producers int `json:"producers,omitempty"`
+	// DurableMsgs is the median and interval over the measured repeats of
+	// each repeat's msgs/s × its durable ÷ written MB/s (in references
+	// copied before Sustained was recorded: the msgs/s interval times the
+	// ratio of the medians, not an interval of durable msgs/s).
 	DurableMsgs Interval `json:"durableMsgs"`
 	P999Ns      Interval `json:"p999Ns"`
+	// Sustained is the throughput cell's verdict (Cell.Sustained: its median
+	// backlog at the window's end at most 10 % of what it wrote); nil in
+	// references copied before it was recorded. BacklogStraddles: the
+	// interval of its backlog share straddles that bar — the verdict is the
+	// median repeat's, and whether it sustains is undetermined.
+	Sustained        *bool `json:"sustained,omitempty"`
+	BacklogStraddles bool  `json:"backlogStraddles,omitempty"`
 }
 
 // Machine describes where a run ran, as it was when the run started.
