@@ -58,7 +58,7 @@ func e2eRepeat(ctx context.Context, store StoreConfig, dir, backend, flush strin
 	}
 	closeErr := s.Close()
 	res.Workload = WorkloadE2E
-	res.Delivery, res.Delivered = deliveredIn(deliveries, res.StartUnixNs, res.StartUnixNs+res.WindowNs)
+	res.Delivery, res.Delivered, res.DeliveryQuarters = deliveredIn(deliveries, res.StartUnixNs, res.StartUnixNs+res.WindowNs)
 	rep := repeatOf(res, nil)
 	if err := errors.Join(errs...); err != nil && rep.Status != runfile.StatusFailed {
 		rep.Status, rep.Reason = runfile.StatusFailed, err.Error()
@@ -116,19 +116,29 @@ type delivery struct{ stamp, latencyNs int64 }
 
 // deliveredIn is the store-to-delivery latency of the messages intended
 // within the measured window [start, end) — known only once the producers'
-// loop has run (its warm-up ends when its last request does) — and their
-// count.
-func deliveredIn(deliveries [][]delivery, start, end int64) (*load.Histogram, int64) {
+// loop has run (its warm-up ends when its last request does) — their
+// count, and the latency's percentiles for the messages intended in each
+// quarter of the window.
+func deliveredIn(deliveries [][]delivery, start, end int64) (*load.Histogram, int64, []load.Percentiles) {
 	h, n := load.NewHistogram(), int64(0)
+	var quarter [4]*load.Histogram
+	for i := range quarter {
+		quarter[i] = load.NewHistogram()
+	}
 	for _, ds := range deliveries {
 		for _, d := range ds {
 			if d.stamp >= start && d.stamp < end {
 				h.Record(time.Duration(d.latencyNs))
+				quarter[min(int(4*(d.stamp-start)/(end-start)), 3)].Record(time.Duration(d.latencyNs))
 				n++
 			}
 		}
 	}
-	return h, n
+	var qs []load.Percentiles
+	for _, q := range quarter {
+		qs = append(qs, q.Percentiles())
+	}
+	return h, n, qs
 }
 
 // consumeQueue long-polls queue q until the producers are done and it has

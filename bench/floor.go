@@ -13,11 +13,17 @@ import (
 
 // floorJobs are the load generator's own latency at every rate of the
 // ladder — the same schedule (rate, arrivals, workers, window, seeds)
-// against an operation that does nothing — in this process and, when the
-// phase has peers, in the peers' process (mqpeer --peer no-op), to be run
-// interleaved with the cells, round by round.
+// against an operation that does nothing — in the process that drives
+// mqstore's cells (floorRun) and, when the phase has peers, in the peers'
+// process (mqpeer --peer no-op), to be run interleaved with the cells,
+// round by round.
 func (r *runner) floorJobs(ph *phaseEnv, withPeers bool) []*job {
 	var jobs []*job
+	if r.isolate && !r.floorWorkersNoted {
+		r.floorWorkersNoted = true
+		r.note("the %s floors run as the store's repeats do (swap pressure in the run): each repeat in an mqbench worker process placed in its phase's cgroups "+
+			"(under swap pressure the store's memory cgroup) — the generator is measured where it drives mqstore's cells, swapping as they do", runfile.FloorMQBench)
+	}
 	procs := []string{runfile.FloorMQBench}
 	if withPeers && r.peerErr == nil {
 		procs = append(procs, runfile.FloorPeers)
@@ -76,16 +82,29 @@ func (r *runner) recordFloors(ph *phaseEnv, jobs []*job) map[string]map[float64]
 }
 
 // floorRun is one repeat of a floor: the open loop against a no-op, in
-// this process or in mqpeer's.
+// the process that drives the cells it is compared with — mqpeer's for
+// the peers; for mqstore a worker process in the phase's cgroups when the
+// store's repeats run in workers (runJob, r.isolate: under swap pressure
+// the generator inside the memory cgroup swaps with the store, and its
+// floor must see that), else this process.
 func (r *runner) floorRun(ph *phaseEnv, rate float64, inPeers bool) func(context.Context, *runfile.Cell, int, uint64) runfile.Repeat {
 	return func(ctx context.Context, c *runfile.Cell, round int, seed uint64) runfile.Repeat {
 		sp := spec(&r.cfg, "latency", 1, 0, rate, time.Duration(c.WindowNs), seed)
-		if inPeers {
+		switch {
+		case inPeers:
 			dir := filepath.Join(ph.t.work, runfile.SafeName(fmt.Sprintf("%s-r%d", c.Name, round)))
 			rep, _ := peerRepeat(ctx, r.peerCmd, dir, "no-op", "async", sp, StoreConfig{})
 			return rep
+		case r.isolate:
+			return workerFloorRepeat(ctx, sp, ph.env.cgroups())
 		}
-		res := load.Run(ctx, sp, nil, nil, func(int) load.Op { return func(context.Context) error { return nil } })
-		return repeatOf(res, nil)
+		return floorRepeat(ctx, sp)
 	}
+}
+
+// floorRepeat runs spec's schedule against an operation that does
+// nothing, in the calling process (mqbench's, or a floor worker's).
+func floorRepeat(ctx context.Context, sp load.Spec) runfile.Repeat {
+	res := load.Run(ctx, sp, nil, nil, func(int) load.Op { return func(context.Context) error { return nil } })
+	return repeatOf(res, nil)
 }

@@ -483,8 +483,10 @@ func fmtRates(rs []float64) string {
 
 // openLoopPhase measures the latency (and e2e) cells of every system at
 // its rungs, interleaved round by round with the floors at every rate of
-// the ladder (in this process, and in the peers' when the phase has
-// peers), and, without pressure, searches each system's sustainable rate.
+// the ladder (in the process that drives mqstore's cells — this one, or
+// workers in the phase's cgroups with r.isolate — and in the peers' when
+// the phase has peers), and, without pressure, searches each system's
+// sustainable rate below the rates its process's floors did not keep.
 func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 	var jobs []*job
 	var groups []system
@@ -523,7 +525,15 @@ func (r *runner) openLoopPhase(ctx context.Context, ph *phaseEnv) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.search(ctx, ph, sys)
+		// The search is judged against the floors of the process that
+		// drives its probes: at and above a rate whose floor did not keep
+		// its schedule, a saturated probe is the generator's, not the
+		// system's.
+		proc := runfile.FloorMQBench
+		if sys.peer {
+			proc = runfile.FloorPeers
+		}
+		r.search(ctx, ph, sys, bad[proc])
 	}
 }
 

@@ -56,8 +56,12 @@ type runner struct {
 	targets []*target
 	// isolate runs every store repeat in a worker process (when swap
 	// pressure needs the store in a memory cgroup, so that its unpressured
-	// baseline is measured the same way).
+	// baseline is measured the same way), and mqstore's floors with them
+	// (floorRun): the generator's floor is measured in the process that
+	// drives the cells, in the same cgroups.
 	isolate bool
+	// floorWorkersNoted: the run's notes say where mqstore's floors ran.
+	floorWorkersNoted bool
 	// window is every cell's measured window.
 	window time.Duration
 	// caps is each system's sustained rate from its throughput cells;

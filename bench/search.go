@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/mqstore/mqstore/bench/runfile"
 )
@@ -21,14 +23,26 @@ import (
 // (geometrically) until the two bounds are within 10 % or the probes run
 // out. The highest rate that did not saturate is recorded on the search
 // and on every latency cell of the system.
-func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
+//
+// badFloors are the ladder's rates whose floor, in the process that
+// drives sys (recordFloors: mqbench's for mqstore, mqpeer's for the
+// peers), did not keep its schedule or failed: from the lowest of them up
+// the generator is not shown to keep the schedule, so a probe there that
+// saturates is generator-bound (probeGeneratorBound), not the system's
+// saturation; that rate bounds the probes from above like a saturated
+// one, and a search it limited says so in its Reason.
+func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system, badFloors map[float64]string) {
 	s := runfile.RateSearch{Group: runfile.SearchGroup(sys.backend, sys.size, sys.pol.Flush, sys.pol.Name), Backend: sys.backend, Peer: sys.peer,
 		Flush: sys.pol.Flush, Size: sys.size, Target: ph.t.label, Pressure: ph.pressure, InFlight: r.cfg.InFlight}
 	cells, guess := r.searchStart(ph, sys, &s)
+	gen, genWhy := generatorLimit(badFloors)
 	seed := repeatSeed(r.cfg.Seed, 1)
 	near := false // the last probe was a guess at the capacity, and it held
 	for probe := 0; probe < r.cfg.SearchProbes && ctx.Err() == nil; probe++ {
 		lo, hi := s.SustainableRatePerSec, s.SaturatedAtPerSec
+		if c := generatorCeiling(gen, lo, s.Probes); c > 0 && (hi == 0 || c < hi) {
+			hi = c
+		}
 		if lo > 0 && hi > 0 && hi/lo <= runfile.SearchResolution {
 			break
 		}
@@ -36,6 +50,10 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 		wasGuess := guess > lo && (hi == 0 || guess < hi)
 		guess, near = 0, false
 		p, rep, atDrainOnly := r.probe(ctx, ph, sys, s.Group, rate, seed)
+		if gen > 0 && rate >= gen && p.Status == runfile.StatusSaturated {
+			p.Status = probeGeneratorBound
+			p.Reason = strings.TrimPrefix(p.Reason+"; ", "; ") + fmt.Sprintf("not the system's saturation: at or above %.0f msgs/s, where %s", gen, genWhy)
+		}
 		s.Probes = append(s.Probes, p)
 		switch p.Status {
 		case runfile.StatusOK:
@@ -49,6 +67,9 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 			if atDrainOnly {
 				guess = guessBelow * rep.Figures.MsgsPerSec
 			}
+		case probeGeneratorBound:
+			// Its rate bounds the next probes (generatorCeiling); what it
+			// achieved is the generator's, no guess at the system's capacity.
 		default:
 			s.Reason = fmt.Sprintf("probe at %.0f msgs/s %s: %s", rate, rep.Status, rep.Reason)
 		}
@@ -56,8 +77,14 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 			break
 		}
 	}
-	if s.SustainableRatePerSec == 0 && s.Reason == "" {
-		s.Reason = "no probed rate was sustained"
+	genLimited := s.Reason == "" && s.SaturatedAtPerSec == 0 && gen > 0 && (gen > s.SustainableRatePerSec || slices.ContainsFunc(s.Probes, isGeneratorBound))
+	if genLimited {
+		s.GeneratorLimitPerSec = gen
+		s.Reason = fmt.Sprintf("the load generator, not the system, limited the search: %s — no probe at or above %.0f msgs/s counts as the system saturating, "+
+			"so the system's sustainable rate may be higher", genWhy, gen)
+	}
+	if s.SustainableRatePerSec == 0 && (s.Reason == "" || genLimited) {
+		s.Reason = strings.TrimPrefix(s.Reason+"; ", "; ") + "no probed rate was sustained"
 	}
 	for _, c := range cells {
 		c.SustainableRatePerSec = s.SustainableRatePerSec
@@ -66,6 +93,39 @@ func (r *runner) search(ctx context.Context, ph *phaseEnv, sys system) {
 	r.progress.cellDone("search "+s.Group, runfile.StatusOK, "")
 	r.checkpoint()
 }
+
+// generatorLimit is the lowest of the rates whose floor did not keep its
+// schedule or failed (recordFloors' map for one process) and the floor's
+// reason; 0 when every floor kept its schedule.
+func generatorLimit(bad map[float64]string) (float64, string) {
+	var rate float64
+	var why string
+	for r, w := range bad {
+		if rate == 0 || r < rate {
+			rate, why = r, w
+		}
+	}
+	return rate, why
+}
+
+// generatorCeiling is the lowest rate above lo at which the generator is
+// not shown to keep the schedule — gen (generatorLimit), or a probe that
+// was generator-bound — or 0: the search probes below it, as below a rate
+// the system saturated at.
+func generatorCeiling(gen, lo float64, probes []runfile.Probe) float64 {
+	var c float64
+	if gen > lo {
+		c = gen
+	}
+	for _, p := range probes {
+		if isGeneratorBound(p) && p.RatePerSec > lo && (c == 0 || p.RatePerSec < c) {
+			c = p.RatePerSec
+		}
+	}
+	return c
+}
+
+func isGeneratorBound(p runfile.Probe) bool { return p.Status == probeGeneratorBound }
 
 // searchStart reads what the rate ladder already showed of sys: its
 // open-loop cells (which get the search's answer), the highest rate it
@@ -125,6 +185,12 @@ func (r *runner) probe(ctx context.Context, ph *phaseEnv, sys system, group stri
 // probeNotSustained is a probe that kept its schedule but not durably:
 // its backlog grew past 10 % of what it wrote (async, buffers filling).
 const probeNotSustained = "not sustained"
+
+// probeGeneratorBound is a probe that saturated at or above a rate whose
+// floor did not keep its schedule (or failed) in the process that drove
+// it: the load generator is not shown to keep that rate, so its
+// saturation is not counted as the system's.
+const probeGeneratorBound = "generator-bound"
 
 // durableRate is the rate a run kept durable: its completed msgs/s, scaled
 // by durable ÷ written when it fell behind.

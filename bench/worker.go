@@ -23,13 +23,14 @@ import (
 
 // WorkerEnv, when set in the environment, makes MaybeWorker run this
 // executable as an mqbench worker: a child process that the harness can put
-// in cgroups (the store side of swap-pressure cells, the neighbours, the
-// producer a recovery cell kills).
+// in cgroups (the store side of swap-pressure cells and mqstore's floors
+// beside them, the neighbours, the producer a recovery cell kills).
 const WorkerEnv = "MQBENCH_WORKER"
 
 // Worker kinds.
 const (
 	workerRepeat       = "repeat"        // one store repeat (throughput, latency or e2e); replies a Repeat
+	workerFloor        = "floor"         // one floor repeat: the open loop's schedule against a no-op; replies a Repeat
 	workerDirty        = "dirty"         // writes buffered data to a file forever
 	workerAnon         = "anon"          // touches anonymous memory forever
 	workerProduceCrash = "produce-crash" // fills a store, says "ready", waits to be killed
@@ -90,6 +91,8 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 			rep, options = storeRepeat(ctx, req.Store, req.Dir, req.Backend, req.Flush, req.Spec, nil)
 		}
 		return json.NewEncoder(out).Encode(workerReply{Repeat: rep, Options: options})
+	case workerFloor:
+		return json.NewEncoder(out).Encode(workerReply{Repeat: floorRepeat(ctx, req.Spec)})
 	case workerDirty:
 		return dirtyNeighbour(ctx, req.Dir, req.Bytes)
 	case workerAnon:
@@ -205,7 +208,21 @@ func (w *worker) waitLine() (string, error) {
 // workerStoreRepeat runs one store repeat in a worker placed in cgroups.
 func workerStoreRepeat(ctx context.Context, store StoreConfig, dir, backend, flush, workload string, spec load.Spec, cgroups []string) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
-	w, err := startWorker(ctx, workerRequest{Kind: workerRepeat, Store: store, Backend: backend, Flush: flush, Spec: spec, Dir: dir, Workload: workload}, cgroups)
+	return workerRun(ctx, workerRequest{Kind: workerRepeat, Store: store, Backend: backend, Flush: flush, Spec: spec, Dir: dir, Workload: workload}, cgroups)
+}
+
+// workerFloorRepeat runs one floor repeat — spec's schedule against a
+// no-op — in a worker placed in cgroups: the process that drives
+// mqstore's cells when they run in workers (runner.isolate).
+func workerFloorRepeat(ctx context.Context, spec load.Spec, cgroups []string) runfile.Repeat {
+	rep, _ := workerRun(ctx, workerRequest{Kind: workerFloor, Spec: spec}, cgroups)
+	return rep
+}
+
+// workerRun starts a worker in cgroups with req and returns the Repeat
+// (and options) it replies.
+func workerRun(ctx context.Context, req workerRequest, cgroups []string) (runfile.Repeat, map[string]string) {
+	w, err := startWorker(ctx, req, cgroups)
 	if err != nil {
 		return failedRepeat(err), nil
 	}

@@ -752,3 +752,25 @@ func BenchmarkClockNow(b *testing.B) {
 	})
 	_ = sink
 }
+
+// TestDeliveryRisingSaturates: an e2e result whose delivery latency rises
+// quarter after quarter is saturated (its consumers fell further behind
+// all window long), though its producers kept their schedule.
+func TestDeliveryRisingSaturates(t *testing.T) {
+	q := func(p50s ...int64) []Percentiles {
+		var out []Percentiles
+		for _, p := range p50s {
+			out = append(out, Percentiles{P50Ns: p})
+		}
+		return out
+	}
+	r := Result{Arrivals: 1000, Messages: 1000, Quarters: q(100, 110, 100, 105)}
+	if sat, why := r.Saturation(); sat {
+		t.Fatalf("a steady run is saturated: %v", why)
+	}
+	r.DeliveryQuarters = q(1e6, 3e6, 9e6, 27e6)
+	sat, why := r.Saturation()
+	if !sat || len(why) != 1 || !strings.Contains(why[0], "delivery latency p50 rose") {
+		t.Errorf("delivery rising 27×: saturated %v, %v", sat, why)
+	}
+}

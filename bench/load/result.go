@@ -53,6 +53,11 @@ type Result struct {
 	// the message's intended start); Delivered counts those deliveries.
 	Delivery  *Histogram `json:"delivery,omitempty"`
 	Delivered int64      `json:"delivered,omitempty"`
+	// DeliveryQuarters is the delivery latency of the messages intended in
+	// each quarter of the window (e2e): a consumer that falls further
+	// behind all window long saturates the cell as a producer's rising
+	// latency does.
+	DeliveryQuarters []Percentiles `json:"deliveryQuarters,omitempty"`
 	// Durability holds the system's positions at the window's edges and
 	// the drain (nil when the system under test does not implement
 	// Durability).
@@ -196,6 +201,9 @@ func (r *Result) Saturation() (saturated bool, reasons []string) {
 	}
 	if rising, why := Rising(r.Quarters); rising {
 		reasons = append(reasons, why)
+	}
+	if rising, why := Rising(r.DeliveryQuarters); rising {
+		reasons = append(reasons, "delivery "+why+": the consumers fell further behind all window long")
 	}
 	return len(reasons) > 0, reasons
 }

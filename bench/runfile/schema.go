@@ -412,7 +412,9 @@ type Sample struct {
 // operation that does nothing.
 type Floor struct {
 	// Process is where the schedule ran: FloorMQBench (the process that
-	// drives mqstore's cells) or FloorPeers (the peers' mqpeer process).
+	// drives mqstore's cells: mqbench's own, or, with swap pressure in the
+	// run, an mqbench worker in the store repeats' cgroups) or FloorPeers
+	// (the peers' mqpeer process).
 	Process    string  `json:"process,omitempty"`
 	RatePerSec float64 `json:"ratePerSec"`
 	Pressure   string  `json:"pressure"`
@@ -570,8 +572,9 @@ func (s *RateSearch) InFlightBound() bool {
 
 // LowerBound says why the search's sustainable rate is only a lower bound
 // of the system's — no probe saturated, the probes ran out before
-// SearchResolution, or the generator's requests in flight limited a
-// probe — or "" when it is the system's to within SearchResolution.
+// SearchResolution, the generator's requests in flight limited a probe, or
+// the generator's floor did not keep a rate the search needed — or "" when
+// it is the system's to within SearchResolution.
 func (s *RateSearch) LowerBound() string {
 	var why []string
 	switch {
@@ -582,6 +585,9 @@ func (s *RateSearch) LowerBound() string {
 	}
 	if s.InFlightBound() {
 		why = append(why, "the generator's requests in flight limited a probe")
+	}
+	if s.GeneratorLimitPerSec > 0 {
+		why = append(why, fmt.Sprintf("the load generator's floor did not keep %.0f msgs/s", s.GeneratorLimitPerSec))
 	}
 	return strings.Join(why, "; ")
 }
@@ -627,7 +633,12 @@ type RateSearch struct {
 	// saturate (0: none did); SaturatedAtPerSec the lowest that did (0: none).
 	SustainableRatePerSec float64 `json:"sustainableRatePerSec"`
 	SaturatedAtPerSec     float64 `json:"saturatedAtPerSec"`
-	Reason                string  `json:"reason,omitempty"`
+	// GeneratorLimitPerSec is the lowest rate whose floor, in the process
+	// that drove the search, did not keep its schedule, when it limited
+	// the search (no probe there counts as the system saturating); 0
+	// otherwise.
+	GeneratorLimitPerSec float64 `json:"generatorLimitPerSec,omitempty"`
+	Reason               string  `json:"reason,omitempty"`
 }
 
 // Probe is one run of a rate search.
