@@ -141,3 +141,27 @@ func TestPeerDurableOnlyAtDrain(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicatedCellSustainsOnlyWithItsSlave: a replicated cell whose
+// master kept its writes durable but whose slave fell behind by more than
+// the backlog bar is not sustained.
+func TestReplicatedCellSustainsOnlyWithItsSlave(t *testing.T) {
+	rep := func(replBacklog float64) runfile.Repeat {
+		res := load.Result{Workload: load.Throughput, Messages: 1000, PayloadBytes: 1 << 20, ElapsedNs: 1e9,
+			Durability: &load.DurabilityResult{WrittenEndBytes: 1 << 20, DurableEndBytes: 1 << 20, WrittenAfterDrainBytes: 1 << 20, DurableAfterDrainBytes: 1 << 20}}
+		r := repeatOf(res, nil)
+		r.Figures.ReplBacklogShare = replBacklog
+		return r
+	}
+	for _, c := range []struct {
+		repl      string
+		backlog   float64
+		sustained bool
+	}{{"async", 0.4, false}, {"async", 0.01, true}, {"", 0.4, true}} {
+		cell := runfile.Cell{Name: "x", Workload: "throughput", Replication: c.repl, Repeats: []runfile.Repeat{{Warm: true, Status: runfile.StatusOK}, rep(c.backlog), rep(c.backlog)}}
+		finishCell(&cell)
+		if cell.Sustained == nil || *cell.Sustained != c.sustained {
+			t.Errorf("replication %q, slave behind by %v of the window: sustained %v, want %v", c.repl, c.backlog, cell.Sustained, c.sustained)
+		}
+	}
+}

@@ -279,7 +279,11 @@ func finishCell(c *runfile.Cell) {
 		// is not observable, so no sustained verdict either way.
 		c.DurableAtDrainOnly = true
 	case durable && len(backlog) > 0:
+		// A replicated cell sustains only if its slave kept up too.
 		ok := runfile.Median(backlog) <= load.SustainedBacklogShare
+		if c.Replication != "" {
+			ok = ok && c.Figures.ReplBacklogShare <= load.SustainedBacklogShare
+		}
 		c.Sustained = &ok
 	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/ha"
 	"github.com/mqstore/mqstore/internal/tcpproxy"
+	"golang.org/x/sys/unix"
 )
 
 // The replication axis (--replication none,async,sync): the store under
@@ -28,12 +30,13 @@ import (
 // --slave-dir) and replicates over the same ha package `mqstore slave`
 // uses. A worker rather than `mqstore slave` because the harness needs
 // exact, machine-readable readings of the slave at the window's edges (its
-// CommitLog end and flushed offset, asked for over a pipe and answered in
-// JSON at once), where `mqstore slave` logs text at a --status-interval;
-// because it needs no second binary built; and because the harness's
-// workers already die with it (PR_SET_PDEATHSIG) and are ended on every
-// path. --ha-delay puts internal/tcpproxy between the two: a one-way delay
-// in each direction, an EMULATED network (both ends run on this machine).
+// CommitLog end, flushed offset and process CPU, asked for over a pipe
+// and answered in JSON at once), where `mqstore slave` logs text at a
+// --status-interval; because it needs no second binary built; and because
+// the harness's workers already die with it (PR_SET_PDEATHSIG) and are
+// ended on every path. --ha-delay puts internal/tcpproxy between the two:
+// a one-way delay in each direction, an EMULATED network (both ends run on
+// this machine).
 
 const (
 	workerSlave = "slave" // the slave's worker kind
@@ -54,12 +57,16 @@ type slaveCommand struct {
 }
 
 // slaveStatus is the slave worker's answer: its CommitLog end and flushed
-// offset, what it reported to the master, and whether it runs.
+// offset, what it reported to the master, whether it runs, and its
+// process's CPU so far (getrusage; CPUError when it could not be read).
 type slaveStatus struct {
 	UnixNs     int64  `json:"unixNs"`
 	Wrote      int64  `json:"wrote"`
 	Flushed    int64  `json:"flushed"`
 	Acked      int64  `json:"acked"`
+	CPUUserNs  int64  `json:"cpuUserNs"`
+	CPUSysNs   int64  `json:"cpuSysNs"`
+	CPUError   string `json:"cpuError,omitempty"`
 	Connected  bool   `json:"connected"`
 	Connects   int    `json:"connects"`
 	LastError  string `json:"lastError,omitempty"`
@@ -106,6 +113,12 @@ func slaveWorker(ctx context.Context, req workerRequest, dec *json.Decoder, out 
 			Connected: st.Connected, Connects: st.Connects, LastError: st.LastError}
 		if runErr != nil {
 			out.RunError = runErr.Error()
+		}
+		var ru unix.Rusage
+		if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+			out.CPUError = "getrusage: " + err.Error()
+		} else {
+			out.CPUUserNs, out.CPUSysNs = ru.Utime.Nano(), ru.Stime.Nano()
 		}
 		return out
 	}
@@ -473,10 +486,15 @@ func (ms *masterSide) close() error {
 	return errors.Join(errs...)
 }
 
+// replicatedCPU is a replicated cell's options["cpu"]: what its CPU
+// figures count.
+const replicatedCPU = "the master's process and the slave's (each its getrusage; the slave's read at the window's edges)"
+
 // runReplicatedRepeat runs one repeat of spec on a master whose slave runs in
 // its own process in slaveDir, with the EMULATED delay between them when
-// sys has one; it measures the lag and the slave's durable rate beside the
-// master's figures, then ends the slave, the proxy and the master.
+// sys has one; it measures the lag, the slave's durable rate and the
+// replication backlog beside the master's figures, and counts the slave's
+// CPU with the master's, then ends the slave, the proxy and the master.
 func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir string, sys system, spec load.Spec) (runfile.Repeat, map[string]string) {
 	defer os.RemoveAll(dir)
 	defer os.RemoveAll(slaveDir)
@@ -504,6 +522,16 @@ func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir s
 	watched := tr.watch(watchCtx, s.ReplicatedOffset, m.WaitAcked)
 	d := &replDurability{storeDurability: storeDurability{s: s}, tr: tr, slave: slave}
 	res := load.Run(ctx, spec, nil, d, replicatedPuts(s, tr, store.Message, spec.SizeBytes))
+	// The system is two processes: its CPU is the master's (load.Run's
+	// getrusage) and the slave's over the window.
+	slaveUser, slaveSys, cpuErr := d.slaveCPU()
+	if cpuErr != nil {
+		res.CPUUserNs, res.CPUSysNs = 0, 0
+		options["cpu"] = "not measured: " + cpuErr.Error()
+	} else {
+		res.CPUUserNs, res.CPUSysNs = res.CPUUserNs+slaveUser, res.CPUSysNs+slaveSys
+		options["cpu"] = replicatedCPU
+	}
 	deadline := catchUp(ctx, tr, m, s.Stats().WroteOffset, spec.Duration)
 	stopWatch()
 	<-watched
@@ -516,6 +544,12 @@ func runReplicatedRepeat(ctx context.Context, store StoreConfig, dir, slaveDir s
 	rep := repeatOf(res, d.counters())
 	rep.Replication = &rr
 	rep.Figures.AddReplication(&rr)
+	if d.edges == 2 {
+		rep.Figures.AddReplicationPositions(&rr, res.Durability)
+	}
+	if cpuErr == nil && rep.Figures.CPUSecPerGiB > 0 && res.PayloadBytes > 0 {
+		rep.Figures.SlaveCPUSecPerGiB = float64(slaveUser+slaveSys) / 1e9 / (float64(res.PayloadBytes) / (1 << 30))
+	}
 	if rep.Status != runfile.StatusFailed && rep.Status != runfile.StatusInterrupted {
 		switch {
 		case d.err != nil:
@@ -559,6 +593,22 @@ func catchUp(ctx context.Context, tr *lagTracker, m *ha.Master, wroteEnd int64, 
 	defer cancel()
 	_ = m.WaitAcked(actx, wroteEnd)
 	return deadline
+}
+
+// slaveCPU is the slave process's CPU between its readings at the
+// window's edges (which bracket the master's own CPU readings).
+func (d *replDurability) slaveCPU() (user, sys int64, err error) {
+	if d.edges != 2 || d.err != nil {
+		return 0, 0, errors.New("the slave was not read at both edges of the window")
+	}
+	a, b := d.slaveAt[0], d.slaveAt[1]
+	if e := cmp.Or(a.CPUError, b.CPUError); e != "" {
+		return 0, 0, fmt.Errorf("the slave's CPU: %s", e)
+	}
+	if b.CPUUserNs < a.CPUUserNs || b.CPUSysNs < a.CPUSysNs {
+		return 0, 0, errors.New("the slave's CPU went back during the window")
+	}
+	return b.CPUUserNs - a.CPUUserNs, b.CPUSysNs - a.CPUSysNs, nil
 }
 
 // slaveEdges records the slave's own positions and the master's

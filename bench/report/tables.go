@@ -164,7 +164,7 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 			accepted = fig(c, "mbPerSec", fmtFloat) + " (body)"
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush, fmt.Sprint(c.Producers),
-			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, groupCommitText(f, c), inFlush, sustainedText(c),
+			fig(c, "msgsPerSec", fmtCount), accepted, durable, backlog, drain, ttd, perCommit, groupCommitText(f, c), inFlush, replSustainedText(c),
 			tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"), cpuText(c), fig(c, "allocsPerMsg", fmtFloat))
 	}
 	b.WriteString("\nMB are 10^6 bytes of CommitLog records (a peer's: its own records) — *accepted* were acknowledged, *durable* were flushed during the window; a peer without durability reporting shows body MB/s. Latency columns are service times (a closed loop has no intended start). *CPU s/GiB*: CPU seconds per GiB (2^30 bytes) of message bodies accepted — the same bodies for every system, whatever its records add — of the whole process that runs the system (getrusage; the remoting peer adds its broker's, read from /proc; an older run's remoting row, which counted its client alone, says *client only*), not the kernel's writeback threads; — where the repeats have no CPU reading. *drain* is Store.Flush for mqstore (commit and flush of everything written: the CommitLog, as a peer's Drain syncs its own log); Close — dispatch, the ConsumeQueue and index flush, the checkpoint — is timed apart (run.json `closeNs`). *in flush*: the share of the window mqstore spent in its durable flushes (with sync flush, the group commit's commit and sync; with async, the flush service's), with the mean flush in brackets: near the whole window with sync flush, the device's syncs set the rate and only more records per sync go faster; well below, the time between syncs does (the producers, the CPUs, the scheduler). *÷ group-commit limit*: msgs/s over the most the device made durable with the cell's producer count of its records per durable write on written extents (a pre-written file, as a pre-written or reused segment is), and, after *fallocated*, on a fallocated file — shown for a cell whose windows made fallocated segments, whose syncs then also committed extent conversions (the limits' table below says how each was measured).\n\n")
@@ -174,6 +174,9 @@ func writeThroughput(b *strings.Builder, f *runfile.RunFile) {
 // marked when it is a remoting peer's from before the peer counted its
 // broker (its options say nothing of its CPU).
 func cpuText(c *runfile.Cell) string {
+	if c.Replication != "" {
+		return replCPUText(c)
+	}
 	if c.CPUSecPerGiB <= 0 {
 		return "—"
 	}
@@ -241,7 +244,7 @@ func writeLatency(b *strings.Builder, f *runfile.RunFile) {
 		}
 		t.row(label(f, c), runfile.SizeLabel(c.SizeBytes), c.Flush,
 			fmtCount(c.RatePerSec), statusText(c, " † generator-bound"), fig(c, "msgsPerSec", fmtCount), tailCount(c), tailText(c, "p50Ns"), tailText(c, "p99Ns"), tailText(c, "p999Ns"),
-			tailText(c, "maxNs"), floor, serviceText(c), fmtPct(c.Max.UnstartedFraction), sustainedText(c), sustainable)
+			tailText(c, "maxNs"), floor, serviceText(c), fmtPct(c.Max.UnstartedFraction), replSustainedText(c), sustainable)
 	}
 	fmt.Fprintf(b, "\nPercentiles come from the merged histogram of every measured repeat (*samples* in all), each with the number of samples above it and the range of the same percentile over the repeats; one with fewer than %d samples above it is a bound (≥) that no rule decides on. *unstarted*: the worst repeat's share of arrivals never started by the deadline: the window's end plus a tenth of the window (each is in the percentiles at deadline − intended). † *generator-bound*: p99.9 below %s× the floor's and the service-time p99.9 within the floor's — the load generator's tail, which bounds the store's from above. *saturated* cells show lower bounds (≥).\n\n",
 		runfile.MinSamplesAbove, fmtFloat(runfile.GeneratorBoundFactor))

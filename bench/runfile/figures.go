@@ -74,22 +74,45 @@ type Figures struct {
 	// Limits: a write+fdatasync probe's operations per second (all writers
 	// together; MsgsPerSec is the records they made durable).
 	OpsPerSec float64 `json:"opsPerSec,omitempty"`
-	// Replication (cells with a slave, ReplicationResult): the lag from a
-	// Put's acknowledgement to the slave's acknowledgement of its record, in
-	// time and in bytes, at p50 and p99; the share of acknowledged records
-	// the slave had not acknowledged by the deadline; and the slave's own
-	// durable rate (its flushed offset's progress over the window, MB/s of
-	// records).
+	// Replication (cells with a slave, ReplicationResult). ReplLagP50Ns and
+	// ReplLagP99Ns: the lag in time of the records acknowledged to a
+	// producer in the window, from the start of a record's Put (its append,
+	// not its acknowledgement) to the first slave acknowledgement covering
+	// the record's end; ReplLagBytesP50 and ReplLagBytesP99: in bytes, how
+	// far the slave's acknowledged offset was behind the record's end when
+	// its Put returned (each the repeat's own percentile).
+	// ReplUnackedFraction: the share of those records the slave had not
+	// acknowledged by the deadline after the window.
 	ReplLagP50Ns        int64   `json:"replLagP50Ns,omitempty"`
 	ReplLagP99Ns        int64   `json:"replLagP99Ns,omitempty"`
 	ReplLagBytesP50     float64 `json:"replLagBytesP50,omitempty"`
 	ReplLagBytesP99     float64 `json:"replLagBytesP99,omitempty"`
 	ReplUnackedFraction float64 `json:"replUnackedFraction,omitempty"`
-	SlaveDurableMBps    float64 `json:"slaveDurableMBps,omitempty"`
+	// SlaveDurableMBps is what the slave made durable of the record bytes
+	// the master accepted in the window, MB/s over the time between the
+	// slave's readings at the window's edges: its flushed offset's progress
+	// past the master's written offset at the window's start, up to the
+	// master's written offset at its end — as DurableMBps, a backlog
+	// accepted before the window and flushed inside it does not count.
+	SlaveDurableMBps float64 `json:"slaveDurableMBps,omitempty"`
+	// ReplBacklogBytes is the master's written offset at the window's end
+	// less the slave's CommitLog end read just after it (what the slave did
+	// not have: what losing the master's machine then would have lost),
+	// ReplBacklogShare that over the bytes the master accepted in the
+	// window: above load.SustainedBacklogShare the slave did not keep up
+	// with the master (the replication table's sustained verdict).
+	ReplBacklogBytes float64 `json:"replBacklogBytes,omitempty"`
+	ReplBacklogShare float64 `json:"replBacklogShare,omitempty"`
+	// SlaveCPUSecPerGiB is the slave's process's CPU seconds over the
+	// window (its getrusage, read at the window's edges) per GiB of message
+	// bodies accepted (closed loop); a replicated cell's CPUSecPerGiB
+	// includes it (Cell.Options["cpu"] says so; run files without that
+	// option counted the master's process alone).
+	SlaveCPUSecPerGiB float64 `json:"slaveCpuSecPerGiB,omitempty"`
 }
 
-// AddReplication sets the replication figures from a repeat's
-// replication result.
+// AddReplication sets the lag figures from a repeat's replication result
+// (AddReplicationPositions sets those that need the master's positions).
 func (f *Figures) AddReplication(r *ReplicationResult) {
 	if r == nil {
 		return
@@ -103,7 +126,31 @@ func (f *Figures) AddReplication(r *ReplicationResult) {
 	if r.Records > 0 {
 		f.ReplUnackedFraction = float64(r.Unacked) / float64(r.Records)
 	}
-	f.SlaveDurableMBps = load.PerSec(float64(r.SlaveFlushedEnd-r.SlaveFlushedStart)/1e6, r.SlaveElapsedNs)
+}
+
+// AddReplicationPositions sets the figures that set the slave's positions
+// at the window's edges (r) against the master's (master): the slave's
+// durable rate of the window's bytes and the replication backlog. It
+// sets nothing when either is missing.
+func (f *Figures) AddReplicationPositions(r *ReplicationResult, master *load.DurabilityResult) {
+	if r == nil || master == nil {
+		return
+	}
+	durable := max(0, min(r.SlaveFlushedEnd, master.WrittenEndBytes)-max(r.SlaveFlushedStart, master.WrittenStartBytes))
+	f.SlaveDurableMBps = load.PerSec(float64(durable)/1e6, r.SlaveElapsedNs)
+	f.ReplBacklogBytes, f.ReplBacklogShare = ReplicationBacklog(r, master)
+}
+
+// ReplicationBacklog is a repeat's replication backlog: the master's
+// written offset at the window's end less the slave's CommitLog end (0
+// when the slave had it all), and that as a share of the bytes the master
+// accepted in the window (0 when it accepted none).
+func ReplicationBacklog(r *ReplicationResult, master *load.DurabilityResult) (bytes, share float64) {
+	backlog := max(0, master.WrittenEndBytes-r.SlaveWroteEnd)
+	if w := master.WrittenBytes(); w > 0 {
+		share = float64(backlog) / float64(w)
+	}
+	return float64(backlog), share
 }
 
 // FiguresOf turns one load result (and the store's counters over its

@@ -867,12 +867,12 @@ func SafeName(s string) string {
 
 // ReplicationResult is one repeat's replication: the lag of every record
 // acknowledged to a producer in the window (sampled evenly when there were
-// very many), in time — from the Put's acknowledgement to the first
-// slave report covering the record's end — and in bytes — how far the
-// slave's acknowledged offset was behind the record's end when its Put was
-// acknowledged; records no slave acknowledged before the deadline after
-// the window count as unacknowledged and enter the lag at (deadline − put),
-// a lower bound. The slave's own durable progress is read from its process
+// very many), in time — from the start of the record's Put (its append,
+// not its acknowledgement) to the first slave report covering the record's
+// end — and in bytes — how far the slave's acknowledged offset was behind
+// the record's end when its Put returned; records no slave acknowledged
+// before the deadline after the window count as unacknowledged and enter
+// the lag at (deadline − the Put's start), a lower bound. The slave's own durable progress is read from its process
 // at the window's edges.
 type ReplicationResult struct {
 	Role string `json:"role"`
