@@ -35,6 +35,16 @@ func storeDurabilitySemantics(o engine.Options, replication string) (*runfile.Du
 		if strings.Contains(d.PowerLoss+d.ProcessCrash, "commit interval") {
 			here = append(here, "commit interval "+cmp.Or(o.CommitInterval, engine.DefaultCommitInterval).String())
 		}
+		if strings.Contains(d.PowerLoss, "flush least pages") {
+			if least := cmp.Or(o.FlushLeastPages, engine.DefaultFlushLeastPages); least > 0 {
+				here = append(here, fmt.Sprintf("flush least pages %d (%s)", least, runfile.SizeLabel(least*4096)))
+			} else {
+				here = append(here, "flush least pages: any byte")
+			}
+		}
+		if strings.Contains(d.PowerLoss, "thorough flush interval") {
+			here = append(here, "thorough flush interval "+cmp.Or(o.FlushThoroughInterval, engine.DefaultFlushThoroughInterval).String())
+		}
 		if len(here) > 0 {
 			out.PowerLoss += " (here: " + strings.Join(here, ", ") + ")"
 		}

@@ -67,8 +67,8 @@ func TestDurabilityFromTheRegistry(t *testing.T) {
 		backend, flush, repl string
 		has                  []string
 	}{
-		{"mmap", "async", ReplicationNone, []string{"(here: flush interval 500ms)", "everything: no other copy"}},
-		{"transient", "async", ReplicationNone, []string{"flush interval 500ms, commit interval 200ms"}},
+		{"mmap", "async", ReplicationNone, []string{"(here: flush interval 500ms, flush least pages 4 (16KiB), thorough flush interval 10s)", "everything: no other copy"}},
+		{"transient", "async", ReplicationNone, []string{"flush interval 500ms, commit interval 200ms, flush least pages 4 (16KiB), thorough flush interval 10s"}},
 		{"mmap", "async", ReplicationSync, []string{"SYNC_MASTER", "nothing acknowledged"}},
 		{"mmap", "sync", ReplicationAsync, []string{"ASYNC_MASTER", "replication lag"}},
 	} {

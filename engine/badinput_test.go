@@ -410,3 +410,37 @@ func TestDiskUsedPercentIsWhatDfShows(t *testing.T) {
 		t.Fatalf("diskUsedPercent = %.2f, df says %v%%", got, dfPercent)
 	}
 }
+
+// TestCutWithValidRecordsAfterKeepsThem: after an unclean shutdown whose
+// checkpoint records no flushed offset (deleted here), a damaged record
+// with valid records in later segments cannot be told from a torn tail and
+// is cut — but every cut byte is kept in .broken files, not thrown away.
+func TestCutWithValidRecordsAfterKeepsThem(t *testing.T) {
+	dir, o, res := diskStore(t, 600)
+	victim := res[len(res)/3]
+	seg := victim.PhysicalOffset - victim.PhysicalOffset%o.SegmentSizeBytes
+	if last := res[len(res)-1].PhysicalOffset; last-seg < 2*o.SegmentSizeBytes {
+		t.Fatalf("the victim's segment %d has too few after it (last record at %d)", seg, last)
+	}
+	path, b := flipByte(t, dir, o, victim)
+	if err := os.Remove(filepath.Join(dir, checkpointFileName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, abortFileName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o.FullRecoveryScan = true
+	s := openStore(t, dir, o)
+	defer s.Close()
+	if s.MaxOffset() != victim.PhysicalOffset {
+		t.Fatalf("cut at %d, want %d", s.MaxOffset(), victim.PhysicalOffset)
+	}
+	broken, err := os.ReadFile(path + ".broken")
+	if err != nil || !bytes.Equal(broken[:victim.Size], b[victim.PhysicalOffset-seg:victim.PhysicalOffset-seg+int64(victim.Size)]) {
+		t.Fatalf("the cut record is not kept in %s.broken: %v", path, err)
+	}
+	later := segmentPath(dir, seg+o.SegmentSizeBytes) + ".broken"
+	if fi, err := os.Stat(later); err != nil || fi.Size() == 0 {
+		t.Fatalf("the next segment's cut records are not kept in %s: %v", later, err)
+	}
+}

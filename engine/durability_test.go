@@ -704,3 +704,37 @@ func TestRecoveryKeepsAUnitWhoseRecordRetentionDeleted(t *testing.T) {
 		got.Release()
 	}
 }
+
+// TestNoRetentionDeletesNothing: with NoRetention the retention service
+// deletes no segment — not expired ones at a DeleteWhen of "*", not with a
+// full disk — while the same store without it does.
+func TestNoRetentionDeletesNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, noRetention := range []bool{true, false} {
+		fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+		o := smallLogicsOptions(Options{BackendImpl: fs, FlushMode: FlushSync, CleanInterval: 5 * time.Millisecond,
+			DeleteWhen: "*", FileReservedTime: time.Nanosecond, NoRetention: noRetention})
+		o.diskUsed = func(string) (float64, error) { return 99, nil }
+		s := openStore(t, t.TempDir(), o)
+		for s.log.queue.Len() < 4 {
+			if _, err := s.Put(ctx, testMessage("G", 0, 0, 500)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := s.log.queue.MinOffset()
+		deadline := time.Now().Add(5 * time.Second)
+		for s.log.queue.MinOffset() == before && time.Now().Before(deadline) && !noRetention {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if noRetention {
+			time.Sleep(100 * time.Millisecond) // twenty cleaner intervals
+		}
+		deleted := s.log.queue.MinOffset() != before
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if deleted == noRetention {
+			t.Errorf("NoRetention %v: a segment deleted: %v", noRetention, deleted)
+		}
+	}
+}

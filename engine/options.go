@@ -362,6 +362,11 @@ type Options struct {
 	DeleteWhen       string
 	DiskMaxUsedRatio int
 	CleanInterval    time.Duration
+	// NoRetention: the retention service does not run, so the store
+	// deletes no segment by itself (an admin tool that only reads a store
+	// must never shrink it: not at DeleteWhen, not when the disk is full).
+	// Store.CleanExpired still deletes when called.
+	NoRetention bool
 	// RecycleSegments keeps up to this many CommitLog segments that
 	// retention deletes, renamed, for the allocation service to take as
 	// new segments instead of making files (0, the default: none). A

@@ -35,6 +35,7 @@ func TestDefaultOptions(t *testing.T) {
 		"CommitLeastPages":                  4,
 		"CommitThoroughInterval":            200 * time.Millisecond,
 		"NoPreallocate":                     false,
+		"NoRetention":                       false,
 		"WarmSegments":                      false,
 		"WarmFlushEveryPages":               0, // zero is a value: no flush during warm-up
 		"LockSegments":                      false,

@@ -113,6 +113,16 @@ func (s *Store) appendMessage(ctx context.Context, m *Message, now time.Time) (a
 	return ar, PutOK, err
 }
 
+// maxTopicNameBytes: a topic names its ConsumeQueue's directory, and a
+// file name holds at most 255 bytes (NAME_MAX): a longer topic would be
+// appended and then fail every dispatch of it, and every Open after.
+const maxTopicNameBytes = 255
+
+//go:noinline
+func topicTooLongForAName(n int) error {
+	return fmt.Errorf("%w: topic is %d bytes, longer than %d: it names a directory of the store", record.ErrInvalid, n, maxTopicNameBytes)
+}
+
 // putFailed is a refused Put's result and error.
 //
 //go:noinline
@@ -158,6 +168,9 @@ func (s *Store) refusal() (PutStatus, error) {
 func (s *Store) encode(e *encodeBuffer, m *Message, now time.Time) (int32, PutStatus, error) {
 	if err := record.ValidateTopic(m.Topic, true); err != nil {
 		return 0, MessageIllegal, err
+	}
+	if len(m.Topic) > maxTopicNameBytes {
+		return 0, MessageIllegal, topicTooLongForAName(len(m.Topic))
 	}
 	if m.QueueID < 0 {
 		return 0, MessageIllegal, negativeQueueID(m.QueueID)

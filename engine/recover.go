@@ -495,9 +495,23 @@ func (s *Store) judgeEnd(end scanEnd) (closeEnd bool, err error) {
 		// version may not know the last flush).
 		durable = max(durable, end.validEnd+1)
 	}
+	later := int64(-1)
+	if end.corrupt != nil {
+		later = s.validDataAfter(end.validEnd)
+	}
 	if end.validEnd >= durable {
 		if end.corrupt != nil {
-			s.opts.Logger.Warn("truncating a torn CommitLog tail", slog.Int64("offset", end.validEnd), slog.Any("reason", end.corrupt))
+			if later >= 0 {
+				// A tail torn before records that did reach the disk (or,
+				// when the checkpoint records no flushed offset, damage that
+				// cannot be told from a tear): they follow a hole and are cut
+				// with it, but kept.
+				if err := s.saveBroken(end.validEnd); err != nil {
+					return false, fmt.Errorf("truncating a torn CommitLog tail at offset %d: keeping the cut bytes: %w", end.validEnd, err)
+				}
+			}
+			s.opts.Logger.Warn("truncating a torn CommitLog tail", slog.Int64("offset", end.validEnd), slog.Any("reason", end.corrupt),
+				slog.Bool("cutBytesKeptInBrokenFiles", later >= 0))
 		}
 		return false, nil
 	}
@@ -506,7 +520,9 @@ func (s *Store) judgeEnd(end scanEnd) (closeEnd bool, err error) {
 		reason = end.corrupt.Error()
 	}
 	msg := fmt.Sprintf("CommitLog invalid at offset %d although the checkpoint says it was durable up to %d: %s", end.validEnd, durable, reason)
-	if later := s.validDataAfter(end.validEnd); later >= 0 {
+	if later >= 0 {
+		msg += fmt.Sprintf(" (valid records follow at %d)", later)
+	} else if later = s.validDataAfter(end.validEnd); later >= 0 {
 		msg += fmt.Sprintf(" (valid records follow at %d)", later)
 	}
 	if s.opts.OnCorruption != CorruptionTruncate {

@@ -61,6 +61,10 @@ type cleaner struct {
 
 func (c *cleaner) run() {
 	defer close(c.done)
+	if c.store.opts.NoRetention {
+		<-c.stop
+		return
+	}
 	ticker := time.NewTicker(c.store.opts.CleanInterval)
 	defer ticker.Stop()
 	for {

@@ -127,6 +127,12 @@ func lockStore(dir string, opts Options) (*Store, error) {
 	}
 	o := opts.withDefaults()
 	if reg, err := lookupBackend(o.Backend); o.BackendImpl == nil && err == nil && reg.Volatile {
+		// An in-memory backend would ignore a store on disk there, and
+		// acknowledge Puts that vanish with the process.
+		if _, err := os.Stat(filepath.Join(dir, paramsFileName)); err == nil {
+			return nil, fmt.Errorf("open store: %s holds a store on disk (%s), and backend %s keeps everything in memory: open it with its own backend: %w",
+				dir, paramsFileName, o.Backend, ErrConfigMismatch)
+		}
 		// An in-memory backend is made here, not with the others: the
 		// directory's own files (checkpoint, abort, parameters) live in it.
 		b, err := newBackend(o)

@@ -343,6 +343,7 @@ func TestInputRules(t *testing.T) {
 		{"empty topic", &Message{Topic: ""}, MessageIllegal, ErrMessageIllegal, "topic"},
 		{"bad topic char", &Message{Topic: "a b"}, MessageIllegal, ErrMessageIllegal, "topic"},
 		{"slash in topic", &Message{Topic: "a/b"}, MessageIllegal, ErrMessageIllegal, "topic"},
+		{"topic longer than a file name", &Message{Topic: strings.Repeat("a", 256)}, MessageIllegal, ErrMessageIllegal, "longer than 255"},
 		{"negative queue", &Message{Topic: "t", QueueID: -1}, MessageIllegal, ErrMessageIllegal, "queue id -1"},
 		{"body too large", &Message{Topic: "t", Body: make([]byte, 5000)}, MessageIllegal, ErrMessageIllegal, "5000"},
 		{"record too large", &Message{Topic: "t", Body: make([]byte, 4090)}, MessageIllegal, ErrMessageIllegal, "maximum message size"},
@@ -364,8 +365,9 @@ func TestInputRules(t *testing.T) {
 			}
 		})
 	}
-	// A long topic is fine: it takes the v2 format.
-	long := strings.Repeat("x", 200)
+	// A long topic is fine: it takes the v2 format (up to 255 bytes, a
+	// file name's most).
+	long := strings.Repeat("x", 255)
 	res, err := s.Put(ctx, &Message{Topic: long, Body: []byte("v2")})
 	if err != nil {
 		t.Fatal(err)
@@ -602,5 +604,21 @@ func TestStatsLockedBytes(t *testing.T) {
 	waitFor(t, "a locked segment", func() bool { return s.Stats().LockedBytes >= seg })
 	if st := s.Stats(); st.LockedBytes%seg != 0 {
 		t.Fatalf("mmap with locked segments: LockedBytes %d is not a whole number of segments", st.LockedBytes)
+	}
+}
+
+// TestInMemoryBackendRefusesAStoreOnDisk: opening a directory that holds
+// a store on disk with the in-memory backend is refused by name, rather
+// than acknowledging Puts that vanish with the process while the stored
+// log is ignored.
+func TestInMemoryBackendRefusesAStoreOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{Backend: "mmap", SegmentSizeBytes: 1 << 20, Logger: quietLogger})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(context.Background(), dir, Options{Backend: "mem", SegmentSizeBytes: 1 << 20, Logger: quietLogger})
+	if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), "holds a store on disk") {
+		t.Fatalf("mem over a store on disk: %v, want ErrConfigMismatch naming it", err)
 	}
 }

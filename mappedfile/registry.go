@@ -119,6 +119,12 @@ type Durability struct {
 	Mechanism    string `json:"mechanism"`
 }
 
+// AsyncFlushTail ends an async statement's power-loss window: the flush
+// service flushes only when at least FlushLeastPages pages are pending
+// (RocketMQ's flushPhysicQueueLeastPages), and everything only every
+// FlushThoroughInterval, so a light load's last records wait for that.
+const AsyncFlushTail = "; a tail of fewer than the flush least pages is flushed only by the thorough flush, up to the thorough flush interval after it was written"
+
 // SyncFlushDurability is the statement of sync flush on any backend whose
 // flush (or durable commit) is mechanism: the acknowledgement waits for a
 // group commit that made the record durable, so neither a crash of the

@@ -45,8 +45,8 @@ func durability(cfg mappedfile.Config, options any) (mappedfile.Durability, erro
 	return mappedfile.Durability{
 		Ack:          "after the record is copied into the segment's shared file mapping (the page cache); flushed in the background",
 		ProcessCrash: "nothing: the mapping's pages belong to the file, and the kernel writes them back",
-		PowerLoss: "what no msync has covered yet: up to the flush interval plus the flush in progress, the whole backlog when flushes fall behind " +
-			"(the kernel's own writeback may have saved some, without a guarantee)",
+		PowerLoss: "what no msync has covered yet: up to the flush interval plus the flush in progress, the whole backlog when flushes fall behind" +
+			mappedfile.AsyncFlushTail + " (the kernel's own writeback may have saved some, without a guarantee)",
 		Mechanism: mechanism + " by the flush service",
 	}, nil
 }

@@ -70,7 +70,7 @@ func durability(cfg mappedfile.Config, options any) (mappedfile.Durability, erro
 	mechanism := "pwrite of the committed bytes from the pool buffer into the file, then fdatasync"
 	fallback := ""
 	if opts.WhenEmpty == FallbackMmap {
-		fallback = "; a segment opened while the pool was empty is written through its file mapping (msync), as mmap"
+		fallback = "; a segment opened while the pool was empty is written through its file mapping and synced with fdatasync"
 		mechanism += fallback
 	}
 	if cfg.SyncFlush {
@@ -79,7 +79,7 @@ func durability(cfg mappedfile.Config, options any) (mappedfile.Durability, erro
 	return mappedfile.Durability{
 		Ack:          "after the record is copied into an mlocked off-heap buffer of the pool (RocketMQ's TransientStorePool)" + fallback + "; committed and flushed in the background",
 		ProcessCrash: "what the commit service has not yet written to the file (pwrite): up to the commit interval, more while commits fall behind",
-		PowerLoss:    "everything not yet fdatasynced: up to the commit interval plus the flush interval, the whole backlog when they fall behind",
+		PowerLoss:    "everything not yet fdatasynced: up to the commit interval plus the flush interval, the whole backlog when they fall behind" + mappedfile.AsyncFlushTail,
 		Mechanism:    mechanism + ", by the commit and flush services",
 	}, nil
 }

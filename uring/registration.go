@@ -98,7 +98,7 @@ func durability(opts Options, syncFlush bool) (mappedfile.Durability, error) {
 	if err != nil {
 		return mappedfile.Durability{}, err
 	}
-	if syncFlush {
+	if syncFlush || o.SyncAtCommit {
 		var mechanism string
 		switch {
 		case !o.Direct && o.SyncMethod == SyncLinkedFsync:
@@ -115,13 +115,28 @@ func durability(opts Options, syncFlush bool) (mappedfile.Durability, error) {
 		if o.Direct {
 			mechanism += extentsNote(o)
 		}
-		return mappedfile.SyncFlushDurability(mechanism), nil
+		if syncFlush {
+			return mappedfile.SyncFlushDurability(mechanism), nil
+		}
+		// Async flush with every commit durable by itself: the commit
+		// service's interval, not the flush's, bounds what a power loss
+		// loses.
+		ring := "staging ring"
+		if o.Direct {
+			ring = "aligned off-heap staging ring"
+		}
+		return mappedfile.Durability{
+			Ack:          "after the record is copied into the segment's " + ring + "; committed durably (then visible to consumers) in the background",
+			ProcessCrash: "what the commit service has not yet written from the staging ring: up to the commit interval, more while commits fall behind",
+			PowerLoss:    "what the commit service has not yet written durably: up to the commit interval (each commit is durable by itself: SyncAtCommit), more while commits fall behind",
+			Mechanism:    mechanism + ", by the commit service",
+		}, nil
 	}
 	if !o.Direct {
 		return mappedfile.Durability{
 			Ack:          "after the record is copied into the segment's off-heap staging ring; committed (then visible to consumers) and flushed in the background",
 			ProcessCrash: "what the commit service has not yet written from the staging ring to the file (pwrite): up to the commit interval, more while commits fall behind",
-			PowerLoss:    "everything not yet fdatasynced: up to the commit interval plus the flush interval, the whole backlog when they fall behind",
+			PowerLoss:    "everything not yet fdatasynced: up to the commit interval plus the flush interval, the whole backlog when they fall behind" + mappedfile.AsyncFlushTail,
 			Mechanism: "commit: pwrite(2) from the staging ring into the page cache (a system call: ext4 would send a buffered io_uring write to a worker thread); " +
 				"flush: fdatasync(2)",
 		}, nil
@@ -130,7 +145,8 @@ func durability(opts Options, syncFlush bool) (mappedfile.Durability, error) {
 		Ack:          "after the record is copied into the segment's aligned off-heap staging ring; committed (then visible to consumers) and flushed in the background",
 		ProcessCrash: "what the commit service has not yet written from the staging ring with O_DIRECT: up to the commit interval, more while commits fall behind",
 		PowerLoss: "everything since the last flush: a committed O_DIRECT write may still be in the device's volatile cache, and one into unwritten " +
-			"(fallocated) extents needs the journal commit the flush makes — up to the commit interval plus the flush interval, the whole backlog when they fall behind",
+			"(fallocated) extents needs the journal commit the flush makes — up to the commit interval plus the flush interval, the whole backlog when they fall behind" +
+			mappedfile.AsyncFlushTail,
 		Mechanism: "commit: one vectored io_uring O_DIRECT write of the whole blocks covering the pending bytes (the partial last block padded with zeros and " +
 			"written again by the next commit); flush: io_uring FSYNC(DATASYNC)" + extentsNote(o),
 	}, nil

@@ -110,11 +110,7 @@ func (bf *brokerFlags) check(fs *flag.FlagSet) error {
 // listenRemoting opens --remoting-listen (a bare :PORT on loopback) and
 // settles the advertised address; host is the StoreHost records carry.
 func (bf *brokerFlags) listenRemoting(fs *flag.FlagSet) (ln net.Listener, host netip.AddrPort, err error) {
-	addr := *bf.listen
-	if strings.HasPrefix(addr, ":") {
-		addr = "127.0.0.1" + addr
-	}
-	if ln, err = broker.Listen(addr); err != nil {
+	if ln, err = broker.Listen(loopbackIfBare(*bf.listen)); err != nil {
 		return nil, host, err
 	}
 	adv := *bf.advertise

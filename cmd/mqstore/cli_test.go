@@ -16,6 +16,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"produce", "--topic", "T"},
 		{"produce", "--dir", "x"},
 		{"produce", "--dir", "x", "--topic", "T", "--queues", "0"},
+		{"produce", "--dir", "x", "--topic", "T", "--queues", "4294967296"},
+		{"consume", "--dir", "x", "--topic", "T", "--queue", "3000000000"},
 		{"produce", "--dir", "x", "--topic", "T", "--flush", "sometimes"},
 		{"produce", "--dir", "x", "--topic", "T", "--nope"},
 		{"produce", "--dir", "x", "--topic", "T", "--recycle-segments", "-1"},

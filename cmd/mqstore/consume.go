@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/internal/cli"
@@ -34,6 +35,8 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	switch {
 	case *queue < 0:
 		return cli.BadFlag(fs, "--queue is required and must not be negative")
+	case *queue > math.MaxInt32:
+		return cli.BadFlag(fs, "--queue must be at most %d (queue ids are int32), got %d", math.MaxInt32, *queue)
 	case *maxN < 0:
 		return cli.BadFlag(fs, "--max must not be negative, got %d", *maxN)
 	}

@@ -49,7 +49,7 @@ func controllerPeers(fs *flag.FlagSet, peers string, id *string, raftListen stri
 // runController runs one member of a controller group until ctx ends.
 func runController(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
-	listen := fs.String("listen", controller.DefaultListenAddr, "address brokers and tools reach this controller on (host:port; loopback by default)")
+	listen := fs.String("listen", controller.DefaultListenAddr, "address brokers and tools reach this controller on (host:port; loopback by default; a bare :PORT binds loopback)")
 	advertise := fs.String("advertise", "", "the RPC address followers name to clients (default: the address --listen bound; set it when --listen is a wildcard)")
 	raftListen := fs.String("raft-listen", controller.DefaultRaftAddr, "address this controller's raft transport binds (host:port); without --id, "+
 		"its entry in --peers; with --id, default that entry (what the others dial)")
@@ -90,7 +90,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return cli.BadFlag(fs, "--min-in-sync-replicas must be at least 1")
 	}
 	log := textLogger(stderr)
-	c, err := controller.Start(ctx, controller.Options{ID: *id, Peers: ps, RaftBind: bind, Dir: *dir, ListenAddr: *listen, AdvertiseAddr: *advertise,
+	c, err := controller.Start(ctx, controller.Options{ID: *id, Peers: ps, RaftBind: bind, Dir: *dir, ListenAddr: loopbackIfBare(*listen), AdvertiseAddr: *advertise,
 		HeartbeatTimeout: *raftHeartbeat, ElectionTimeout: *raftHeartbeat, LeaderLeaseTimeout: *raftHeartbeat / 2,
 		BrokerExpiry: *expiry, ScanInterval: *scan, Logger: log,
 		DefaultSetConfig: controller.SetConfig{UncleanElection: *unclean, MinInSyncReplicas: *minISR}})

@@ -61,9 +61,10 @@ func lineOf(r *record.Record, withBody bool) recordLine {
 	return l
 }
 
-// openExisting opens a store that must already exist.
+// openExisting opens a store that must already exist, for a command that
+// reads it: no retention (a read never deletes a segment).
 func openExisting(ctx context.Context, dir string) (*engine.Store, error) {
-	return openExistingWith(ctx, dir, engine.Options{NoPreallocate: true})
+	return openExistingWith(ctx, dir, engine.Options{NoPreallocate: true, NoRetention: true})
 }
 
 // openExistingWith opens a store that must already exist with options.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/mqstore/mqstore/internal/cli"
@@ -14,7 +15,7 @@ import (
 // runNamesrv runs a RocketMQ name server until ctx ends.
 func runNamesrv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("namesrv", flag.ContinueOnError)
-	listen := fs.String("listen", namesrv.DefaultListenAddr, "address to listen on (host:port; loopback by default)")
+	listen := fs.String("listen", namesrv.DefaultListenAddr, "address to listen on (host:port; loopback by default; a bare :PORT binds loopback)")
 	expiry := fs.Duration("broker-expiry", namesrv.DefaultBrokerExpiry, "a broker that has not registered for this long leaves the routes")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqstore namesrv [--listen ADDR] [--broker-expiry DURATION]\n\n"+
@@ -29,11 +30,21 @@ func runNamesrv(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return cli.BadFlag(fs, "--broker-expiry must be at least 1s")
 	}
 	log := textLogger(stderr)
-	s, err := namesrv.Start(namesrv.Options{ListenAddr: *listen, BrokerExpiry: *expiry, Logger: log})
+	s, err := namesrv.Start(namesrv.Options{ListenAddr: loopbackIfBare(*listen), BrokerExpiry: *expiry, Logger: log})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "name server listening on %s\n", s.Addr())
 	<-ctx.Done()
 	return s.Close()
+}
+
+// loopbackIfBare makes a bare :PORT listen address a loopback one, as
+// every listening flag of mqstore reads it: binding every interface takes
+// a host that says so (0.0.0.0:PORT, [::]:PORT).
+func loopbackIfBare(addr string) string {
+	if strings.HasPrefix(addr, ":") {
+		return "127.0.0.1" + addr
+	}
+	return addr
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -90,8 +91,8 @@ func addProduceFlags(fs *flag.FlagSet) *produceFlags {
 func (f *produceFlags) options(fs *flag.FlagSet, stderr io.Writer) (engine.Options, ha.MasterOptions, error) {
 	var mo ha.MasterOptions
 	switch {
-	case *f.queues < 1:
-		return engine.Options{}, mo, cli.BadFlag(fs, "--queues must be at least 1, got %d", *f.queues)
+	case *f.queues < 1 || *f.queues > math.MaxInt32:
+		return engine.Options{}, mo, cli.BadFlag(fs, "--queues must be from 1 to %d (queue ids are int32), got %d", math.MaxInt32, *f.queues)
 	case *f.count < 0:
 		return engine.Options{}, mo, cli.BadFlag(fs, "--count must not be negative, got %d", *f.count)
 	case *f.size < 0:

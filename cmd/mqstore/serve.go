@@ -444,7 +444,7 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	o := engine.Options{Role: engine.Slave, NoPreallocate: true, Logger: textLogger(stderr)}
+	o := engine.Options{Role: engine.Slave, NoPreallocate: true, NoRetention: true, Logger: textLogger(stderr)}
 	cut := *offset
 	if *master != "" {
 		store, err := openExistingWith(ctx, *dir, o)
