@@ -392,17 +392,31 @@ func (f *file) pwriteDSync(start, logicalEnd int64, pieces [][]byte) writeResult
 // ends (the last piece may be padding beyond it).
 func (f *file) ringWriteSync(ctx context.Context, l *lease, start, logicalEnd int64, pieces [][]byte) writeResult {
 	done := start // file offset written so far
+	// reached is what a result may report as committed when the commit
+	// stops short: with RWF_DSYNC every byte written is durable; with a
+	// write linked to an fsync nothing is until the fsync that follows the
+	// last write succeeds (after a short write the linked fsync was
+	// cancelled), and a commit with SyncAtCommit must not claim bytes that
+	// no sync covered — Flush would then publish them as flushed.
+	linked := f.syncCommit && f.syncMethod == SyncLinkedFsync
+	reached := func() int64 {
+		if linked {
+			return min(start, logicalEnd)
+		}
+		return min(done, logicalEnd)
+	}
 	noProgress := 0
 	for len(pieces) > 0 {
 		total := iovecBytes(pieces)
 		w, failed := f.ringWriteOnce(ctx, l, done, logicalEnd, pieces, total)
 		if failed != nil {
+			failed.end = min(failed.end, reached())
 			return *failed
 		}
 		written := w.written
 		if written >= total {
 			if w.syncErr != nil {
-				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring fdatasync: %w", w.syncErr)}
+				return writeResult{end: reached(), ioErr: fmt.Errorf("io_uring fdatasync: %w", w.syncErr)}
 			}
 			return writeResult{end: logicalEnd}
 		}
@@ -411,7 +425,7 @@ func (f *file) ringWriteSync(ctx context.Context, l *lease, start, logicalEnd in
 		advance := written - written%f.align
 		if advance == 0 {
 			if noProgress++; noProgress > maxNoProgress {
-				return writeResult{end: min(done, logicalEnd), ioErr: fmt.Errorf("io_uring write [%d,+%d): %d short writes without progress: %w",
+				return writeResult{end: reached(), ioErr: fmt.Errorf("io_uring write [%d,+%d): %d short writes without progress: %w",
 					done, total, noProgress, io.ErrShortWrite)}
 			}
 		} else {
@@ -420,7 +434,7 @@ func (f *file) ringWriteSync(ctx context.Context, l *lease, start, logicalEnd in
 		done += advance
 		pieces = skipBytes(pieces, advance)
 		if err := ctx.Err(); err != nil {
-			return writeResult{end: min(done, logicalEnd), ctxErr: err}
+			return writeResult{end: reached(), ctxErr: err}
 		}
 	}
 	return writeResult{end: logicalEnd}
