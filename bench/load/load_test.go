@@ -621,7 +621,7 @@ func TestWindowBracketsTheCPUReadings(t *testing.T) {
 			note("open")
 			return func() { note("end") }
 		}
-		res := Run(context.Background(), spec, nil, nil, func(int) Op {
+		res := Run(context.Background(), spec, nil, notingDurability{note}, func(int) Op {
 			return func(context.Context) error { note("op"); return nil }
 		})
 		if res.Failed() {
@@ -629,8 +629,11 @@ func TestWindowBracketsTheCPUReadings(t *testing.T) {
 		}
 		// The warm-up: ops between its CPU readings and its merge, no window.
 		// (On a loaded machine a phase may end before its workers ran an
-		// op: the ops are checked only where they fall.)
-		want := []string{"cpu", "op", "cpu", "merge", "open", "cpu", "op", "cpu", "end", "merge"}
+		// op: the ops are checked only where they fall.) The system's
+		// positions are read at the window's edges, outside the caller's
+		// window and before the merge (a flusher goes on during it), and
+		// once more after the drain.
+		want := []string{"cpu", "op", "cpu", "merge", "positions", "open", "cpu", "op", "cpu", "end", "positions", "merge", "drain", "positions"}
 		got := slices.DeleteFunc(slices.Clone(events), func(e string) bool { return e == "op" })
 		if !slices.Equal(got, slices.DeleteFunc(slices.Clone(want), func(e string) bool { return e == "op" })) {
 			t.Errorf("%s: events %v, want %v", spec.Workload, events, want)
@@ -647,53 +650,12 @@ func TestWindowBracketsTheCPUReadings(t *testing.T) {
 	}
 }
 
-// notingDurability notes its calls: what TestPositionsAtTheWindowsEdges
+// notingDurability notes its calls: what TestWindowBracketsTheCPUReadings
 // orders against the CPU readings and the merge.
 type notingDurability struct{ note func(string) }
 
 func (d notingDurability) Positions() (int64, int64)       { d.note("positions"); return 0, 0 }
 func (d notingDurability) Drain(ctx context.Context) error { d.note("drain"); return nil }
-
-// TestPositionsAtTheWindowsEdges: the system's written and durable
-// positions are read as the window opens and as its last worker returns,
-// beside the CPU readings — before the workers' histograms are merged (a
-// flusher goes on during the merge, after the window's time) — and once
-// more after the drain.
-func TestPositionsAtTheWindowsEdges(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		events []string
-	)
-	note := func(e string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if e != "op" {
-			events = append(events, e)
-		}
-	}
-	cpuNow = func() (time.Duration, time.Duration) { note("cpu"); return 0, 0 }
-	mergeWorkers = func(ws []*worker, set *seriesSet, start, end time.Time) phase {
-		note("merge")
-		return merge(ws, set, start, end)
-	}
-	t.Cleanup(func() { cpuNow, mergeWorkers = cpuTimes, merge })
-	for _, spec := range []Spec{
-		{Workload: Throughput, SizeBytes: 64, Producers: 2, Duration: 20 * time.Millisecond, Warmup: 10 * time.Millisecond},
-		{Workload: Latency, SizeBytes: 64, RatePerSec: 2000, InFlight: 2, Arrival: Constant, Duration: 20 * time.Millisecond, Warmup: 10 * time.Millisecond},
-	} {
-		events = nil
-		res := Run(context.Background(), spec, nil, notingDurability{note}, func(int) Op {
-			return func(context.Context) error { note("op"); return nil }
-		})
-		if res.Failed() {
-			t.Fatalf("%s: %s", spec.Workload, res.Error)
-		}
-		want := []string{"cpu", "cpu", "merge", "positions", "cpu", "cpu", "positions", "merge", "drain", "positions"}
-		if !slices.Equal(events, want) {
-			t.Errorf("%s: events %v, want %v", spec.Workload, events, want)
-		}
-	}
-}
 
 // TestWorkersAreMadeBeforeTheWindow: the workers' histograms are made
 // before the window opens, so a window of ops that allocate nothing
