@@ -126,6 +126,13 @@ func lockStore(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	o := opts.withDefaults()
+	if o.BackendImpl == nil {
+		// Before anything is created: an unknown backend must not leave
+		// a store's skeleton (its parameters file) behind.
+		if _, err := lookupBackend(o.Backend); err != nil {
+			return nil, fmt.Errorf("open store: %w", backendError(o.Backend, err))
+		}
+	}
 	if reg, err := lookupBackend(o.Backend); o.BackendImpl == nil && err == nil && reg.Volatile {
 		// An in-memory backend would ignore a store on disk there, and
 		// acknowledge Puts that vanish with the process.

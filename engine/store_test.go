@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -408,8 +409,14 @@ func TestReopenRules(t *testing.T) {
 			t.Fatalf("options %+v accepted", bad)
 		}
 	}
-	if _, err := Open(ctx, t.TempDir(), Options{Backend: "floppy"}); !errors.Is(err, ErrUnknownBackend) {
+	fresh := t.TempDir()
+	if _, err := Open(ctx, fresh, Options{Backend: "floppy"}); !errors.Is(err, ErrUnknownBackend) {
 		t.Fatalf("unknown backend: %v", err)
+	}
+	// Refused before anything is made: no parameters file that a retry
+	// with other options would then be refused against.
+	if _, err := os.Stat(filepath.Join(fresh, paramsFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an unknown backend left %s behind: %v", paramsFileName, err)
 	}
 }
 

@@ -89,7 +89,7 @@ func TestParseBytesAndRates(t *testing.T) {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "0", "-5", "k", "1.5k"} {
+	for _, bad := range []string{"", "0", "-5", "k", "1.5k", "17179869184g", "8589934592g"} {
 		if _, err := parseBytes(bad); err == nil {
 			t.Errorf("parseBytes(%q) accepted", bad)
 		}
