@@ -139,9 +139,27 @@ func policiesFor(c *Config, backend string) []Policy {
 
 // Validate checks a configuration; the error names the bad value.
 func Validate(c *Config) error {
-	for _, check := range []func(*Config) error{validateNames, validateReplication, validateNumbers, validateSizes} {
+	for _, check := range []func(*Config) error{validateNames, validateReplication, validateNumbers, validateSizes, validateStoreOptions} {
 		if err := check(c); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// validateStoreOptions checks the store options as engine.Open would, for
+// every backend and flush mode of the run, before anything is measured (a
+// bad one would otherwise fail every cell after the limits ran).
+func validateStoreOptions(c *Config) error {
+	for _, backend := range c.Backends {
+		for _, flush := range c.Flushes {
+			o, err := storeOptions(c.Store, backend, flush)
+			if err == nil {
+				err = o.Validate()
+			}
+			if err != nil {
+				return fmt.Errorf("store options for %s, %s flush: %w", backend, flush, err)
+			}
 		}
 	}
 	return nil

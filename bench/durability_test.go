@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
@@ -163,5 +164,25 @@ func TestReplicatedCellSustainsOnlyWithItsSlave(t *testing.T) {
 		if cell.Sustained == nil || *cell.Sustained != c.sustained {
 			t.Errorf("replication %q, slave behind by %v of the window: sustained %v, want %v", c.repl, c.backlog, cell.Sustained, c.sustained)
 		}
+	}
+}
+
+// TestValidateChecksStoreOptions: store options engine.Open would refuse
+// are refused before a run measures anything, naming the backend and flush.
+func TestValidateChecksStoreOptions(t *testing.T) {
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.Store.SegmentSizeBytes = 1<<20 + 1000 },
+		func(c *Config) { c.Store.FlushInterval = -time.Second },
+		func(c *Config) { c.Store.SyncFlushTimeout = -time.Second },
+	} {
+		cfg := DefaultConfig()
+		bad(&cfg)
+		if err := Validate(&cfg); err == nil || !strings.Contains(err.Error(), "store options for") {
+			t.Errorf("%+v: %v, want the store options refused", cfg.Store, err)
+		}
+	}
+	cfg := DefaultConfig()
+	if err := Validate(&cfg); err != nil {
+		t.Fatalf("the default config: %v", err)
 	}
 }

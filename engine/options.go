@@ -628,6 +628,10 @@ func (o Options) effectivePrewrite() PrewriteMode {
 	return PrewriteOff
 }
 
+// Validate reports what is wrong with o, as Open would refuse it — before
+// anything is opened (a tool that will open many stores checks once).
+func (o Options) Validate() error { return o.validate() }
+
 func (o Options) validate() error {
 	type check struct {
 		bad  bool
