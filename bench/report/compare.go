@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -41,6 +42,9 @@ func Compare(a, b *runfile.RunFile) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "A: %s (commit %s, %d measured repeats, %s)\nB: %s (commit %s, %d measured repeats, %s)\n\n", a.ID, shortCommit(a.Machine.Commit), a.Config.Repeat,
 		ciLevelText(a.Config.Repeat), b.ID, shortCommit(b.Machine.Commit), b.Config.Repeat, ciLevelText(b.Config.Repeat))
+	if diff := storeDiff(a.Config.Store, b.Config.Store); len(diff) > 0 {
+		fmt.Fprintf(&s, "**The runs' store options differ**, so every store cell below compares them too: %s.\n\n", strings.Join(diff, "; "))
+	}
 	t := newTable(&s, "cell", "figure", "A>", "B>", "B ÷ A>", "verdict")
 	byKey := map[string][]*runfile.Cell{}
 	for _, c := range allCells(b) {
@@ -91,6 +95,9 @@ func Compare(a, b *runfile.RunFile) string {
 			continue
 		}
 		compareRow(t, "limit "+limitKey(la), figName, la.Interval(figName), lb.Interval(figName))
+	}
+	if len(matched) == 0 {
+		s.WriteString("\n**No cell of A has a counterpart in B** (same workload, system, size, flush, pressure, policy, target, producers or rate, message): nothing was compared.\n")
 	}
 	s.WriteString("\nA verdict names a difference only when the two confidence intervals of the median do not overlap; otherwise there is no significant difference between the runs. For a rank test on the repeats: `benchstat A/bench.txt B/bench.txt` (bench.txt has one line per measured repeat).\n")
 	if len(onlyA) > 0 {
@@ -152,4 +159,45 @@ func compareRow(t table, name, figure string, a, b runfile.Interval) {
 		verdict = map[bool]string{true: "B better", false: "B worse"}[better] + " (intervals separate)"
 	}
 	t.row(name, figure, ci(a, f), ci(b, f), ratio, verdict)
+}
+
+// storeDiff names the store options two runs set differently (the
+// profile labels aside: the profiled runs' own), each as A and B.
+func storeDiff(a, b runfile.StoreConfig) []string {
+	a.ProfileLabels, b.ProfileLabels = false, false
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	if errA != nil || errB != nil {
+		return nil
+	}
+	var ma, mb map[string]any
+	if json.Unmarshal(ja, &ma) != nil || json.Unmarshal(jb, &mb) != nil {
+		return nil
+	}
+	var keys []string
+	for k := range ma {
+		keys = append(keys, k)
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out []string
+	show := func(v any, ok bool) string {
+		if !ok {
+			return "(default)"
+		}
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	for _, k := range keys {
+		va, okA := ma[k]
+		vb, okB := mb[k]
+		if show(va, okA) != show(vb, okB) {
+			out = append(out, fmt.Sprintf("%s A %s, B %s", k, show(va, okA), show(vb, okB)))
+		}
+	}
+	return out
 }

@@ -659,3 +659,24 @@ func TestFloorTableNamesItsTarget(t *testing.T) {
 		t.Errorf("one target's floors:\n%s", b.String())
 	}
 }
+
+// TestCompareSaysWhatDiffers: comparing runs whose store options differ
+// says which, with both values; comparing runs with no cell in common
+// says nothing was compared.
+func TestCompareSaysWhatDiffers(t *testing.T) {
+	a, b := baseRun(), baseRun()
+	a.Cells = []runfile.Cell{known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, map[string][3]float64{"msgsPerSec": {40e3, 38e3, 42e3}})}
+	b.Cells = []runfile.Cell{known("throughput-mmap-1024-sync-p16", "throughput", "mmap", "sync", 16, map[string][3]float64{"msgsPerSec": {41e3, 39e3, 43e3}})}
+	a.Config.Store.SegmentSizeBytes, b.Config.Store.SegmentSizeBytes = 64<<20, 256<<20
+	b.Config.Store.RecycleSegments = 20
+	out := Compare(a, b)
+	if !strings.Contains(out, "**The runs' store options differ**") || !strings.Contains(out, "segmentSizeBytes A 67108864, B 268435456") ||
+		!strings.Contains(out, "recycleSegments A (default), B 20") || strings.Contains(out, "No cell of A") {
+		t.Errorf("store options differing:\n%s", out)
+	}
+	b.Cells[0].Producers, b.Cells[0].Name = 64, "throughput-mmap-1024-sync-p64"
+	b.Config.Store = a.Config.Store
+	if out := Compare(a, b); !strings.Contains(out, "**No cell of A has a counterpart in B**") || strings.Contains(out, "store options differ") {
+		t.Errorf("no cell in common:\n%s", out)
+	}
+}
