@@ -158,10 +158,15 @@ const prewrittenFile = "made as the engine makes a pre-written segment (segfile.
 // groupCommitVariant is one way the group-commit limit writes its N
 // records per op.
 type groupCommitVariant struct {
-	name               string
-	direct, prewritten bool
-	short              string // the method, in the tool's name
-	method, file       string
+	name         string // a runfile.LimitGroupCommit… name: it says the way (runfile.GroupCommitLimit)
+	short        string // the method, in the tool's name
+	method, file string
+}
+
+// way is how the variant writes: direct or not, on which file.
+func (v groupCommitVariant) way() runfile.GroupCommitWay {
+	w, _ := runfile.GroupCommitLimit(v.name)
+	return w
 }
 
 // groupCommitVariants are the group-commit limits: N records per op
@@ -174,11 +179,11 @@ type groupCommitVariant struct {
 // the first also runs with two in flight: two O_DIRECT writes of a shared
 // tail block cannot be.
 var groupCommitVariants = []groupCommitVariant{
-	{runfile.LimitGroupCommit, false, true, "pwrite + fdatasync", "pwrite + fdatasync", prewrittenFile},
-	{runfile.LimitGroupCommitDirect, true, true, "O_DIRECT pwritev2 RWF_DSYNC", "pwritev2 with RWF_DSYNC of the aligned blocks covering the N records, O_DIRECT (uring-direct's commit; the next op starts in the block where the last one ended)",
+	{runfile.LimitGroupCommit, "pwrite + fdatasync", "pwrite + fdatasync", prewrittenFile},
+	{runfile.LimitGroupCommitDirect, "O_DIRECT pwritev2 RWF_DSYNC", "pwritev2 with RWF_DSYNC of the aligned blocks covering the N records, O_DIRECT (uring-direct's commit; the next op starts in the block where the last one ended)",
 		"made as the engine makes uring-direct's pre-written segment (segfile.OpenOrCreate with Prewrite on an O_DIRECT descriptor: O_DIRECT zeros, synced): a write commits data only"},
-	{runfile.LimitGroupCommitFallocated, false, false, "pwrite + fdatasync", "pwrite + fdatasync", fallocatedFile},
-	{runfile.LimitGroupCommitDirectFallocated, true, false, "O_DIRECT pwritev2 RWF_DSYNC", "pwritev2 with RWF_DSYNC of the aligned blocks covering the N records, O_DIRECT (uring-direct's commit)", fallocatedFile},
+	{runfile.LimitGroupCommitFallocated, "pwrite + fdatasync", "pwrite + fdatasync", fallocatedFile},
+	{runfile.LimitGroupCommitDirectFallocated, "O_DIRECT pwritev2 RWF_DSYNC", "pwritev2 with RWF_DSYNC of the aligned blocks covering the N records, O_DIRECT (uring-direct's commit)", fallocatedFile},
 }
 
 // fallocatedFile says how the group-commit limits' fallocated file is made.
@@ -224,7 +229,7 @@ func groupCommitProbes(c *Config) []groupCommitProbe {
 func (r *runner) groupCommitLimits(ctx context.Context) {
 	cfg := r.cfg
 	for _, g := range groupCommitProbes(&cfg) {
-		probe := device.SyncProbe{Count: max(cfg.SyncProbeCount, len(g.split)), InFlight: len(g.split), Prewritten: g.variant.prewritten, Direct: g.variant.direct}
+		probe := device.SyncProbe{Count: max(cfg.SyncProbeCount, len(g.split)), InFlight: len(g.split), Prewritten: g.variant.way().Written, Direct: g.variant.way().Direct}
 		var perOp, writeBytes []string
 		for _, records := range g.split {
 			probe.WriterBytes = append(probe.WriterBytes, records*g.recBytes)
@@ -235,7 +240,7 @@ func (r *runner) groupCommitLimits(ctx context.Context) {
 			writers = "two goroutines at once, each on its own part of the one file (two syncs in flight on one segment), the N records split between them"
 		}
 		file := "pre-written file"
-		if !g.variant.prewritten {
+		if !g.variant.way().Written {
 			file = "fallocated file"
 		}
 		l := runfile.Limit{Name: g.variant.name, Tool: "mqbench device probe (N records per " + g.variant.short + ", " + file + ")",

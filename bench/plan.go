@@ -163,7 +163,7 @@ func limitSeconds(c *Config) float64 {
 	// pre-written one (the zeros, then the writes), once otherwise.
 	for _, g := range groupCommitProbes(c) {
 		bytes := float64(c.SyncProbeCount) * float64(g.n*g.recBytes)
-		if g.variant.prewritten {
+		if g.variant.way().Written {
 			bytes *= 2
 		}
 		sync += float64(c.SyncProbeCount)*200e-6 + bytes/1e9

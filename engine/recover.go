@@ -495,8 +495,11 @@ func (s *Store) judgeEnd(end scanEnd) (closeEnd bool, err error) {
 		// version may not know the last flush).
 		durable = max(durable, end.validEnd+1)
 	}
+	// Where valid records follow the end (-1: none), for a tail cut before
+	// them and for the error below; zeros past the durable offset need it
+	// for neither.
 	later := int64(-1)
-	if end.corrupt != nil {
+	if end.corrupt != nil || end.validEnd < durable {
 		later = s.validDataAfter(end.validEnd)
 	}
 	if end.validEnd >= durable {
@@ -521,8 +524,6 @@ func (s *Store) judgeEnd(end scanEnd) (closeEnd bool, err error) {
 	}
 	msg := fmt.Sprintf("CommitLog invalid at offset %d although the checkpoint says it was durable up to %d: %s", end.validEnd, durable, reason)
 	if later >= 0 {
-		msg += fmt.Sprintf(" (valid records follow at %d)", later)
-	} else if later = s.validDataAfter(end.validEnd); later >= 0 {
 		msg += fmt.Sprintf(" (valid records follow at %d)", later)
 	}
 	if s.opts.OnCorruption != CorruptionTruncate {

@@ -126,14 +126,16 @@ func lockStore(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	o := opts.withDefaults()
+	var reg mappedfile.Registration
 	if o.BackendImpl == nil {
 		// Before anything is created: an unknown backend must not leave
 		// a store's skeleton (its parameters file) behind.
-		if _, err := lookupBackend(o.Backend); err != nil {
+		var err error
+		if reg, err = lookupBackend(o.Backend); err != nil {
 			return nil, fmt.Errorf("open store: %w", backendError(o.Backend, err))
 		}
 	}
-	if reg, err := lookupBackend(o.Backend); o.BackendImpl == nil && err == nil && reg.Volatile {
+	if o.BackendImpl == nil && reg.Volatile {
 		// An in-memory backend would ignore a store on disk there, and
 		// acknowledge Puts that vanish with the process.
 		if _, err := os.Stat(filepath.Join(dir, paramsFileName)); err == nil {

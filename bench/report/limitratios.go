@@ -102,8 +102,8 @@ func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell, written bool) (best r
 	var names, ways []string
 	inFlight := map[string][]string{}
 	for l := range ptrs(f.Limits) {
-		isGC, w := runfile.GroupCommitLimit(l.Name)
-		if !isGC || w != written || l.Status != runfile.StatusOK || l.Target != c.Target || l.Producers != c.Producers ||
+		way, isGC := runfile.GroupCommitLimit(l.Name)
+		if !isGC || way.Written != written || l.Status != runfile.StatusOK || l.Target != c.Target || l.Producers != c.Producers ||
 			l.SizeBytes != c.SizeBytes || l.RecordBytes != c.RecordBytes || c.RecordBytes == 0 || !boundsItsProducers(f, l) {
 			continue
 		}
@@ -114,14 +114,14 @@ func groupCommitLimit(f *runfile.RunFile, c *runfile.Cell, written bool) (best r
 		best.Lo, best.Hi = max(best.Lo, iv.Lo), max(best.Hi, iv.Hi)
 		names = appendNew(names, l.Name)
 		inFlight[l.Name] = append(inFlight[l.Name], strconv.Itoa(l.InFlight))
-		way := "pwrite + fdatasync"
-		if l.Name == runfile.LimitGroupCommitDirect || l.Name == runfile.LimitGroupCommitDirectFallocated {
-			way = "O_DIRECT pwritev2 RWF_DSYNC"
+		method := "pwrite + fdatasync"
+		if way.Direct {
+			method = "O_DIRECT pwritev2 RWF_DSYNC"
 		}
 		if l.InFlight > 1 {
-			way += " split over " + strconv.Itoa(l.InFlight) + " in flight"
+			method += " split over " + strconv.Itoa(l.InFlight) + " in flight"
 		}
-		ways = append(ways, way)
+		ways = append(ways, method)
 	}
 	if len(names) == 0 {
 		return best, "", "", false

@@ -594,7 +594,7 @@ func thinTail(l *runfile.Limit, name string) bool {
 // isGroupCommitLimit reports whether name is one of the group-commit
 // limits.
 func isGroupCommitLimit(name string) bool {
-	ok, _ := runfile.GroupCommitLimit(name)
+	_, ok := runfile.GroupCommitLimit(name)
 	return ok
 }
 
@@ -604,10 +604,11 @@ func writeGroupCommitLimits(b *strings.Builder, f *runfile.RunFile, ls []*runfil
 	if len(ls) == 0 {
 		return
 	}
-	direct := slices.ContainsFunc(ls, func(l *runfile.Limit) bool {
-		return l.Name == runfile.LimitGroupCommitDirect || l.Name == runfile.LimitGroupCommitDirectFallocated
-	})
-	fallocated := slices.ContainsFunc(ls, func(l *runfile.Limit) bool { _, written := runfile.GroupCommitLimit(l.Name); return !written })
+	var direct, fallocated bool
+	for _, l := range ls {
+		way, _ := runfile.GroupCommitLimit(l.Name)
+		direct, fallocated = direct || way.Direct, fallocated || !way.Written
+	}
 	if direct || fallocated {
 		b.WriteString("### The group-commit limit (N records per durable write: through the page cache or with O_DIRECT, on a pre-written or a fallocated file)\n\n")
 	} else { // a run from before the O_DIRECT and fallocated limits

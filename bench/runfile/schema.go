@@ -521,17 +521,26 @@ const (
 	LimitGroupCommitDirectFallocated = "device-group-commit-direct-fallocated"
 )
 
+// GroupCommitWay is how a group-commit limit wrote: on written extents (a
+// pre-written file) or a fallocated file, and with O_DIRECT (pwritev2
+// RWF_DSYNC, uring-direct's commit) or through the page cache (pwrite +
+// fdatasync).
+type GroupCommitWay struct{ Written, Direct bool }
+
 // GroupCommitLimit reports whether a limit is a group-commit limit, and
-// whether its file had written extents (pre-written) or was only
-// fallocated.
-func GroupCommitLimit(name string) (ok, written bool) {
+// how it wrote.
+func GroupCommitLimit(name string) (way GroupCommitWay, ok bool) {
 	switch name {
-	case LimitGroupCommit, LimitGroupCommitDirect:
-		return true, true
-	case LimitGroupCommitFallocated, LimitGroupCommitDirectFallocated:
-		return true, false
+	case LimitGroupCommit:
+		return GroupCommitWay{Written: true}, true
+	case LimitGroupCommitDirect:
+		return GroupCommitWay{Written: true, Direct: true}, true
+	case LimitGroupCommitFallocated:
+		return GroupCommitWay{}, true
+	case LimitGroupCommitDirectFallocated:
+		return GroupCommitWay{Direct: true}, true
 	}
-	return false, false
+	return GroupCommitWay{}, false
 }
 
 // LimitRepeat is one measurement of a limit.

@@ -25,6 +25,7 @@ import (
 	_ "github.com/mqstore/mqstore/backends" // the broker's backends, for their durability statements
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/engine"
+	"github.com/mqstore/mqstore/internal/hostctl"
 	"github.com/mqstore/mqstore/mappedfile"
 	"github.com/mqstore/mqstore/namesrv"
 	"github.com/mqstore/mqstore/remoting"
@@ -190,9 +191,9 @@ func measure(ctx context.Context, cfg config, nsAddr string, brokerPid int, opti
 	var brokerUser, brokerSys time.Duration
 	var brokerCPUErr error
 	spec.Window = func() func() {
-		u0, s0, err0 := processCPU(brokerPid)
+		u0, s0, err0 := hostctl.ProcessCPU(brokerPid)
 		return func() {
-			u1, s1, err1 := processCPU(brokerPid)
+			u1, s1, err1 := hostctl.ProcessCPU(brokerPid)
 			brokerUser, brokerSys, brokerCPUErr = u1-u0, s1-s0, errors.Join(err0, err1)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package hostctl
 
 import (
 	"os"
@@ -20,7 +20,7 @@ func rusageCPU(t *testing.T) time.Duration {
 // getrusage says the process burnt, to its 10 ms ticks, and a process that
 // does not exist is an error.
 func TestProcessCPU(t *testing.T) {
-	u0, s0, err := processCPU(os.Getpid())
+	u0, s0, err := ProcessCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,15 +32,15 @@ func TestProcessCPU(t *testing.T) {
 		}
 	}
 	_ = x
-	u1, s1, err := processCPU(os.Getpid())
+	u1, s1, err := ProcessCPU(os.Getpid())
 	burnt := rusageCPU(t) - r0
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := (u1 - u0) + (s1 - s0); got < burnt-3*clockTick || got > burnt+3*clockTick {
+	if got := (u1 - u0) + (s1 - s0); got < burnt-3*ClockTick || got > burnt+3*ClockTick {
 		t.Errorf("/proc says %v of CPU (user %v → %v, system %v → %v), getrusage %v", got, u0, u1, s0, s1, burnt)
 	}
-	if _, _, err := processCPU(1 << 30); err == nil {
+	if _, _, err := ProcessCPU(1 << 30); err == nil {
 		t.Error("a process that does not exist: no error")
 	}
 }
