@@ -248,6 +248,13 @@ func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 	// its p99.9 under a dirty neighbour unchanged (≥ 22–23 ms against ≥
 	// 18–19). Never with sync flush: there each group commit would sync
 	// whole 2 MiB folios.
+	if s.fs == storefs.OS() {
+		// Before anything reads or maps a segment: recovery must see past
+		// the flushed offset what the device has (dropUnflushedPages).
+		if err := dropUnflushedPages(filepath.Join(s.dir, commitLogDirName), s.checkpoint.flushedOffset.Load()); err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+	}
 	queue, err := segment.Open(ctx, segment.Config{Dir: filepath.Join(s.dir, commitLogDirName), Backend: s.backend,
 		SegmentSizeBytes: o.SegmentSizeBytes, Allocator: alloc, HugePages: o.FlushMode == FlushAsync})
 	if errors.Is(err, segment.ErrCorruptDirectory) {

@@ -402,8 +402,9 @@ func (j *Journal) AttachLoop(image string) (string, error) {
 	return dev, j.Record(Change{Kind: ChangeLoop, Path: dev, Backing: image})
 }
 
-// Mount mounts dev (fsType) on a new directory dir.
-func (j *Journal) Mount(dev, fsType, dir string) error {
+// Mount mounts dev (fsType) on a new directory dir, with mount(8)'s -o
+// options when there are any.
+func (j *Journal) Mount(dev, fsType, dir string, options ...string) error {
 	if err := j.Record(Change{Kind: ChangeDir, Path: dir}); err != nil {
 		return err
 	}
@@ -413,7 +414,11 @@ func (j *Journal) Mount(dev, fsType, dir string) error {
 	if err := j.Record(Change{Kind: ChangeMount, Path: dir}); err != nil {
 		return err
 	}
-	return RunTool("mount", "-t", fsType, dev, dir)
+	args := []string{"-t", fsType}
+	if len(options) > 0 {
+		args = append(args, "-o", strings.Join(options, ","))
+	}
+	return RunTool("mount", append(args, dev, dir)...)
 }
 
 func isMountPoint(dir string) bool {
