@@ -10,6 +10,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,7 +49,13 @@ type Options struct {
 	AdvertisedAddr string
 	// Namesrv lists the name servers to register with (none: the broker
 	// serves only clients that know its address).
-	Namesrv          []string
+	Namesrv []string
+	// ClientTLS, when set, is the TLS of the broker's own connections:
+	// to the name servers and, a slave's, to its master's broker.
+	ClientTLS *tls.Config
+	// Credentials, when set, sign a slave's requests to its master's
+	// broker (one whose remoting port has an ACL).
+	Credentials      *remoting.Credentials
 	RegisterInterval time.Duration // namesrv.DefaultRegisterInterval
 	Cluster          string        // DefaultCluster
 	BrokerName       string        // DefaultBrokerName
@@ -213,7 +220,7 @@ func New(store *engine.Store, ln net.Listener, opts Options) (*Broker, error) {
 	if len(opts.Namesrv) > 0 {
 		b.registrar = namesrv.NewRegistrar(namesrv.Registration{Cluster: opts.Cluster, BrokerName: opts.BrokerName,
 			BrokerID: opts.BrokerID, BrokerAddr: opts.AdvertisedAddr, HAAddr: opts.HAAddr, Topics: b.registeredTopics},
-			namesrv.RegistrarOptions{Addrs: opts.Namesrv, Interval: opts.RegisterInterval, Logger: opts.Logger})
+			namesrv.RegistrarOptions{Addrs: opts.Namesrv, Interval: opts.RegisterInterval, Logger: opts.Logger, TLS: opts.ClientTLS})
 		b.registrar.RegisterAll(b.ctx)
 		b.goLoop(func() { b.registrar.Run(b.ctx) })
 	}

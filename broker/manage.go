@@ -258,7 +258,7 @@ func (b *Broker) slaveSync() {
 			conn = nil
 		}
 		if conn == nil {
-			c, err := remoting.Dial(b.ctx, master, nil, remoting.ConnOptions{Logger: b.log})
+			c, err := remoting.Dial(b.ctx, master, nil, remoting.ConnOptions{Logger: b.log, TLS: b.opts.ClientTLS, Credentials: b.opts.Credentials})
 			if err != nil {
 				b.log.Debug("broker: slave sync: dial master", slog.String("master", master), slog.Any("err", err))
 				continue

@@ -57,10 +57,10 @@ type consumerProc struct {
 	lines   []string
 }
 
-func startConsumerProc(t *testing.T, c *cluster, group, topic, tags string) *consumerProc {
+func startConsumerProc(t *testing.T, c *cluster, group, topic, tags string, extra ...string) *consumerProc {
 	t.Helper()
 	bin := build(t, "github.com/mqstore/mqstore/interop/internal/pushconsumer")
-	cmd := exec.Command(bin, "-namesrv", c.ns.Addr(), "-group", group, "-topic", topic, "-tags", tags, "-instance", instance(t))
+	cmd := exec.Command(bin, append([]string{"-namesrv", c.ns.Addr(), "-group", group, "-topic", topic, "-tags", tags, "-instance", instance(t)}, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package namesrv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,9 @@ type RegistrarOptions struct {
 	Interval time.Duration // DefaultRegisterInterval
 	Timeout  time.Duration // one registration's bound (3 s)
 	Logger   *slog.Logger
+	// TLS, when set, dials the name servers with TLS (name servers that
+	// serve it: mqstore namesrv --tls-cert).
+	TLS *tls.Config
 }
 
 // Registrar keeps a broker registered with every name server: at once, on
@@ -126,7 +130,7 @@ func (r *Registrar) conn(ctx context.Context, addr string) (*remoting.Conn, erro
 			return c, nil
 		}
 	}
-	c, err := remoting.Dial(ctx, addr, nil, remoting.ConnOptions{Logger: r.opts.Logger})
+	c, err := remoting.Dial(ctx, addr, nil, remoting.ConnOptions{Logger: r.opts.Logger, TLS: r.opts.TLS})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package remoting
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +34,12 @@ type ServerOptions struct {
 	// OnClose, when set, is called once per connection after it closed
 	// and its handlers returned (a registry drops the client).
 	OnClose func(c *Conn)
+	// TLS, when set, makes the server speak TLS with this configuration
+	// on every connection it accepts.
+	TLS *tls.Config
+	// ACL, when set, answers every request it does not authenticate with
+	// NO_PERMISSION before the handler sees it.
+	ACL *ACL
 }
 
 // Server accepts remoting connections and serves each with a Handler.
@@ -72,6 +79,12 @@ func Serve(ln net.Listener, h Handler, opts ServerOptions) *Server {
 		opts.MaxInFlightTotal = DefaultMaxInFlightTotal
 	}
 	opts.Conn = opts.Conn.withDefaults()
+	if opts.TLS != nil {
+		ln = tls.NewListener(ln, opts.TLS)
+	}
+	if opts.ACL != nil {
+		h = authenticated{h: h, acl: opts.ACL}
+	}
 	s := &Server{ln: ln, handler: h, opts: opts, log: opts.Conn.Logger, conns: map[*Conn]struct{}{},
 		global: make(chan struct{}, opts.MaxInFlightTotal)}
 	s.wg.Add(1)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/mqstore/mqstore/ha"
 	"github.com/mqstore/mqstore/internal/cli"
 	"github.com/mqstore/mqstore/metrics"
+	"github.com/mqstore/mqstore/remoting"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -34,6 +38,12 @@ type brokerFlags struct {
 	delays      []time.Duration
 	ln          net.Listener
 
+	tlsCert, tlsKey, tlsCA *string
+	aclFile, credsFile     *string
+	serverTLS, clientTLS   *tls.Config
+	acl                    *remoting.ACL
+	creds                  *remoting.Credentials
+
 	metricsServer *metrics.Server
 	remoting      *metrics.Remoting
 }
@@ -51,6 +61,13 @@ func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
 		noAutoTopic: fs.Bool("no-auto-create-topic", false, "refuse sends to unknown topics instead of creating them from TBW102"),
 		metrics:     fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (off by default; a bare :PORT binds loopback)"),
 		delayLevels: fs.String("delay-levels", broker.DefaultDelayLevels, "the delay of each level a message's DELAY property names, level 1 first"),
+		tlsCert: fs.String("remoting-tls-cert", "", "serve RocketMQ clients over TLS with this certificate (PEM; mqstore gen-certs makes one); "+
+			"an address beyond loopback needs it and --remoting-acl"),
+		tlsKey: fs.String("remoting-tls-key", "", "the private key of --remoting-tls-cert (PEM)"),
+		tlsCA:  fs.String("remoting-tls-ca", "", "dial the name servers (and a slave its master's broker) over TLS, verifying their certificates against this CA (PEM)"),
+		aclFile: fs.String("remoting-acl", "", "authenticate every client request by RocketMQ's ACL signature: a file of ACCESS_KEY SECRET_KEY lines "+
+			"(clients set the same credentials)"),
+		credsFile: fs.String("remoting-credentials", "", "a slave's credentials for its master's broker, whose port has an ACL: a file with one ACCESS_KEY SECRET_KEY line"),
 	}
 }
 
@@ -92,6 +109,9 @@ func (bf *brokerFlags) check(fs *flag.FlagSet) error {
 		if *bf.namesrv != "" || *bf.advertise != "" {
 			return cli.BadFlag(fs, "--namesrv and --remoting-advertise go with --remoting-listen")
 		}
+		if *bf.tlsCert != "" || *bf.tlsKey != "" || *bf.tlsCA != "" || *bf.aclFile != "" || *bf.credsFile != "" {
+			return cli.BadFlag(fs, "--remoting-tls-*, --remoting-acl and --remoting-credentials go with --remoting-listen")
+		}
 		return nil
 	}
 	for _, ns := range bf.namesrvs() {
@@ -99,12 +119,80 @@ func (bf *brokerFlags) check(fs *flag.FlagSet) error {
 			return cli.BadFlag(fs, "--namesrv %q: %v", ns, err)
 		}
 	}
+	if err := bf.loadSecurity(fs); err != nil {
+		return err
+	}
 	if *bf.advertise != "" {
 		if _, err := broker.StoreHost(*bf.advertise); err != nil {
 			return cli.BadFlag(fs, "--remoting-advertise: %v", err)
 		}
 	}
 	return nil
+}
+
+// loadSecurity reads the remoting port's TLS and ACL files and checks that
+// a port beyond loopback has both: it serves the log.
+func (bf *brokerFlags) loadSecurity(fs *flag.FlagSet) error {
+	if (*bf.tlsCert == "") != (*bf.tlsKey == "") {
+		return cli.BadFlag(fs, "--remoting-tls-cert and --remoting-tls-key go together")
+	}
+	if *bf.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(*bf.tlsCert, *bf.tlsKey)
+		if err != nil {
+			return cli.BadFlag(fs, "--remoting-tls-cert %s, --remoting-tls-key %s: %v", *bf.tlsCert, *bf.tlsKey, err)
+		}
+		// TLS 1.2 and up: RocketMQ's Java clients may not offer 1.3. No
+		// client certificate: the Go client cannot present one, so the
+		// ACL authenticates the clients.
+		bf.serverTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	if *bf.tlsCA != "" {
+		pemCA, err := os.ReadFile(*bf.tlsCA)
+		if err != nil {
+			return cli.BadFlag(fs, "--remoting-tls-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemCA) {
+			return cli.BadFlag(fs, "--remoting-tls-ca %s holds no PEM certificate", *bf.tlsCA)
+		}
+		bf.clientTLS = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	}
+	if *bf.aclFile != "" {
+		acl, err := remoting.LoadACL(*bf.aclFile)
+		if err != nil {
+			return cli.BadFlag(fs, "--remoting-acl: %v", err)
+		}
+		bf.acl = acl
+	}
+	if *bf.credsFile != "" {
+		acl, err := remoting.LoadACL(*bf.credsFile)
+		if err == nil {
+			bf.creds, err = acl.Single()
+		}
+		if err != nil {
+			return cli.BadFlag(fs, "--remoting-credentials: %v", err)
+		}
+	}
+	if addr := loopbackIfBare(*bf.listen); !isLoopbackAddr(addr) && (bf.serverTLS == nil || bf.acl == nil) {
+		return cli.BadFlag(fs, "--remoting-listen %s is beyond loopback, and the port serves the log: it needs TLS (--remoting-tls-cert, --remoting-tls-key) "+
+			"and authenticated clients (--remoting-acl)", *bf.listen)
+	}
+	return nil
+}
+
+// isLoopbackAddr says whether addr (host:port) binds loopback only: a
+// loopback IP or localhost; an empty host, a wildcard or any other address
+// is not.
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // listenRemoting opens --remoting-listen (a bare :PORT on loopback) and
@@ -182,7 +270,9 @@ func (bf *brokerFlags) start(store *engine.Store, haAddr string, slaveLags func(
 // brokerOptions are the remoting broker's options from the flags.
 func (bf *brokerFlags) brokerOptions(log *slog.Logger) broker.Options {
 	o := broker.Options{AdvertisedAddr: *bf.advertise, Namesrv: bf.namesrvs(), Cluster: *bf.cluster, BrokerName: *bf.name,
-		NoAutoCreateTopic: *bf.noAutoTopic, DelayLevels: bf.delays, Logger: log}
+		NoAutoCreateTopic: *bf.noAutoTopic, DelayLevels: bf.delays, Logger: log,
+		ClientTLS: bf.clientTLS, Credentials: bf.creds}
+	o.Server.TLS, o.Server.ACL = bf.serverTLS, bf.acl
 	if bf.remoting != nil {
 		o.OnRequest = bf.remoting.Observe
 	}

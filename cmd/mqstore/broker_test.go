@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/engine/record"
+	"github.com/mqstore/mqstore/ha"
 	"github.com/mqstore/mqstore/namesrv"
 	"github.com/mqstore/mqstore/remoting"
 )
@@ -25,6 +26,42 @@ import (
 // store is touched.
 func TestBrokerFlags(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "never")
+	certs := t.TempDir()
+	if err := ha.GenerateCertificates(certs, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	cert, key := filepath.Join(certs, ha.Certificates.Master), filepath.Join(certs, ha.Certificates.MasterKey)
+	acl := filepath.Join(certs, "acl")
+	if err := os.WriteFile(acl, []byte("ak secretkey1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badACL := filepath.Join(certs, "bad-acl")
+	if err := os.WriteFile(badACL, []byte("ak short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		// Beyond loopback the port serves the log: TLS and an ACL, both. (Refused before
+		// anything listens.)
+		{[]string{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "0.0.0.0:0"}, "beyond loopback"},
+		{[]string{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "0.0.0.0:0", "--remoting-acl", acl}, "beyond loopback"},
+		{[]string{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "[::]:0",
+			"--remoting-tls-cert", cert, "--remoting-tls-key", key}, "beyond loopback"},
+		{[]string{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "127.0.0.1:0", "--remoting-tls-cert", cert}, "go together"},
+		{[]string{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "127.0.0.1:0", "--remoting-tls-cert", cert,
+			"--remoting-tls-key", cert}, "--remoting-tls-key"},
+		{[]string{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "127.0.0.1:0", "--remoting-acl", badACL}, "line 1"},
+		{[]string{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "127.0.0.1:0", "--remoting-tls-ca", acl}, "no PEM certificate"},
+		{[]string{"serve", "--dir", dir, "--role", "async-master", "--remoting-acl", acl}, "go with --remoting-listen"},
+		{[]string{"namesrv", "--tls-cert", cert}, "go together"},
+	} {
+		_, stderr, code := runCLI(t, c.args...)
+		if code != 2 || !strings.Contains(stderr, "usage") || !strings.Contains(stderr, c.want) {
+			t.Errorf("mqstore %v: exit %d, stderr %q; want 2, the usage and %q", c.args, code, stderr, c.want)
+		}
+	}
 	for _, args := range [][]string{
 		{"serve", "--dir", dir, "--role", "async-master", "--namesrv", "127.0.0.1:9876"},
 		{"serve", "--dir", dir, "--role", "async-master", "--remoting-listen", "127.0.0.1:0", "--namesrv", "nowhere"},

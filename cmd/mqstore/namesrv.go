@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -17,8 +18,10 @@ func runNamesrv(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("namesrv", flag.ContinueOnError)
 	listen := fs.String("listen", namesrv.DefaultListenAddr, "address to listen on (host:port; loopback by default; a bare :PORT binds loopback)")
 	expiry := fs.Duration("broker-expiry", namesrv.DefaultBrokerExpiry, "a broker that has not registered for this long leaves the routes")
+	cert := fs.String("tls-cert", "", "serve over TLS with this certificate (PEM): RocketMQ clients that use TLS speak it to the name server too")
+	key := fs.String("tls-key", "", "the private key of --tls-cert (PEM)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mqstore namesrv [--listen ADDR] [--broker-expiry DURATION]\n\n"+
+		fmt.Fprintln(fs.Output(), "usage: mqstore namesrv [--listen ADDR] [--broker-expiry DURATION] [--tls-cert FILE --tls-key FILE]\n\n"+
 			"Runs a RocketMQ name server until SIGINT or SIGTERM: brokers (mqstore serve --namesrv) register with it,\n"+
 			"RocketMQ clients ask it for topic routes.")
 		fs.PrintDefaults()
@@ -29,8 +32,18 @@ func runNamesrv(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *expiry < time.Second {
 		return cli.BadFlag(fs, "--broker-expiry must be at least 1s")
 	}
-	log := textLogger(stderr)
-	s, err := namesrv.Start(namesrv.Options{ListenAddr: loopbackIfBare(*listen), BrokerExpiry: *expiry, Logger: log})
+	o := namesrv.Options{ListenAddr: loopbackIfBare(*listen), BrokerExpiry: *expiry, Logger: textLogger(stderr)}
+	if (*cert == "") != (*key == "") {
+		return cli.BadFlag(fs, "--tls-cert and --tls-key go together")
+	}
+	if *cert != "" {
+		c, err := tls.LoadX509KeyPair(*cert, *key)
+		if err != nil {
+			return cli.BadFlag(fs, "--tls-cert %s, --tls-key %s: %v", *cert, *key, err)
+		}
+		o.Server.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c}}
+	}
+	s, err := namesrv.Start(o)
 	if err != nil {
 		return err
 	}

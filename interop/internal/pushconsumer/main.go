@@ -30,11 +30,23 @@ func main() {
 	topic := flag.String("topic", "", "topic")
 	tags := flag.String("tags", "", "tag expression (empty: every message)")
 	instance := flag.String("instance", "pushconsumer", "client instance name")
+	useTLS := flag.Bool("tls", false, "speak TLS to the name server and the brokers")
+	accessKey := flag.String("access-key", "", "ACL credentials: the access key")
+	secretKey := flag.String("secret-key", "", "ACL credentials: the secret key")
 	flag.Parse()
 	rlog.SetLogLevel("fatal")
-	c, err := rocketmq.NewPushConsumer(consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{*ns})),
+	opts := []consumer.Option{consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{*ns})),
 		consumer.WithGroupName(*group), consumer.WithInstance(*instance),
-		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
+		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset)}
+	if *useTLS {
+		// The client's option sets a process-wide default: every client of
+		// the process speaks TLS from here on, hence a process of its own.
+		opts = append(opts, consumer.WithTls(true))
+	}
+	if *accessKey != "" {
+		opts = append(opts, consumer.WithCredentials(primitive.Credentials{AccessKey: *accessKey, SecretKey: *secretKey}))
+	}
+	c, err := rocketmq.NewPushConsumer(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
