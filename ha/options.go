@@ -170,7 +170,7 @@ func (o MasterOptions) validate() error {
 	} else if _, _, err := net.SplitHostPort(addr); err != nil {
 		return badOption("ListenAddr %q: %v", addr, err)
 	}
-	if !isLoopback(addr) && o.TLS == nil && o.Secret == nil {
+	if !IsLoopback(addr) && o.TLS == nil && o.Secret == nil {
 		return badOption("the HA address %s is reachable beyond this machine: it streams the whole CommitLog and counts acknowledgements, "+
 			"so it needs TLS (--tls-cert, --tls-key, --tls-ca) or a shared secret (--ha-secret-file); or listen on 127.0.0.1", addr)
 	}

@@ -154,8 +154,10 @@ func dialMaster(ctx context.Context, o SlaveOptions) (net.Conn, error) {
 	return c, nil
 }
 
-// isLoopback reports whether a listen address binds loopback only.
-func isLoopback(addr string) bool {
+// IsLoopback reports whether a listen address (host:port) binds loopback
+// only: a loopback IP or localhost; an empty host, a wildcard or any other
+// address does not.
+func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false

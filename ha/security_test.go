@@ -161,7 +161,7 @@ func TestSharedSecret(t *testing.T) {
 // address beyond it without TLS or a secret; secrets and TLS options are
 // checked.
 func TestClosedDoor(t *testing.T) {
-	if !isLoopback(DefaultListenAddr) {
+	if !IsLoopback(DefaultListenAddr) {
 		t.Fatalf("the default HA address %s is not loopback", DefaultListenAddr)
 	}
 	master := open(t, t.TempDir(), engine.Options{Backend: "mem"})

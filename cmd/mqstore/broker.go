@@ -173,26 +173,11 @@ func (bf *brokerFlags) loadSecurity(fs *flag.FlagSet) error {
 			return cli.BadFlag(fs, "--remoting-credentials: %v", err)
 		}
 	}
-	if addr := loopbackIfBare(*bf.listen); !isLoopbackAddr(addr) && (bf.serverTLS == nil || bf.acl == nil) {
+	if addr := loopbackIfBare(*bf.listen); !ha.IsLoopback(addr) && (bf.serverTLS == nil || bf.acl == nil) {
 		return cli.BadFlag(fs, "--remoting-listen %s is beyond loopback, and the port serves the log: it needs TLS (--remoting-tls-cert, --remoting-tls-key) "+
 			"and authenticated clients (--remoting-acl)", *bf.listen)
 	}
 	return nil
-}
-
-// isLoopbackAddr says whether addr (host:port) binds loopback only: a
-// loopback IP or localhost; an empty host, a wildcard or any other address
-// is not.
-func isLoopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }
 
 // listenRemoting opens --remoting-listen (a bare :PORT on loopback) and
