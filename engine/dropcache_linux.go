@@ -14,8 +14,9 @@ import (
 )
 
 // dropUnflushedPages asks the kernel to drop the cached pages of the
-// CommitLog segments in dir past flushed, the offset the checkpoint knows
-// durable, before recovery reads them.
+// CommitLog segments (of segmentSize bytes) in dir past flushed, the offset
+// the checkpoint knows durable, before recovery reads them. A segment that
+// ends at or below flushed is not opened.
 //
 // Why: after a failed writeback (a sync that returned EIO or ENOSPC) ext4
 // and xfs keep the pages that did not reach the device cached and clean.
@@ -30,7 +31,7 @@ import (
 // past the flushed offset what the device holds, or what is still on its
 // way there. The cost is rereading, at Open, what lies past the last
 // checkpoint from the device.
-func dropUnflushedPages(dir string, flushed int64) error {
+func dropUnflushedPages(dir string, segmentSize, flushed int64) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -42,6 +43,9 @@ func dropUnflushedPages(dir string, flushed int64) error {
 		start, err := segment.ParseName(e.Name())
 		if err != nil || !e.Type().IsRegular() {
 			continue // not a segment: the pool's directory, a kept .broken file
+		}
+		if start+segmentSize <= flushed {
+			continue
 		}
 		if err := dropFrom(filepath.Join(dir, e.Name()), max(flushed-start, 0)); err != nil {
 			return fmt.Errorf("drop cached pages past the flushed offset %d: %w", flushed, err)

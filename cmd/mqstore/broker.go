@@ -137,14 +137,10 @@ func (bf *brokerFlags) loadSecurity(fs *flag.FlagSet) error {
 		return cli.BadFlag(fs, "--remoting-tls-cert and --remoting-tls-key go together")
 	}
 	if *bf.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(*bf.tlsCert, *bf.tlsKey)
-		if err != nil {
+		var err error
+		if bf.serverTLS, err = remotingServerTLS(*bf.tlsCert, *bf.tlsKey); err != nil {
 			return cli.BadFlag(fs, "--remoting-tls-cert %s, --remoting-tls-key %s: %v", *bf.tlsCert, *bf.tlsKey, err)
 		}
-		// TLS 1.2 and up: RocketMQ's Java clients may not offer 1.3. No
-		// client certificate: the Go client cannot present one, so the
-		// ACL authenticates the clients.
-		bf.serverTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	}
 	if *bf.tlsCA != "" {
 		pemCA, err := os.ReadFile(*bf.tlsCA)
@@ -178,6 +174,18 @@ func (bf *brokerFlags) loadSecurity(fs *flag.FlagSet) error {
 			"and authenticated clients (--remoting-acl)", *bf.listen)
 	}
 	return nil
+}
+
+// remotingServerTLS is the TLS of a remoting port (the broker's, the name
+// server's) from a certificate and key: TLS 1.2 and up, since RocketMQ's
+// Java clients may not offer 1.3, and no client certificate, since the Go
+// client cannot present one (the broker's ACL authenticates clients).
+func remotingServerTLS(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // listenRemoting opens --remoting-listen (a bare :PORT on loopback) and

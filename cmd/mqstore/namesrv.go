@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -37,11 +36,10 @@ func runNamesrv(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return cli.BadFlag(fs, "--tls-cert and --tls-key go together")
 	}
 	if *cert != "" {
-		c, err := tls.LoadX509KeyPair(*cert, *key)
-		if err != nil {
+		var err error
+		if o.Server.TLS, err = remotingServerTLS(*cert, *key); err != nil {
 			return cli.BadFlag(fs, "--tls-cert %s, --tls-key %s: %v", *cert, *key, err)
 		}
-		o.Server.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c}}
 	}
 	s, err := namesrv.Start(o)
 	if err != nil {
