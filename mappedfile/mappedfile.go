@@ -153,6 +153,18 @@ type Spec struct {
 	// the cache (a pre-written segment's) keep their size, and backends that
 	// do not map files ignore it.
 	HugePages bool
+	// RandomAccess says the file is read and written at random places (an
+	// IndexFile's hash slots and the chains through its entries): a
+	// backend that maps it advises MADV_RANDOM, so a page fault reads in
+	// and allocates the one small page it needs, with no read-around.
+	// Without it ext4 on Linux 6.18 grows the folios of a mapping faulted
+	// in address order up to 2 MiB (large-folio readahead): a write then
+	// dirties all of its folio — what HugePages says to avoid for random
+	// writes — and a new folio is zeroed whole at once, on a virtual
+	// machine that hands free memory back to its host from memory the
+	// host has to fault in again. A hint: it changes no byte and no
+	// guarantee, and backends that do not map files ignore it.
+	RandomAccess bool
 }
 
 // MemoryReads is implemented by a backend whose reads of recent bytes come

@@ -89,6 +89,13 @@ func (b *backend) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.Ma
 			return nil, fmt.Errorf("mmapio: open %s: %w", spec.Path, err)
 		}
 	}
+	if spec.RandomAccess {
+		if err := segfile.AdviseRandom(mapping); err != nil {
+			_ = segfile.Unmap(mapping)
+			osFile.Close()
+			return nil, fmt.Errorf("mmapio: open %s: %w", spec.Path, err)
+		}
+	}
 	m := &file{
 		osFile:    osFile,
 		mapping:   mapping,

@@ -86,3 +86,45 @@ func TestHugePagesAdvisesTheMapping(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomAccessAdvisesTheMapping: a file opened with Spec.RandomAccess is
+// mapped with MADV_RANDOM (VmFlags "rr"), one opened without it is not, and
+// both take appends and overwrites and read them back alike.
+func TestRandomAccessAdvisesTheMapping(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	for _, random := range []bool{false, true} {
+		spec := mappedfile.Spec{Path: filepath.Join(dir, strconv.FormatBool(random)), SizeBytes: 4 << 20, RandomAccess: random}
+		mf, err := New(Options{}).Open(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := mf.(*file)
+		flags := " " + strings.Join(vmFlags(t, f.mapping), " ") + " "
+		if got := strings.Contains(flags, " rr "); got != random {
+			t.Errorf("RandomAccess %v: the mapping is advised random: %v (VmFlags%s)", random, got, flags)
+		}
+		for f.WrotePosition() < 3<<20 {
+			if _, err := f.Append(4000, patternEncoder{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var old [4]byte
+		if err := f.SwapAt([]byte{1, 2, 3, 4}, old[:], 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if want := [4]byte{patternByte(1 << 20), patternByte(1<<20 + 1), patternByte(1<<20 + 2), patternByte(1<<20 + 3)}; old != want {
+			t.Fatalf("RandomAccess %v: the overwrite found %v, want %v", random, old, want)
+		}
+		got := make([]byte, 4)
+		if _, err := f.ReadAt(got, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, []byte{1, 2, 3, 4}) {
+			t.Fatalf("RandomAccess %v: read back %v after the overwrite", random, got)
+		}
+		if err := mf.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -250,9 +250,12 @@ func isFileName(name string) bool {
 // writeback pressure (mqbench's dirty neighbour, vm.dirty_bytes 32 MiB) the
 // dispatch that writes them was throttled for it, and uring-direct async's
 // p99.9 at 1000 msgs/s went from 18–19 ms to 28–104 ms, with no gain in
-// throughput (748k–779k against 720k–758k msgs/s).
+// throughput (748k–779k against 720k–758k msgs/s). And accessed at random
+// (Spec.RandomAccess): without the hint the kernel's readahead gave the
+// entries, written in order, 2 MiB folios all the same, and zeroing them
+// was 10 % of the CPU of async RocketMQ-shaped Puts (docs/backends.md).
 func (x *Index) spec(path string) mappedfile.Spec {
-	return mappedfile.Spec{Path: path, SizeBytes: x.sizeBytes}
+	return mappedfile.Spec{Path: path, SizeBytes: x.sizeBytes, RandomAccess: true}
 }
 
 // load opens one existing file and checks its header.

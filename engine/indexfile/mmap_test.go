@@ -105,3 +105,46 @@ func BenchmarkCreateDefaultFile(b *testing.B) {
 		os.RemoveAll(dir)
 	}
 }
+
+// specRecorder records the spec of every file a backend opens.
+type specRecorder struct {
+	mappedfile.Backend
+	specs []mappedfile.Spec
+}
+
+func (r *specRecorder) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
+	r.specs = append(r.specs, spec)
+	return r.Backend.Open(ctx, spec)
+}
+
+// TestFilesAreRandomAccess: every index file, made or reopened, is opened
+// with Spec.RandomAccess (a mapping advised MADV_RANDOM: small folios, no
+// read-around) and without Spec.HugePages.
+func TestFilesAreRandomAccess(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rec := &specRecorder{Backend: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+	cfg := Config{Dir: dir, Backend: rec, SlotCount: 7, MaxEntries: 5, Now: fixedNow}
+	x, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putAll(t, x, makeCalls(12, testKeys(4))) // rolls over into new files
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if x, err = Open(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.specs) < 3 {
+		t.Fatalf("the index opened %d files, want a roll-over's and a reopen's", len(rec.specs))
+	}
+	for _, spec := range rec.specs {
+		if !spec.RandomAccess || spec.HugePages {
+			t.Errorf("%s opened with RandomAccess %v, HugePages %v: want random access in small pages", spec.Path, spec.RandomAccess, spec.HugePages)
+		}
+	}
+}

@@ -89,6 +89,19 @@ func AdviseHuge(b []byte) error {
 	return nil
 }
 
+// AdviseRandom tells the kernel a mapping is accessed at random (madvise
+// MADV_RANDOM): a fault reads in no pages around the one it needs, and
+// allocates that page alone.
+func AdviseRandom(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := unix.Madvise(b, unix.MADV_RANDOM); err != nil {
+		return fmt.Errorf("madvise RANDOM: %w", err)
+	}
+	return nil
+}
+
 // UnmapHuge unmaps memory from MapAnonymousHuge.
 func UnmapHuge(b []byte) error {
 	if len(b) == 0 {

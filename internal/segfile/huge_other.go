@@ -25,3 +25,7 @@ func UnmapHuge(b []byte) error { return Unmap(b) }
 
 // AdviseHuge does nothing: no transparent huge pages here.
 func AdviseHuge([]byte) error { return nil }
+
+// AdviseRandom does nothing: the store runs its index's random access
+// without the hint here.
+func AdviseRandom([]byte) error { return nil }
