@@ -33,6 +33,7 @@ var (
 	loadBackendOpts = flag.String("load-backend-options", "", `BenchmarkPutLoad: the backend's own options as JSON (uring-direct: '{"SyncMethod":1}')`)
 	loadRecycle     = flag.Int("load-recycle", 0, "BenchmarkPutLoad: Options.RecycleSegments; the store is aged first (this many 64 MiB segments filled, then retired into the pool by retention), so the window writes into reused segments")
 	loadBatching    = flag.String("load-batching", "", "BenchmarkPutLoad: Options.GroupCommitBatching: auto, merge or convoys")
+	loadWarm        = flag.Bool("load-warm", false, "BenchmarkPutLoad: Options.WarmSegments (the allocation service touches each new segment before use)")
 	loadSegment     = flag.Int64("load-segment", 64<<20, "BenchmarkPutLoad: Options.SegmentSizeBytes")
 )
 
@@ -105,7 +106,7 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 		}
 	}
 	o := Options{Backend: backend, BackendOptions: backendOpts, FlushMode: mode, SegmentSizeBytes: *loadSegment, DispatchLagLimitBytes: *loadLagLimit, Logger: quietLogger,
-		PrewriteSegments: prewrite, GroupCommitBatching: batching, dispatchFromLog: *loadFromLog, RecycleSegments: *loadRecycle}
+		PrewriteSegments: prewrite, GroupCommitBatching: batching, dispatchFromLog: *loadFromLog, RecycleSegments: *loadRecycle, WarmSegments: *loadWarm}
 	dir := b.TempDir()
 	if *loadRecycle > 0 {
 		if err := ageStoreForBench(ctx, dir, o, *loadRecycle); err != nil {
