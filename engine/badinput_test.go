@@ -444,3 +444,43 @@ func TestCutWithValidRecordsAfterKeepsThem(t *testing.T) {
 		t.Fatalf("the next segment's cut records are not kept in %s: %v", later, err)
 	}
 }
+
+// TestFailedOpenLeavesNoParameters: an Open of a new store that fails after
+// recording the store's parameters — here on a commitlog directory that
+// holds something other than segments — removes what it recorded, so the
+// directory is as it found it (bar the lock file) and an Open with other
+// options is not refused against parameters no store was made with.
+func TestFailedOpenLeavesNoParameters(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, commitLogDirName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	notes := filepath.Join(dir, commitLogDirName, "notes.txt")
+	if err := os.WriteFile(notes, []byte("not a segment\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Backend: "mmap", SegmentSizeBytes: 64 << 10, Logger: quietLogger}
+	if _, err := Open(ctx, dir, o); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open on a commitlog directory with notes.txt: %v, want ErrCorrupt", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, paramsFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the failed Open left %s behind: %v", paramsFileName, err)
+	}
+	if b, err := os.ReadFile(notes); err != nil || string(b) != "not a segment\n" {
+		t.Fatalf("the failed Open changed %s: %q, %v", notes, b, err)
+	}
+	// Once the directory is put right, another segment size is taken.
+	if err := os.Remove(notes); err != nil {
+		t.Fatal(err)
+	}
+	o.SegmentSizeBytes = 128 << 10
+	s, err := Open(ctx, dir, o)
+	if err != nil {
+		t.Fatalf("Open after the directory was put right: %v", err)
+	}
+	defer s.Close()
+	if got := s.Options().SegmentSizeBytes; got != 128<<10 {
+		t.Fatalf("segment size %d, want the second Open's %d", got, 128<<10)
+	}
+}

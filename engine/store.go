@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -94,12 +95,16 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	ok := false
+	var params storeParams
 	defer func() {
 		if !ok {
+			if params.isNew {
+				s.forgetParams()
+			}
 			s.abandon()
 		}
 	}()
-	params, err := s.resolveParams()
+	params, err = s.resolveParams()
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -184,6 +189,17 @@ func (s *Store) resolveParams() (storeParams, error) {
 		}
 	}
 	return params, nil
+}
+
+// forgetParams removes the parameters file this Open wrote for a new store
+// when the Open fails after it (a directory that holds something other than
+// a store, say): a retry with other options must not be refused against
+// parameters no store was ever made with.
+func (s *Store) forgetParams() {
+	path := filepath.Join(s.dir, paramsFileName)
+	if err := s.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.opts.Logger.Warn("a failed Open could not remove the parameters file it wrote", slog.String("path", path), slog.Any("err", err))
+	}
 }
 
 // openFiles makes the backends and reads the directory's own files: the
