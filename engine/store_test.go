@@ -629,3 +629,50 @@ func TestInMemoryBackendRefusesAStoreOnDisk(t *testing.T) {
 		t.Fatalf("mem over a store on disk: %v, want ErrConfigMismatch naming it", err)
 	}
 }
+
+// specRecordingBackend records the spec of every file the store opens.
+type specRecordingBackend struct {
+	*mappedfile.MemFS
+	mu    sync.Mutex
+	specs []mappedfile.Spec
+}
+
+func (b *specRecordingBackend) Inner() mappedfile.Backend { return b.MemFS }
+
+func (b *specRecordingBackend) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.MappedFile, error) {
+	b.mu.Lock()
+	b.specs = append(b.specs, spec)
+	b.mu.Unlock()
+	return b.MemFS.Open(ctx, spec)
+}
+
+// TestSegmentPagesFollowTheFlushMode: with async flush CommitLog segments
+// ask for huge pages, with sync flush for small folios (a sync writes back
+// whole folios), never both.
+func TestSegmentPagesFollowTheFlushMode(t *testing.T) {
+	for _, mode := range []FlushMode{FlushAsync, FlushSync} {
+		b := &specRecordingBackend{MemFS: mappedfile.NewMemFS(mappedfile.MemOptions{})}
+		s := openStore(t, t.TempDir(), smallLogicsOptions(Options{BackendImpl: b, FlushMode: mode}))
+		if _, err := s.Put(context.Background(), testMessage("T", 0, 0, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b.mu.Lock()
+		segments := 0
+		for _, spec := range b.specs {
+			if filepath.Base(filepath.Dir(spec.Path)) != commitLogDirName {
+				continue
+			}
+			segments++
+			if spec.HugePages != (mode == FlushAsync) || spec.SmallFolios != (mode == FlushSync) {
+				t.Errorf("%v: segment %s opened with HugePages %v, SmallFolios %v", mode, spec.Path, spec.HugePages, spec.SmallFolios)
+			}
+		}
+		b.mu.Unlock()
+		if segments == 0 {
+			t.Fatalf("%v: no CommitLog segment opened", mode)
+		}
+	}
+}

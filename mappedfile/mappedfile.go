@@ -165,6 +165,20 @@ type Spec struct {
 	// host has to fault in again. A hint: it changes no byte and no
 	// guarantee, and backends that do not map files ignore it.
 	RandomAccess bool
+	// SmallFolios asks a backend that maps the file to keep the pages its
+	// appends fault in small while the file is being written: for a file
+	// Open creates with unwritten extents (not Prewrite, not RecycleFrom)
+	// mmapio advises the mapping MADV_RANDOM, and takes the advice back
+	// once the file is full, so that reads of a finished file get
+	// readahead again. For a file synced after small appends (a sync
+	// flush's CommitLog segment): without it ext4 on Linux 6.18 grows the
+	// folios that appends fault in, in order, into unwritten extents up to
+	// 2 MiB (large-folio readahead), and each sync then writes back every
+	// whole folio an append dirtied — the cost HugePages says to avoid for
+	// such a file. Faults into written extents read them, and the kernel
+	// made small folios there anyway. A hint: it changes no byte and no
+	// guarantee, and backends that do not map files ignore it.
+	SmallFolios bool
 }
 
 // MemoryReads is implemented by a backend whose reads of recent bytes come

@@ -108,5 +108,11 @@ func (b *backend) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.Ma
 		Cleanup:   m.cleanup, Remove: m.remove, Logger: b.opts.Logger,
 	})
 	m.overwrittenFrom.Store(noOverwrite)
+	// Only a file made here with unwritten extents: a fault into written
+	// ones (a prewritten file, a recycled one, one that existed) reads
+	// them, and the kernel's readahead there made small folios anyway.
+	if spec.SmallFolios && !existed && !spec.Prewrite && spec.RecycleFrom == "" {
+		m.adviseWriting()
+	}
 	return m, nil
 }

@@ -3,6 +3,7 @@ package mmapio
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync/atomic"
 
@@ -27,8 +28,11 @@ type file struct {
 	// overwrittenFrom is the lowest position WriteAt changed since the last
 	// Flush took it (noOverwrite: none). WriteAt lowers it, Flush swaps it.
 	overwrittenFrom atomic.Int64
-	locked          atomic.Bool   // Warm mlocked the mapping
-	lockedSum       *atomic.Int64 // the backend's count of locked bytes
+	// advisedRandom: the part past the write position is advised
+	// MADV_RANDOM (Spec.SmallFolios), until the file is full.
+	advisedRandom atomic.Bool
+	locked        atomic.Bool   // Warm mlocked the mapping
+	lockedSum     *atomic.Int64 // the backend's count of locked bytes
 }
 
 // Append implements mappedfile.MappedFile. The encoder writes straight into
@@ -50,7 +54,33 @@ func (m *file) Append(n int, enc mappedfile.Encoder) (int64, error) {
 		return 0, fmt.Errorf("mmapio: append %d bytes to %s at %d: encode: %w", n, m.Path(), wrote, encodeErr)
 	}
 	m.PublishWrote(end)
+	if end == int64(len(m.mapping)) && m.advisedRandom.Load() {
+		m.adviseFull()
+	}
 	return wrote, nil
+}
+
+// adviseWriting advises MADV_RANDOM over a new file's mapping
+// (Spec.SmallFolios): the pages appends fault in come one small folio each,
+// with nothing read around them. The advice is a hint: a kernel that
+// refuses it leaves the file as it was, and it is logged.
+func (m *file) adviseWriting() {
+	if err := segfile.AdviseRandom(m.mapping); err != nil {
+		m.opts.Logger.Warn("mmapio: could not keep a segment's appends in small pages", slog.String("path", m.Path()), slog.Any("err", err))
+		return
+	}
+	m.advisedRandom.Store(true)
+}
+
+// adviseFull takes adviseWriting's advice back once the file is full:
+// readers of a finished file get the kernel's readahead again.
+func (m *file) adviseFull() {
+	if !m.advisedRandom.CompareAndSwap(true, false) {
+		return
+	}
+	if err := segfile.AdviseNormal(m.mapping); err != nil {
+		m.opts.Logger.Warn("mmapio: could not restore readahead on a full segment", slog.String("path", m.Path()), slog.Any("err", err))
+	}
 }
 
 // Commit implements mappedfile.MappedFile: a no-op, appended bytes are in

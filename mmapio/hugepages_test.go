@@ -128,3 +128,58 @@ func TestRandomAccessAdvisesTheMapping(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallFoliosWhileWriting: a new file opened with Spec.SmallFolios is
+// advised MADV_RANDOM (VmFlags "rr") until an append fills it; a prewritten
+// one, or one opened without the flag, is not advised at all.
+func TestSmallFoliosWhileWriting(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	const size = 1 << 20
+	for _, c := range []struct {
+		name              string
+		small, prewrite   bool
+		advisedWhileEmpty bool
+	}{
+		{"small folios", true, false, true},
+		{"small folios, prewritten", true, true, false},
+		{"default", false, false, false},
+	} {
+		spec := mappedfile.Spec{Path: filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_")), SizeBytes: size, SmallFolios: c.small, Prewrite: c.prewrite}
+		mf, err := New(Options{}).Open(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := mf.(*file)
+		advised := func() bool { return strings.Contains(" "+strings.Join(vmFlags(t, f.mapping), " ")+" ", " rr ") }
+		if got := advised(); got != c.advisedWhileEmpty {
+			t.Errorf("%s: advised random while empty: %v, want %v", c.name, got, c.advisedWhileEmpty)
+		}
+		for f.WrotePosition() < size-4096 {
+			if _, err := f.Append(4096, patternEncoder{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := advised(); got != c.advisedWhileEmpty {
+			t.Errorf("%s: advised random one page before full: %v, want %v", c.name, got, c.advisedWhileEmpty)
+		}
+		if _, err := f.Append(4096, patternEncoder{}); err != nil {
+			t.Fatal(err)
+		}
+		if advised() {
+			t.Errorf("%s: still advised random once full", c.name)
+		}
+		got := make([]byte, size)
+		if _, err := f.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range got {
+			if b != patternByte(int64(i)) {
+				t.Fatalf("%s: byte %d is %d, want %d", c.name, i, b, patternByte(int64(i)))
+			}
+		}
+		if err := mf.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

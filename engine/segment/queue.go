@@ -71,6 +71,7 @@ type Queue struct {
 	allocator        Allocator // nil: open directly
 	segmentSizeBytes int64
 	hugePages        bool
+	smallFolios      bool
 
 	mu    sync.RWMutex
 	files []mappedfile.MappedFile // ascending by FromOffset, contiguous
@@ -100,6 +101,8 @@ type Config struct {
 	Allocator        Allocator
 	// HugePages is every segment's mappedfile.Spec.HugePages.
 	HugePages bool
+	// SmallFolios is every segment's mappedfile.Spec.SmallFolios.
+	SmallFolios bool
 }
 
 // Open loads the segments already in cfg.Dir (creating the directory, and
@@ -111,7 +114,7 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		return nil, fmt.Errorf("segment queue %s: segment size %d: %w", cfg.Dir, cfg.SegmentSizeBytes, mappedfile.ErrInvalidArgument)
 	}
 	q := &Queue{dir: cfg.Dir, backend: cfg.Backend, fs: storefs.Of(cfg.Backend), allocator: cfg.Allocator, segmentSizeBytes: cfg.SegmentSizeBytes,
-		hugePages: cfg.HugePages}
+		hugePages: cfg.HugePages, smallFolios: cfg.SmallFolios}
 	if err := q.fs.MkdirAll(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("segment queue: create %s: %w", cfg.Dir, err)
 	}
@@ -314,7 +317,7 @@ func (q *Queue) nextSegment(ctx context.Context, startOffset int64) (mappedfile.
 }
 
 func (q *Queue) specAt(from int64) mappedfile.Spec {
-	return mappedfile.Spec{Path: filepath.Join(q.dir, Name(from)), FromOffset: from, SizeBytes: q.segmentSizeBytes, HugePages: q.hugePages}
+	return mappedfile.Spec{Path: filepath.Join(q.dir, Name(from)), FromOffset: from, SizeBytes: q.segmentSizeBytes, HugePages: q.hugePages, SmallFolios: q.smallFolios}
 }
 
 // Commit commits every segment from the one holding committedFrom to the

@@ -102,6 +102,18 @@ func AdviseRandom(b []byte) error {
 	return nil
 }
 
+// AdviseNormal takes back AdviseRandom (madvise MADV_NORMAL): faults read
+// around again.
+func AdviseNormal(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := unix.Madvise(b, unix.MADV_NORMAL); err != nil {
+		return fmt.Errorf("madvise NORMAL: %w", err)
+	}
+	return nil
+}
+
 // UnmapHuge unmaps memory from MapAnonymousHuge.
 func UnmapHuge(b []byte) error {
 	if len(b) == 0 {

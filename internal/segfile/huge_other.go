@@ -29,3 +29,6 @@ func AdviseHuge([]byte) error { return nil }
 // AdviseRandom does nothing: the store runs its index's random access
 // without the hint here.
 func AdviseRandom([]byte) error { return nil }
+
+// AdviseNormal does nothing, as AdviseRandom.
+func AdviseNormal([]byte) error { return nil }
