@@ -183,3 +183,24 @@ func TestSmallFoliosWhileWriting(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmKeepsSmallFolios: warming a file kept in small folios touches it
+// without advising it SEQUENTIAL (VmFlags "sr"), which would give the
+// touch's faults large folios: it stays "rr".
+func TestWarmKeepsSmallFolios(t *testing.T) {
+	ctx := testContext(t)
+	spec := mappedfile.Spec{Path: filepath.Join(t.TempDir(), "seg"), SizeBytes: 1 << 20, SmallFolios: true}
+	mf, err := New(Options{}).Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mf.Close()
+	f := mf.(*file)
+	if err := f.Warm(ctx, mappedfile.WarmOptions{Advise: true, Touch: true}); err != nil {
+		t.Fatal(err)
+	}
+	flags := " " + strings.Join(vmFlags(t, f.mapping), " ") + " "
+	if !strings.Contains(flags, " rr ") || strings.Contains(flags, " sr ") {
+		t.Fatalf("a warmed small-folio file has VmFlags%s, want rr and not sr", flags)
+	}
+}

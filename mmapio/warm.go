@@ -40,7 +40,10 @@ func (m *file) Warm(ctx context.Context, opts mappedfile.WarmOptions) error {
 		return m.ClosedError("warm")
 	}
 	defer m.Release()
-	if opts.Advise {
+	// A file kept in small folios while it is written (Spec.SmallFolios)
+	// keeps its MADV_RANDOM: SEQUENTIAL would give the touch's faults the
+	// large folios the advice is there to avoid.
+	if opts.Advise && !m.advisedRandom.Load() {
 		if err := segfile.AdviseWrite(m.mapping); err != nil {
 			return fmt.Errorf("mmapio: warm %s: %w", m.Path(), err)
 		}
