@@ -28,8 +28,8 @@ type file struct {
 	// overwrittenFrom is the lowest position WriteAt changed since the last
 	// Flush took it (noOverwrite: none). WriteAt lowers it, Flush swaps it.
 	overwrittenFrom atomic.Int64
-	// advisedRandom: the part past the write position is advised
-	// MADV_RANDOM (Spec.SmallFolios), until the file is full.
+	// advisedRandom: the mapping is advised MADV_RANDOM while the file
+	// is written (Spec.SmallFolios), until an append fills it.
 	advisedRandom atomic.Bool
 	locked        atomic.Bool   // Warm mlocked the mapping
 	lockedSum     *atomic.Int64 // the backend's count of locked bytes
