@@ -32,7 +32,10 @@ func (b *specRecorder) Open(ctx context.Context, spec mappedfile.Spec) (mappedfi
 // syncs after every few appends (a sync of a byte in a huge page writes
 // the whole 2 MiB), nor for ConsumeQueue files (a broker with many queues
 // would sync one partly written huge page per queue), nor for IndexFiles
-// (a key written into a clean huge page dirties all 2 MiB of it).
+// (a key written into a clean huge page dirties all 2 MiB of it). Sync
+// CommitLog segments ask for small folios instead (SmallFolios: the
+// kernel's readahead would make large ones), and IndexFiles for random
+// access (RandomAccess: the same, and their slots are random).
 func TestHugePagesWhereSyncedSeldom(t *testing.T) {
 	for _, mode := range []FlushMode{FlushAsync, FlushSync} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -65,6 +68,12 @@ func TestHugePagesWhereSyncedSeldom(t *testing.T) {
 				want := kind == "commitlog" && mode == FlushAsync
 				if sp.HugePages != want {
 					t.Errorf("%s %s opened with HugePages %v, want %v", kind, sp.Path, sp.HugePages, want)
+				}
+				if want := kind == "commitlog" && mode == FlushSync; sp.SmallFolios != want {
+					t.Errorf("%s %s opened with SmallFolios %v, want %v", kind, sp.Path, sp.SmallFolios, want)
+				}
+				if want := kind == "index"; sp.RandomAccess != want {
+					t.Errorf("%s %s opened with RandomAccess %v, want %v", kind, sp.Path, sp.RandomAccess, want)
 				}
 			}
 			for _, kind := range []string{"commitlog", "index", "consumequeue"} {
