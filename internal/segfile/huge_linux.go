@@ -92,24 +92,19 @@ func AdviseHuge(b []byte) error {
 // AdviseRandom tells the kernel a mapping is accessed at random (madvise
 // MADV_RANDOM): a fault reads in no pages around the one it needs, and
 // allocates that page alone.
-func AdviseRandom(b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	if err := unix.Madvise(b, unix.MADV_RANDOM); err != nil {
-		return fmt.Errorf("madvise RANDOM: %w", err)
-	}
-	return nil
-}
+func AdviseRandom(b []byte) error { return madvise(b, unix.MADV_RANDOM, "RANDOM") }
 
 // AdviseNormal takes back AdviseRandom (madvise MADV_NORMAL): faults read
 // around again.
-func AdviseNormal(b []byte) error {
+func AdviseNormal(b []byte) error { return madvise(b, unix.MADV_NORMAL, "NORMAL") }
+
+// madvise applies advice (named name in its error) to b, when b is not empty.
+func madvise(b []byte, advice int, name string) error {
 	if len(b) == 0 {
 		return nil
 	}
-	if err := unix.Madvise(b, unix.MADV_NORMAL); err != nil {
-		return fmt.Errorf("madvise NORMAL: %w", err)
+	if err := unix.Madvise(b, advice); err != nil {
+		return fmt.Errorf("madvise %s: %w", name, err)
 	}
 	return nil
 }
