@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +47,23 @@ func vmFlags(t *testing.T, b []byte) []string {
 	return nil
 }
 
+// hasVmFlag says whether the mapping that holds b's first byte has the
+// VmFlags entry flag ("hg", "rr", "sr").
+func hasVmFlag(t *testing.T, b []byte, flag string) bool {
+	t.Helper()
+	return slices.Contains(vmFlags(t, b), flag)
+}
+
+// openSpec opens spec with a default mmap backend.
+func openSpec(t *testing.T, spec mappedfile.Spec) *file {
+	t.Helper()
+	mf, err := New(Options{}).Open(testContext(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mf.(*file)
+}
+
 // TestHugePagesAdvisesTheMapping: a segment opened with Spec.HugePages is
 // mapped with MADV_HUGEPAGE (VmFlags "hg"), one opened without it is not,
 // and both take appends and read them back alike.
@@ -55,16 +73,10 @@ func TestHugePagesAdvisesTheMapping(t *testing.T) {
 		testenv.Skip(t, testenv.THP, "the kernel has no transparent huge pages (%v): MADV_HUGEPAGE changes nothing there", err)
 	}
 	t.Logf("THP %q", strings.TrimSpace(string(thp)))
-	ctx := testContext(t)
 	dir := t.TempDir()
 	for _, huge := range []bool{false, true} {
-		spec := mappedfile.Spec{Path: filepath.Join(dir, strconv.FormatBool(huge)), SizeBytes: 8 << 20, HugePages: huge}
-		mf, err := New(Options{}).Open(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := mf.(*file)
-		if got := strings.Contains(" "+strings.Join(vmFlags(t, f.mapping), " ")+" ", " hg "); got != huge {
+		f := openSpec(t, mappedfile.Spec{Path: filepath.Join(dir, strconv.FormatBool(huge)), SizeBytes: 8 << 20, HugePages: huge})
+		if got := hasVmFlag(t, f.mapping, "hg"); got != huge {
 			t.Errorf("HugePages %v: the mapping is advised huge: %v (VmFlags %v)", huge, got, vmFlags(t, f.mapping))
 		}
 		for f.WrotePosition() < 5<<20 {
@@ -81,7 +93,7 @@ func TestHugePagesAdvisesTheMapping(t *testing.T) {
 				t.Fatalf("HugePages %v: byte %d is %d, want %d", huge, i, b, patternByte(int64(i)))
 			}
 		}
-		if err := mf.Close(); err != nil {
+		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,18 +103,11 @@ func TestHugePagesAdvisesTheMapping(t *testing.T) {
 // mapped with MADV_RANDOM (VmFlags "rr"), one opened without it is not, and
 // both take appends and overwrites and read them back alike.
 func TestRandomAccessAdvisesTheMapping(t *testing.T) {
-	ctx := testContext(t)
 	dir := t.TempDir()
 	for _, random := range []bool{false, true} {
-		spec := mappedfile.Spec{Path: filepath.Join(dir, strconv.FormatBool(random)), SizeBytes: 4 << 20, RandomAccess: random}
-		mf, err := New(Options{}).Open(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := mf.(*file)
-		flags := " " + strings.Join(vmFlags(t, f.mapping), " ") + " "
-		if got := strings.Contains(flags, " rr "); got != random {
-			t.Errorf("RandomAccess %v: the mapping is advised random: %v (VmFlags%s)", random, got, flags)
+		f := openSpec(t, mappedfile.Spec{Path: filepath.Join(dir, strconv.FormatBool(random)), SizeBytes: 4 << 20, RandomAccess: random})
+		if got := hasVmFlag(t, f.mapping, "rr"); got != random {
+			t.Errorf("RandomAccess %v: the mapping is advised random: %v (VmFlags %v)", random, got, vmFlags(t, f.mapping))
 		}
 		for f.WrotePosition() < 3<<20 {
 			if _, err := f.Append(4000, patternEncoder{}); err != nil {
@@ -123,7 +128,7 @@ func TestRandomAccessAdvisesTheMapping(t *testing.T) {
 		if !bytes.Equal(got, []byte{1, 2, 3, 4}) {
 			t.Fatalf("RandomAccess %v: read back %v after the overwrite", random, got)
 		}
-		if err := mf.Close(); err != nil {
+		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,7 +138,6 @@ func TestRandomAccessAdvisesTheMapping(t *testing.T) {
 // advised MADV_RANDOM (VmFlags "rr") until an append fills it; a prewritten
 // one, or one opened without the flag, is not advised at all.
 func TestSmallFoliosWhileWriting(t *testing.T) {
-	ctx := testContext(t)
 	dir := t.TempDir()
 	const size = 1 << 20
 	for _, c := range []struct {
@@ -145,13 +149,8 @@ func TestSmallFoliosWhileWriting(t *testing.T) {
 		{"small folios, prewritten", true, true, false},
 		{"default", false, false, false},
 	} {
-		spec := mappedfile.Spec{Path: filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_")), SizeBytes: size, SmallFolios: c.small, Prewrite: c.prewrite}
-		mf, err := New(Options{}).Open(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := mf.(*file)
-		advised := func() bool { return strings.Contains(" "+strings.Join(vmFlags(t, f.mapping), " ")+" ", " rr ") }
+		f := openSpec(t, mappedfile.Spec{Path: filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_")), SizeBytes: size, SmallFolios: c.small, Prewrite: c.prewrite})
+		advised := func() bool { return hasVmFlag(t, f.mapping, "rr") }
 		if got := advised(); got != c.advisedWhileEmpty {
 			t.Errorf("%s: advised random while empty: %v, want %v", c.name, got, c.advisedWhileEmpty)
 		}
@@ -178,7 +177,7 @@ func TestSmallFoliosWhileWriting(t *testing.T) {
 				t.Fatalf("%s: byte %d is %d, want %d", c.name, i, b, patternByte(int64(i)))
 			}
 		}
-		if err := mf.Close(); err != nil {
+		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -189,18 +188,12 @@ func TestSmallFoliosWhileWriting(t *testing.T) {
 // touch's faults large folios: it stays "rr".
 func TestWarmKeepsSmallFolios(t *testing.T) {
 	ctx := testContext(t)
-	spec := mappedfile.Spec{Path: filepath.Join(t.TempDir(), "seg"), SizeBytes: 1 << 20, SmallFolios: true}
-	mf, err := New(Options{}).Open(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mf.Close()
-	f := mf.(*file)
+	f := openSpec(t, mappedfile.Spec{Path: filepath.Join(t.TempDir(), "seg"), SizeBytes: 1 << 20, SmallFolios: true})
+	defer f.Close()
 	if err := f.Warm(ctx, mappedfile.WarmOptions{Advise: true, Touch: true}); err != nil {
 		t.Fatal(err)
 	}
-	flags := " " + strings.Join(vmFlags(t, f.mapping), " ") + " "
-	if !strings.Contains(flags, " rr ") || strings.Contains(flags, " sr ") {
-		t.Fatalf("a warmed small-folio file has VmFlags%s, want rr and not sr", flags)
+	if !hasVmFlag(t, f.mapping, "rr") || hasVmFlag(t, f.mapping, "sr") {
+		t.Fatalf("a warmed small-folio file has VmFlags %v, want rr and not sr", vmFlags(t, f.mapping))
 	}
 }
