@@ -12,6 +12,7 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/internal/hostctl"
+	"github.com/mqstore/mqstore/internal/rmqmsg"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -357,4 +358,6 @@ func spec(c *Config, workload string, sizeBytes, producers int, rate float64, wi
 
 // repeatSeed is the arrivals' seed of repeat i: the same for every system
 // in that repeat, different between repeats (splitmix64 of seed and i).
-func repeatSeed(seed uint64, i int) uint64 { return mix64(seed + uint64(i+1)*0x9E3779B97F4A7C15) }
+func repeatSeed(seed uint64, i int) uint64 {
+	return rmqmsg.Mix64(seed + uint64(i+1)*0x9E3779B97F4A7C15)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/engine/segment"
+	"github.com/mqstore/mqstore/internal/rmqmsg"
 	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
@@ -35,11 +37,14 @@ var (
 	loadBatching    = flag.String("load-batching", "", "BenchmarkPutLoad: Options.GroupCommitBatching: auto, merge or convoys")
 	loadWarm        = flag.Bool("load-warm", false, "BenchmarkPutLoad: Options.WarmSegments (the allocation service touches each new segment before use)")
 	loadSegment     = flag.Int64("load-segment", 64<<20, "BenchmarkPutLoad: Options.SegmentSizeBytes")
+	loadFixedKeys   = flag.Bool("load-fixed-keys", false, "BenchmarkPutLoad: each producer puts the same tags, KEYS and UNIQ_KEY every time (the benchmark's message before it put mqbench's: its index slots stay in the cache)")
 )
 
 // BenchmarkPutLoad is a closed loop of N producer goroutines, each putting
-// 1 KiB messages with tags, keys and a UNIQ_KEY for -load-duration after a
-// 300 ms warm-up, the way mqbench's throughput cell does, with the figures a
+// 1 KiB messages for -load-duration after a 300 ms warm-up, the way
+// mqbench's throughput cell does — mqbench's rocketmq message (rmqmsg:
+// tags, two KEYS and a UNIQ_KEY unique per message, so each key lands in
+// a random IndexFile slot), or bare bodies — with the figures a
 // profile of the Put path needs: msgs/s, the process's CPU per message
 // (getrusage: every goroutine of the store included), and messages per
 // durable flush.
@@ -130,11 +135,23 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 		go func(w int) {
 			defer wg.Done()
 			m := testMessage("BenchTopic", int32(w%8), w, 1024)
-			if *loadBare {
+			var values *rmqmsg.Values
+			switch {
+			case *loadBare:
 				m.Properties = nil
+			case !*loadFixedKeys:
+				values = rmqmsg.New(w)
+				m.Properties = nil
+				for _, p := range values.Properties() {
+					m.Properties = append(m.Properties, Property{Name: p.Name, Value: p.Value})
+				}
+				m.BornHost = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(50000+w%10000))
 			}
 			n := int64(0)
 			for !stop.Load() {
+				if values != nil {
+					m.Properties[0].Value = values.Next()
+				}
 				if _, err := s.Put(ctx, m); err != nil {
 					b.Error(err)
 					return
