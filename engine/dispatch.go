@@ -178,6 +178,12 @@ type dispatcher struct {
 	// maxPendingUnits gather): a unit costs a copy, not a file append.
 	pending      map[queueKey]*pendingUnits
 	pendingCount int
+	// index holds the index keys of fed records not yet put, put with one
+	// Index.PutBatch (putIndexBatch) when indexBatchRecords gather, before
+	// any unit is appended (lastDispatchedTimestamp then covers them), and
+	// when dispatchFed returns: one lock and one swap of every slot they
+	// point at, whose cache misses then overlap.
+	index indexBatch
 	// pendingTimestamp is the STORETIMESTAMP of the newest record scanned:
 	// lastDispatchedTimestamp takes it once its unit is appended (the
 	// logics flush reads it as "every unit up to here is in its queue").
@@ -391,9 +397,13 @@ func (d *dispatcher) dispatchUnit(ctx context.Context, offset int64, key queueKe
 	return nil
 }
 
-// appendPending appends every queue's pending units. A queue closed since
-// (retention, Close) is looked up again on its next unit.
+// appendPending appends every queue's pending units, after the index keys
+// of the records before them. A queue closed since (retention, Close) is
+// looked up again on its next unit.
 func (d *dispatcher) appendPending(ctx context.Context) error {
+	if err := d.putIndexBatch(ctx); err != nil {
+		return err
+	}
 	if d.pendingCount == 0 {
 		if d.pendingTimestamp != 0 {
 			d.store.logics.lastDispatchedTimestamp.Store(d.pendingTimestamp)

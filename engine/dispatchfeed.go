@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mqstore/mqstore/engine/indexfile"
 	"github.com/mqstore/mqstore/engine/record"
 )
 
@@ -133,11 +134,81 @@ func (b *fedBatch) drop(feed *dispatchFeed) {
 	b.records, b.hashes, b.at, b.hashesAt = b.records[:0], b.hashes[:0], 0, 0
 }
 
+// indexBatch is the index keys of fed records waiting for one
+// Index.PutBatch.
+type indexBatch struct {
+	recs   []indexfile.RecordKeys // each record's keys: a run of hashes
+	hashes []int32
+	// from is where dispatch stood before the first record of recs;
+	// failedAt is the from of a batch that failed, -1 when none did.
+	from, failedAt int64
+}
+
+// indexBatchRecords is the most records whose keys wait for one
+// Index.PutBatch.
+const indexBatchRecords = 64
+
+// addIndexKeys queues the index keys of the fed record r (dispatch stood at
+// from before it).
+func (d *dispatcher) addIndexKeys(ctx context.Context, from int64, r *fedRecord, hashes []int32) error {
+	b := &d.index
+	if len(b.recs) == 0 {
+		b.from = from
+	}
+	at := len(b.hashes)
+	b.hashes = append(b.hashes, hashes...)
+	// A view of this batch's hashes: it stays true when a later append
+	// moves b.hashes, which keeps the old array alive and unchanged.
+	b.recs = append(b.recs, indexfile.RecordKeys{Hashes: b.hashes[at:len(b.hashes):len(b.hashes)], PhysicalOffset: r.offset, StoreTimestamp: r.storeTimestamp})
+	if len(b.recs) >= indexBatchRecords {
+		return d.putIndexBatch(ctx)
+	}
+	return nil
+}
+
+// putIndexBatch puts the queued index keys. The batch is emptied either
+// way: a failed put stops the index for good (its error is sticky), and
+// dispatch with it; then neither the dispatched offset (dispatchFed) nor
+// lastDispatchedTimestamp moves past the batch's first record.
+func (d *dispatcher) putIndexBatch(ctx context.Context) error {
+	b := &d.index
+	if len(b.recs) == 0 {
+		return nil
+	}
+	err := d.store.logics.index.PutBatch(ctx, b.recs)
+	if err != nil {
+		err = fmt.Errorf("index the keys of %d records from offset %d: %w", len(b.recs), b.recs[0].PhysicalOffset, err)
+		if b.failedAt < 0 {
+			b.failedAt = b.from
+		}
+		d.pendingTimestamp = 0
+	}
+	clear(b.recs) // no view of an old array outlives the batch
+	b.recs, b.hashes = b.recs[:0], b.hashes[:0]
+	return err
+}
+
 // dispatchFed dispatches fed records from from up to readable, while the
 // feed has them one after another. It returns where it stopped, and whether
 // the log must be read from there: the next readable record was not fed.
+// Every record before where it stopped is indexed when it returns: it never
+// stops past a record whose keys failed to go in.
 func (d *dispatcher) dispatchFed(ctx context.Context, from, readable int64) (int64, bool, error) {
-	feed, index := d.store.log.feed, d.store.logics.index
+	d.index.failedAt = -1
+	to, read, err := d.dispatchFedRun(ctx, from, readable)
+	if ierr := d.putIndexBatch(ctx); ierr != nil && err == nil {
+		err = ierr
+	}
+	if d.index.failedAt >= 0 {
+		return min(to, d.index.failedAt), false, err
+	}
+	return to, read, err
+}
+
+// dispatchFedRun is dispatchFed, the index keys of the last records queued
+// in d.index.
+func (d *dispatcher) dispatchFedRun(ctx context.Context, from, readable int64) (int64, bool, error) {
+	feed := d.store.log.feed
 	if feed == nil {
 		return from, true, nil
 	}
@@ -160,9 +231,11 @@ func (d *dispatcher) dispatchFed(ctx context.Context, from, readable int64) (int
 		if err := d.dispatchUnit(ctx, r.offset, queueKey{topic: r.topic, queueID: r.queueID}, r.sysFlag, r.queueOffset, r.size, r.tagsCode); err != nil {
 			return from, false, err
 		}
-		if len(hashes) > 0 && r.offset >= index.MaxPhysicalOffset() {
-			if err := index.PutHashes(ctx, hashes, r.offset, r.storeTimestamp); err != nil {
-				return from, false, fmt.Errorf("index the %d keys of the record at %d: %w", len(hashes), r.offset, err)
+		if len(hashes) > 0 {
+			// Index.PutBatch ignores a record older than the newest
+			// indexed, as PutHashes does.
+			if err := d.addIndexKeys(ctx, from, r, hashes); err != nil {
+				return from, false, err
 			}
 		}
 		d.pendingTimestamp = r.storeTimestamp

@@ -121,3 +121,16 @@ func (f *hookedFile) SwapAt(p, old []byte, filePos int64) error {
 	}
 	return ow.SwapAt(p, old, filePos)
 }
+
+// SwapEach forwards to the wrapped file, as WriteAt, after the "overwrite"
+// hook (every key the index puts swaps slots with one SwapEach).
+func (f *hookedFile) SwapEach(p, old []byte, width int, filePos []int64) error {
+	if err := f.h.run("overwrite", f.Path()); err != nil {
+		return fmt.Errorf("overwrite %s: %w", f.Path(), err)
+	}
+	ow, ok := f.MappedFile.(mappedfile.Overwriter)
+	if !ok {
+		return fmt.Errorf("%s: overwrite: %w", f.Path(), mappedfile.ErrUnsupported)
+	}
+	return ow.SwapEach(p, old, width, filePos)
+}

@@ -27,6 +27,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -296,9 +297,35 @@ type EndSetter interface {
 // SwapAt is WriteAt that first copies the bytes p replaces into old
 // (len(old) == len(p)): one call where a read and a write would be two (the
 // IndexFile swaps a hash slot's head for its new entry).
+//
+// SwapEach is SwapAt for many fields of width bytes, in order: field i, at
+// filePos[i], is copied into old[i*width:] and p[i*width:(i+1)*width]
+// written over it, so a later field at the same position hands back what
+// an earlier one wrote (len(p) == len(old) == width*len(filePos)). Every
+// position is checked before anything is written. One call for a batch of
+// random slots lets the CPU fetch their lines together, where a call per
+// slot waits for each miss in turn behind the call's atomics.
 type Overwriter interface {
 	WriteAt(p []byte, filePos int64) (n int, err error)
 	SwapAt(p, old []byte, filePos int64) error
+	SwapEach(p, old []byte, width int, filePos []int64) error
+}
+
+// CheckSwapEach checks SwapEach's arguments against a file written up to
+// wrote and returns the lowest position (wrote when there is none): the
+// shared validation of every Overwriter.
+func CheckSwapEach(path string, p, old []byte, width int, filePos []int64, wrote int64) (int64, error) {
+	if width <= 0 || len(p) != width*len(filePos) || len(old) != len(p) {
+		return 0, fmt.Errorf("%s: swap %d fields of %d bytes from %d bytes into %d: %w", path, len(filePos), width, len(p), len(old), ErrInvalidArgument)
+	}
+	low := wrote
+	for _, pos := range filePos {
+		if pos < 0 || int64(width) > wrote-pos {
+			return 0, fmt.Errorf("%s: overwrite [%d,+%d), written up to %d: %w", path, pos, width, wrote, ErrOutOfRange)
+		}
+		low = min(low, pos)
+	}
+	return low, nil
 }
 
 // Lister is implemented by backends whose files do not live in the OS file

@@ -985,6 +985,19 @@ func (f *memFile) SwapAt(p, old []byte, filePos int64) error {
 	return f.swapAt(p, old, filePos)
 }
 
+// SwapEach implements Overwriter.
+func (f *memFile) SwapEach(p, old []byte, width int, filePos []int64) error {
+	if _, err := CheckSwapEach(f.path, p, old, width, filePos, f.wrotePosition.Load()); err != nil {
+		return err
+	}
+	for i, pos := range filePos {
+		if err := f.swapAt(p[i*width:(i+1)*width], old[i*width:(i+1)*width], pos); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // swapAt copies the bytes at filePos into old (when not nil), then p over them.
 func (f *memFile) swapAt(p, old []byte, filePos int64) error {
 	f.fs.tick()

@@ -70,6 +70,28 @@ func (m *file) swapGuarded(dst, src, old []byte) (faultErr error) {
 	return nil
 }
 
+// swapEachGuarded swaps each field of width bytes at filePos[i] (checked)
+// with p's i-th, handing the old bytes back in old.
+func (m *file) swapEachGuarded(p, old []byte, width int, filePos []int64) (faultErr error) {
+	defer m.recoverFault(&faultErr, "overwrite")
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	mapping := m.mapping
+	if width == 4 { // an IndexFile slot: moves, not memmove calls
+		for i, pos := range filePos {
+			dst := (*[4]byte)(mapping[pos : pos+4])
+			*(*[4]byte)(old[i*4:]) = *dst
+			*dst = *(*[4]byte)(p[i*4:])
+		}
+		return nil
+	}
+	for i, pos := range filePos {
+		dst := mapping[pos : pos+int64(width)]
+		copy(old[i*width:], dst)
+		copy(dst, p[i*width:(i+1)*width])
+	}
+	return nil
+}
+
 // touchGuarded writes a zero byte at every page start in [from, to).
 func (m *file) touchGuarded(from, to int64) (faultErr error) {
 	defer m.recoverFault(&faultErr, "touch")

@@ -39,6 +39,29 @@ func (m *file) SwapAt(p, old []byte, filePos int64) error {
 	return m.swapAt(p, old, filePos)
 }
 
+// SwapEach implements mappedfile.Overwriter: the fields swapped in order
+// under one reference, one fault guard and one overwrite mark, with no
+// atomic between two fields (a locked instruction would wait for each
+// field's cache miss before the next one's could start).
+func (m *file) SwapEach(p, old []byte, width int, filePos []int64) error {
+	if err := m.Err(); err != nil {
+		return err
+	}
+	if !m.Retain() {
+		return m.ClosedError("overwrite")
+	}
+	defer m.Release()
+	low, err := mappedfile.CheckSwapEach(m.Path(), p, old, width, filePos, m.WrotePosition())
+	if err != nil || len(filePos) == 0 {
+		return err
+	}
+	if faultErr := m.swapEachGuarded(p, old, width, filePos); faultErr != nil {
+		return m.Fail(faultErr)
+	}
+	m.markOverwritten(low)
+	return nil
+}
+
 // swapAt copies the bytes at filePos into old (when not nil), then p over them.
 func (m *file) swapAt(p, old []byte, filePos int64) error {
 	if err := m.Err(); err != nil {

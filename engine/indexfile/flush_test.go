@@ -51,6 +51,10 @@ func (f *watchedFile) SwapAt(p, old []byte, filePos int64) error {
 	return f.MappedFile.(mappedfile.Overwriter).SwapAt(p, old, filePos)
 }
 
+func (f *watchedFile) SwapEach(p, old []byte, width int, filePos []int64) error {
+	return f.MappedFile.(mappedfile.Overwriter).SwapEach(p, old, width, filePos)
+}
+
 // TestOneFlusherPerFile: Flush runs its file flushes outside the index lock
 // while a Put that rolls flushes the full file under it; the two must not
 // flush one file at once. (A flush that takes a millisecond, as a disk's

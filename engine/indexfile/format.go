@@ -91,21 +91,21 @@ func DecodeEntry(src []byte) Entry {
 	}
 }
 
-// entriesEncoder is a reusable mappedfile.Encoder of a run of n entries
-// over a fixed buffer the Index owns, so Put allocates nothing.
+// entriesEncoder is a reusable mappedfile.Encoder of a run of entries over
+// a buffer the Index owns and grows to the longest run, so Put allocates
+// nothing in steady state.
 type entriesEncoder struct {
-	buf [maxDedupKeys * EntrySize]byte
-	n   int
+	buf []byte
 }
 
 var errEncodeLength = errors.New("indexfile: reserved length differs from the entries' length")
 
 // EncodeAt implements mappedfile.Encoder.
 func (e *entriesEncoder) EncodeAt(dst []byte, _ int64) error {
-	if len(dst) != e.n*EntrySize {
+	if len(dst) != len(e.buf) {
 		return errEncodeLength
 	}
-	copy(dst, e.buf[:e.n*EntrySize])
+	copy(dst, e.buf)
 	return nil
 }
 

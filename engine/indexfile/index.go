@@ -96,7 +96,10 @@ type Index struct {
 	writeErr error
 	// Reusable buffers of Put, guarded by mu (write lock).
 	entries   entriesEncoder
-	oldHeads  [maxDedupKeys][SlotSize]byte // the heads a run's slots had
+	run       []runKey // PutBatch's run of keys
+	slotPos   []int64  // a run's slot positions,
+	slotNew   []byte   // the heads it writes there,
+	slotOld   []byte   // and the heads they replace
 	slot      [SlotSize]byte
 	headerBuf [HeaderSize]byte
 	entryBuf  [EntrySize]byte
@@ -363,6 +366,30 @@ func (x *Index) PutKeys(ctx context.Context, keys []string, physicalOffset int64
 // of searching the file's chain; a re-dispatch of the newest indexed record
 // searches the files as Put does. hashes are not kept.
 func (x *Index) PutHashes(ctx context.Context, hashes []int32, physicalOffset int64, storeTimestamp int64) error {
+	recs := [1]RecordKeys{{Hashes: hashes, PhysicalOffset: physicalOffset, StoreTimestamp: storeTimestamp}}
+	return x.PutBatch(ctx, recs[:])
+}
+
+// RecordKeys is one record's index key hashes, for PutBatch.
+type RecordKeys struct {
+	Hashes         []int32
+	PhysicalOffset int64
+	StoreTimestamp int64
+}
+
+// runKey is one key of a run of entries: its hash and the record (an index
+// into the batch) it points at.
+type runKey struct {
+	hash int32
+	rec  int32
+}
+
+// PutBatch is PutHashes for each of recs, in order, under one lock. The
+// keys of records newer than every indexed one go in as one run of entries
+// — one swap of all their slots (mappedfile.Overwriter.SwapEach, so the
+// CPU fetches the random slots' lines together) and one append — per file
+// they fill. recs and their hashes are not kept.
+func (x *Index) PutBatch(ctx context.Context, recs []RecordKeys) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
@@ -371,50 +398,96 @@ func (x *Index) PutHashes(ctx context.Context, hashes []int32, physicalOffset in
 	if x.writeErr != nil {
 		return x.writeErr
 	}
+	run := x.run[:0]
+	defer func() { x.run = run[:0] }()
+	for ri := range recs {
+		r := &recs[ri]
+		if len(r.Hashes) == 0 {
+			continue
+		}
+		if len(run) > 0 && (r.PhysicalOffset <= recs[run[len(run)-1].rec].PhysicalOffset || len(r.Hashes) > maxDedupKeys) {
+			// Not newer than the run's last record, or too many keys to
+			// tell apart in memory: the run goes in first.
+			if err := x.putRunLocked(ctx, run, recs); err != nil {
+				return err
+			}
+			run = run[:0]
+		}
+		if len(run) == 0 && (len(r.Hashes) > maxDedupKeys || x.newestLocked() >= r.PhysicalOffset) {
+			if err := x.putRecordLocked(ctx, recs[ri:ri+1]); err != nil {
+				return err
+			}
+			continue
+		}
+		for i, hash := range r.Hashes {
+			if !slices.Contains(r.Hashes[:i], hash) { // this record's keys put so far
+				run = append(run, runKey{hash: hash, rec: int32(ri)})
+			}
+		}
+	}
+	return x.putRunLocked(ctx, run, recs)
+}
+
+// newestLocked returns the physical offset of the newest record indexed,
+// -1 when there is none.
+func (x *Index) newestLocked() int64 {
+	if n := len(x.files); n > 0 {
+		return x.files[n-1].header.EndPhyOffset
+	}
+	return -1
+}
+
+// putRecordLocked puts the keys of one record (rec[0]) that may be the
+// newest indexed (a re-dispatch after a crash starts at that record, whose
+// keys may be only partly there) or older (ignored, as RocketMQ does), or
+// has more keys than maxDedupKeys.
+func (x *Index) putRecordLocked(ctx context.Context, rec []RecordKeys) error {
+	r := &rec[0]
 	n := len(x.files)
-	if n > 0 && physicalOffset < x.files[n-1].header.EndPhyOffset {
+	if n > 0 && r.PhysicalOffset < x.files[n-1].header.EndPhyOffset {
 		return nil
 	}
-	redispatch := n > 0 && physicalOffset == x.files[n-1].header.EndPhyOffset
+	redispatch := n > 0 && r.PhysicalOffset == x.files[n-1].header.EndPhyOffset
 	// keep collects the keys to put, which go in as one run of entries.
 	// A key that must be looked up in the files puts what keep holds first:
 	// the search must see the record's earlier keys.
-	var keepBuf [maxDedupKeys]int32
+	var keepBuf [maxDedupKeys]runKey
 	keep := keepBuf[:0]
-	for i, hash := range hashes {
+	for i, hash := range r.Hashes {
 		if redispatch || i >= maxDedupKeys {
-			if err := x.putRunLocked(ctx, keep, physicalOffset, storeTimestamp); err != nil {
+			if err := x.putRunLocked(ctx, keep, rec); err != nil {
 				return err
 			}
 			keep = keep[:0]
-			if has, err := x.hasEntryLocked(hash, physicalOffset); err != nil || has {
+			if has, err := x.hasEntryLocked(hash, r.PhysicalOffset); err != nil || has {
 				if err != nil {
 					return err
 				}
 				continue
 			}
-		} else if slices.Contains(hashes[:i], hash) {
+		} else if slices.ContainsFunc(keep, func(k runKey) bool { return k.hash == hash }) {
 			continue // this record's keys put so far
 		}
-		keep = append(keep, hash)
+		keep = append(keep, runKey{hash: hash})
 	}
-	return x.putRunLocked(ctx, keep, physicalOffset, storeTimestamp)
+	return x.putRunLocked(ctx, keep, rec)
 }
 
-// putRunLocked puts the entries of hashes (distinct keys of one record) as
-// runs of entries, one per file they fill.
-func (x *Index) putRunLocked(ctx context.Context, hashes []int32, physicalOffset, storeTimestamp int64) error {
-	for len(hashes) > 0 {
+// putRunLocked puts the entries of run (the distinct keys of each record
+// of recs it names, records in CommitLog order) as runs of entries, one per
+// file they fill.
+func (x *Index) putRunLocked(ctx context.Context, run []runKey, recs []RecordKeys) error {
+	for len(run) > 0 {
 		f, err := x.writableLocked(ctx)
 		if err != nil {
 			return err
 		}
-		k := min(len(hashes), int(x.maxEntries-f.header.IndexCount))
-		if err := x.putEntriesLocked(ctx, f, hashes[:k], physicalOffset, storeTimestamp); err != nil {
+		k := min(len(run), int(x.maxEntries-f.header.IndexCount))
+		if err := x.putEntriesLocked(ctx, f, run[:k], recs); err != nil {
 			x.writeErr = err
 			return err
 		}
-		hashes = hashes[k:]
+		run = run[k:]
 	}
 	return nil
 }
@@ -464,14 +537,14 @@ func (x *Index) writableLocked(ctx context.Context) (*file, error) {
 	return x.createLocked(ctx)
 }
 
-// putEntriesLocked appends one entry for each of hashes (at most
-// maxDedupKeys, distinct, room for all in f) and points each key's slot at
-// its entry. Each slot is swapped for its new head before the run is
-// appended, since an entry holds the head it replaces: a failed append puts
-// the old heads back (the index is stopped by the error either way; readers
-// under the read lock never see the in-between state). Two keys of the run
-// may share a slot: the second's previous head is then the first's entry.
-func (x *Index) putEntriesLocked(ctx context.Context, f *file, hashes []int32, physicalOffset, storeTimestamp int64) error {
+// putEntriesLocked appends one entry for each key of run (room for all in
+// f) and points each key's slot at its entry. The slots are swapped for
+// their new heads (in order, so two keys of the run that share a slot
+// chain: the second's previous head is the first's entry) before the run
+// is appended, since an entry holds the head it replaces: a failed append
+// puts the old heads back (the index is stopped by the error either way;
+// readers under the read lock never see the in-between state).
+func (x *Index) putEntriesLocked(ctx context.Context, f *file, run []runKey, recs []RecordKeys) error {
 	ow, err := x.overwriter(f)
 	if err != nil {
 		return err
@@ -479,34 +552,40 @@ func (x *Index) putEntriesLocked(ctx context.Context, f *file, hashes []int32, p
 	h := &f.header
 	if h.IndexCount <= 1 {
 		// The first entry fixes the file's begin; its timeDiff is 0.
-		h.BeginPhyOffset, h.BeginTimestamp = physicalOffset, storeTimestamp
+		first := &recs[run[0].rec]
+		h.BeginPhyOffset, h.BeginTimestamp = first.PhysicalOffset, first.StoreTimestamp
 	}
-	diff := timeDiff(storeTimestamp, h.BeginTimestamp)
-	olds := &x.oldHeads
-	undo := func(swapped int) {
-		for i := swapped - 1; i >= 0; i-- {
-			_, _ = ow.WriteAt(olds[i][:], x.slotPosition(int64(hashes[i])%x.slotCount))
+	k := len(run)
+	x.slotPos = x.slotPos[:0]
+	x.slotNew = slices.Grow(x.slotNew[:0], k*SlotSize)[:k*SlotSize]
+	x.slotOld = slices.Grow(x.slotOld[:0], k*SlotSize)[:k*SlotSize]
+	for i, key := range run {
+		x.slotPos = append(x.slotPos, x.slotPosition(int64(key.hash)%x.slotCount))
+		putBE32(x.slotNew[i*SlotSize:], uint32(h.IndexCount+int32(i)))
+	}
+	undo := func() {
+		for i := k - 1; i >= 0; i-- {
+			_, _ = ow.WriteAt(x.slotOld[i*SlotSize:(i+1)*SlotSize], x.slotPos[i])
 		}
 	}
-	for i, hash := range hashes {
+	if err := ow.SwapEach(x.slotNew, x.slotOld, SlotSize, x.slotPos); err != nil {
+		return fmt.Errorf("indexfile: %s: swap %d slots: %w", f.mf.Path(), k, err)
+	}
+	x.entries.buf = slices.Grow(x.entries.buf[:0], k*EntrySize)[:k*EntrySize]
+	for i, key := range run {
 		n := h.IndexCount + int32(i)
-		putBE32(x.slot[:], uint32(n))
-		if err := ow.SwapAt(x.slot[:], olds[i][:], x.slotPosition(int64(hash)%x.slotCount)); err != nil {
-			undo(i)
-			return fmt.Errorf("indexfile: %s: swap slot: %w", f.mf.Path(), err)
-		}
-		previous := int32(be32(olds[i][:]))
+		previous := int32(be32(x.slotOld[i*SlotSize:]))
 		if previous <= 0 || previous >= n {
 			previous = 0
 		}
-		EncodeEntry(x.entries.buf[i*EntrySize:], Entry{KeyHash: hash, PhyOffset: physicalOffset, TimeDiff: diff, PrevIndex: previous})
+		r := &recs[key.rec]
+		EncodeEntry(x.entries.buf[i*EntrySize:], Entry{KeyHash: key.hash, PhyOffset: r.PhysicalOffset, TimeDiff: timeDiff(r.StoreTimestamp, h.BeginTimestamp), PrevIndex: previous})
 	}
-	x.entries.n = len(hashes)
 	want := x.entryPosition(h.IndexCount)
-	at, err := f.mf.Append(len(hashes)*EntrySize, &x.entries)
+	at, err := f.mf.Append(k*EntrySize, &x.entries)
 	if err != nil {
-		undo(len(hashes))
-		return fmt.Errorf("indexfile: %s: append entries %d–%d: %w", f.mf.Path(), h.IndexCount, h.IndexCount+int32(len(hashes))-1, err)
+		undo()
+		return fmt.Errorf("indexfile: %s: append entries %d–%d: %w", f.mf.Path(), h.IndexCount, h.IndexCount+int32(k)-1, err)
 	}
 	if at != want {
 		return fmt.Errorf("indexfile: %s: entry %d appended at %d, want %d: %w", f.mf.Path(), h.IndexCount, at, want, ErrCorrupt)
@@ -516,9 +595,10 @@ func (x *Index) putEntriesLocked(ctx context.Context, f *file, hashes []int32, p
 			return fmt.Errorf("indexfile: %s: commit: %w", f.mf.Path(), err)
 		}
 	}
-	h.HashSlotCount += int32(len(hashes))
-	h.IndexCount += int32(len(hashes))
-	h.EndPhyOffset, h.EndTimestamp = physicalOffset, storeTimestamp
+	last := &recs[run[k-1].rec]
+	h.HashSlotCount += int32(k)
+	h.IndexCount += int32(k)
+	h.EndPhyOffset, h.EndTimestamp = last.PhysicalOffset, last.StoreTimestamp
 	f.generation++
 	return nil
 }

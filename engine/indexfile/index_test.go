@@ -923,3 +923,80 @@ func TestFailedAppendPutsTheSlotsBack(t *testing.T) {
 		t.Fatalf("header %+v after the failed append, want %+v", got.Header, f.Header)
 	}
 }
+
+// TestPutBatchIsPutPerKey: PutBatch of records in batches of any size
+// writes the same bytes as a Put of each key of each record in turn —
+// across file rolls within a batch, keys that share a slot within a
+// record and between records, a key listed twice, records with more keys
+// than maxDedupKeys, a re-dispatch of the newest record and records older
+// than it (ignored).
+func TestPutBatchIsPutPerKey(t *testing.T) {
+	ctx := context.Background()
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		one, batch := mappedfile.NewMemFS(mappedfile.MemOptions{}), mappedfile.NewMemFS(mappedfile.MemOptions{})
+		x, y := openIndex(t, one, 7, 40), openIndex(t, batch, 7, 40)
+		var recs []RecordKeys
+		offset, ts := int64(1000), baseTime.UnixMilli()
+		for range 300 {
+			n := rng.IntN(5)
+			if rng.IntN(20) == 0 {
+				n = maxDedupKeys + 1 + rng.IntN(4)
+			}
+			hashes := make([]int32, n)
+			for i := range hashes {
+				hashes[i] = int32(rng.IntN(12)) // 12 keys over 7 slots
+			}
+			switch r := rng.IntN(20); {
+			case r == 0 && len(recs) > 0: // a re-dispatch of the last record, keys it may lack
+				offset = recs[len(recs)-1].PhysicalOffset
+			case r == 1 && len(recs) > 0: // an older record
+				offset = recs[len(recs)-1].PhysicalOffset - 1 - rng.Int64N(500)
+			default:
+				offset = max(offset, recs0(recs)) + 1 + rng.Int64N(500)
+				ts += rng.Int64N(3)
+			}
+			recs = append(recs, RecordKeys{Hashes: hashes, PhysicalOffset: offset, StoreTimestamp: ts})
+		}
+		for _, r := range recs {
+			for _, h := range r.Hashes {
+				if err := x.PutHashes(ctx, []int32{h}, r.PhysicalOffset, r.StoreTimestamp); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for rest := recs; len(rest) > 0; {
+			k := min(len(rest), 1+rng.IntN(70))
+			if err := y.PutBatch(ctx, rest[:k]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[k:]
+		}
+		if err := errors.Join(x.Flush(ctx), y.Flush(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		xf, yf := x.Files(), y.Files()
+		if len(xf) != len(yf) || len(xf) < 3 {
+			t.Fatalf("seed %d: files %+v and %+v: want the same, at least three", seed, xf, yf)
+		}
+		for i := range xf {
+			a, _ := one.Durable(filepath.Join(testDir, xf[i].Name))
+			b, _ := batch.Durable(filepath.Join(testDir, yf[i].Name))
+			if xf[i] != yf[i] || !bytes.Equal(a, b) {
+				t.Fatalf("seed %d: file %d differs: %+v vs %+v", seed, i, xf[i], yf[i])
+			}
+		}
+		if err := errors.Join(x.Close(), y.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// recs0 is the newest physical offset among recs, 0 when none.
+func recs0(recs []RecordKeys) int64 {
+	newest := int64(0)
+	for _, r := range recs {
+		newest = max(newest, r.PhysicalOffset)
+	}
+	return newest
+}

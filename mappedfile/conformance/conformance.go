@@ -36,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -974,6 +975,54 @@ func testOverwrite(t *testing.T, h *harness) {
 	}
 	if err := ow.SwapAt([]byte("HEAD"), got[:2], 10); !errors.Is(err, mappedfile.ErrInvalidArgument) {
 		t.Fatalf("swap into a short buffer: %v, want ErrInvalidArgument", err)
+	}
+	// SwapEach swaps in order: a field swapped twice hands back what the
+	// first swap wrote. Fields of 4 bytes (the IndexFile's slots) and of 3.
+	for _, width := range []int{4, 3} {
+		at := []int64{100, 2 * mappedfile.PageSize, 100, 5000}
+		p := []byte("aaaabbbbccccdddd")[:width*len(at)]
+		before := make([]byte, width*len(at))
+		for i, pos := range at {
+			if _, err := mf.ReadAt(before[i*width:(i+1)*width], pos); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old := make([]byte, len(p))
+		if err := ow.SwapEach(p, old, width, at); err != nil {
+			t.Fatalf("swap each, width %d: %v", width, err)
+		}
+		want := slices.Concat(before[:2*width], p[:width], before[3*width:])
+		if !bytes.Equal(old, want) {
+			t.Fatalf("swap each, width %d: got back %q, want %q", width, old, want)
+		}
+		for i, pos := range at {
+			if i == 0 {
+				continue // overwritten again by the third field
+			}
+			if _, err := mf.ReadAt(got[:width], pos); err != nil || !bytes.Equal(got[:width], p[i*width:(i+1)*width]) {
+				t.Fatalf("swap each, width %d: field %d reads %q %v, want %q", width, i, got[:width], err, p[i*width:(i+1)*width])
+			}
+		}
+		if err := ow.SwapEach(p[:width], old[:width], width, nil); !errors.Is(err, mappedfile.ErrInvalidArgument) {
+			t.Fatalf("swap each of a field with no position: %v, want ErrInvalidArgument", err)
+		}
+		// Put the bytes back.
+		restore := []int64{at[3], at[1], at[0]}
+		back := slices.Concat(before[3*width:], before[width:2*width], before[:width])
+		if err := ow.SwapEach(back, make([]byte, len(back)), width, restore); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A field past the written bytes refuses the whole call: nothing is written.
+	untouched := make([]byte, 4)
+	if _, err := mf.ReadAt(untouched, 200); err != nil {
+		t.Fatal(err)
+	}
+	if err := ow.SwapEach([]byte("ZZZZYYYY"), make([]byte, 8), 4, []int64{200, 3 * mappedfile.PageSize}); !errors.Is(err, mappedfile.ErrOutOfRange) {
+		t.Fatalf("swap each past wrote: %v, want ErrOutOfRange", err)
+	}
+	if _, err := mf.ReadAt(got, 200); err != nil || !bytes.Equal(got, untouched) {
+		t.Fatalf("a refused swap each wrote its first field: %q %v, want %q", got, err, untouched)
 	}
 	if _, err := mf.Flush(h.ctx, 0); err != nil { // nothing appended: must still flush the overwrite
 		t.Fatal(err)

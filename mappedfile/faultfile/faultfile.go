@@ -316,6 +316,20 @@ func (f *faultyFile) SwapAt(p, old []byte, filePos int64) error {
 	return ow.SwapAt(p, old, filePos)
 }
 
+// SwapEach forwards to the wrapped file as WriteAt does, the fields' end
+// counting as the overwrite's.
+func (f *faultyFile) SwapEach(p, old []byte, width int, filePos []int64) error {
+	end := int64(0)
+	for _, pos := range filePos {
+		end = max(end, pos)
+	}
+	ow, err := f.beginOverwrite(end, width)
+	if err != nil {
+		return err
+	}
+	return ow.SwapEach(p, old, width, filePos)
+}
+
 // beginOverwrite returns the wrapped file's Overwriter for an overwrite of
 // n bytes at filePos, after the sticky error and the append faults.
 func (f *faultyFile) beginOverwrite(filePos int64, n int) (mappedfile.Overwriter, error) {
