@@ -30,6 +30,7 @@ func DescribeMachine(h hostctl.Host) runfile.Machine {
 	m.Kernel = readTrimmed("/proc/sys/kernel/osrelease")
 	m.Clocksource = readTrimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	m.THP = selected(readTrimmed("/sys/kernel/mm/transparent_hugepage/enabled"))
+	m.FreePageReporting = freePageReporting("/")
 	for _, name := range vmSettings {
 		if v, err := h.ReadSysctl(name); err == nil {
 			m.VM[name] = v
@@ -38,6 +39,23 @@ func DescribeMachine(h hostctl.Host) runfile.Machine {
 	m.LoadAvgStart = LoadAvg()
 	m.Commit, m.CommitDirty, m.CommitSource = commit()
 	return m
+}
+
+// balloonReportingBit is VIRTIO_BALLOON_F_REPORTING, the virtio balloon's
+// free page reporting feature.
+const balloonReportingBit = 5
+
+// freePageReporting reports whether a virtio balloon under root (the file
+// system's root: "/") negotiated free page reporting. sysfs lists a
+// device's features as a string of 0s and 1s, bit 0 first.
+func freePageReporting(root string) bool {
+	paths, _ := filepath.Glob(filepath.Join(root, "sys/bus/virtio/drivers/virtio_balloon/*/features"))
+	for _, p := range paths {
+		if f := readTrimmed(p); len(f) > balloonReportingBit && f[balloonReportingBit] == '1' {
+			return true
+		}
+	}
+	return false
 }
 
 // selected is the bracketed choice of a sysfs setting that lists its

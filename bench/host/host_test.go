@@ -1,6 +1,8 @@
 package host
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +85,32 @@ func TestSelectedSetting(t *testing.T) {
 	} {
 		if got := selected(in); got != want {
 			t.Errorf("selected(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestFreePageReporting: a virtio balloon whose features have bit 5
+// (VIRTIO_BALLOON_F_REPORTING) set reports free pages; one without it,
+// or no balloon, does not.
+func TestFreePageReporting(t *testing.T) {
+	root := t.TempDir()
+	if freePageReporting(root) {
+		t.Fatal("no balloon device, yet free page reporting")
+	}
+	dev := filepath.Join(root, "sys/bus/virtio/drivers/virtio_balloon/virtio0")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for features, want := range map[string]bool{
+		"0110010100000000\n": true,  // the reference VM's: stats, deflate on OOM, reporting
+		"0110000100000000\n": false, // no reporting
+		"01100":              false, // too short to say
+	} {
+		if err := os.WriteFile(filepath.Join(dev, "features"), []byte(features), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := freePageReporting(root); got != want {
+			t.Errorf("features %q: free page reporting %v, want %v", features, got, want)
 		}
 	}
 }

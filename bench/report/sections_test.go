@@ -461,6 +461,16 @@ func TestMachineLineSaysTHP(t *testing.T) {
 	if strings.Contains(b.String(), "huge pages") {
 		t.Errorf("a run without the setting names one:\n%s", b.String())
 	}
+	// Free page reporting is said where it was seen, and only there.
+	if strings.Contains(b.String(), "free page reporting") {
+		t.Errorf("a run without free page reporting speaks of it:\n%s", b.String())
+	}
+	f.Machine.FreePageReporting = true
+	b.Reset()
+	writeContext(&b, f)
+	if !strings.Contains(b.String(), "clocksource tsc, free page reporting to the host") {
+		t.Errorf("no free page reporting on the machine line:\n%s", b.String())
+	}
 }
 
 // TestSummaryNamesTheAgedStore: with --recycle-segments the store line

@@ -46,6 +46,9 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	if m.THP != "" {
 		thp = ", transparent huge pages " + m.THP
 	}
+	if m.FreePageReporting {
+		thp += ", free page reporting to the host (a fresh store's new page cache is faulted in by the host: docs/harness.md)"
+	}
 	fmt.Fprintf(b, "- machine: %s, %d CPUs (%s), %.1f GiB RAM, %s %s, kernel %s, %s, GOMAXPROCS %d, GOGC %s, clocksource %s%s, commit %s%s (%s)\n",
 		m.Host, m.CPUs, m.CPUModel, float64(m.MemTotalBytes)/(1<<30), m.OS, m.Arch, m.Kernel, m.GoVersion, m.GOMAXPROCS, orDefault(m.GOGC, "default"),
 		m.Clocksource, thp, shortCommit(m.Commit), dirty, m.CommitSource)

@@ -149,6 +149,14 @@ type Machine struct {
 	// recorded): the store backs its staging rings, pool buffers and async
 	// mmap segments with huge pages only where it is not never.
 	THP string `json:"thp,omitempty"`
+	// FreePageReporting says the machine is a virtual machine whose
+	// balloon device reports free memory to its host
+	// (VIRTIO_BALLOON_F_REPORTING): memory the guest leaves free for a
+	// few seconds goes back to the host, and the next first touch of it
+	// is faulted in by the host — new page cache of a fresh store, after
+	// an idle spell above all, costs more than a running broker's, whose
+	// page cache reuses the pages it reclaims (docs/harness.md).
+	FreePageReporting bool `json:"freePageReporting,omitempty"`
 	// VM holds vm.dirty_*, dirty_expire/writeback_centisecs and swappiness
 	// at the start of the run (sysctl name → value).
 	VM map[string]string `json:"vm"`
