@@ -174,3 +174,23 @@ func TestRecordCRC(t *testing.T) {
 		t.Fatalf("a record without the property: %v", err)
 	}
 }
+
+// BenchmarkEncodeProperties encodes the properties of mqbench's RocketMQ
+// message (rmqmsg: TAGS, KEYS, UNIQ_KEY, WAIT, CLUSTER, a user property).
+//
+//	go test -run '^$' -bench EncodeProperties ./engine/record/
+func BenchmarkEncodeProperties(b *testing.B) {
+	props := []Property{
+		{PropTags, "TagB"}, {PropKeys, "ORDER-0003000000001A2B TRACE-9F1E2D3C4B5A6978"},
+		{PropUniqKey, "7F00000100AB000000030000001A2B"}, {"WAIT", "true"},
+		{"CLUSTER", "DefaultCluster"}, {"bizType", "order-created"},
+	}
+	dst := make([]byte, 0, 512)
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if dst, err = EncodeProperties(dst[:0], props); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

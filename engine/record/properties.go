@@ -21,24 +21,51 @@ const (
 // it as absent. The caller checks the result against MaxPropertiesBytes (Encode
 // does).
 func EncodeProperties(dst []byte, props []Property) ([]byte, error) {
-	for i, p := range props {
-		if p.Name == "" {
-			return dst, fmt.Errorf("%w: property %d has an empty name", ErrInvalid, i)
-		}
-		if err := checkPropertyText(p.Name); err != nil {
-			return dst, fmt.Errorf("%w: property %d name %q: %v", ErrInvalid, i, p.Name, err)
-		}
-		if err := checkPropertyText(p.Value); err != nil {
-			return dst, fmt.Errorf("%w: property %d (%q) value: %v", ErrInvalid, i, p.Name, err)
-		}
-	}
+	// The text goes in first and is checked once, whole: it holds exactly
+	// one 0x01 and one 0x02 per property (those written here) when no name
+	// or value holds one, and it is UTF-8 exactly when every name and value
+	// is (the separators are ASCII: no sequence runs across one). Three
+	// vectorized passes over ~200 bytes cost less than a check of each of a
+	// RocketMQ message's dozen short strings; a failing check looks again,
+	// string by string, to say which property is wrong.
+	start := len(dst)
 	for _, p := range props {
+		if p.Name == "" {
+			return dst[:start], checkProperties(props)
+		}
 		dst = append(dst, p.Name...)
 		dst = append(dst, nameValueSeparator)
 		dst = append(dst, p.Value...)
 		dst = append(dst, propertySeparator)
 	}
+	text := dst[start:]
+	if n := len(props); bytes.Count(text, nameValueSeparators) == n && bytes.Count(text, propertySeparators) == n && utf8.Valid(text) {
+		return dst, nil
+	}
+	if err := checkProperties(props); err != nil {
+		return dst[:start], err
+	}
 	return dst, nil
+}
+
+// The separators, as bytes.Count takes them.
+var nameValueSeparators, propertySeparators = []byte{nameValueSeparator}, []byte{propertySeparator}
+
+// checkProperties returns the first property EncodeProperties refuses, and
+// why.
+func checkProperties(props []Property) error {
+	for i, p := range props {
+		if p.Name == "" {
+			return fmt.Errorf("%w: property %d has an empty name", ErrInvalid, i)
+		}
+		if err := checkPropertyText(p.Name); err != nil {
+			return fmt.Errorf("%w: property %d name %q: %v", ErrInvalid, i, p.Name, err)
+		}
+		if err := checkPropertyText(p.Value); err != nil {
+			return fmt.Errorf("%w: property %d (%q) value: %v", ErrInvalid, i, p.Name, err)
+		}
+	}
+	return nil
 }
 
 // checkPropertyText refuses the separators and text that is not UTF-8, in

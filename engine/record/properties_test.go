@@ -203,3 +203,44 @@ func TestCheckPropertyTextEveryPosition(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodePropertiesChecksEachString: EncodeProperties checks the text
+// it wrote once, whole; it must accept and refuse exactly what a check of
+// each name and value does (checkProperties), with the same error, over
+// random properties with separators, zero bytes, empty names and values,
+// and valid and broken UTF-8 anywhere in them.
+func TestEncodePropertiesChecksEachString(t *testing.T) {
+	pieces := []string{"a", "TAGS", "x y", "\x00", "\x01", "\x02", "é", "日本", "\xff", "\xe2\x82", "\x82", "\xe2\x82\xac", "", "0123456789abcdef"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	text := func() string {
+		var b strings.Builder
+		for range rng.IntN(4) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		return b.String()
+	}
+	for i := range 20000 {
+		props := make([]Property, 1+rng.IntN(6))
+		for j := range props {
+			props[j] = Property{Name: text(), Value: text()}
+		}
+		got, err := EncodeProperties([]byte("dst"), props)
+		want := checkProperties(props)
+		if (err == nil) != (want == nil) || (err != nil && err.Error() != want.Error()) {
+			t.Fatalf("case %d %q: EncodeProperties error %v, each string checked: %v", i, props, err, want)
+		}
+		if err != nil {
+			if string(got) != "dst" {
+				t.Fatalf("case %d %q: dst %q after a refusal", i, props, got)
+			}
+			continue
+		}
+		naive := []byte("dst")
+		for _, p := range props {
+			naive = append(append(append(append(naive, p.Name...), 1), p.Value...), 2)
+		}
+		if !bytes.Equal(got, naive) {
+			t.Fatalf("case %d %q: encoded %q, want %q", i, props, got, naive)
+		}
+	}
+}
