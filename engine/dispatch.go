@@ -231,6 +231,12 @@ func (d *dispatcher) run() {
 		switch {
 		case err == nil:
 			failures = 0
+		case errors.Is(err, indexfile.ErrStopped):
+			// The index takes no more keys until the store is opened
+			// again, whatever the error it stopped on (an ENOSPC too):
+			// retrying would get that error forever while the Puts wait
+			// on a dispatch that never moves.
+			d.store.dispatchFailed(err)
 		case resourceError(err), transientDispatchError(err) && failures < maxDispatchRetries:
 			// A segment closed under the read (retention deleted it), or
 			// a resource the system lacks for now (no space or no

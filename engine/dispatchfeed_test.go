@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/mqstore/mqstore/engine/consumequeue"
+	"github.com/mqstore/mqstore/engine/indexfile"
 	"github.com/mqstore/mqstore/engine/record"
 	"github.com/mqstore/mqstore/engine/segment"
 	"github.com/mqstore/mqstore/mappedfile"
@@ -221,53 +222,64 @@ func TestFedRecordsNameTheQueuesTopic(t *testing.T) {
 // TestFailedIndexBatchStopsDispatchBeforeIt: dispatch puts the index keys
 // of fed records in batches; when a batch fails, neither the dispatched
 // offset nor the timestamp the logics checkpoint takes covers its records,
-// and the next Open indexes them.
+// dispatch stops — even on ENOSPC, which it retries elsewhere, since the
+// index stays stopped until the store is opened again — and the next Open
+// indexes them.
 func TestFailedIndexBatchStopsDispatchBeforeIt(t *testing.T) {
-	ctx := context.Background()
-	fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
-	h := newHooked(fs)
-	o := smallLogicsOptions(Options{BackendImpl: h})
-	o.IndexMaxEntries = 1000
-	dir := t.TempDir()
-	s := openStore(t, dir, o)
-	before := putN(t, s, "Q", 2, 10, 100, nil)
-	last := before[len(before)-1]
-	if err := s.WaitDispatched(ctx, last.PhysicalOffset+int64(last.Size)); err != nil {
-		t.Fatal(err)
-	}
-	stamp := s.logics.lastDispatchedTimestamp.Load()
-	h.set(on("overwrite", indexDirName, func(string) error { return syscall.EIO }))
-	var failed []PutResult
-	for i := 10; i < 15; i++ {
-		res, err := s.Put(ctx, testMessage("Q", int32(i%2), i, 100))
-		if err != nil {
-			t.Fatal(err) // stored; its dispatch fails in the background
-		}
-		failed = append(failed, res)
-	}
-	end := failed[len(failed)-1]
-	if err := s.WaitDispatched(ctx, end.PhysicalOffset+int64(end.Size)); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("WaitDispatched: %v, want the index's error", err)
-	}
-	if got := s.DispatchedOffset(); got > failed[0].PhysicalOffset {
-		t.Errorf("dispatched offset %d after the index failed, past the first record not indexed (%d)", got, failed[0].PhysicalOffset)
-	}
-	if got := s.logics.lastDispatchedTimestamp.Load(); got > stamp {
-		t.Errorf("last dispatched timestamp %d after the index failed, want at most %d (the records before)", got, stamp)
-	}
-	if err := s.Close(); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("Close: %v, want the index's error", err)
-	}
-	h.set(nil)
-	s = openStore(t, dir, o)
-	defer s.Close()
-	if err := s.WaitDispatched(ctx, s.MaxOffset()); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range append(before, failed...) {
-		got, err := s.QueryMessages(ctx, "Q", fmt.Sprintf("k%d", i), 0, 0, 10)
-		if err != nil || len(got) != 1 || got[0].PhysicalOffset != r.PhysicalOffset {
-			t.Fatalf("query of k%d after the reopen: %d results, %v; want the record at %d once", i, len(got), err, r.PhysicalOffset)
-		}
+	for _, errno := range []syscall.Errno{syscall.EIO, syscall.ENOSPC} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			ctx := context.Background()
+			fs := mappedfile.NewMemFS(mappedfile.MemOptions{})
+			h := newHooked(fs)
+			o := smallLogicsOptions(Options{BackendImpl: h})
+			o.IndexMaxEntries = 1000
+			dir := t.TempDir()
+			s := openStore(t, dir, o)
+			before := putN(t, s, "Q", 2, 10, 100, nil)
+			last := before[len(before)-1]
+			if err := s.WaitDispatched(ctx, last.PhysicalOffset+int64(last.Size)); err != nil {
+				t.Fatal(err)
+			}
+			stamp := s.logics.lastDispatchedTimestamp.Load()
+			h.set(on("overwrite", indexDirName, func(string) error { return errno }))
+			var failed []PutResult // stored; their dispatch fails in the background
+			for i := 10; i < 15; i++ {
+				res, err := s.Put(ctx, testMessage("Q", int32(i%2), i, 100))
+				if errors.Is(err, ErrServiceNotAvailable) && len(failed) > 0 {
+					break // dispatch has stopped already: the store refuses writes
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				failed = append(failed, res)
+			}
+			end := failed[len(failed)-1]
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := s.WaitDispatched(wctx, end.PhysicalOffset+int64(end.Size)); !errors.Is(err, errno) || !errors.Is(err, indexfile.ErrStopped) {
+				t.Fatalf("WaitDispatched: %v, want the index's %v, stopped", err, errno)
+			}
+			if got := s.DispatchedOffset(); got > failed[0].PhysicalOffset {
+				t.Errorf("dispatched offset %d after the index failed, past the first record not indexed (%d)", got, failed[0].PhysicalOffset)
+			}
+			if got := s.logics.lastDispatchedTimestamp.Load(); got > stamp {
+				t.Errorf("last dispatched timestamp %d after the index failed, want at most %d (the records before)", got, stamp)
+			}
+			if err := s.Close(); !errors.Is(err, errno) {
+				t.Fatalf("Close: %v, want the index's error", err)
+			}
+			h.set(nil)
+			s = openStore(t, dir, o)
+			defer s.Close()
+			if err := s.WaitDispatched(ctx, s.MaxOffset()); err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range append(before, failed...) {
+				got, err := s.QueryMessages(ctx, "Q", fmt.Sprintf("k%d", i), 0, 0, 10)
+				if err != nil || len(got) != 1 || got[0].PhysicalOffset != r.PhysicalOffset {
+					t.Fatalf("query of k%d after the reopen: %d results, %v; want the record at %d once", i, len(got), err, r.PhysicalOffset)
+				}
+			}
+		})
 	}
 }

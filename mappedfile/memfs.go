@@ -987,6 +987,9 @@ func (f *memFile) SwapAt(p, old []byte, filePos int64) error {
 
 // SwapEach implements Overwriter.
 func (f *memFile) SwapEach(p, old []byte, width int, filePos []int64) error {
+	if err := f.usable(); err != nil {
+		return err
+	}
 	if _, err := CheckSwapEach(f.path, p, old, width, filePos, f.wrotePosition.Load()); err != nil {
 		return err
 	}

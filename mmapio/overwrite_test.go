@@ -300,3 +300,38 @@ func BenchmarkWriteAt(b *testing.B) {
 		})
 	}
 }
+
+// TestSwapEachIsFlushed: SwapEach marks its lowest field for the next
+// Flush, which writes back every page it dirtied even with nothing
+// appended and a least-pages threshold far above what is pending.
+func TestSwapEachIsFlushed(t *testing.T) {
+	ctx := testContext(t)
+	const size, written = 256 << 10, 4 * mappedfile.PageSize
+	mf := openSegment(t, Options{}, t.TempDir(), "seg", size)
+	appendPattern(t, mf, written)
+	if _, err := mf.Flush(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	flagsKnown := checkPagesClean(t, mf, "after the first Flush")
+	at := []int64{3*mappedfile.PageSize + 8, mappedfile.PageSize + 100}
+	if err := mf.SwapEach([]byte("abcdefgh"), make([]byte, 8), 4, at); err != nil {
+		t.Fatal(err)
+	}
+	if got := mf.overwrittenFrom.Load(); got != at[1] {
+		t.Fatalf("overwrite mark %d after SwapEach, want its lowest field %d", got, at[1])
+	}
+	if flagsKnown {
+		states := pageStates(t, mf.mapping[:written])
+		if states[0].dirty || !states[1].dirty || states[2].dirty || !states[3].dirty {
+			t.Fatalf("after SwapEach, dirty pages 0..3: %v %v %v %v; want false true false true",
+				states[0].dirty, states[1].dirty, states[2].dirty, states[3].dirty)
+		}
+	}
+	if flushed, err := mf.Flush(ctx, 1000); err != nil || flushed != written {
+		t.Fatalf("Flush(least 1000 pages) with swaps pending = %d, %v; want %d", flushed, err, written)
+	}
+	checkPagesClean(t, mf, "after flushing the swaps")
+	if mf.overwrittenFrom.Load() != noOverwrite {
+		t.Fatalf("overwrite mark %d left after Flush", mf.overwrittenFrom.Load())
+	}
+}

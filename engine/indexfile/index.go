@@ -484,8 +484,7 @@ func (x *Index) putRunLocked(ctx context.Context, run []runKey, recs []RecordKey
 		}
 		k := min(len(run), int(x.maxEntries-f.header.IndexCount))
 		if err := x.putEntriesLocked(ctx, f, run[:k], recs); err != nil {
-			x.writeErr = err
-			return err
+			return x.stop(err)
 		}
 		run = run[k:]
 	}
@@ -543,7 +542,10 @@ func (x *Index) writableLocked(ctx context.Context) (*file, error) {
 // chain: the second's previous head is the first's entry) before the run
 // is appended, since an entry holds the head it replaces: a failed append
 // puts the old heads back (the index is stopped by the error either way;
-// readers under the read lock never see the in-between state).
+// readers under the read lock never see the in-between state). A swap that
+// fails part way (a fault in the mapping) is not undone: the file has
+// failed for good, and the slots it left point past the entries written,
+// which queries stop at and recovery repairs.
 func (x *Index) putEntriesLocked(ctx context.Context, f *file, run []runKey, recs []RecordKeys) error {
 	ow, err := x.overwriter(f)
 	if err != nil {
@@ -640,8 +642,7 @@ func (x *Index) createLocked(ctx context.Context) (*file, error) {
 	if n := len(x.files); n > 0 {
 		prev := x.files[n-1]
 		if err := x.flushFileLocked(ctx, prev); err != nil {
-			x.writeErr = err
-			return nil, err
+			return nil, x.stop(err)
 		}
 		h = freshHeader(prev.header)
 	} else {
@@ -657,17 +658,28 @@ func (x *Index) createLocked(ctx context.Context) (*file, error) {
 	f.ow, _ = mf.(mappedfile.Overwriter)
 	if err := x.layOut(ctx, f); err != nil {
 		if derr := mf.Delete(); derr != nil {
-			x.writeErr = fmt.Errorf("indexfile: create %s: %w (and delete: %v)", path, err, derr)
-			return nil, x.writeErr
+			return nil, x.stop(fmt.Errorf("indexfile: create %s: %w (and delete: %v)", path, err, derr))
 		}
 		return nil, fmt.Errorf("indexfile: create %s: %w", path, err)
 	}
 	x.files = append(x.files, f)
 	if err := x.flushFileLocked(ctx, f); err != nil {
-		x.writeErr = err
-		return nil, err
+		return nil, x.stop(err)
 	}
 	return f, nil
+}
+
+// ErrStopped marks the error of a write after which the index takes no
+// more keys until it is opened again (recovery repairs what the write
+// left): whatever the cause, a retry would get the same error, even one
+// that names a shortage (ENOSPC) that has since passed.
+var ErrStopped = errors.New("indexfile: stopped by a failed write")
+
+// stop makes err the index's sticky write error, marked ErrStopped, and
+// returns it.
+func (x *Index) stop(err error) error {
+	x.writeErr = fmt.Errorf("%w: %w", ErrStopped, err)
+	return x.writeErr
 }
 
 // flushFileLocked writes f's header and makes the file durable.

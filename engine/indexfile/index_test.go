@@ -954,7 +954,7 @@ func TestPutBatchIsPutPerKey(t *testing.T) {
 				offset = recs[len(recs)-1].PhysicalOffset - 1 - rng.Int64N(500)
 			default:
 				offset = max(offset, recs0(recs)) + 1 + rng.Int64N(500)
-				ts += rng.Int64N(3)
+				ts += rng.Int64N(3) + 1000*rng.Int64N(3) // whole seconds apart too: timeDiffs that differ
 			}
 			recs = append(recs, RecordKeys{Hashes: hashes, PhysicalOffset: offset, StoreTimestamp: ts})
 		}
@@ -985,6 +985,7 @@ func TestPutBatchIsPutPerKey(t *testing.T) {
 			if xf[i] != yf[i] || !bytes.Equal(a, b) {
 				t.Fatalf("seed %d: file %d differs: %+v vs %+v", seed, i, xf[i], yf[i])
 			}
+			checkEntryTimes(t, b, recs)
 		}
 		if err := errors.Join(x.Close(), y.Close()); err != nil {
 			t.Fatal(err)
@@ -999,4 +1000,33 @@ func recs0(recs []RecordKeys) int64 {
 		newest = max(newest, r.PhysicalOffset)
 	}
 	return newest
+}
+
+// checkEntryTimes checks an index file's bytes against the records put,
+// apart from the code that wrote them: the header begins at the record of
+// its first entry, and every entry's TimeDiff is its record's store time
+// in whole seconds after that begin.
+func checkEntryTimes(t *testing.T, file []byte, recs []RecordKeys) {
+	t.Helper()
+	stored := map[int64]int64{} // the first record put at each offset: the one indexed
+	for _, r := range recs {
+		if _, ok := stored[r.PhysicalOffset]; !ok {
+			stored[r.PhysicalOffset] = r.StoreTimestamp
+		}
+	}
+	h := DecodeHeader(file[:HeaderSize])
+	entries := file[HeaderSize+7*SlotSize:]
+	for n := int32(1); n < h.IndexCount; n++ {
+		e := DecodeEntry(entries[int(n)*EntrySize:])
+		ts, ok := stored[e.PhyOffset]
+		if !ok {
+			t.Fatalf("entry %d names offset %d, where no record was put", n, e.PhyOffset)
+		}
+		if n == 1 && (h.BeginPhyOffset != e.PhyOffset || h.BeginTimestamp != ts) {
+			t.Fatalf("header begins at %d, %d; its first entry's record is at %d, stored at %d", h.BeginPhyOffset, h.BeginTimestamp, e.PhyOffset, ts)
+		}
+		if want := int32((ts - h.BeginTimestamp) / 1000); e.TimeDiff != want {
+			t.Fatalf("entry %d (record at %d, stored at %d): time diff %d, want %d after the begin %d", n, e.PhyOffset, ts, e.TimeDiff, want, h.BeginTimestamp)
+		}
+	}
 }

@@ -1027,14 +1027,27 @@ func testOverwrite(t *testing.T, h *harness) {
 	if _, err := mf.Flush(h.ctx, 0); err != nil { // nothing appended: must still flush the overwrite
 		t.Fatal(err)
 	}
+	// A swap each after that flush is flushed by the next one by itself.
+	if err := ow.SwapEach([]byte("SWEPEACH"), make([]byte, 8), 4, []int64{6000, 7000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mf.Flush(h.ctx, 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := mf.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := ow.SwapEach(nil, nil, 4, nil); err == nil {
+		t.Fatal("an empty swap each on a closed file succeeded")
 	}
 	// A MemFS crash would show a missed flush; for files on disk, reopen.
 	if fs, ok := h.backend.(*mappedfile.MemFS); ok {
 		durable, _ := fs.Durable(spec.Path)
 		if string(durable[10:14]) != "HEAD" {
 			t.Fatalf("overwrite not durable after Flush: %q", durable[10:14])
+		}
+		if string(durable[6000:6004])+string(durable[7000:7004]) != "SWEPEACH" {
+			t.Fatalf("swap each not durable after Flush: %q %q", durable[6000:6004], durable[7000:7004])
 		}
 		return
 	}
@@ -1045,5 +1058,8 @@ func testOverwrite(t *testing.T, h *harness) {
 	defer mf.Close()
 	if _, err := mf.ReadAt(got, 10); err != nil || string(got) != "HEAD" {
 		t.Fatalf("overwrite lost across reopen: %q %v", got, err)
+	}
+	if _, err := mf.ReadAt(got, 7000); err != nil || string(got) != "EACH" {
+		t.Fatalf("swap each lost across reopen: %q %v", got, err)
 	}
 }

@@ -319,6 +319,16 @@ func (f *faultyFile) SwapAt(p, old []byte, filePos int64) error {
 // SwapEach forwards to the wrapped file as WriteAt does, the fields' end
 // counting as the overwrite's.
 func (f *faultyFile) SwapEach(p, old []byte, width int, filePos []int64) error {
+	if len(filePos) == 0 { // nothing to overwrite: no fault to inject
+		ow, ok := f.MappedFile.(mappedfile.Overwriter)
+		if !ok {
+			return fmt.Errorf("%s: overwrite: %w", f.Path(), mappedfile.ErrUnsupported)
+		}
+		if err := f.sticky(); err != nil {
+			return err
+		}
+		return ow.SwapEach(p, old, width, filePos)
+	}
 	end := int64(0)
 	for _, pos := range filePos {
 		end = max(end, pos)
