@@ -266,21 +266,7 @@ func TestFailedIndexBatchStopsDispatchBeforeIt(t *testing.T) {
 			if got := s.logics.lastDispatchedTimestamp.Load(); got > stamp {
 				t.Errorf("last dispatched timestamp %d after the index failed, want at most %d (the records before)", got, stamp)
 			}
-			if err := s.Close(); !errors.Is(err, errno) {
-				t.Fatalf("Close: %v, want the index's error", err)
-			}
-			h.set(nil)
-			s = openStore(t, dir, o)
-			defer s.Close()
-			if err := s.WaitDispatched(ctx, s.MaxOffset()); err != nil {
-				t.Fatal(err)
-			}
-			for i, r := range append(before, failed...) {
-				got, err := s.QueryMessages(ctx, "Q", fmt.Sprintf("k%d", i), 0, 0, 10)
-				if err != nil || len(got) != 1 || got[0].PhysicalOffset != r.PhysicalOffset {
-					t.Fatalf("query of k%d after the reopen: %d results, %v; want the record at %d once", i, len(got), err, r.PhysicalOffset)
-				}
-			}
+			reopenIndexesOnce(t, s, h, dir, o, errno, append(before, failed...), func(i int) []string { return []string{fmt.Sprintf("k%d", i)} })
 		})
 	}
 }
@@ -316,23 +302,34 @@ func TestIndexFailureMidBatchLosesNoKey(t *testing.T) {
 				}
 				stored = append(stored, res)
 			}
-			if err := s.Close(); !errors.Is(err, syscall.EIO) {
-				t.Fatalf("Close: %v, want the index's error", err)
-			}
-			h.set(nil)
-			s = openStore(t, dir, o)
-			defer s.Close()
-			if err := s.WaitDispatched(ctx, s.MaxOffset()); err != nil {
-				t.Fatal(err)
-			}
-			for i, r := range stored {
-				for _, key := range []string{fmt.Sprintf("k%d", i), fmt.Sprintf("x%d", i), fmt.Sprintf("U%08d", i)} {
-					got, err := s.QueryMessages(ctx, "Q", key, 0, 0, 10)
-					if err != nil || len(got) != 1 || got[0].PhysicalOffset != r.PhysicalOffset {
-						t.Fatalf("query of %s after the reopen: %d results, %v; want the record at %d once", key, len(got), err, r.PhysicalOffset)
-					}
-				}
-			}
+			reopenIndexesOnce(t, s, h, dir, o, syscall.EIO, stored, func(i int) []string {
+				return []string{fmt.Sprintf("k%d", i), fmt.Sprintf("x%d", i), fmt.Sprintf("U%08d", i)}
+			})
 		})
+	}
+}
+
+// reopenIndexesOnce closes s, whose index failed with want, opens the
+// store again without the hooks and checks that a query of each of
+// keys(i) finds stored[i] once.
+func reopenIndexesOnce(t *testing.T, s *Store, h *hooked, dir string, o Options, want error, stored []PutResult, keys func(i int) []string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Close(); !errors.Is(err, want) {
+		t.Fatalf("Close: %v, want the index's %v", err, want)
+	}
+	h.set(nil)
+	s = openStore(t, dir, o)
+	defer s.Close()
+	if err := s.WaitDispatched(ctx, s.MaxOffset()); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range stored {
+		for _, key := range keys(i) {
+			got, err := s.QueryMessages(ctx, "Q", key, 0, 0, 10)
+			if err != nil || len(got) != 1 || got[0].PhysicalOffset != r.PhysicalOffset {
+				t.Fatalf("query of %s after the reopen: %d results, %v; want the record at %d once", key, len(got), err, r.PhysicalOffset)
+			}
+		}
 	}
 }
