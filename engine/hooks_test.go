@@ -113,15 +113,6 @@ func (f *hookedFile) WriteAt(p []byte, filePos int64) (int, error) {
 	return ow.WriteAt(p, filePos)
 }
 
-// SwapAt forwards to the wrapped file, as WriteAt.
-func (f *hookedFile) SwapAt(p, old []byte, filePos int64) error {
-	ow, ok := f.MappedFile.(mappedfile.Overwriter)
-	if !ok {
-		return fmt.Errorf("%s: overwrite: %w", f.Path(), mappedfile.ErrUnsupported)
-	}
-	return ow.SwapAt(p, old, filePos)
-}
-
 // SwapEach forwards to the wrapped file, as WriteAt, after the "overwrite"
 // hook (every key the index puts swaps slots with one SwapEach).
 func (f *hookedFile) SwapEach(p, old []byte, width int, filePos []int64) error {

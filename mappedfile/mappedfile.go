@@ -294,20 +294,17 @@ type EndSetter interface {
 // flushed position (the file tracks the lowest overwritten byte), and Flush
 // with nothing appended still flushes pending overwrites.
 //
-// SwapAt is WriteAt that first copies the bytes p replaces into old
-// (len(old) == len(p)): one call where a read and a write would be two (the
-// IndexFile swaps a hash slot's head for its new entry).
-//
-// SwapEach is SwapAt for many fields of width bytes, in order: field i, at
-// filePos[i], is copied into old[i*width:] and p[i*width:(i+1)*width]
-// written over it, so a later field at the same position hands back what
-// an earlier one wrote (len(p) == len(old) == width*len(filePos)). Every
-// position is checked before anything is written. One call for a batch of
-// random slots lets the CPU fetch their lines together, where a call per
-// slot waits for each miss in turn behind the call's atomics.
+// SwapEach is WriteAt for many fields of width bytes, in order, that first
+// copies the bytes each replaces: field i, at filePos[i], is copied into
+// old[i*width:] and p[i*width:(i+1)*width] written over it, so a later
+// field at the same position hands back what an earlier one wrote
+// (len(p) == len(old) == width*len(filePos)). Every position is checked
+// before anything is written. The IndexFile swaps its hash slots' heads for
+// their new entries with it: one call for a batch of random slots lets the
+// CPU fetch their lines together, where a call per slot waits for each
+// miss in turn behind the call's atomics.
 type Overwriter interface {
 	WriteAt(p []byte, filePos int64) (n int, err error)
-	SwapAt(p, old []byte, filePos int64) error
 	SwapEach(p, old []byte, width int, filePos []int64) error
 }
 

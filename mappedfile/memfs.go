@@ -977,14 +977,6 @@ func (f *memFile) WriteAt(p []byte, filePos int64) (int, error) {
 	return len(p), nil
 }
 
-// SwapAt implements Overwriter.
-func (f *memFile) SwapAt(p, old []byte, filePos int64) error {
-	if len(old) != len(p) {
-		return fmt.Errorf("%s: swap %d bytes into a %d-byte buffer: %w", f.path, len(p), len(old), ErrInvalidArgument)
-	}
-	return f.swapAt(p, old, filePos)
-}
-
 // SwapEach implements Overwriter.
 func (f *memFile) SwapEach(p, old []byte, width int, filePos []int64) error {
 	if err := f.usable(); err != nil {

@@ -47,12 +47,12 @@ func TestOverwriteAllocs(t *testing.T) {
 	}
 	old := make([]byte, len(slot))
 	allocs = testing.AllocsPerRun(1000, func() {
-		if err := mf.SwapAt(slot, old, pos); err != nil {
+		if err := mf.SwapEach(slot, old, len(slot), []int64{pos}); err != nil {
 			t.Fatal(err)
 		}
 		pos = (pos + 4) % 8192
 	})
 	if allocs != 0 {
-		t.Fatalf("SwapAt allocates %.2f times per call", allocs)
+		t.Fatalf("SwapEach allocates %.2f times per call", allocs)
 	}
 }

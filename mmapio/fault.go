@@ -53,19 +53,10 @@ func (m *file) encodeGuarded(enc mappedfile.Encoder, dst []byte, filePos int64) 
 	return encodeErr, nil
 }
 
-// copyGuarded copies src (a slice of the mapping) into dst.
+// copyGuarded copies src into dst, one of them a slice of the mapping.
 func (m *file) copyGuarded(dst, src []byte, op string) (faultErr error) {
 	defer m.recoverFault(&faultErr, op)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	copy(dst, src)
-	return nil
-}
-
-// swapGuarded copies dst (a slice of the mapping) into old, then src over dst.
-func (m *file) swapGuarded(dst, src, old []byte) (faultErr error) {
-	defer m.recoverFault(&faultErr, "overwrite")
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	copy(old, dst)
 	copy(dst, src)
 	return nil
 }

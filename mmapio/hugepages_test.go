@@ -115,7 +115,7 @@ func TestRandomAccessAdvisesTheMapping(t *testing.T) {
 			}
 		}
 		var old [4]byte
-		if err := f.SwapAt([]byte{1, 2, 3, 4}, old[:], 1<<20); err != nil {
+		if err := f.SwapEach([]byte{1, 2, 3, 4}, old[:], 4, []int64{1 << 20}); err != nil {
 			t.Fatal(err)
 		}
 		if want := [4]byte{patternByte(1 << 20), patternByte(1<<20 + 1), patternByte(1<<20 + 2), patternByte(1<<20 + 3)}; old != want {

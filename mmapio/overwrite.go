@@ -24,19 +24,30 @@ var _ mappedfile.Overwriter = (*file)(nil)
 // A memory fault is sticky, like a failed Append. The success path does not
 // allocate.
 func (m *file) WriteAt(p []byte, filePos int64) (int, error) {
-	if err := m.swapAt(p, nil, filePos); err != nil {
+	if err := m.Err(); err != nil {
 		return 0, err
 	}
-	return len(p), nil
-}
-
-// SwapAt implements mappedfile.Overwriter: WriteAt that copies the bytes it
-// replaces into old first, under the same fault guard.
-func (m *file) SwapAt(p, old []byte, filePos int64) error {
-	if len(old) != len(p) {
-		return fmt.Errorf("mmapio: swap %d bytes of %s into a %d-byte buffer: %w", len(p), m.Path(), len(old), mappedfile.ErrInvalidArgument)
+	if !m.Retain() {
+		return 0, m.ClosedError("overwrite")
 	}
-	return m.swapAt(p, old, filePos)
+	defer m.Release()
+	wrote := m.WrotePosition()
+	if filePos < 0 || int64(len(p)) > wrote-filePos {
+		return 0, fmt.Errorf("mmapio: overwrite [%d,+%d) of %s, written up to %d: %w",
+			filePos, len(p), m.Path(), wrote, mappedfile.ErrOutOfRange)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	end := filePos + int64(len(p))
+	if faultErr := m.copyGuarded(m.mapping[filePos:end:end], p, "overwrite"); faultErr != nil {
+		return 0, m.Fail(faultErr)
+	}
+	// Lower the mark only after the copy: a Flush that sees the new mark
+	// also sees the bytes, and one that took the mark before still leaves
+	// this one for the next Flush.
+	m.markOverwritten(filePos)
+	return len(p), nil
 }
 
 // SwapEach implements mappedfile.Overwriter: the fields swapped in order
@@ -59,34 +70,6 @@ func (m *file) SwapEach(p, old []byte, width int, filePos []int64) error {
 		return m.Fail(faultErr)
 	}
 	m.markOverwritten(low)
-	return nil
-}
-
-// swapAt copies the bytes at filePos into old (when not nil), then p over them.
-func (m *file) swapAt(p, old []byte, filePos int64) error {
-	if err := m.Err(); err != nil {
-		return err
-	}
-	if !m.Retain() {
-		return m.ClosedError("overwrite")
-	}
-	defer m.Release()
-	wrote := m.WrotePosition()
-	if filePos < 0 || int64(len(p)) > wrote-filePos {
-		return fmt.Errorf("mmapio: overwrite [%d,+%d) of %s, written up to %d: %w",
-			filePos, len(p), m.Path(), wrote, mappedfile.ErrOutOfRange)
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	end := filePos + int64(len(p))
-	if faultErr := m.swapGuarded(m.mapping[filePos:end:end], p, old); faultErr != nil {
-		return m.Fail(faultErr)
-	}
-	// Lower the mark only after the copy: a Flush that sees the new mark
-	// also sees the bytes, and one that took the mark before still leaves
-	// this one for the next Flush.
-	m.markOverwritten(filePos)
 	return nil
 }
 

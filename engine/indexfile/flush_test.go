@@ -47,10 +47,6 @@ func (f *watchedFile) WriteAt(p []byte, filePos int64) (int, error) {
 	return f.MappedFile.(mappedfile.Overwriter).WriteAt(p, filePos)
 }
 
-func (f *watchedFile) SwapAt(p, old []byte, filePos int64) error {
-	return f.MappedFile.(mappedfile.Overwriter).SwapAt(p, old, filePos)
-}
-
 func (f *watchedFile) SwapEach(p, old []byte, width int, filePos []int64) error {
 	return f.MappedFile.(mappedfile.Overwriter).SwapEach(p, old, width, filePos)
 }

@@ -443,11 +443,11 @@ func (x *Index) newestLocked() int64 {
 // has more keys than maxDedupKeys.
 func (x *Index) putRecordLocked(ctx context.Context, rec []RecordKeys) error {
 	r := &rec[0]
-	n := len(x.files)
-	if n > 0 && r.PhysicalOffset < x.files[n-1].header.EndPhyOffset {
+	newest := x.newestLocked()
+	if r.PhysicalOffset < newest {
 		return nil
 	}
-	redispatch := n > 0 && r.PhysicalOffset == x.files[n-1].header.EndPhyOffset
+	redispatch := r.PhysicalOffset == newest
 	// keep collects the keys to put, which go in as one run of entries.
 	// A key that must be looked up in the files puts what keep holds first:
 	// the search must see the record's earlier keys.

@@ -963,17 +963,17 @@ func testOverwrite(t *testing.T, h *harness) {
 	if _, err := mf.ReadAt(got, 10); err != nil || string(got) != "HEAD" {
 		t.Fatalf("read after overwrite: %q %v", got, err)
 	}
-	// SwapAt hands back what it replaces.
-	if err := ow.SwapAt([]byte("SWAP"), got, 10); err != nil || string(got) != "HEAD" {
+	// A swap hands back what it replaces.
+	if err := ow.SwapEach([]byte("SWAP"), got, 4, []int64{10}); err != nil || string(got) != "HEAD" {
 		t.Fatalf("swap: got back %q %v, want HEAD", got, err)
 	}
-	if err := ow.SwapAt([]byte("HEAD"), got, 10); err != nil || string(got) != "SWAP" {
+	if err := ow.SwapEach([]byte("HEAD"), got, 4, []int64{10}); err != nil || string(got) != "SWAP" {
 		t.Fatalf("swap back: got back %q %v, want SWAP", got, err)
 	}
-	if err := ow.SwapAt([]byte("X"), got[:1], 3*mappedfile.PageSize); !errors.Is(err, mappedfile.ErrOutOfRange) {
+	if err := ow.SwapEach([]byte("X"), got[:1], 1, []int64{3 * mappedfile.PageSize}); !errors.Is(err, mappedfile.ErrOutOfRange) {
 		t.Fatalf("swap past wrote: %v, want ErrOutOfRange", err)
 	}
-	if err := ow.SwapAt([]byte("HEAD"), got[:2], 10); !errors.Is(err, mappedfile.ErrInvalidArgument) {
+	if err := ow.SwapEach([]byte("HEAD"), got[:2], 4, []int64{10}); !errors.Is(err, mappedfile.ErrInvalidArgument) {
 		t.Fatalf("swap into a short buffer: %v, want ErrInvalidArgument", err)
 	}
 	// SwapEach swaps in order: a field swapped twice hands back what the

@@ -307,15 +307,6 @@ func (f *faultyFile) WriteAt(p []byte, filePos int64) (int, error) {
 	return ow.WriteAt(p, filePos)
 }
 
-// SwapAt forwards to the wrapped file as WriteAt does.
-func (f *faultyFile) SwapAt(p, old []byte, filePos int64) error {
-	ow, err := f.beginOverwrite(filePos, len(p))
-	if err != nil {
-		return err
-	}
-	return ow.SwapAt(p, old, filePos)
-}
-
 // SwapEach forwards to the wrapped file as WriteAt does, the fields' end
 // counting as the overwrite's.
 func (f *faultyFile) SwapEach(p, old []byte, width int, filePos []int64) error {
