@@ -20,6 +20,7 @@ import (
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
 	"github.com/mqstore/mqstore/internal/hostctl"
+	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 // testConfig is a small run in temporary directories: one backend, 1 KiB,
@@ -751,5 +752,36 @@ func TestFailedFloorIsNotBlamedOnTheGenerator(t *testing.T) {
 	}
 	if strings.Contains(why, "the generator, not the system, limits this rate") || !strings.Contains(why, "not judged") {
 		t.Errorf("a failed floor's reason: %q", why)
+	}
+}
+
+// TestStoreCountsHowZerosWereWritten: a cell's store counters say how the
+// zeros of the segments its store pre-wrote in the window were written —
+// through the page cache for mmap, by the device or with O_DIRECT writes
+// for uring-direct — one per segment pre-written (give or take the one
+// being made at an edge of the window).
+func TestStoreCountsHowZerosWereWritten(t *testing.T) {
+	for _, backend := range []string{"mmap", "uring-direct"} {
+		t.Run(backend, func(t *testing.T) {
+			sp := load.Spec{Workload: load.Throughput, SizeBytes: 1024, Producers: 4, Duration: 300 * time.Millisecond}
+			rep, options := storeRepeat(context.Background(), StoreConfig{SegmentSizeBytes: 1 << 20}, filepath.Join(t.TempDir(), "s"), backend, "sync", sp, nil)
+			if rep.Status != runfile.StatusOK {
+				if backend == "uring-direct" && options == nil {
+					testenv.Skip(t, testenv.Uring, "uring-direct cannot run here: %s", rep.Reason)
+				}
+				t.Fatalf("%s: %s", rep.Status, rep.Reason)
+			}
+			st := rep.Store
+			if options["PrewriteSegments"] == "off" || st.SegmentsPrewritten == 0 {
+				t.Fatalf("no segment pre-written in the window (PrewriteSegments %s): %+v", options["PrewriteSegments"], st)
+			}
+			zeros, other := st.ZerosCached, st.ZerosDirect+st.ZerosByDevice // mmap: through the page cache
+			if backend == "uring-direct" {
+				zeros, other = other, zeros
+			}
+			if other != 0 || zeros+1 < st.SegmentsPrewritten || zeros > st.SegmentsPrewritten+1 {
+				t.Errorf("%d segments pre-written, zeros counted %+v", st.SegmentsPrewritten, st)
+			}
+		})
 	}
 }

@@ -8,8 +8,8 @@ import (
 )
 
 // TestPutAllocs: a Put allocates nothing in steady state, async or sync
-// (the group commit's waiter and its deadline timer are pooled), on the mmap
-// and the in-memory backend — the record is encoded into a pooled buffer and
+// (the group commit's waiter is pooled; its deadline is the watchdog's), on
+// every backend — the record is encoded into a pooled buffer and
 // copied once into the segment, and dispatch (ConsumeQueue unit, index
 // entries) allocates nothing either. AllocsPerRun counts every allocation
 // of the process during the Puts, the background services' included.
@@ -18,7 +18,8 @@ func TestPutAllocs(t *testing.T) {
 	for _, tc := range []struct {
 		backend string
 		mode    FlushMode
-	}{{"mem", FlushAsync}, {"mmap", FlushAsync}, {"mem", FlushSync}, {"mmap", FlushSync}} {
+	}{{"mem", FlushAsync}, {"mmap", FlushAsync}, {"transient", FlushAsync}, {"uring", FlushAsync}, {"uring-direct", FlushAsync},
+		{"mem", FlushSync}, {"mmap", FlushSync}, {"transient", FlushSync}, {"uring", FlushSync}, {"uring-direct", FlushSync}} {
 		backend := tc.backend
 		t.Run(backend+"/"+tc.mode.String(), func(t *testing.T) {
 			ctx := context.Background()

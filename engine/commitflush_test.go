@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,5 +178,56 @@ func TestAPutWakesACommitOfEverything(t *testing.T) {
 	defer cancel()
 	if err := s.WaitDispatched(wctx, res.PhysicalOffset+int64(res.Size)); err != nil {
 		t.Fatalf("a lone record below CommitLeastPages was not committed and dispatched after the Put's wake-up: %v", err)
+	}
+}
+
+// TestSyncFlushHasOneDurableWriter: with sync flush the group commit's owner
+// commits and syncs every batch, so the committer, ticking every
+// millisecond and told to commit any byte, commits nothing while a sync Put
+// is in progress — for uring and uring-direct its commit would be a second
+// durable write on the commit lock. Once none is, it still commits a
+// record no Put waits for.
+func TestSyncFlushHasOneDurableWriter(t *testing.T) {
+	for _, b := range testBackends {
+		t.Run(b.name, func(t *testing.T) {
+			o := b.opts(t)
+			o.FlushMode = FlushSync
+			o.Logger = quietLogger
+			o.SegmentSizeBytes = 1 << 20
+			o.CommitInterval, o.CommitThoroughInterval, o.CommitLeastPages = time.Millisecond, time.Millisecond, LeastPagesAny
+			s := openStore(t, t.TempDir(), o)
+			defer s.Close()
+			ctx := context.Background()
+
+			// A Put in progress throughout, as under steady load (each
+			// producer's own Puts leave the count between two of them).
+			s.group.enter()
+			var wg sync.WaitGroup
+			for p := range 4 {
+				wg.Go(func() {
+					for i := range 100 {
+						if _, err := s.Put(ctx, testMessage("T", int32(p), i, 1000)); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			time.Sleep(20 * time.Millisecond) // twenty of the committer's ticks
+			if n := s.Stats().Commits; n != 0 {
+				t.Fatalf("the committer committed %d times beside the group commit's owner while sync Puts were in progress", n)
+			}
+			s.group.leave()
+
+			// A record whose Put did not wait (appended, no waiter queued).
+			s.closeMu.RLock()
+			_, st, err := s.appendMessage(ctx, testMessage("T", 0, 100, 1000), time.Now())
+			s.closeMu.RUnlock()
+			if err != nil || st != PutOK {
+				t.Fatalf("append: %v, %v", st, err)
+			}
+			waitFor(t, "the committer commits a record no Put waits for", func() bool { return s.Stats().Commits > 0 })
+		})
 	}
 }

@@ -92,6 +92,15 @@ func (f *asyncFlusher) run() {
 // a little is one pwrite on this goroutine, never on a Put; under load the
 // commits batch by themselves, since Puts arriving while one runs are committed
 // together by the next.
+//
+// With sync flush the group commit's owner is the one durable writer: it
+// commits and syncs everything appended before each batch's end, the
+// records no Put waits for among them. So the committer stands aside while
+// a sync Put is in progress (a commit of its own would be a second durable
+// writer for uring and uring-direct, whose commits are durable, queued on
+// the commit lock against the owner's) and commits only what is left when
+// none is: a record whose Put gave up before it queued a waiter, a slave's
+// replicated bytes.
 type committer struct {
 	service
 	store *Store
@@ -103,6 +112,9 @@ func (c *committer) run() {
 	c.periodic(s.opts.CommitInterval, s.opts.CommitThoroughInterval, s.opts.CommitLeastPages, s.opts.now, func(least int, woken bool) {
 		if woken {
 			least = 0
+		}
+		if g := s.group; g != nil && g.inPut.Load() > 0 {
+			return // the owner commits it, with the batch
 		}
 		before := s.log.committedOffset.Load()
 		start := time.Now()

@@ -690,3 +690,46 @@ func TestCompareSaysWhatDiffers(t *testing.T) {
 		t.Errorf("no cell in common:\n%s", out)
 	}
 }
+
+// TestSummarySaysHowZerosWereWritten: a backend's settings line says how
+// the zeros of the segments it pre-wrote in measured windows were written
+// (by the device, with O_DIRECT writes, through the page cache), counting
+// no warm repeat, and says nothing of zeros where none were written.
+func TestSummarySaysHowZerosWereWritten(t *testing.T) {
+	f := fakeRun()
+	set := func(i int, prewrite string, counters func(r *runfile.StoreCounters)) {
+		c := &f.Cells[i]
+		c.Options = map[string]string{"PrewriteSegments": prewrite}
+		for j := range c.Repeats {
+			r := &c.Repeats[j]
+			r.Store = &runfile.StoreCounters{}
+			if r.Warm {
+				r.Store.ZerosByDevice = 7 // not a measured window
+				continue
+			}
+			counters(r.Store)
+		}
+	}
+	set(0, "off", func(*runfile.StoreCounters) {})                                         // mmap async
+	set(3, "auto", func(r *runfile.StoreCounters) { r.ZerosCached = 1 })                   // mmap sync
+	set(4, "on", func(r *runfile.StoreCounters) { r.ZerosDirect, r.ZerosByDevice = 2, 0 }) // uring sync
+	Analyze(f)
+	out := Summary(f)
+	for _, want := range []string{
+		"- mmap (async flush): engine PrewriteSegments off\n",
+		"- mmap (sync flush): engine PrewriteSegments auto; the segments pre-written in measured windows: 5 with zeros through the page cache\n",
+		"- uring (sync flush): engine PrewriteSegments on; the segments pre-written in measured windows: 10 with O_DIRECT writes of zeros (the kernel, the file system or the device has no FALLOC_FL_WRITE_ZEROES)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	for i := range f.Cells {
+		if c := &f.Cells[i]; c.Backend == "uring" && c.Flush == "sync" && c.Workload == "throughput" {
+			c.Repeats[1].Store.ZerosByDevice = 3 // Repeats[0] is mkCell's warm one
+		}
+	}
+	if out := Summary(f); !strings.Contains(out, "the segments pre-written in measured windows: 3 by the device (fallocate FALLOC_FL_WRITE_ZEROES), 10 with O_DIRECT writes of zeros\n") {
+		t.Errorf("zeros by the device not said:\n%s", out)
+	}
+}

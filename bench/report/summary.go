@@ -213,10 +213,48 @@ func writeBackendSettings(b *strings.Builder, f *runfile.RunFile) {
 		if p := c.Options["PrewriteSegments"]; p != "" {
 			parts = append(parts, "engine PrewriteSegments "+p)
 		}
+		if z := zerosText(f, c.Backend, c.Flush); z != "" {
+			parts = append(parts, z)
+		}
 		if len(parts) > 0 {
 			fmt.Fprintf(b, "- %s (%s flush): %s\n", c.Backend, c.Flush, strings.Join(parts, "; "))
 		}
 	}
+}
+
+// zerosText says how the zeros of the segments backend pre-wrote with
+// flush in the measured windows were written (run.json's store counters
+// zerosByDevice, zerosDirect, zerosCached); "" when it pre-wrote none.
+func zerosText(f *runfile.RunFile, backend, flush string) string {
+	var byDevice, direct, cached uint64
+	for c := range ptrs(f.Cells) {
+		if c.Peer || c.Backend != backend || c.Flush != flush {
+			continue
+		}
+		for _, r := range c.Repeats {
+			if !r.Warm && r.Store != nil {
+				byDevice, direct, cached = byDevice+r.Store.ZerosByDevice, direct+r.Store.ZerosDirect, cached+r.Store.ZerosCached
+			}
+		}
+	}
+	var ways []string
+	if byDevice > 0 {
+		ways = append(ways, fmt.Sprintf("%d by the device (fallocate FALLOC_FL_WRITE_ZEROES)", byDevice))
+	}
+	if direct > 0 {
+		way := fmt.Sprintf("%d with O_DIRECT writes of zeros", direct)
+		if byDevice == 0 {
+			way += " (the kernel, the file system or the device has no FALLOC_FL_WRITE_ZEROES)"
+		}
+		ways = append(ways, way)
+	}
+	if cached > 0 {
+		ways = append(ways, fmt.Sprintf("%d with zeros through the page cache", cached))
+	}
+	if len(ways) == 0 {
+		return ""
+	}
+	return "the segments pre-written in measured windows: " + strings.Join(ways, ", ")
 }
 
 func replicationAxis(f *runfile.RunFile) string {

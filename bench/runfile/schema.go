@@ -376,6 +376,16 @@ type StoreCounters struct {
 	// per segment).
 	SegmentsPrewritten uint64 `json:"segmentsPrewritten,omitempty"`
 	SegmentsFallocated uint64 `json:"segmentsFallocated,omitempty"`
+	// ZerosByDevice, ZerosDirect and ZerosCached say how the zeros of the
+	// pre-written segments made in the window were written: by the device,
+	// fallocate(FALLOC_FL_WRITE_ZEROES), where the kernel, the file system
+	// and the device have it (an O_DIRECT backend's segments only); with
+	// O_DIRECT writes where they lack it; through the page cache (the
+	// buffered backends). Counted by the process's segment code, which only
+	// this cell's store used during the window.
+	ZerosByDevice uint64 `json:"zerosByDevice,omitempty"`
+	ZerosDirect   uint64 `json:"zerosDirect,omitempty"`
+	ZerosCached   uint64 `json:"zerosCached,omitempty"`
 	// SegmentsRecycled counts the CommitLog segments the allocation service
 	// took from the pool of retired ones in the window
 	// (StoreConfig.RecycleSegments) instead of making them.
