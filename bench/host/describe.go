@@ -31,6 +31,7 @@ func DescribeMachine(h hostctl.Host) runfile.Machine {
 	m.Clocksource = readTrimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	m.THP = selected(readTrimmed("/sys/kernel/mm/transparent_hugepage/enabled"))
 	m.FreePageReporting = freePageReporting("/")
+	m.CPUIdleDriver, m.GuestHaltPollNs = cpuIdle("/")
 	for _, name := range vmSettings {
 		if v, err := h.ReadSysctl(name); err == nil {
 			m.VM[name] = v
@@ -56,6 +57,16 @@ func freePageReporting(root string) bool {
 		}
 	}
 	return false
+}
+
+// cpuIdle is the cpuidle driver under root and, for haltpoll, its
+// guest_halt_poll_ns ("" where there is none).
+func cpuIdle(root string) (driver, haltPollNs string) {
+	driver = readTrimmed(filepath.Join(root, "sys/devices/system/cpu/cpuidle/current_driver"))
+	if driver == "haltpoll" {
+		haltPollNs = readTrimmed(filepath.Join(root, "sys/module/haltpoll/parameters/guest_halt_poll_ns"))
+	}
+	return driver, haltPollNs
 }
 
 // selected is the bracketed choice of a sysfs setting that lists its

@@ -114,3 +114,30 @@ func TestFreePageReporting(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUIdle: the cpuidle driver is read, and with haltpoll its guest
+// halt polling; without cpuidle, nothing.
+func TestCPUIdle(t *testing.T) {
+	root := t.TempDir()
+	if d, p := cpuIdle(root); d != "" || p != "" {
+		t.Fatalf("no cpuidle, yet driver %q, halt poll %q", d, p)
+	}
+	write := func(rel, text string) {
+		path := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sys/module/haltpoll/parameters/guest_halt_poll_ns", "0\n")
+	write("sys/devices/system/cpu/cpuidle/current_driver", "intel_idle\n")
+	if d, p := cpuIdle(root); d != "intel_idle" || p != "" {
+		t.Errorf("intel_idle: driver %q, halt poll %q; want intel_idle and nothing", d, p)
+	}
+	write("sys/devices/system/cpu/cpuidle/current_driver", "haltpoll\n")
+	if d, p := cpuIdle(root); d != "haltpoll" || p != "0" {
+		t.Errorf("haltpoll: driver %q, halt poll %q; want haltpoll and 0", d, p)
+	}
+}

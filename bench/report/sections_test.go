@@ -471,6 +471,22 @@ func TestMachineLineSaysTHP(t *testing.T) {
 	if !strings.Contains(b.String(), "clocksource tsc, free page reporting to the host") {
 		t.Errorf("no free page reporting on the machine line:\n%s", b.String())
 	}
+	// Idle vCPUs: said for a haltpoll guest only.
+	if strings.Contains(b.String(), "idle vCPU") {
+		t.Errorf("a run without a cpuidle record speaks of idle vCPUs:\n%s", b.String())
+	}
+	for _, tc := range []struct{ driver, poll, want string }{
+		{"haltpoll", "0", "the host: docs/harness.md), idle vCPUs halt at once (cpuidle haltpoll, guest_halt_poll_ns 0: every wake-up of an idle vCPU waits for the host: docs/harness.md), commit"},
+		{"haltpoll", "200000", ", idle vCPUs poll up to 200µs before they halt (cpuidle haltpoll: docs/harness.md), commit"},
+		{"intel_idle", "", "the host: docs/harness.md), commit"},
+	} {
+		f.Machine.CPUIdleDriver, f.Machine.GuestHaltPollNs = tc.driver, tc.poll
+		b.Reset()
+		writeContext(&b, f)
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("%s, %q: missing %q in:\n%s", tc.driver, tc.poll, tc.want, b.String())
+		}
+	}
 }
 
 // TestSummaryNamesTheAgedStore: with --recycle-segments the store line

@@ -39,6 +39,22 @@ func Summary(f *runfile.RunFile) string {
 	return b.String()
 }
 
+// idleText says what an idle vCPU of a KVM guest with the haltpoll
+// cpuidle driver does: halt at once, or poll first; "" elsewhere.
+func idleText(m runfile.Machine) string {
+	if m.CPUIdleDriver != "haltpoll" || m.GuestHaltPollNs == "" {
+		return ""
+	}
+	if m.GuestHaltPollNs == "0" {
+		return ", idle vCPUs halt at once (cpuidle haltpoll, guest_halt_poll_ns 0: every wake-up of an idle vCPU waits for the host: docs/harness.md)"
+	}
+	ns, err := strconv.ParseInt(m.GuestHaltPollNs, 10, 64)
+	if err != nil {
+		return ", cpuidle haltpoll, guest_halt_poll_ns " + m.GuestHaltPollNs
+	}
+	return fmt.Sprintf(", idle vCPUs poll up to %v before they halt (cpuidle haltpoll: docs/harness.md)", time.Duration(ns))
+}
+
 func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	m, c := f.Machine, f.Config
 	dirty := map[bool]string{true: " (with uncommitted changes)"}[m.CommitDirty]
@@ -49,6 +65,7 @@ func writeContext(b *strings.Builder, f *runfile.RunFile) {
 	if m.FreePageReporting {
 		thp += ", free page reporting to the host (a fresh store's new page cache is faulted in by the host: docs/harness.md)"
 	}
+	thp += idleText(m)
 	fmt.Fprintf(b, "- machine: %s, %d CPUs (%s), %.1f GiB RAM, %s %s, kernel %s, %s, GOMAXPROCS %d, GOGC %s, clocksource %s%s, commit %s%s (%s)\n",
 		m.Host, m.CPUs, m.CPUModel, float64(m.MemTotalBytes)/(1<<30), m.OS, m.Arch, m.Kernel, m.GoVersion, m.GOMAXPROCS, orDefault(m.GOGC, "default"),
 		m.Clocksource, thp, shortCommit(m.Commit), dirty, m.CommitSource)
