@@ -1,11 +1,9 @@
 package peers
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mqstore/mqstore/bench/load"
+	"github.com/mqstore/mqstore/bench/peers/internal/gomod"
 	"github.com/mqstore/mqstore/engine"
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -232,21 +231,12 @@ func TestDefaultSyncIntervalIsMQStores(t *testing.T) {
 	}
 }
 
-// requiredVersions reads the versions go.mod requires.
+// requiredVersions reads the versions the peers module's go.mod requires.
 func requiredVersions(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := os.Open("go.mod")
+	versions, err := gomod.Required("go.mod")
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	versions := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "require "))
-		if len(fields) >= 2 && strings.HasPrefix(fields[1], "v") {
-			versions[fields[0]] = fields[1]
-		}
 	}
 	return versions
 }

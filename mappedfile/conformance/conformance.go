@@ -559,18 +559,17 @@ func testReadBounds(t *testing.T, h *harness) {
 	}
 }
 
-func testConcurrentReaders(t *testing.T, h *harness) {
-	mf := h.open(t, "seg")
-	var done atomic.Bool
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
+// appendUntilFull starts the appender of a concurrency test: records of 1
+// to maxN bytes (a seeded random size) until the segment is full, then done
+// is set; an append's error goes to errs.
+func appendUntilFull(mf mappedfile.MappedFile, wg *sync.WaitGroup, done *atomic.Bool, errs chan<- error, seed uint64, maxN int) {
 	wg.Add(1)
-	go func() { // the appender
+	go func() {
 		defer wg.Done()
 		defer done.Store(true)
-		rng := rand.New(rand.NewPCG(3, 4))
+		rng := rand.New(rand.NewPCG(seed, seed+1))
 		for {
-			n := 1 + rng.IntN(700)
+			n := 1 + rng.IntN(maxN)
 			if mf.WrotePosition()+int64(n) > SegmentSizeBytes {
 				return
 			}
@@ -580,6 +579,14 @@ func testConcurrentReaders(t *testing.T, h *harness) {
 			}
 		}
 	}()
+}
+
+func testConcurrentReaders(t *testing.T, h *harness) {
+	mf := h.open(t, "seg")
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	appendUntilFull(mf, &wg, &done, errs, 3, 700)
 	wg.Add(1)
 	go func() { // the commit and flush service
 		defer wg.Done()
@@ -638,22 +645,7 @@ func testCommitFlushConcurrently(t *testing.T, h *harness) {
 	var done atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	wg.Add(1)
-	go func() { // the appender
-		defer wg.Done()
-		defer done.Store(true)
-		rng := rand.New(rand.NewPCG(7, 8))
-		for {
-			n := 1 + rng.IntN(3000)
-			if mf.WrotePosition()+int64(n) > SegmentSizeBytes {
-				return
-			}
-			if _, err := mf.Append(n, patternEncoder{}); err != nil {
-				errs <- err
-				return
-			}
-		}
-	}()
+	appendUntilFull(mf, &wg, &done, errs, 7, 3000)
 	serve := func(op func(context.Context, int) (int64, error)) {
 		defer wg.Done()
 		for !done.Load() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/record"
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/peers"
+	"github.com/mqstore/mqstore/bench/peers/internal/gomod"
 )
 
 // mqpeer is the command built from this package by TestMain: a real build,
@@ -52,18 +52,9 @@ func runTests(m *testing.M) int {
 // requiredVersions reads the versions the peers module's go.mod requires.
 func requiredVersions(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := os.Open("../../go.mod")
+	versions, err := gomod.Required("../../go.mod")
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	versions := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "require "))
-		if len(fields) >= 2 && strings.HasPrefix(fields[1], "v") {
-			versions[fields[0]] = fields[1]
-		}
 	}
 	return versions
 }
