@@ -13,7 +13,6 @@ import (
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
 	"github.com/mqstore/mqstore/engine"
-	"github.com/mqstore/mqstore/internal/segfile"
 	"github.com/mqstore/mqstore/mappedfile"
 )
 
@@ -126,14 +125,11 @@ func optionsMap(o engine.Options) map[string]string {
 type storeDurability struct {
 	s     *engine.Store
 	stats []engine.Stats
-	zeros [][3]uint64 // segfile.PrewriteCounts at each Positions call
 }
 
 func (d *storeDurability) Positions() (int64, int64) {
 	st := d.s.Stats()
 	d.stats = append(d.stats, st)
-	byDevice, direct, cached := segfile.PrewriteCounts()
-	d.zeros = append(d.zeros, [3]uint64{byDevice, direct, cached})
 	return st.WroteOffset, st.FlushedOffset
 }
 
@@ -153,7 +149,7 @@ func (d *storeDurability) counters() *runfile.StoreCounters {
 		Rolls: b.Rolls - a.Rolls, FlushDiskTimeouts: b.FlushDiskTimeouts - a.FlushDiskTimeouts,
 		SegmentsPrewritten: b.SegmentsPrewritten - a.SegmentsPrewritten, SegmentsFallocated: b.SegmentsFallocated - a.SegmentsFallocated,
 		SegmentsRecycled: b.SegmentsRecycled - a.SegmentsRecycled,
-		ZerosByDevice:    d.zeros[1][0] - d.zeros[0][0], ZerosDirect: d.zeros[1][1] - d.zeros[0][1], ZerosCached: d.zeros[1][2] - d.zeros[0][2],
+		ZerosByDevice:    b.ZerosByDevice - a.ZerosByDevice, ZerosDirect: b.ZerosDirect - a.ZerosDirect, ZerosCached: b.ZerosCached - a.ZerosCached,
 		FlushNs: int64(b.FlushLatency.Total - a.FlushLatency.Total)}
 }
 

@@ -33,8 +33,11 @@ type allocator struct {
 	// nil for a segment a roll waits for, says whether it may still wait
 	// for figures (see Store.prewriteNext).
 	prewrite func(ctx context.Context, canWait func() bool) bool
-	// prewritten and fallocated count the segments made each way.
+	// prewritten and fallocated count the segments made each way, and
+	// zeros the pre-written ones by how their zeros were written
+	// (mappedfile.Zeros − 1: by the device, O_DIRECT, through the cache).
 	prewritten, fallocated atomic.Uint64
+	zeros                  [3]atomic.Uint64
 	// pool: retired segments to take before making a file (nil: none).
 	pool *segmentPool
 
@@ -105,6 +108,14 @@ func (a *allocator) run() {
 	}
 }
 
+// countZeros counts a pre-written segment by how its zeros were written
+// (mappedfile.Spec.Prewrote).
+func (a *allocator) countZeros(z mappedfile.Zeros) {
+	if z >= mappedfile.ZerosByDevice && z <= mappedfile.ZerosCached {
+		a.zeros[z-mappedfile.ZerosByDevice].Add(1)
+	}
+}
+
 // create makes the segment at spec, empty and (when asked) warmed. A file
 // already there is a leftover of a creation that failed (every file present
 // at Open belongs to the CommitLog, and the log never reaches this offset
@@ -115,6 +126,7 @@ func (a *allocator) create(ctx context.Context, spec mappedfile.Spec, canWait fu
 	start := time.Now()
 	if spec.RecycleFrom = a.takePooled(ctx, spec.FromOffset); spec.RecycleFrom == "" {
 		spec.Prewrite = a.prewrite(ctx, canWait)
+		spec.Prewrote = a.countZeros
 		if a.pace {
 			// Options.PacePrewrite: a segment made ahead is pre-written in
 			// synced steps until a roll waits for it.

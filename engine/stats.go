@@ -160,6 +160,13 @@ type Stats struct {
 	// segments the allocation service made, written with zeros before use
 	// or only fallocated (Options.PrewriteSegments).
 	SegmentsPrewritten, SegmentsFallocated uint64
+	// ZerosByDevice, ZerosDirect and ZerosCached count the pre-written
+	// segments by how their zeros were written: by the device
+	// (fallocate FALLOC_FL_WRITE_ZEROES, uring-direct's segments where the
+	// kernel, file system and device have it), with O_DIRECT writes
+	// (uring-direct's elsewhere), through the page cache (the buffered
+	// backends'). A backend that keeps its files in memory counts none.
+	ZerosByDevice, ZerosDirect, ZerosCached uint64
 	// SegmentsRecycled counts the segments made from a file retention
 	// retired (Options.RecycleSegments), SegmentsRetired the files it put
 	// in the pool, and SegmentsPooled the files in the pool now.

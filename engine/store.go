@@ -466,6 +466,7 @@ func (s *Store) Stats() Stats {
 	st.BytesBehindFlush = st.WroteOffset - st.FlushedOffset
 	if a := s.alloc; a != nil {
 		st.SegmentsPrewritten, st.SegmentsFallocated = a.prewritten.Load(), a.fallocated.Load()
+		st.ZerosByDevice, st.ZerosDirect, st.ZerosCached = a.zeros[0].Load(), a.zeros[1].Load(), a.zeros[2].Load()
 	}
 	if p := s.pool; p != nil {
 		st.SegmentsRecycled, st.SegmentsRetired, st.SegmentsPooled = p.recycled.Load(), p.retired.Load(), p.len()

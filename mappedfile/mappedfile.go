@@ -142,6 +142,10 @@ type Spec struct {
 	// segment's, not zeros. Its extents are written already, so Prewrite
 	// has nothing to do. When the file is gone Open creates Path as usual.
 	RecycleFrom string
+	// Prewrote, when set, is called once by an Open that created the file
+	// with Prewrite, with how the zeros were written (a backend that keeps
+	// its files in memory writes none and never calls it).
+	Prewrote func(Zeros)
 	// HugePages asks a backend that maps the file to back the mapping with
 	// transparent huge pages where the kernel can (madvise MADV_HUGEPAGE):
 	// pages faulted in then come as 2 MiB folios, one fault and one TLB
@@ -408,4 +412,30 @@ func Cool(mf MappedFile) error {
 		return w.Cool()
 	}
 	return nil
+}
+
+// Zeros is how the zeros of a pre-written file (Spec.Prewrite) were written.
+type Zeros uint8
+
+const (
+	// ZerosByDevice: fallocate(FALLOC_FL_WRITE_ZEROES), the device writing
+	// them (Linux 6.17+, an O_DIRECT file on a device with WRITE ZEROES).
+	ZerosByDevice Zeros = iota + 1
+	// ZerosDirect: O_DIRECT writes of zeros (an O_DIRECT file where the
+	// kernel, the file system or the device has no WRITE_ZEROES).
+	ZerosDirect
+	// ZerosCached: writes of zeros through the page cache (a buffered file).
+	ZerosCached
+)
+
+func (z Zeros) String() string {
+	switch z {
+	case ZerosByDevice:
+		return "by the device (fallocate FALLOC_FL_WRITE_ZEROES)"
+	case ZerosDirect:
+		return "O_DIRECT writes of zeros"
+	case ZerosCached:
+		return "zeros through the page cache"
+	}
+	return "no zeros"
 }

@@ -392,8 +392,8 @@ type StoreCounters struct {
 	// fallocate(FALLOC_FL_WRITE_ZEROES), where the kernel, the file system
 	// and the device have it (an O_DIRECT backend's segments only); with
 	// O_DIRECT writes where they lack it; through the page cache (the
-	// buffered backends). Counted by the process's segment code, which only
-	// this cell's store used during the window.
+	// buffered backends): engine.Stats' ZerosByDevice, ZerosDirect and
+	// ZerosCached over the window.
 	ZerosByDevice uint64 `json:"zerosByDevice,omitempty"`
 	ZerosDirect   uint64 `json:"zerosDirect,omitempty"`
 	ZerosCached   uint64 `json:"zerosCached,omitempty"`

@@ -19,8 +19,8 @@ var zeroChunk [zeroChunkBytes]byte
 
 // PrewritePaced is Prewrite on macOS: its syncs (F_FULLFSYNC) cost too much
 // to take one per step, so pace is not asked.
-func PrewritePaced(ctx context.Context, f *os.File, size int64, _ func() bool) error {
-	return Prewrite(ctx, f, size)
+func PrewritePaced(ctx context.Context, f *os.File, size int64, _ func() bool) (mappedfile.Zeros, error) {
+	return mappedfile.ZerosCached, Prewrite(ctx, f, size)
 }
 
 // Prewrite writes zeros over [0, size) of f, so its blocks are allocated

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
@@ -101,13 +100,15 @@ func writeZeros(path string, fd int, off, n int64) error {
 // as fast as the device takes them; the caller fdatasyncs it. It is
 // PrewritePaced without a pace.
 func Prewrite(ctx context.Context, f *os.File, size int64) error {
-	return PrewritePaced(ctx, f, size, nil)
+	_, err := PrewritePaced(ctx, f, size, nil)
+	return err
 }
 
 // PrewritePaced writes zeros over [0, size) of f, a new file just
 // preallocated (OpenOrCreate calls it for Spec.Prewrite, with
 // Spec.PrewritePace, before the sync and the rename); the caller
-// fdatasyncs it. It checks ctx between writes.
+// fdatasyncs it. It checks ctx between writes, and returns how the zeros
+// were written.
 //
 // While pace is not nil and returns true (asked before each step), the
 // zeros go in steps of PrewriteStepBytes, each fdatasynced before the next
@@ -145,24 +146,23 @@ func Prewrite(ctx context.Context, f *os.File, size int64) error {
 //     less CPU in most runs (0.5–0.6 s per GiB) but up to 1.8 s in others,
 //     for the same wall time; RocketMQ's one store per page through the
 //     mapping, 0.9–1.9 s.
-func PrewritePaced(ctx context.Context, f *os.File, size int64, pace func() bool) error {
+func PrewritePaced(ctx context.Context, f *os.File, size int64, pace func() bool) (mappedfile.Zeros, error) {
 	path, fd := f.Name(), int(f.Fd())
 	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
-		return fmt.Errorf("prewrite %s: fcntl: %w", path, err)
+		return 0, fmt.Errorf("prewrite %s: fcntl: %w", path, err)
 	}
 	if flags&unix.O_DIRECT == 0 {
-		prewriteCounts.bufferedZeros.Add(1)
 		from, err := prewriteSteps(ctx, path, fd, size, pace, func(off, n int64) error {
 			return zeroPages(ctx, path, fd, off, off+n, size)
 		})
-		if err != nil {
-			return err
+		if err == nil {
+			err = zeroPages(ctx, path, fd, from, size, size)
 		}
-		return zeroPages(ctx, path, fd, from, size, size)
+		return mappedfile.ZerosCached, err
 	}
 	if align, _ := DirectIOAlignment(path); size%align != 0 {
-		return fmt.Errorf("prewrite %s: size %d is not a multiple of the O_DIRECT alignment %d: %w",
+		return 0, fmt.Errorf("prewrite %s: size %d is not a multiple of the O_DIRECT alignment %d: %w",
 			path, size, align, mappedfile.ErrInvalidArgument)
 	}
 	// The device zeroes the blocks and the file system records them as
@@ -171,12 +171,11 @@ func PrewritePaced(ctx context.Context, f *os.File, size int64, pace func() bool
 	// O_DIRECT zeros it leaves the pages uncached, which a buffered backend
 	// pays for with a read of every page it then writes.
 	if err := Fallocate(path, fd, unix.FALLOC_FL_WRITE_ZEROES, 0, size); err == nil {
-		prewriteCounts.writeZeroes.Add(1)
-		return nil
+		return mappedfile.ZerosByDevice, nil
 	} else if !writeZeroesUnsupported(err) {
-		return fmt.Errorf("prewrite %s: fallocate(FALLOC_FL_WRITE_ZEROES): %w", path, noSpaceHint(err, size))
+		return 0, fmt.Errorf("prewrite %s: fallocate(FALLOC_FL_WRITE_ZEROES): %w", path, noSpaceHint(err, size))
 	}
-	prewriteCounts.directZeros.Add(1)
+	const way = mappedfile.ZerosDirect
 	off, err := prewriteSteps(ctx, path, fd, size, pace, func(off, n int64) error {
 		if err := writeZeros(path, fd, off, n); err != nil {
 			return fmt.Errorf("prewrite: %w", noSpaceHint(err, size))
@@ -184,19 +183,19 @@ func PrewritePaced(ctx context.Context, f *os.File, size int64, pace func() bool
 		return nil
 	})
 	if err != nil {
-		return err
+		return way, err
 	}
 	for off < size {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("prewrite %s: zeros written up to %d of %d: %w", path, off, size, err)
+			return way, fmt.Errorf("prewrite %s: zeros written up to %d of %d: %w", path, off, size, err)
 		}
 		n := min(zeroWriteBytes, size-off)
 		if err := writeZeros(path, fd, off, n); err != nil {
-			return fmt.Errorf("prewrite: %w", noSpaceHint(err, size))
+			return way, fmt.Errorf("prewrite: %w", noSpaceHint(err, size))
 		}
 		off += n
 	}
-	return nil
+	return way, nil
 }
 
 // prewriteSteps writes [0, size) of the file at path with write (zeros, at
@@ -220,18 +219,6 @@ func prewriteSteps(ctx context.Context, path string, fd int, size int64, pace fu
 		off += n
 	}
 	return off, nil
-}
-
-// prewriteCounts counts how Prewrite made segments written, by method.
-var prewriteCounts struct {
-	writeZeroes, directZeros, bufferedZeros atomic.Uint64
-}
-
-// PrewriteCounts reports how many segments Prewrite made written with
-// fallocate(FALLOC_FL_WRITE_ZEROES), with O_DIRECT zeros (the device or
-// kernel lacks WRITE_ZEROES) and with zeros through the page cache.
-func PrewriteCounts() (writeZeroes, directZeros, bufferedZeros uint64) {
-	return prewriteCounts.writeZeroes.Load(), prewriteCounts.directZeros.Load(), prewriteCounts.bufferedZeros.Load()
 }
 
 // writeZeroesUnsupported: the kernel, the file system or the device has no

@@ -500,14 +500,16 @@ func TestCrashDuringPrewriteLeavesNoSegment(t *testing.T) {
 // TestPrewriteWriteZeroes: an O_DIRECT prewrite asks the device to write
 // the zeros (FALLOC_FL_WRITE_ZEROES) and falls back to O_DIRECT zeros where
 // that is unsupported — either way the segment ends fully written, and
-// PrewriteCounts says which ran; another error from it (EIO) fails the
-// prewrite, naming the call. A buffered prewrite never asks.
+// Spec.Prewrote is told which ran; another error from it (EIO) fails the
+// prewrite, naming the call. A buffered prewrite never asks, and says its
+// zeros went through the page cache.
 func TestPrewriteWriteZeroes(t *testing.T) {
 	dir := t.TempDir()
 	needExtents(t, dir)
 	inj := faultseam.New(t, dir)
-	w0, d0, b0 := segfile.PrewriteCounts()
-	spec := mappedfile.Spec{Path: filepath.Join(dir, "direct"), SizeBytes: 4 << 20, Prewrite: true}
+	var told []mappedfile.Zeros
+	spec := mappedfile.Spec{Path: filepath.Join(dir, "direct"), SizeBytes: 4 << 20, Prewrite: true,
+		Prewrote: func(z mappedfile.Zeros) { told = append(told, z) }}
 	f, _, err := segfile.OpenOrCreate(context.Background(), spec, unix.O_DIRECT)
 	if err != nil {
 		t.Fatal(err)
@@ -516,11 +518,10 @@ func TestPrewriteWriteZeroes(t *testing.T) {
 	if u := disktest.Unwritten(t, spec.Path, 0, spec.SizeBytes); u != 0 {
 		t.Fatalf("%d unwritten bytes", u)
 	}
-	w1, d1, b1 := segfile.PrewriteCounts()
-	if w1+d1 != w0+d0+1 || b1 != b0 {
-		t.Fatalf("counts went from %d/%d/%d to %d/%d/%d: want one O_DIRECT prewrite", w0, d0, b0, w1, d1, b1)
+	if len(told) != 1 || (told[0] != mappedfile.ZerosByDevice && told[0] != mappedfile.ZerosDirect) {
+		t.Fatalf("Prewrote told %v: want one O_DIRECT prewrite", told)
 	}
-	t.Logf("FALLOC_FL_WRITE_ZEROES here: %v", w1 > w0)
+	t.Logf("the zeros here: %v", told[0])
 	asked := false
 	for _, c := range inj.Calls() {
 		asked = asked || c.Op.Kind == segfile.OpFallocate && c.Op.Mode == unix.FALLOC_FL_WRITE_ZEROES
@@ -536,5 +537,24 @@ func TestPrewriteWriteZeroes(t *testing.T) {
 		t.Fatal("a prewrite whose fallocate failed with EIO succeeded")
 	} else if !errors.Is(err, unix.EIO) {
 		t.Fatalf("prewrite error %v, want EIO", err)
+	}
+	if len(told) != 1 {
+		t.Fatalf("a failed prewrite was reported: %v", told)
+	}
+
+	before := len(inj.Calls())
+	spec.Path = filepath.Join(dir, "buffered")
+	f, _, err = segfile.OpenOrCreate(context.Background(), spec, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if len(told) != 2 || told[1] != mappedfile.ZerosCached {
+		t.Fatalf("a buffered prewrite told %v, want zeros through the page cache", told[1:])
+	}
+	for _, c := range inj.Calls()[before:] {
+		if c.Op.Kind == segfile.OpFallocate && c.Op.Mode == unix.FALLOC_FL_WRITE_ZEROES {
+			t.Fatal("a buffered prewrite asked for FALLOC_FL_WRITE_ZEROES")
+		}
 	}
 }

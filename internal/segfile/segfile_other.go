@@ -74,8 +74,8 @@ type Extent struct {
 var ErrNoExtents = errors.New("segfile: the file system does not report extents (FIEMAP)")
 
 func Prewrite(context.Context, *os.File, int64) error { return unsupported("prewrite") }
-func PrewritePaced(context.Context, *os.File, int64, func() bool) error {
-	return unsupported("prewrite")
+func PrewritePaced(context.Context, *os.File, int64, func() bool) (mappedfile.Zeros, error) {
+	return 0, unsupported("prewrite")
 }
 
 func ZeroRangeContext(context.Context, *os.File, int64, int64) error {
@@ -87,6 +87,3 @@ func SyncFileRange(string, int, int64, int64, int) error { return unsupported("s
 func Extents(*os.File, bool) ([]Extent, error) { return nil, ErrNoExtents }
 
 func UnwrittenBytes(*os.File, int64, int64) (int64, error) { return 0, ErrNoExtents }
-
-// PrewriteCounts reports nothing: Prewrite is unsupported here.
-func PrewriteCounts() (writeZeroes, directZeros, bufferedZeros uint64) { return 0, 0, 0 }

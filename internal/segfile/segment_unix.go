@@ -122,8 +122,9 @@ func create(ctx context.Context, spec mappedfile.Spec, extraFlags int) error {
 		_ = Unlink(tmp)
 		return fmt.Errorf("preallocate: %w", err)
 	}
+	var zeros mappedfile.Zeros
 	if spec.Prewrite {
-		if err := PrewritePaced(ctx, f, spec.SizeBytes, spec.PrewritePace); err != nil {
+		if zeros, err = PrewritePaced(ctx, f, spec.SizeBytes, spec.PrewritePace); err != nil {
 			_ = Unlink(tmp)
 			return err
 		}
@@ -139,6 +140,9 @@ func create(ctx context.Context, spec mappedfile.Spec, extraFlags int) error {
 	if err := SyncDir(filepath.Dir(spec.Path)); err != nil {
 		_ = Unlink(spec.Path)
 		return err
+	}
+	if zeros != 0 && spec.Prewrote != nil {
+		spec.Prewrote(zeros)
 	}
 	return nil
 }
