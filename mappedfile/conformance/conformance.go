@@ -559,14 +559,23 @@ func testReadBounds(t *testing.T, h *harness) {
 	}
 }
 
-// appendUntilFull starts the appender of a concurrency test: records of 1
+// concurrentRun is a concurrency test's goroutines: wg waits for them,
+// done is set when the appender is done, errs takes their errors.
+type concurrentRun struct {
+	wg   sync.WaitGroup
+	done atomic.Bool
+	errs chan error
+}
+
+// appendUntilFull starts a concurrency test with its appender: records of 1
 // to maxN bytes (a seeded random size) until the segment is full, then done
 // is set; an append's error goes to errs.
-func appendUntilFull(mf mappedfile.MappedFile, wg *sync.WaitGroup, done *atomic.Bool, errs chan<- error, seed uint64, maxN int) {
-	wg.Add(1)
+func appendUntilFull(mf mappedfile.MappedFile, seed uint64, maxN int) *concurrentRun {
+	r := &concurrentRun{errs: make(chan error, 8)}
+	r.wg.Add(1)
 	go func() {
-		defer wg.Done()
-		defer done.Store(true)
+		defer r.wg.Done()
+		defer r.done.Store(true)
 		rng := rand.New(rand.NewPCG(seed, seed+1))
 		for {
 			n := 1 + rng.IntN(maxN)
@@ -574,19 +583,18 @@ func appendUntilFull(mf mappedfile.MappedFile, wg *sync.WaitGroup, done *atomic.
 				return
 			}
 			if _, err := mf.Append(n, patternEncoder{}); err != nil {
-				errs <- err
+				r.errs <- err
 				return
 			}
 		}
 	}()
+	return r
 }
 
 func testConcurrentReaders(t *testing.T, h *harness) {
 	mf := h.open(t, "seg")
-	var done atomic.Bool
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	appendUntilFull(mf, &wg, &done, errs, 3, 700)
+	run := appendUntilFull(mf, 3, 700)
+	wg, done, errs := &run.wg, &run.done, run.errs
 	wg.Add(1)
 	go func() { // the commit and flush service
 		defer wg.Done()
@@ -642,10 +650,8 @@ func testConcurrentReaders(t *testing.T, h *harness) {
 // order throughout, and a final Commit(0)+Flush(0) makes everything flushed.
 func testCommitFlushConcurrently(t *testing.T, h *harness) {
 	mf := h.open(t, "seg")
-	var done atomic.Bool
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	appendUntilFull(mf, &wg, &done, errs, 7, 3000)
+	run := appendUntilFull(mf, 7, 3000)
+	wg, done, errs := &run.wg, &run.done, run.errs
 	serve := func(op func(context.Context, int) (int64, error)) {
 		defer wg.Done()
 		for !done.Load() {
