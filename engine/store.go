@@ -274,9 +274,13 @@ func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 	// (SmallFolios), since the kernel's readahead made the appends' pages
 	// large folios all the same: mmap sync at 64 producers on fallocated
 	// segments made 68k–78k msgs/s that way, 93k–95k in small ones
-	// (docs/backends.md).
+	// (docs/backends.md). With sync flush a mapping backend also faults in
+	// the pages ahead of the appends after each flush (WriteAhead): the
+	// flush's msync write-protects what it writes back, and otherwise each
+	// append into such a page faults under the append lock.
 	queue, err := segment.Open(ctx, segment.Config{Dir: filepath.Join(s.dir, commitLogDirName), Backend: s.backend,
-		SegmentSizeBytes: o.SegmentSizeBytes, Allocator: alloc, HugePages: o.FlushMode == FlushAsync, SmallFolios: o.FlushMode == FlushSync})
+		SegmentSizeBytes: o.SegmentSizeBytes, Allocator: alloc, HugePages: o.FlushMode == FlushAsync, SmallFolios: o.FlushMode == FlushSync,
+		WriteAhead: o.FlushMode == FlushSync})
 	if errors.Is(err, segment.ErrCorruptDirectory) {
 		return fmt.Errorf("open store: commitlog: %w: %w", ErrCorrupt, err)
 	}

@@ -184,6 +184,18 @@ type Spec struct {
 	// made small folios there anyway. A hint: it changes no byte and no
 	// guarantee, and backends that do not map files ignore it.
 	SmallFolios bool
+	// WriteAhead asks a backend that maps the file to fault in writable,
+	// after each Flush, the pages the next appends will write: a Flush's
+	// msync write-protects every page it writes back (the kernel tracks
+	// dirtiness through the page tables), and each append into such a page
+	// — the last, partly written one — or into a page not yet mapped then
+	// takes a write fault of its own, under the caller's append lock. For a
+	// file synced after small appends (a sync flush's CommitLog segment).
+	// mmapio faults them in with one madvise(MADV_POPULATE_WRITE) per
+	// Flush. A hint: it changes no byte (the pages ahead are zeros, and
+	// dirtied as they are) and no guarantee; backends that do not map
+	// files ignore it.
+	WriteAhead bool
 }
 
 // MemoryReads is implemented by a backend whose reads of recent bytes come

@@ -102,6 +102,7 @@ func (b *backend) Open(ctx context.Context, spec mappedfile.Spec) (mappedfile.Ma
 		opts:      &b.opts,
 		lockedSum: &b.locked,
 	}
+	m.writeAhead.Store(spec.WriteAhead)
 	m.Init(mappedfile.BaseConfig{
 		Spec: spec, Backend: "mmapio", Existed: existed,
 		Semantics: mappedfile.Semantics{WriteThrough: true, ReadableUpToWrote: true},

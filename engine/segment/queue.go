@@ -72,6 +72,7 @@ type Queue struct {
 	segmentSizeBytes int64
 	hugePages        bool
 	smallFolios      bool
+	writeAhead       bool
 
 	mu    sync.RWMutex
 	files []mappedfile.MappedFile // ascending by FromOffset, contiguous
@@ -101,8 +102,9 @@ type Config struct {
 	Allocator        Allocator
 	// HugePages is every segment's mappedfile.Spec.HugePages.
 	HugePages bool
-	// SmallFolios is every segment's mappedfile.Spec.SmallFolios.
-	SmallFolios bool
+	// SmallFolios is every segment's mappedfile.Spec.SmallFolios, and
+	// WriteAhead its mappedfile.Spec.WriteAhead.
+	SmallFolios, WriteAhead bool
 }
 
 // Open loads the segments already in cfg.Dir (creating the directory, and
@@ -114,7 +116,7 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		return nil, fmt.Errorf("segment queue %s: segment size %d: %w", cfg.Dir, cfg.SegmentSizeBytes, mappedfile.ErrInvalidArgument)
 	}
 	q := &Queue{dir: cfg.Dir, backend: cfg.Backend, fs: storefs.Of(cfg.Backend), allocator: cfg.Allocator, segmentSizeBytes: cfg.SegmentSizeBytes,
-		hugePages: cfg.HugePages, smallFolios: cfg.SmallFolios}
+		hugePages: cfg.HugePages, smallFolios: cfg.SmallFolios, writeAhead: cfg.WriteAhead}
 	if err := q.fs.MkdirAll(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("segment queue: create %s: %w", cfg.Dir, err)
 	}
@@ -317,7 +319,7 @@ func (q *Queue) nextSegment(ctx context.Context, startOffset int64) (mappedfile.
 }
 
 func (q *Queue) specAt(from int64) mappedfile.Spec {
-	return mappedfile.Spec{Path: filepath.Join(q.dir, Name(from)), FromOffset: from, SizeBytes: q.segmentSizeBytes, HugePages: q.hugePages, SmallFolios: q.smallFolios}
+	return mappedfile.Spec{Path: filepath.Join(q.dir, Name(from)), FromOffset: from, SizeBytes: q.segmentSizeBytes, HugePages: q.hugePages, SmallFolios: q.smallFolios, WriteAhead: q.writeAhead}
 }
 
 // Commit commits every segment from the one holding committedFrom to the
