@@ -440,14 +440,15 @@ const (
 	ZerosCached
 )
 
+// String says how, as in "3 segments written …" (mqbench's summary).
 func (z Zeros) String() string {
 	switch z {
 	case ZerosByDevice:
 		return "by the device (fallocate FALLOC_FL_WRITE_ZEROES)"
 	case ZerosDirect:
-		return "O_DIRECT writes of zeros"
+		return "with O_DIRECT writes of zeros"
 	case ZerosCached:
-		return "zeros through the page cache"
+		return "with zeros through the page cache"
 	}
-	return "no zeros"
+	return "without zeros"
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/mqstore/mqstore/bench/load"
 	"github.com/mqstore/mqstore/bench/runfile"
+	"github.com/mqstore/mqstore/mappedfile"
 )
 
 // Summary renders summary.md from the run alone.
@@ -255,18 +256,18 @@ func zerosText(f *runfile.RunFile, backend, flush string) string {
 		}
 	}
 	var ways []string
-	if byDevice > 0 {
-		ways = append(ways, fmt.Sprintf("%d by the device (fallocate FALLOC_FL_WRITE_ZEROES)", byDevice))
-	}
-	if direct > 0 {
-		way := fmt.Sprintf("%d with O_DIRECT writes of zeros", direct)
-		if byDevice == 0 {
+	for _, w := range []struct {
+		n   uint64
+		how mappedfile.Zeros
+	}{{byDevice, mappedfile.ZerosByDevice}, {direct, mappedfile.ZerosDirect}, {cached, mappedfile.ZerosCached}} {
+		if w.n == 0 {
+			continue
+		}
+		way := fmt.Sprintf("%d %v", w.n, w.how)
+		if w.how == mappedfile.ZerosDirect && byDevice == 0 {
 			way += " (the kernel, the file system or the device has no FALLOC_FL_WRITE_ZEROES)"
 		}
 		ways = append(ways, way)
-	}
-	if cached > 0 {
-		ways = append(ways, fmt.Sprintf("%d with zeros through the page cache", cached))
 	}
 	if len(ways) == 0 {
 		return ""
