@@ -155,7 +155,11 @@ func TestEndToEndRun(t *testing.T) {
 		}
 	}
 	// The profiled runs label the engine's goroutines: their CPU splits by
-	// stage, the shares add up, and so do the µs per message.
+	// stage, the shares add up, and so do the µs per message. A 300 ms
+	// window under the race detector holds a few dozen samples, which can
+	// all land in the append; that some sample carries an engine stage is
+	// what this run can show (the engine's tests check every goroutine's
+	// label).
 	cpus := 0
 	for _, p := range f.Profiles {
 		if p.Kind != "cpu" {
@@ -163,10 +167,12 @@ func TestEndToEndRun(t *testing.T) {
 		}
 		cpus++
 		var pct, us float64
+		labelled := false
 		for _, st := range p.Stages {
 			pct, us = pct+st.Pct, us+st.UsPerMsg
+			labelled = labelled || slices.Contains(runfile.StageOrder, st.Stage)
 		}
-		if len(p.Stages) < 2 || p.Messages <= 0 || p.CPUPerMsgNs <= 0 || math.Abs(pct-100) > 1e-6 || math.Abs(us-p.CPUPerMsgNs/1e3) > 1e-6*us {
+		if !labelled || p.Messages <= 0 || p.CPUPerMsgNs <= 0 || math.Abs(pct-100) > 1e-6 || math.Abs(us-p.CPUPerMsgNs/1e3) > 1e-6*us {
 			t.Errorf("%s: stages %+v (%v%%, %v µs/msg of %v ns/msg, %d messages)", p.Cell, p.Stages, pct, us, p.CPUPerMsgNs, p.Messages)
 		}
 	}
