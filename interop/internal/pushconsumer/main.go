@@ -22,29 +22,26 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
+	"github.com/mqstore/mqstore/interop/internal/clientflags"
 )
 
 func main() {
-	ns := flag.String("namesrv", "127.0.0.1:9876", "name server")
+	cl := clientflags.Register(flag.CommandLine, "pushconsumer")
 	group := flag.String("group", "", "consumer group")
 	topic := flag.String("topic", "", "topic")
 	tags := flag.String("tags", "", "tag expression (empty: every message)")
-	instance := flag.String("instance", "pushconsumer", "client instance name")
-	useTLS := flag.Bool("tls", false, "speak TLS to the name server and the brokers")
-	accessKey := flag.String("access-key", "", "ACL credentials: the access key")
-	secretKey := flag.String("secret-key", "", "ACL credentials: the secret key")
 	flag.Parse()
 	rlog.SetLogLevel("fatal")
-	opts := []consumer.Option{consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{*ns})),
-		consumer.WithGroupName(*group), consumer.WithInstance(*instance),
+	opts := []consumer.Option{consumer.WithNsResolver(cl.Resolver()),
+		consumer.WithGroupName(*group), consumer.WithInstance(cl.Instance),
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset)}
-	if *useTLS {
+	if cl.TLS {
 		// The client's option sets a process-wide default: every client of
 		// the process speaks TLS from here on, hence a process of its own.
 		opts = append(opts, consumer.WithTls(true))
 	}
-	if *accessKey != "" {
-		opts = append(opts, consumer.WithCredentials(primitive.Credentials{AccessKey: *accessKey, SecretKey: *secretKey}))
+	if cred, ok := cl.Credentials(); ok {
+		opts = append(opts, consumer.WithCredentials(cred))
 	}
 	c, err := rocketmq.NewPushConsumer(opts...)
 	if err != nil {

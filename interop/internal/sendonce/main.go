@@ -19,25 +19,22 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
+	"github.com/mqstore/mqstore/interop/internal/clientflags"
 )
 
 func main() {
-	ns := flag.String("namesrv", "127.0.0.1:9876", "name server")
+	cl := clientflags.Register(flag.CommandLine, "sendonce")
 	topic := flag.String("topic", "", "topic")
 	body := flag.String("body", "", "the message body")
-	instance := flag.String("instance", "sendonce", "client instance name")
-	useTLS := flag.Bool("tls", false, "speak TLS to the name server and the brokers")
-	accessKey := flag.String("access-key", "", "ACL credentials: the access key")
-	secretKey := flag.String("secret-key", "", "ACL credentials: the secret key")
 	flag.Parse()
 	rlog.SetLogLevel("fatal")
-	opts := []producer.Option{producer.WithNsResolver(primitive.NewPassthroughResolver([]string{*ns})),
-		producer.WithInstanceName(*instance), producer.WithGroupName("sendonce"), producer.WithRetry(0)}
-	if *useTLS {
+	opts := []producer.Option{producer.WithNsResolver(cl.Resolver()),
+		producer.WithInstanceName(cl.Instance), producer.WithGroupName("sendonce"), producer.WithRetry(0)}
+	if cl.TLS {
 		opts = append(opts, producer.WithTls(true))
 	}
-	if *accessKey != "" {
-		opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: *accessKey, SecretKey: *secretKey}))
+	if cred, ok := cl.Credentials(); ok {
+		opts = append(opts, producer.WithCredentials(cred))
 	}
 	p, err := rocketmq.NewProducer(opts...)
 	if err == nil {
