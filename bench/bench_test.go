@@ -158,8 +158,8 @@ func TestEndToEndRun(t *testing.T) {
 	// stage, the shares add up, and so do the µs per message. A 300 ms
 	// window under the race detector holds a few dozen samples, which can
 	// all land in the append; that some sample carries an engine stage is
-	// what this run can show (the engine's tests check every goroutine's
-	// label).
+	// what this run can show (engine's TestProfileLabels checks the labels
+	// themselves).
 	cpus := 0
 	for _, p := range f.Profiles {
 		if p.Kind != "cpu" {
