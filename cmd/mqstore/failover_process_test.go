@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -103,9 +104,14 @@ func TestFailoverProcesses(t *testing.T) {
 			t.Fatalf("cluster status lacks %q:\n%s", want, stdout.String())
 		}
 
+		// Each broker records the role it serves as (repair-slave reads it).
+		waitServedRole(t, args(newIdx), "SYNC_MASTER", "ASYNC_MASTER")
+		waitServedRole(t, args(old), "SYNC_MASTER", "ASYNC_MASTER")
+
 		// The killed broker returns as a slave of the new master.
 		procs[old] = startProcess(t, false, args(old)...)
 		procs[old].waitLine(t, regexp.MustCompile(fmt.Sprintf(`role slave, epoch %d`, next.MasterEpoch)))
+		waitServedRole(t, args(old), "SLAVE")
 		cur = waitFor("the returned broker back in the in-sync set", 30*time.Second, func(s *controller.BrokerSet) bool {
 			return s.InSync(cur.MasterID) && len(s.SyncStateSet) == n
 		})
@@ -139,6 +145,23 @@ func TestFailoverProcesses(t *testing.T) {
 			t.Fatalf("process %d exited %d:\n%s", i+1, code, p.stderr())
 		}
 	}
+}
+
+// waitServedRole waits until the store of the replica started with args
+// records one of the roles in want (the broker records a role after it
+// reports it) and returns it, or fails with the last record read.
+func waitServedRole(t *testing.T, args []string, want ...string) string {
+	t.Helper()
+	path := filepath.Join(args[slices.Index(args, "--dir")+1], servedRoleFile)
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if got = strings.TrimSpace(string(b)); err == nil && slices.Contains(want, got) {
+			return got
+		}
+	}
+	t.Fatalf("%s records %q, want one of %q", path, got, want)
+	return ""
 }
 
 // embeddedSet returns the serve arguments of n replicas of a broker set

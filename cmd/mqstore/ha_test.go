@@ -535,8 +535,18 @@ func TestDivergedSlaveCLI(t *testing.T) {
 	before := commitLogBytes(t, s)
 
 	// The master "loses" its tail from message 200 on, then takes others.
+	// repair-slave refuses to cut a store served as a master without
+	// --force, and changes nothing.
 	cut := acks[200].PhysicalOffset
-	if out, errOut, code := runCLI(t, "repair-slave", "--dir", m, "--offset", fmt.Sprint(cut)); code != 0 {
+	masterBefore := commitLogBytes(t, m)
+	if out, errOut, code := runCLI(t, "repair-slave", "--dir", m, "--offset", fmt.Sprint(cut)); code != 1 ||
+		!strings.Contains(errOut, "last served as SYNC_MASTER") || !strings.Contains(errOut, "--force") {
+		t.Fatalf("cutting the master without --force: exit %d: %s %s", code, out, errOut)
+	}
+	if !bytes.Equal(commitLogBytes(t, m), masterBefore) {
+		t.Fatal("a refused repair-slave changed the master's CommitLog")
+	}
+	if out, errOut, code := runCLI(t, "repair-slave", "--dir", m, "--offset", fmt.Sprint(cut), "--force"); code != 0 {
 		t.Fatalf("cut the master: %s %s", out, errOut)
 	}
 	if _, errOut, code := runCLI(t, "produce", "--dir", m, "--topic", "HA", "--queues", "2", "--count", "300", "--size", "400"); code != 0 {

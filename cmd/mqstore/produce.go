@@ -169,6 +169,9 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if err := recordServedRole(*f.dir, o.Role); err != nil {
+		return errors.Join(err, store.Close())
+	}
 	master, err := f.startMaster(ctx, store, mo, stderr)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -305,6 +306,9 @@ func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.Master
 	if err != nil {
 		return err
 	}
+	if err := recordServedRole(dir, o.Role); err != nil {
+		return errors.Join(err, store.Close())
+	}
 	m, err := ha.NewMaster(store, mo)
 	if err != nil {
 		store.Close()
@@ -328,6 +332,9 @@ func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOp
 	store, err := engine.Open(ctx, dir, o)
 	if err != nil {
 		return err
+	}
+	if err := recordServedRole(dir, o.Role); err != nil {
+		return errors.Join(err, store.Close())
 	}
 	s, err := ha.NewSlave(store, so)
 	if err != nil {
@@ -420,12 +427,14 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 	master := fs.String("master", "", "the master's HA address: find where the slave parts from it")
 	offset := fs.Int64("offset", -1, "cut here instead (a record boundary)")
 	dryRun := fs.Bool("dry-run", false, "with --master: only say where the slave would be cut")
+	force := fs.Bool("force", false, "cut a store the mqstore command last served as a master (one that is to rejoin as a slave)")
 	sec := addSecurityFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mqstore repair-slave --dir DIR (--master HOST:PORT [--dry-run] | --offset OFFSET)\n\n"+
 			"Cuts a diverged slave's CommitLog where it parts from its master's (found by comparing records with the\n"+
 			"master over the HA port) or at --offset, keeping the cut bytes in DIR/diverged/, and truncates its\n"+
-			"ConsumeQueues and index to match. A slave refuses a diverged master and never does this by itself.")
+			"ConsumeQueues and index to match. A slave refuses a diverged master and never does this by itself. A store\n"+
+			"last served as a master (DIR/served-role) may hold records it acknowledged: cutting it takes --force.")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stderr, 0); err != nil {
@@ -443,6 +452,15 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 	tlsCfg, secret, err := sec.load(fs, false)
 	if err != nil {
 		return err
+	}
+	served, known, err := servedRole(*dir)
+	if err != nil {
+		return err
+	}
+	if known && served != engine.Slave && !*force && !*dryRun {
+		return fmt.Errorf("%s was last served as %v (%s): a master's CommitLog may hold records it acknowledged, and repair-slave "+
+			"cuts a slave's; if this store is to rejoin as a slave of another master, run again with --force (the cut bytes are kept in %s)",
+			*dir, served, filepath.Join(*dir, servedRoleFile), filepath.Join(*dir, "diverged"))
 	}
 	o := engine.Options{Role: engine.Slave, NoPreallocate: true, NoRetention: true, Logger: textLogger(stderr)}
 	cut := *offset
@@ -465,6 +483,9 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "the slave's CommitLog parts from the master's at %d; it holds up to %d: %d bytes to cut (%d probes)\n",
 			d.Offset, d.SlaveEnd, d.SlaveEnd-d.Offset, d.Probes)
 		if *dryRun {
+			if known && served != engine.Slave && !*force {
+				fmt.Fprintf(stdout, "this store was last served as %v: the cut takes --force\n", served)
+			}
 			return nil
 		}
 		cut = d.Offset

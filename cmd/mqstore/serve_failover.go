@@ -124,8 +124,20 @@ func serveFailover(ctx context.Context, fs *flag.FlagSet, f *failoverFlags, h *h
 		front = &remotingFront{sock: handoff.New(ln, nil, log), opts: bf.brokerOptions(log), log: log, stderr: stderr}
 		defer front.close()
 	}
+	// Every settled role is recorded in the store directory (for
+	// repair-slave), then served to clients when there is a front.
+	o.OnRole = func(fb *failover.Broker, r failover.Role, s *engine.Store) {
+		if r != failover.Fenced && s != nil {
+			if err := recordServedRole(s.Dir(), s.Options().Role); err != nil {
+				log.Warn("record the role served", "role", r, "err", err)
+			}
+		}
+		if front != nil {
+			front.onRole(fb, r, s)
+		}
+	}
 	if front != nil {
-		o.Addr, o.Store.StoreHost, o.OnRole = *bf.advertise, storeHost, front.onRole
+		o.Addr, o.Store.StoreHost = *bf.advertise, storeHost
 	}
 	fmt.Fprintf(stderr, "broker of set %s: registering with the controllers at %s\n", *f.set, strings.Join(addrs, ","))
 	b, err := failover.Start(ctx, o)
