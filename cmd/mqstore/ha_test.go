@@ -572,8 +572,20 @@ func TestDivergedSlaveCLI(t *testing.T) {
 		t.Fatal("the refused slave's CommitLog changed")
 	}
 	out, errOut, code := runCLI(t, "repair-slave", "--dir", s, "--master", addr, "--dry-run")
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("parts from the master's at %d", cut)) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("parts from the master's at %d", cut)) || strings.Contains(out, "--force") {
 		t.Fatalf("repair-slave --dry-run: exit %d: %s %s", code, out, errOut)
+	}
+	// Had it last served as a master, the dry run would say the cut takes
+	// --force.
+	if err := recordServedRole(s, engine.SyncMaster); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCLI(t, "repair-slave", "--dir", s, "--master", addr, "--dry-run")
+	if code != 0 || !strings.Contains(out, "last served as SYNC_MASTER: the cut takes --force") {
+		t.Fatalf("repair-slave --dry-run of a store served as a master: exit %d: %s %s", code, out, errOut)
+	}
+	if err := recordServedRole(s, engine.Slave); err != nil {
+		t.Fatal(err)
 	}
 	if !bytes.Equal(commitLogBytes(t, s), before) {
 		t.Fatal("a dry run changed the slave")
