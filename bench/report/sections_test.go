@@ -84,17 +84,13 @@ func TestVersusPebbleWAL(t *testing.T) {
 	var b strings.Builder
 	writeVersusPebbleWAL(&b, f)
 	out := b.String()
-	for _, want := range []string{
+	wantAll(t, out,
 		"| mmap | 1KiB | 0.98× [0.896×–1.07×] no significant difference | 2× [1.81×–2.21×] |",
 		"| uring-direct | 1KiB | 2.45× [2.26×–2.65×] | — |",
 		"| system | size | 1 producer | 16 producers |",
 		"No ratio: `pebble-wal` async reports durable bytes only at Drain (its own statement: \"none during the run;",
 		"not a failure to keep up",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // TestAtDrainOnlyPeerIsNotCondemned: a NATS async row whose durable
@@ -145,7 +141,7 @@ func TestNamedComparisonRendered(t *testing.T) {
 	var b strings.Builder
 	writeReplication(&b, f)
 	out := b.String()
-	for _, want := range []string{
+	wantAll(t, out,
 		"### ASYNC_FLUSH + SYNC_MASTER against SYNC_FLUSH",
 		"| mmap 1KiB | 16 producers | SYNC_FLUSH alone (no slave) | ok | 10k [9k–11k] | — |",
 		"| mmap 1KiB | 16 producers | SYNC_FLUSH + SYNC_MASTER | ok | 8k [7k–9.5k] | 0.8× [0.636×–1.06×] — no significant difference |",
@@ -153,11 +149,7 @@ func TestNamedComparisonRendered(t *testing.T) {
 		"200µs [100µs–300µs] / 900µs [800µs–1ms] | nothing acknowledged |",
 		"ASYNC_FLUSH + ASYNC_MASTER | ok | 300k [290k–310k] |",
 		"- mmap 1KiB at 16 producers: ASYNC_FLUSH + SYNC_MASTER ÷ SYNC_FLUSH alone, throughput: 3× [2.55×–3.56×] — significantly better",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // TestSustainedColumnSaysWhenTheIntervalStraddles: the column's verdict is
@@ -237,16 +229,12 @@ func TestMessageIsNamed(t *testing.T) {
 	f.Cells, f.Peers = []runfile.Cell{c}, []runfile.Cell{p}
 	Analyze(f)
 	out := Summary(f)
-	for _, want := range []string{
+	wantAll(t, out,
 		"| mmap · rocketmq msg | 1KiB | sync | 16 |",
 		"- message: mqstore's cells put the *rocketmq* message (records of 1290 B for a 1KiB body:",
 		"Not the same message: mqstore's cells put the *rocketmq* message",
 		"(mqstore puts the rocketmq message, the peer the body alone)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 	c.Message = "bare"
 	f.Cells = []runfile.Cell{c}
 	Analyze(f)
@@ -297,15 +285,11 @@ func TestGroupCommitLimitFileStates(t *testing.T) {
 		t.Errorf("fallocated ratio %+v", r)
 	}
 	out := Summary(f)
-	for _, want := range []string{
+	wantAll(t, out,
 		"| 0.308× [0.271×–0.35×]; fallocated 0.571× [0.475×–0.646×] |",
 		"### sync store ÷ the device's group-commit limit on a fallocated file",
 		"| device-group-commit-direct | 1125 B (bare 1KiB body) | 16 | 1 |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // TestGroupCommitLimit: a sync throughput cell ÷ the better of the one-
@@ -349,17 +333,13 @@ func TestGroupCommitLimit(t *testing.T) {
 		}
 	}
 	out := Summary(f)
-	for _, want := range []string{
+	wantAll(t, out,
 		"| ÷ group-commit limit | in flush (mean flush) |",
 		"| 0.333× [0.253×–0.382×] | 90% [85%–95%] (250µs) |",
 		"| device-group-commit | 1290 B (rocketmq 1KiB body) | 16 | 2 | 8 and 8 | 7.5k [6.88k–9.38k] | 120k [110k–150k] |",
 		"### sync store ÷ the device's group-commit limit",
 		"device-group-commit ×16 (1 or 2 in flight)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "| uring |") && strings.Contains(line, "| 40k") && !strings.Contains(line, "| — | — | yes |") {
 			t.Errorf("a cell without flush figures shows some (or no ratio dash): %s", line)
@@ -402,15 +382,11 @@ func TestStageCPUTable(t *testing.T) {
 	var b strings.Builder
 	writeStageCPU(&b, f)
 	out := b.String()
-	for _, want := range []string{
+	wantAll(t, out,
 		"| cell | samples | append | wait | flush | other | total |",
 		"| throughput-mmap-1024-sync-p16 | — | 2 (10%) | — | 10 (50%) | 8 (40%) | 20 (100%) |",
 		"| throughput-uring-1024-async-p16 | — | — | — (25%) | — | — (75%) | — (100%) |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, "transient") {
 		t.Errorf("a profile without stages has a row:\n%s", out)
 	}
@@ -433,14 +409,10 @@ func TestStageCPUTableShowsFewSamples(t *testing.T) {
 	var b strings.Builder
 	writeStageCPU(&b, f)
 	out := b.String()
-	for _, want := range []string{
+	wantAll(t, out,
 		"| throughput-mmap-1024-sync-p16 | 31 | few (3) | 11.6 (58.1%) | 6.45 (32.3%) | 20 (100%) |",
 		fmt.Sprintf("fewer than %d shows *few (k)*", runfile.MinStageSamples),
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // TestMachineLineSaysTHP: the machine line names the kernel's transparent
@@ -511,15 +483,11 @@ func TestSummaryNamesTheAgedStore(t *testing.T) {
 	}
 	Analyze(f)
 	out := Summary(f)
-	for _, want := range []string{
+	wantAll(t, out,
 		"- mqstore's throughput, latency and e2e cells ran on an aged store: 4 segments retired by retention before the window, reused as new segments (--recycle-segments 4)",
 		"A measured window took 2–3 segments from the pool and made 0–1 new",
 		"Peers: `nats` wrote new files, not aged",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, "recycled WAL") {
 		t.Errorf("no peer reported a recycled log, yet:\n%s", out)
 	}
@@ -731,15 +699,11 @@ func TestSummarySaysHowZerosWereWritten(t *testing.T) {
 	set(4, "on", func(r *runfile.StoreCounters) { r.ZerosDirect, r.ZerosByDevice = 2, 0 }) // uring sync
 	Analyze(f)
 	out := Summary(f)
-	for _, want := range []string{
+	wantAll(t, out,
 		"- mmap (async flush): engine PrewriteSegments off\n",
 		"- mmap (sync flush): engine PrewriteSegments auto; the segments pre-written in measured windows: 5 with zeros through the page cache\n",
 		"- uring (sync flush): engine PrewriteSegments on; the segments pre-written in measured windows: 10 with O_DIRECT writes of zeros (the kernel, the file system or the device has no FALLOC_FL_WRITE_ZEROES)\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 	for i := range f.Cells {
 		if c := &f.Cells[i]; c.Backend == "uring" && c.Flush == "sync" && c.Workload == "throughput" {
 			c.Repeats[1].Store.ZerosByDevice = 3 // Repeats[0] is mkCell's warm one
@@ -747,5 +711,15 @@ func TestSummarySaysHowZerosWereWritten(t *testing.T) {
 	}
 	if out := Summary(f); !strings.Contains(out, "the segments pre-written in measured windows: 3 by the device (fallocate FALLOC_FL_WRITE_ZEROES), 10 with O_DIRECT writes of zeros\n") {
 		t.Errorf("zeros by the device not said:\n%s", out)
+	}
+}
+
+// wantAll fails t for each of wants that out lacks.
+func wantAll(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
 	}
 }
