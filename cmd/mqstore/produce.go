@@ -165,12 +165,9 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	store, err := engine.Open(ctx, *f.dir, o)
+	store, err := openServed(ctx, *f.dir, o)
 	if err != nil {
 		return err
-	}
-	if err := recordServedRole(*f.dir, o.Role); err != nil {
-		return errors.Join(err, store.Close())
 	}
 	master, err := f.startMaster(ctx, store, mo, stderr)
 	if err != nil {

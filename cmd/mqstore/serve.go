@@ -302,12 +302,9 @@ func serve(ctx context.Context, name string, args []string, stderr io.Writer) er
 
 func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.MasterOptions, every time.Duration, log *slog.Logger, stderr io.Writer,
 	bf *brokerFlags) error {
-	store, err := engine.Open(ctx, dir, o)
+	store, err := openServed(ctx, dir, o)
 	if err != nil {
 		return err
-	}
-	if err := recordServedRole(dir, o.Role); err != nil {
-		return errors.Join(err, store.Close())
 	}
 	m, err := ha.NewMaster(store, mo)
 	if err != nil {
@@ -329,12 +326,9 @@ func serveMaster(ctx context.Context, dir string, o engine.Options, mo ha.Master
 
 func serveSlave(ctx context.Context, dir string, o engine.Options, so ha.SlaveOptions, every time.Duration, log *slog.Logger,
 	stderr io.Writer, bf *brokerFlags) error {
-	store, err := engine.Open(ctx, dir, o)
+	store, err := openServed(ctx, dir, o)
 	if err != nil {
 		return err
-	}
-	if err := recordServedRole(dir, o.Role); err != nil {
-		return errors.Join(err, store.Close())
 	}
 	s, err := ha.NewSlave(store, so)
 	if err != nil {

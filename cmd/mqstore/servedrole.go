@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -40,10 +41,22 @@ func servedRole(dir string) (engine.BrokerRole, bool, error) {
 		return 0, false, fmt.Errorf("read the role served: %w", err)
 	}
 	s := strings.TrimSpace(string(b))
-	for _, r := range []engine.BrokerRole{engine.AsyncMaster, engine.SyncMaster, engine.Slave} {
-		if s == r.String() {
-			return r, true, nil
-		}
+	r, err := engine.ParseBrokerRole(s)
+	if err != nil || s == "" {
+		return 0, false, fmt.Errorf("%s holds %q, not a role (ASYNC_MASTER, SYNC_MASTER or SLAVE); remove it if no master served this store", path, s)
 	}
-	return 0, false, fmt.Errorf("%s holds %q, not a role (ASYNC_MASTER, SYNC_MASTER or SLAVE); remove it if no master served this store", path, s)
+	return r, true, nil
+}
+
+// openServed opens the store in dir to serve it as o.Role, and records
+// that role.
+func openServed(ctx context.Context, dir string, o engine.Options) (*engine.Store, error) {
+	store, err := engine.Open(ctx, dir, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := recordServedRole(dir, o.Role); err != nil {
+		return nil, errors.Join(err, store.Close())
+	}
+	return store, nil
 }
