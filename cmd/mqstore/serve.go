@@ -451,7 +451,8 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	if known && served != engine.Slave && !*force && !*dryRun {
+	needsForce := known && served != engine.Slave && !*force
+	if needsForce && !*dryRun {
 		return fmt.Errorf("%s was last served as %v (%s): a master's CommitLog may hold records it acknowledged, and repair-slave "+
 			"cuts a slave's; if this store is to rejoin as a slave of another master, run again with --force (the cut bytes are kept in %s)",
 			*dir, served, filepath.Join(*dir, servedRoleFile), filepath.Join(*dir, "diverged"))
@@ -477,7 +478,7 @@ func runRepairSlave(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "the slave's CommitLog parts from the master's at %d; it holds up to %d: %d bytes to cut (%d probes)\n",
 			d.Offset, d.SlaveEnd, d.SlaveEnd-d.Offset, d.Probes)
 		if *dryRun {
-			if known && served != engine.Slave && !*force {
+			if needsForce {
 				fmt.Fprintf(stdout, "this store was last served as %v: the cut takes --force\n", served)
 			}
 			return nil
