@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +39,7 @@ var (
 	loadBatching    = flag.String("load-batching", "", "BenchmarkPutLoad: Options.GroupCommitBatching: auto, merge or convoys")
 	loadWarm        = flag.Bool("load-warm", false, "BenchmarkPutLoad: Options.WarmSegments (the allocation service touches each new segment before use)")
 	loadSegment     = flag.Int64("load-segment", 64<<20, "BenchmarkPutLoad: Options.SegmentSizeBytes")
+	loadCPUProfile  = flag.String("load-cpuprofile", "", "BenchmarkPutLoad: write a CPU profile of the timed window alone (not the ageing, the warm-up or the close) to this file")
 	loadFixedKeys   = flag.Bool("load-fixed-keys", false, "BenchmarkPutLoad: each producer puts the same tags, KEYS and UNIQ_KEY every time (the benchmark's message before it put mqbench's: its index slots stay in the cache)")
 )
 
@@ -166,11 +169,29 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 	time.Sleep(300 * time.Millisecond)
 	before := s.Stats()
 	user0, sys0 := cpuTimes()
+	stopProfile := func() {}
+	if *loadCPUProfile != "" {
+		f, err := os.Create(*loadCPUProfile)
+		if err != nil {
+			b.Fatalf("-load-cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			b.Fatalf("-load-cpuprofile: %v", err)
+		}
+		stopProfile = func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				b.Errorf("-load-cpuprofile: %v", err)
+			}
+		}
+	}
 	t0 := time.Now()
 	measuring.Store(true)
 	time.Sleep(*loadDuration)
 	measuring.Store(false)
 	elapsed := time.Since(t0)
+	stopProfile()
 	user, sys := cpuTimes()
 	user, sys = user-user0, sys-sys0
 	cpu := user + sys
