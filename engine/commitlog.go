@@ -36,7 +36,7 @@ type commitLog struct {
 
 	// appendMu serializes appends (RocketMQ's putMessageLock). Everything
 	// below it is guarded by it.
-	appendMu spinMutex
+	appendMu appendLock
 	// queueOffsets is the next queue offset of each queue. The map is
 	// copied on write (a new queue, under appendMu) and read without a lock
 	// through queueTable, so Put finds its queue's counter before it takes

@@ -29,10 +29,11 @@ import (
 //     flush of L, the convoys carry N/2 per max(L, N·g/2), one merged batch
 //     N per L + N·g: merging wins exactly when N·g < L, when every producer
 //     appends again within one flush. So before it takes a batch, the owner
-//     yields its CPU to the producers until every sync Put in progress has
-//     queued (Puts count themselves in and out: a producer released but not
-//     yet back, or appending, counts; one between Puts does not), for at
-//     most the last flush's duration; a linger that ran out with fewer
+//     parks, leaving both CPUs to the producers, until every sync Put in
+//     progress has queued — the producer that completes the count wakes it
+//     (Puts count themselves in and out: a producer released but not yet
+//     back, or appending, counts; one between Puts does not) — for at most
+//     the last flush's duration; a linger that ran out with fewer
 //     than half of them there (N·g ≫ L: many producers, few CPUs) switches
 //     lingering off for lingerBackoff flushes, and the convoys keep the
 //     device and the CPUs busy at once. A lone producer is never held.
@@ -95,10 +96,17 @@ type groupCommit struct {
 	// still gain. The owner lingers until as many waiters have queued.
 	inPut atomic.Int32
 
+	// parked is set while the owner is parked in a linger: the producer
+	// whose waiter completes the count (or a Put that leaves and so
+	// completes it) sends on lingerWake.
+	parked     atomic.Bool
+	lingerWake chan struct{} // capacity 1
+
 	// Owned by the owner goroutine.
 	lastFlush time.Duration // how long the last flush took
 	noLinger  int           // flushes left before the owner lingers again
 	policy    batchPolicy   // whether the owner lingers at all
+	lingerEnd *time.Timer   // a parked linger's deadline
 }
 
 // groupWaiter is one producer waiting until the flushed position reaches offset.
@@ -162,6 +170,7 @@ func newGroupCommit(s *Store) *groupCommit {
 		limit:      s.opts.GroupCommitQueueSize,
 		maxLinger:  maxLinger,
 		policy:     newBatchPolicy(s.opts.GroupCommitBatching),
+		lingerWake: make(chan struct{}, 1),
 	}
 }
 
@@ -195,6 +204,9 @@ func (q *groupCommit) begin(ctx context.Context, offset int64, now time.Time) (*
 	q.mu.Unlock()
 	if n == 1 {
 		q.Wakeup()
+	}
+	if q.parked.Load() && int32(n) >= q.wanted() {
+		q.wakeLinger()
 	}
 	return w, nil
 }
@@ -294,9 +306,21 @@ func (q *groupCommit) watch(done chan<- struct{}) {
 
 // enter and leave bracket a sync Put, from before its append to its return.
 func (q *groupCommit) enter() { q.inPut.Add(1) }
-func (q *groupCommit) leave() { q.inPut.Add(-1) }
+func (q *groupCommit) leave() {
+	if n := q.inPut.Add(-1); q.parked.Load() && q.queuedLen.Load() >= min(n, int32(min(q.limit, 1<<30))) {
+		q.wakeLinger()
+	}
+}
 
-// linger yields the owner's CPU until every sync Put in progress has
+// wakeLinger ends a parked linger (at most one wake-up is pending).
+func (q *groupCommit) wakeLinger() {
+	select {
+	case q.lingerWake <- struct{}{}:
+	default:
+	}
+}
+
+// linger parks the owner until every sync Put in progress has
 // queued its waiter: those the last flush released (they append again) and
 // those that queued while it ran — two convoys that merge into one batch.
 // It lingers at most the last flush's duration (and maxLinger): when the
@@ -321,25 +345,43 @@ func (q *groupCommit) wanted() int32 {
 	return min(q.inPut.Load(), int32(min(q.limit, 1<<30)))
 }
 
-// lingerFor yields until every sync Put in progress has queued, or the
-// linger runs out.
+// lingerFor parks the owner until every sync Put in progress has queued,
+// or the linger runs out. The producer whose waiter completes the count
+// wakes it (begin), as does a Put that leaves and so completes it (leave):
+// the owner then runs on that producer's P right after it parks, and
+// while it lingers both CPUs run producers. (It yielded in a loop before;
+// that kept a P busy taking the owner from the global run queue and so
+// held the producers to one P: docs/design.md, "The closed-loop
+// ceiling".) The flag is set before the count is looked at, and a
+// producer looks at the flag after its waiter is counted, so one of the
+// two sees the other: a batch completed meanwhile is never slept through.
 func (q *groupCommit) lingerFor() {
-	deadline := time.Now().Add(min(q.lastFlush, q.maxLinger))
-	for {
-		queued, want := q.queuedLen.Load(), q.wanted()
-		if queued >= want {
-			return
+	select {
+	case <-q.lingerWake: // a stale wake-up, from after the last linger ended
+	default:
+	}
+	q.parked.Store(true)
+	defer q.parked.Store(false)
+	if q.queuedLen.Load() >= q.wanted() {
+		return
+	}
+	d := min(q.lastFlush, q.maxLinger)
+	if q.lingerEnd == nil {
+		q.lingerEnd = time.NewTimer(d)
+	} else {
+		q.lingerEnd.Reset(d)
+	}
+	select {
+	case <-q.lingerWake:
+		q.lingerEnd.Stop()
+	case <-q.lingerEnd.C:
+		// Fewer than half came within a flush's time: N·g is well above
+		// L, and the convoys do better. More than half: a producer was
+		// held up (the machine is shared); go on.
+		if queued, want := q.queuedLen.Load(), q.wanted(); 2*queued < want {
+			q.noLinger = lingerBackoff
 		}
-		if !time.Now().Before(deadline) {
-			// Fewer than half came within a flush's time: N·g is well
-			// above L, and the convoys do better. More than half: a
-			// producer was held up (the machine is shared); go on.
-			if 2*queued < want {
-				q.noLinger = lingerBackoff
-			}
-			return
-		}
-		runtime.Gosched()
+	case <-q.stop:
 	}
 }
 

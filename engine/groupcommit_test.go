@@ -24,7 +24,7 @@ import (
 // are all there or one leaves, and when they do not come within the last
 // flush's duration gives up and stops lingering for lingerBackoff flushes.
 func TestGroupCommitLingers(t *testing.T) {
-	q := &groupCommit{flushed: func() int64 { return 0 }, timeout: time.Hour, limit: 100, maxLinger: time.Hour}
+	q := &groupCommit{flushed: func() int64 { return 0 }, timeout: time.Hour, limit: 100, maxLinger: time.Hour, lingerWake: make(chan struct{}, 1)}
 	queue := func(n int) {
 		for i := 0; i < n; i++ {
 			if _, err := q.begin(context.Background(), 1, time.Now()); err != nil {
@@ -416,7 +416,7 @@ func TestOwnerFollowsItsPolicy(t *testing.T) {
 	for _, merge := range []bool{false, true} {
 		q := &groupCommit{service: newService(), flushed: func() int64 { return 0 },
 			advance: func(target int64) (int64, error) { return target, nil },
-			timeout: time.Hour, limit: 100, maxLinger: time.Hour, lastFlush: time.Hour}
+			timeout: time.Hour, limit: 100, maxLinger: time.Hour, lastFlush: time.Hour, lingerWake: make(chan struct{}, 1)}
 		q.policy = batchPolicy{best: merge, exploit: 1 << 30}
 		q.policy.start(policyExploit)
 		go q.run()

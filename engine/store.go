@@ -294,6 +294,7 @@ func (s *Store) openCommitLog(ctx context.Context, params storeParams) error {
 	s.log = &commitLog{queue: queue, segmentSizeBytes: o.SegmentSizeBytes,
 		maxRecordBytes: maxRecord, queueOffsets: make(map[queueKey]*queueCounter)}
 	s.log.crcFrom.Store(crcFrom)
+	s.log.appendMu.parks = o.FlushMode == FlushSync // appendLock says why
 	if !o.dispatchFromLog {
 		s.log.feed = newDispatchFeed()
 	}
