@@ -107,6 +107,16 @@ type groupCommit struct {
 	noLinger  int           // flushes left before the owner lingers again
 	policy    batchPolicy   // whether the owner lingers at all
 	lingerEnd *time.Timer   // a parked linger's deadline
+	// gomaxprocs, when set, stands in for runtime.GOMAXPROCS(0) (tests).
+	gomaxprocs func() int
+}
+
+// procs is how many Ps the runtime runs goroutines on.
+func (q *groupCommit) procs() int {
+	if q.gomaxprocs != nil {
+		return q.gomaxprocs()
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // groupWaiter is one producer waiting until the flushed position reaches offset.
@@ -365,7 +375,15 @@ func (q *groupCommit) lingerFor() {
 	if q.queuedLen.Load() >= q.wanted() {
 		return
 	}
+	// With one P the owner's flush holds the only P until the runtime's
+	// monitor hands it on, so a flush of part of the producers does not let
+	// the rest append meanwhile: the linger waits for all of them (at most
+	// maxLinger) and never gives up on lingering.
+	onlyP := q.procs() == 1
 	d := min(q.lastFlush, q.maxLinger)
+	if onlyP {
+		d = q.maxLinger
+	}
 	if q.lingerEnd == nil {
 		q.lingerEnd = time.NewTimer(d)
 	} else {
@@ -378,7 +396,7 @@ func (q *groupCommit) lingerFor() {
 		// Fewer than half came within a flush's time: N·g is well above
 		// L, and the convoys do better. More than half: a producer was
 		// held up (the machine is shared); go on.
-		if queued, want := q.queuedLen.Load(), q.wanted(); 2*queued < want {
+		if queued, want := q.queuedLen.Load(), q.wanted(); 2*queued < want && !onlyP {
 			q.noLinger = lingerBackoff
 		}
 	case <-q.stop:

@@ -24,7 +24,8 @@ import (
 // are all there or one leaves, and when they do not come within the last
 // flush's duration gives up and stops lingering for lingerBackoff flushes.
 func TestGroupCommitLingers(t *testing.T) {
-	q := &groupCommit{flushed: func() int64 { return 0 }, timeout: time.Hour, limit: 100, maxLinger: time.Hour, lingerWake: make(chan struct{}, 1)}
+	q := &groupCommit{flushed: func() int64 { return 0 }, timeout: time.Hour, limit: 100, maxLinger: time.Hour, lingerWake: make(chan struct{}, 1),
+		gomaxprocs: func() int { return 2 }}
 	queue := func(n int) {
 		for i := 0; i < n; i++ {
 			if _, err := q.begin(context.Background(), 1, time.Now()); err != nil {
@@ -109,6 +110,35 @@ func TestGroupCommitLingers(t *testing.T) {
 	if q.noLinger != 0 {
 		t.Fatalf("noLinger %d after %d flushes", q.noLinger, lingerBackoff)
 	}
+
+	// With one P a flush holds the only P, so the producers that have not
+	// queued cannot append beside it: the linger waits past the last
+	// flush's duration (up to maxLinger) and does not give up on lingering.
+	reset()
+	q.gomaxprocs = func() int { return 1 }
+	q.lastFlush, q.maxLinger = time.Millisecond, time.Hour
+	for range 9 {
+		q.enter()
+	}
+	queue(1)
+	returned = lingering()
+	stillLingering(returned, "with one P, past the last flush's duration, with 1 of 9 queued")
+	queue(8)
+	<-returned
+	if q.noLinger != 0 {
+		t.Fatalf("with one P a linger turned lingering off (%d)", q.noLinger)
+	}
+	q.maxLinger = 2 * time.Millisecond
+	reset()
+	for range 9 {
+		q.enter()
+	}
+	queue(1)
+	q.linger() // runs out at maxLinger with 1 of 9 there
+	if q.noLinger != 0 {
+		t.Fatalf("with one P a linger that ran out turned lingering off (%d)", q.noLinger)
+	}
+	q.gomaxprocs, q.maxLinger = func() int { return 2 }, time.Hour
 
 	// More Puts in progress than can queue (the rest get
 	// errGroupCommitQueueFull): the owner waits for the queue's limit.
