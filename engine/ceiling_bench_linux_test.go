@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/segfile"
-	"github.com/mqstore/mqstore/internal/testenv"
 )
 
 var (
@@ -181,23 +181,10 @@ func (l *ceilingLog) run(stop <-chan struct{}) {
 }
 
 func benchCeiling(b *testing.B, producers int) {
-	path := filepath.Join(b.TempDir(), "log")
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err = segfile.Prewrite(context.Background(), f, ceilingRing+ceilingSlack); err == nil {
-		err = f.Sync()
-	}
-	f.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_DIRECT, 0)
-	if err != nil {
-		testenv.Skip(b, testenv.Extents, "O_DIRECT on %s: %v", path, err)
-	}
-	defer unix.Close(fd)
+	fd := disktest.DirectFile(b, filepath.Join(b.TempDir(), "log"), func(f *os.File) error {
+		return segfile.Prewrite(context.Background(), f, ceilingRing+ceilingSlack)
+	})
+	var err error
 	bufBytes := max(1<<20, 2*producers*ceilingRecord+2*ceilingBlock)
 	l := &ceilingLog{fd: fd, linger: *ceilingLinger, kick: make(chan struct{}, 1), lingerC: make(chan struct{}, 1)}
 	for _, p := range []*[]byte{&l.buf, &l.spare} {

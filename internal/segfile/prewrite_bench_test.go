@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqstore/mqstore/internal/disktest"
 	"github.com/mqstore/mqstore/internal/segfile"
-	"github.com/mqstore/mqstore/internal/testenv"
 	"github.com/mqstore/mqstore/mappedfile"
 	"golang.org/x/sys/unix"
 )
@@ -160,32 +160,18 @@ func BenchmarkDurableWrite(b *testing.B) {
 	for _, kind := range []string{"prewritten", "fallocated", "keep-size", "growing"} {
 		for _, method := range []string{"dsync", "fdatasync"} {
 			b.Run("file="+kind+"/sync="+method, func(b *testing.B) {
-				path := filepath.Join(b.TempDir(), "segment")
 				size := int64(b.N+1) * write
-				f, err := os.Create(path)
-				if err != nil {
-					b.Fatal(err)
-				}
-				switch kind {
-				case "prewritten":
-					err = segfile.Prewrite(context.Background(), f, size)
-				case "fallocated":
-					err = unix.Fallocate(int(f.Fd()), 0, 0, size)
-				case "keep-size":
-					err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, size)
-				}
-				if err == nil {
-					err = f.Sync()
-				}
-				f.Close()
-				if err != nil {
-					b.Fatal(err)
-				}
-				fd, err := unix.Open(path, unix.O_RDWR|unix.O_DIRECT, 0)
-				if err != nil {
-					testenv.Skip(b, testenv.Extents, "O_DIRECT on %s: %v", path, err)
-				}
-				defer unix.Close(fd)
+				fd := disktest.DirectFile(b, filepath.Join(b.TempDir(), "segment"), func(f *os.File) error {
+					switch kind {
+					case "prewritten":
+						return segfile.Prewrite(context.Background(), f, size)
+					case "fallocated":
+						return unix.Fallocate(int(f.Fd()), 0, 0, size)
+					case "keep-size":
+						return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, size)
+					}
+					return nil
+				})
 				buf, err := segfile.MapAnonymous(write) // page-aligned, as O_DIRECT needs
 				if err != nil {
 					b.Fatal(err)
