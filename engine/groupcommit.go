@@ -359,10 +359,10 @@ func (q *groupCommit) wanted() int32 {
 // or the linger runs out. The producer whose waiter completes the count
 // wakes it (begin), as does a Put that leaves and so completes it (leave):
 // the owner then runs on that producer's P right after it parks, and
-// while it lingers both CPUs run producers. (It yielded in a loop before;
-// that kept a P busy taking the owner from the global run queue and so
-// held the producers to one P: docs/design.md, "The closed-loop
-// ceiling".) The flag is set before the count is looked at, and a
+// while it lingers both CPUs run producers. (It yielded in a loop before,
+// which kept the producers mostly on one P — likely because the other P,
+// its own run queue empty, kept taking the yielding owner from the global
+// one: docs/design.md, "The closed-loop ceiling".) The flag is set before the count is looked at, and a
 // producer looks at the flag after its waiter is counted, so one of the
 // two sees the other: a batch completed meanwhile is never slept through.
 func (q *groupCommit) lingerFor() {
