@@ -32,9 +32,10 @@ var (
 // receives from it; one owner goroutine takes the queued waiters, writes
 // the batch with one O_DIRECT pwritev2(RWF_DSYNC) into a pre-written file
 // (a reused segment's written extents) and answers each. It runs with the
-// same flags as BenchmarkPutLoad (-load-producers, -load-duration) and
-// reports the same figures, so the two read side by side: what the store
-// loses against this is the store's, not the device's or the machine's.
+// same flags as BenchmarkPutLoad (-load-producers, -load-duration,
+// -load-cpuprofile) and reports the same figures, so the two read side by
+// side: what the store loses against this is the store's, not the device's
+// or the machine's.
 //
 //	go test -run '^$' -bench GroupCommitCeiling -benchtime 1x ./engine/ -args -load-producers 64 -ceiling-linger spin
 func BenchmarkGroupCommitCeiling(b *testing.B) {
@@ -228,13 +229,7 @@ func benchCeiling(b *testing.B, producers int) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	f0, r0, w0 := l.flushes.Load(), l.records.Load(), l.writeNs.Load()
-	user0, sys0 := cpuTimes()
-	t0 := time.Now()
-	measuring.Store(true)
-	time.Sleep(*loadDuration)
-	measuring.Store(false)
-	elapsed := time.Since(t0)
-	user, sys := cpuTimes()
+	elapsed, user, sys := timedWindow(b, &measuring)
 	f1, r1, w1 := l.flushes.Load(), l.records.Load(), l.writeNs.Load()
 	stop.Store(true)
 	wg.Wait()
@@ -245,8 +240,8 @@ func benchCeiling(b *testing.B, producers int) {
 	}
 	msgs := max(count.Load(), 1)
 	b.ReportMetric(float64(msgs)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(float64((user+sys-user0-sys0).Microseconds())/float64(msgs), "cpu-µs/msg")
-	b.ReportMetric(float64((user-user0).Nanoseconds())/1e3/float64(msgs), "user-µs/msg")
+	b.ReportMetric(float64((user+sys).Microseconds())/float64(msgs), "cpu-µs/msg")
+	b.ReportMetric(float64(user.Nanoseconds())/1e3/float64(msgs), "user-µs/msg")
 	if f := f1 - f0; f > 0 {
 		b.ReportMetric(float64(r1-r0)/float64(f), "msgs/flush")
 		b.ReportMetric(float64(w1-w0)/1e3/float64(f), "write-µs")

@@ -317,7 +317,7 @@ func (q *groupCommit) watch(done chan<- struct{}) {
 // enter and leave bracket a sync Put, from before its append to its return.
 func (q *groupCommit) enter() { q.inPut.Add(1) }
 func (q *groupCommit) leave() {
-	if n := q.inPut.Add(-1); q.parked.Load() && q.queuedLen.Load() >= min(n, int32(min(q.limit, 1<<30))) {
+	if n := q.inPut.Add(-1); q.parked.Load() && q.queuedLen.Load() >= q.wantedOf(n) {
 		q.wakeLinger()
 	}
 }
@@ -351,8 +351,11 @@ func (q *groupCommit) linger() {
 // wanted is how many waiters a linger waits for: every sync Put in
 // progress, at most as many as can queue (a Put past the queue's limit
 // gets errGroupCommitQueueFull and never queues).
-func (q *groupCommit) wanted() int32 {
-	return min(q.inPut.Load(), int32(min(q.limit, 1<<30)))
+func (q *groupCommit) wanted() int32 { return q.wantedOf(q.inPut.Load()) }
+
+// wantedOf is wanted with inPut sync Puts in progress.
+func (q *groupCommit) wantedOf(inPut int32) int32 {
+	return min(inPut, int32(min(q.limit, 1<<30)))
 }
 
 // lingerFor parks the owner until every sync Put in progress has queued,
@@ -362,9 +365,11 @@ func (q *groupCommit) wanted() int32 {
 // while it lingers both CPUs run producers. (It yielded in a loop before,
 // which kept the producers mostly on one P — likely because the other P,
 // its own run queue empty, kept taking the yielding owner from the global
-// one: docs/design.md, "The closed-loop ceiling".) The flag is set before the count is looked at, and a
-// producer looks at the flag after its waiter is counted, so one of the
-// two sees the other: a batch completed meanwhile is never slept through.
+// one: docs/design.md, "The closed-loop ceiling".)
+//
+// The flag is set before the count is looked at, and a producer looks at
+// the flag after its waiter is counted, so one of the two sees the other:
+// a batch completed meanwhile is never slept through.
 func (q *groupCommit) lingerFor() {
 	select {
 	case <-q.lingerWake: // a stale wake-up, from after the last linger ended
@@ -400,6 +405,7 @@ func (q *groupCommit) lingerFor() {
 			q.noLinger = lingerBackoff
 		}
 	case <-q.stop:
+		q.lingerEnd.Stop()
 	}
 }
 

@@ -168,32 +168,7 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	before := s.Stats()
-	user0, sys0 := cpuTimes()
-	stopProfile := func() {}
-	if *loadCPUProfile != "" {
-		f, err := os.Create(*loadCPUProfile)
-		if err != nil {
-			b.Fatalf("-load-cpuprofile: %v", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			b.Fatalf("-load-cpuprofile: %v", err)
-		}
-		stopProfile = func() {
-			pprof.StopCPUProfile()
-			if err := f.Close(); err != nil {
-				b.Errorf("-load-cpuprofile: %v", err)
-			}
-		}
-	}
-	t0 := time.Now()
-	measuring.Store(true)
-	time.Sleep(*loadDuration)
-	measuring.Store(false)
-	elapsed := time.Since(t0)
-	stopProfile()
-	user, sys := cpuTimes()
-	user, sys = user-user0, sys-sys0
+	elapsed, user, sys := timedWindow(b, &measuring)
 	cpu := user + sys
 	after := s.Stats()
 	stop.Store(true)
@@ -215,6 +190,39 @@ func benchPutLoad(b *testing.B, backend string, mode FlushMode, producers int) {
 	b.ReportMetric(float64(after.PutLatency.P999.Nanoseconds()), "put-p99.9-ns")
 	b.ReportMetric(float64(after.FlushLatency.P999.Nanoseconds()), "flush-p99.9-ns")
 	b.ReportMetric(float64(after.FlushLatency.Max.Nanoseconds()), "flush-max-ns")
+}
+
+// timedWindow is a load benchmark's timed window: -load-duration with
+// measuring set, under the CPU profile -load-cpuprofile asks for (the
+// window alone). It returns the window's length and the process's CPU in
+// user space and in the kernel over it.
+func timedWindow(b *testing.B, measuring *atomic.Bool) (elapsed, user, sys time.Duration) {
+	stopProfile := func() {}
+	if *loadCPUProfile != "" {
+		f, err := os.Create(*loadCPUProfile)
+		if err != nil {
+			b.Fatalf("-load-cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			b.Fatalf("-load-cpuprofile: %v", err)
+		}
+		stopProfile = func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				b.Errorf("-load-cpuprofile: %v", err)
+			}
+		}
+	}
+	user0, sys0 := cpuTimes()
+	t0 := time.Now()
+	measuring.Store(true)
+	time.Sleep(*loadDuration)
+	measuring.Store(false)
+	elapsed = time.Since(t0)
+	user, sys = cpuTimes()
+	stopProfile()
+	return elapsed, user - user0, sys - sys0
 }
 
 // ageStoreForBench fills a store in dir with n segments and one more, async, with
